@@ -1,0 +1,79 @@
+"""Benchmark: analysis of a large synthetic trace, as a ratio to merely parsing its JSON with orjson.
+
+    python benchmarks/bench_analysis.py [--events 1000000] [--ranks 64] [--file PATH]
+
+Prints parse (orjson.loads of every line), load (JSON -> EventTable, the reader's cost), analyze, to_json,
+each measured in this run, and the ratio analyze / parse (goal: <= 2)."""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import orjson
+
+sys.path.insert(0, str(Path(__file__).parent))
+from synth import write_synthetic  # noqa: E402
+
+from disttrace.tracer.analysis import analyze, to_json  # noqa: E402
+
+
+def _load(path: str):
+    try:
+        from disttrace.tracer.reader import load_trace
+    except ImportError:
+        from disttrace.tracer.events import read_jsonl
+        return read_jsonl(path), "events.read_jsonl"
+    return load_trace([path]), "reader.load_trace"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--events", type=int, default=1_000_000)
+    ap.add_argument("--ranks", type=int, default=64)
+    ap.add_argument("--file", help="use (or create) this .jsonl instead of a temporary one")
+    ns = ap.parse_args()
+    path = ns.file or os.path.join(tempfile.gettempdir(), f"disttrace_synth_{ns.events}_{ns.ranks}.jsonl")
+    if not os.path.exists(path):
+        t = time.perf_counter()
+        n = write_synthetic(path, ns.events, ns.ranks)
+        print(f"wrote {n:,} events to {path} in {time.perf_counter() - t:.1f} s")
+
+    gc.collect()
+    t0 = time.perf_counter()
+    with open(path, "rb") as f:
+        parsed = [orjson.loads(line) for line in f]
+    parse = time.perf_counter() - t0
+    n = len(parsed)
+    del parsed
+    gc.collect()
+
+    t0 = time.perf_counter()
+    table, how = _load(path)
+    load = time.perf_counter() - t0
+
+    gc.collect()
+    t0 = time.perf_counter()
+    a = analyze(table)
+    analysis = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    out = to_json(a)
+    js = time.perf_counter() - t0
+
+    print(f"{n:,} events, {len(table.ranks)} ranks, {len(a.collectives):,} collective instances, "
+          f"{len(a.p2p):,} messages, {len(out['problems'])} problems")
+    print(f"parse (orjson)   {parse:7.2f} s")
+    print(f"load ({how}) {load:7.2f} s   ({load / parse:.2f}x parse)")
+    print(f"analyze          {analysis:7.2f} s")
+    print(f"to_json          {js:7.2f} s")
+    print(f"ratio analyze / parse = {analysis / parse:.2f}  (goal <= 2)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,120 @@
+"""A synthetic large trace: normalized events (.jsonl) of a 3-D parallel training job, for benchmarks.
+
+`write_synthetic(path, n_events=1_000_000, n_ranks=64, seed=0)` simulates ranks as 8-rank tensor-parallel
+groups, 4-stage pipelines and data-parallel replicas (64 ranks: TP 8 x PP 4 x DP 2), step by step: TP
+all_reduces and all_gathers, async DP gradient all_reduces waited on later, pipeline send/recv pairs forward
+and backward, a broadcast from rank 0, and a world barrier every few steps. Each rank has its own clock; one
+rank is a steady straggler and arrival jitter makes the others wait, so waits, stragglers, links and the
+pipeline all have something to find. Run as a script to write one: `python benchmarks/synth.py OUT [N]`.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+
+import orjson
+
+FLOAT = "float32"
+
+
+def write_synthetic(path, n_events: int = 1_000_000, n_ranks: int = 64, seed: int = 0) -> int:
+    """Write about n_events events (whole steps; never fewer than n_events) to path; return the count."""
+    rng = random.Random(seed)
+    # rank = d * (pp * tp) + s * tp + j: tensor-parallel groups are consecutive ranks, pipelines run across
+    # stages s, data-parallel groups across replicas d (Megatron's layout)
+    tp = 8 if n_ranks % 8 == 0 and n_ranks >= 32 else 1
+    pp = 4 if (n_ranks // tp) % 4 == 0 else (2 if (n_ranks // tp) % 2 == 0 else 1)
+    dp = n_ranks // (tp * pp)
+    world = list(range(n_ranks))
+    tp_groups = [list(range(g * tp, (g + 1) * tp)) for g in range(dp * pp)]
+    dp_groups = [[d * pp * tp + k for d in range(dp)] for k in range(pp * tp)]
+    pipelines = [[d * pp * tp + s * tp + j for s in range(pp)] for d in range(dp) for j in range(tp)]
+    straggler = n_ranks - 1
+    clk = [1_000_000_000 + rng.randrange(1_000_000) for _ in world]
+    seq = dict.fromkeys(world, 0)
+    ident = dict.fromkeys(world, 0)
+    gseq: dict[str, int] = {}
+    events: list[tuple[int, int, dict]] = []
+
+    def base(r: int, op: str, api: str, start: int, end: int, nbytes: int, site: str) -> dict:
+        ident[r] += 1
+        seq[r] += 1
+        return {"v": 1, "rank": r, "host": f"node{r // 8}", "op": op, "api": api, "bytes": nbytes, "dtype": FLOAT,
+                "shape": [nbytes // 4], "start_ns": start, "end_ns": end, "status": "ok", "seq": seq[r],
+                "id": ident[r], "site": site}
+
+    def arrival(r: int) -> int:
+        late = 400_000 if r == straggler else 0
+        return clk[r] + rng.randrange(5_000, 60_000) + late
+
+    def collective(op: str, gname: str, ranks: list[int], nbytes: int, site: str, root=None, async_op=False,
+                   api=None):
+        k = gseq.get(gname, 0)
+        gseq[gname] = k + 1
+        starts = {r: arrival(r) for r in ranks}
+        latest = max(starts.values())
+        n = len(ranks)
+        vol = {"all_reduce": 2 * (n - 1) / n, "barrier": 0}.get(op, 1) * nbytes
+        end = latest + 20_000 + int(vol * rng.uniform(0.09, 0.12))  # ~10 GB/s
+        for r in ranks:
+            e = end + rng.randrange(0, 3_000)
+            ev = base(r, op, api or op, starts[r], e, nbytes if op != "barrier" else 0, site)
+            ev.update(group=gname, group_ranks=ranks, group_seq=k)
+            if root is not None:
+                ev["root"] = root
+            if async_op:
+                ws = starts[r] + rng.randrange(50_000, 2_000_000)
+                ev.update(async_op=True, wait_start_ns=ws, wait_end_ns=max(ws, e) + 1_000)
+                clk[r] = ev["wait_end_ns"]
+            else:
+                clk[r] = e
+            events.append((starts[r], r, ev))
+
+    def p2p(src: int, dst: int, nbytes: int, site: str):
+        s, rcv = arrival(src), arrival(dst)
+        end = max(s, rcv) + 15_000 + nbytes // 8
+        es = base(src, "send", "send", s, end, nbytes, site)
+        es["peer"] = dst
+        er = base(dst, "recv", "recv", rcv, end + 2_000, nbytes, site)
+        er["peer"] = src
+        clk[src], clk[dst] = end, end + 2_000
+        events.append((s, src, es))
+        events.append((rcv, dst, er))
+
+    step = 0
+    while len(events) < n_events:
+        if step % 10 == 0:
+            collective("barrier", "world", world, 0, "train.py:40 in train")
+        if step % 50 == 0:
+            collective("broadcast", "world", world, 4 << 20, "train.py:31 in load", root=0)
+        act = (256 << 10) * (1 + step % 4)
+        for s in range(pp - 1):  # forward through the pipelines
+            for chain in pipelines:
+                p2p(chain[s], chain[s + 1], act, "pipe.py:88 in forward_step")
+        for g, ranks in enumerate(tp_groups):
+            collective("all_reduce", f"tp{g}", ranks, 1 << 20, "layers.py:120 in RowParallelLinear.forward")
+            collective("all_gather", f"tp{g}", ranks, 64 << 10, "layers.py:77 in ColumnParallelLinear.forward",
+                       api="all_gather_into_tensor")
+        for s in range(pp - 1, 0, -1):  # backward
+            for chain in pipelines:
+                p2p(chain[s], chain[s - 1], act, "pipe.py:102 in backward_step")
+        if dp > 1:
+            for i, ranks in enumerate(dp_groups):
+                for b in range(2):
+                    collective("all_reduce", f"dp{i}", ranks, (8 << 20) >> b, "ddp.py:300 in _sync_grads",
+                               async_op=True, api="ddp.bucket_all_reduce")
+        for r in world:
+            clk[r] += rng.randrange(500_000, 800_000)  # compute
+        step += 1
+    events.sort(key=lambda e: (e[0], e[1]))
+    dumps = orjson.dumps
+    with open(path, "wb") as f:
+        f.write(b"".join(dumps(ev) + b"\n" for _, _, ev in events))
+    return len(events)
+
+
+if __name__ == "__main__":
+    out = sys.argv[1] if len(sys.argv) > 1 else "synthetic.jsonl"
+    n = int(sys.argv[2]) if len(sys.argv) > 2 else 1_000_000
+    print(write_synthetic(out, n), "events written to", out)

@@ -1,0 +1,78 @@
+"""Shared fixtures: real traced torchrun jobs, made once per test session and shared across tests.
+
+Starting torchrun costs seconds (every rank imports torch), so tests ask the session-scoped `traced`
+factory for a trace of a job script in tests/jobs/; the same (script, nproc, args, options) is traced once.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+JOBS = Path(__file__).parent / "jobs"
+REPO = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def disttrace_cmd(*args: str) -> list[str]:
+    """The disttrace CLI as a subprocess command (the installed package, run by this interpreter)."""
+    return [sys.executable, "-m", "disttrace", *map(str, args)]
+
+
+def run_disttrace(*args: str, timeout: float = 120, env: dict | None = None, cwd=None, input=None):
+    """Run `disttrace ARGS...` and return the CompletedProcess (text mode, output captured)."""
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run(disttrace_cmd(*args), capture_output=True, text=True, timeout=timeout, env=full_env,
+                          cwd=cwd, input=input)
+
+
+def torchrun_cmd(script: Path | str, nproc: int = 2, args=(), nnodes: int = 1, node_rank: int = 0,
+                 port: int | None = None) -> list[str]:
+    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}"]
+    if nnodes == 1:
+        cmd.append("--standalone")
+    else:
+        cmd += [f"--nnodes={nnodes}", f"--node_rank={node_rank}", "--master_addr=127.0.0.1",
+                f"--master_port={port}"]
+    script = Path(script)
+    if not script.is_absolute():
+        script = JOBS / script
+    return cmd + [str(script), *map(str, args)]
+
+
+def run_traced(script, out: Path, nproc: int = 2, args=(), summaries: str = "full", run_args=(),
+               env: dict | None = None, timeout: float = 180):
+    """`disttrace run --out OUT [run_args] torchrun --nproc_per_node=N tests/jobs/SCRIPT ARGS`."""
+    cmd = ["run", "--out", str(out), "--summaries", summaries, *run_args, "--", *torchrun_cmd(script, nproc, args)]
+    return run_disttrace(*cmd, timeout=timeout, env=env)
+
+
+@pytest.fixture(scope="session")
+def traced(tmp_path_factory):
+    """traced(script, nproc=2, args=(), summaries="full", run_args=(), expect_rc=0) -> Path of the trace dir.
+
+    Traces tests/jobs/SCRIPT under torchrun once per session per distinct call."""
+    cache: dict = {}
+
+    def make(script: str, nproc: int = 2, args=(), summaries: str = "full", run_args=(), expect_rc: int | None = 0):
+        key = (script, nproc, tuple(map(str, args)), summaries, tuple(run_args))
+        if key not in cache:
+            out = tmp_path_factory.mktemp(Path(script).stem) / "trace"
+            proc = run_traced(script, out, nproc, args, summaries, run_args)
+            if expect_rc is not None and proc.returncode != expect_rc:
+                raise AssertionError(f"traced job {script} exited {proc.returncode}, expected {expect_rc}\n"
+                                     f"--- stdout\n{proc.stdout[-4000:]}\n--- stderr\n{proc.stderr[-4000:]}")
+            cache[key] = (out, proc)
+        return cache[key][0]
+
+    return make

@@ -1,0 +1,85 @@
+"""Build one CollectiveInstance per matched (group, group_seq): arrival skew, waits, completion, bandwidth.
+
+One pass over the instances' rows; lists per instance rather than per-event objects, so a million events
+cost a few seconds, not minutes."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from ..events import NONE, EventTable
+from .bandwidth import busbw_factor, size_s
+from .model import WAIT_BARRIER, WAIT_NXN, CollectiveInstance
+from .waits import WAIT_KIND, collective_waits
+
+_OK = {"ok"}
+_ROOT_INPUT_IS_S = frozenset({"broadcast", "scatter"})  # the root's input is the payload; others may put in 0
+
+
+def build_collectives(t: EventTable, buckets: list[list[int]], traced: set[int], progress=None
+                      ) -> tuple[list[CollectiveInstance], list[int], list[int | None]]:
+    """Instances, event row -> instance index (or -1), and per instance the rank that caused its waits."""
+    rank_c, start_c, end_c, bytes_c, root_c, op_c, status_c = (
+        t.rank, t.start_ns, t.end_ns, t.bytes, t.root, t.op, t.status)
+    wait_end_c, async_c = t.wait_end_ns, t.async_op
+    groups = t.groups
+    instance_of = [-1] * len(t)
+    out: list[CollectiveInstance] = []
+    culprits: list[int | None] = []
+    expected_cache: dict[int, tuple[int, ...]] = {}
+    step = max(1, len(buckets) // 20)
+    has_async = 1 in t.async_op
+    for n_inst, rows in enumerate(buckets):
+        if progress is not None and n_inst % step == 0:
+            progress(n_inst / max(1, len(buckets)), "collectives")
+        i0 = rows[0]
+        g = t.gid[i0]
+        grp = groups[g]
+        expected = expected_cache.get(g)
+        if expected is None:
+            expected = expected_cache[g] = tuple(r for r in grp.ranks if r in traced) or grp.ranks
+        op = op_c[i0]
+        if len({op_c[i] for i in rows}) > 1:  # a mismatch: take the majority's op, problems.py reports it
+            op = Counter(op_c[j] for j in rows).most_common(1)[0][0]
+        ranks = [rank_c[i] for i in rows]
+        starts = [start_c[i] for i in rows]
+        ends = [end_c[i] for i in rows]
+        latest = max(starts)
+        is_async = has_async and 1 in {async_c[i] for i in rows}
+        root = root_c[i0]
+        root = None if root == NONE else root
+        kind = WAIT_KIND[op]
+        if (kind is WAIT_NXN or kind is WAIT_BARRIER) and not is_async and min(ends) >= latest:
+            waits = [latest - s for s in starts]  # the common case, inline
+            culprit = ranks[starts.index(latest)]
+        else:
+            waits, culprit = collective_waits(t, kind, rows, ranks, starts, root)
+        if is_async:
+            ends = [e if e != NONE else wait_end_c[i] for e, i in zip(ends, rows)]
+        n = len(expected)
+        missing = () if len(rows) >= n else tuple(r for r in expected if r not in ranks)
+        finished = NONE not in ends
+        complete = not missing and finished and {status_c[i] for i in rows} == _OK
+        if op in _ROOT_INPUT_IS_S and root is not None and root in ranks:
+            nbytes = bytes_c[rows[ranks.index(root)]]
+        else:
+            nbytes = max([bytes_c[i] for i in rows])
+        factor = busbw_factor(op, n)
+        s = size_s(op, nbytes, n)
+        duration = algbw = busbw = None
+        if complete:
+            duration = max(ends) - latest
+            if duration > 0 and s > 0 and op != "barrier":
+                algbw = s / duration
+                busbw = algbw * factor
+        for i in rows:
+            instance_of[i] = n_inst
+        end_d = dict(zip(ranks, ends))
+        if not finished:
+            end_d = {r: (None if e == NONE else e) for r, e in end_d.items()}
+        out.append(CollectiveInstance(
+            op, g, grp.ranks, t.group_seq[i0], dict(zip(ranks, rows)), nbytes, dict(zip(ranks, starts)),
+            end_d, dict(zip(ranks, waits)), kind, latest - min(starts), duration, algbw, busbw, None, False, root,
+            complete, ranks[starts.index(latest)], int(s * factor), missing))
+        culprits.append(culprit)
+    return out, instance_of, culprits

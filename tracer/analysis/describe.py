@@ -1,0 +1,71 @@
+"""describe(a, row): one sentence on what happened at an event, for the viewer's step-through replay."""
+
+from __future__ import annotations
+
+from ..events import NONE
+from .model import EARLY_REDUCE, LATE_BROADCAST, Analysis
+from .problems import where
+from .units import fmt_bytes, fmt_gbps, fmt_ns, fmt_ranks
+
+
+def describe(a: Analysis, row: int) -> str:
+    t = a.table
+    r = t.rank[row]
+    k = a.instance_of[row] if row < len(a.instance_of) else -1
+    if k >= 0:
+        return _collective(a, row, r, a.collectives[k])
+    k = a.p2p_of[row] if row < len(a.p2p_of) else -1
+    if k >= 0:
+        return _p2p(a, row, r, a.p2p[k])
+    dur = t.duration_ns(row)
+    return (f"rank {r} called {where(t, row)} ({fmt_bytes(t.bytes[row])}), "
+            + (f"which took {fmt_ns(dur)}" if dur is not None else "which never finished") + ".")
+
+
+def _collective(a: Analysis, row: int, r: int, c) -> str:
+    t = a.table
+    name = f"{c.op} #{c.group_seq} of group {t.groups[c.gid].name}"
+    size = f"{fmt_bytes(c.bytes)}"
+    if c.busbw_gbps is not None:
+        size += f" at {fmt_gbps(c.busbw_gbps)} busbw"
+    if c.missing:
+        return f"rank {r} entered {name}, which never completed: {fmt_ranks(c.missing)} never entered it; {size}."
+    if c.end_ns.get(r) is None:
+        return f"rank {r} entered {name} and never finished it; {size}."
+    w = c.wait_ns.get(r, 0)
+    if w > 0:
+        if c.wait_kind == LATE_BROADCAST:
+            why = f"for the root, rank {c.root}, which arrived late"
+        elif c.wait_kind == EARLY_REDUCE:
+            latest = max((s, q) for q, s in c.start_ns.items() if q != r)[1]
+            why = f"as root, for rank {latest}, the last to send"
+        else:
+            why = f"for rank {c.last_arrival}, which arrived last"
+        return f"rank {r} waited {fmt_ns(w)} in {name} {why}; {size}."
+    total = sum(c.wait_ns.values())
+    if r == c.last_arrival and total > 0:
+        return (f"rank {r} arrived last at {name}, {fmt_ns(c.skew_ns)} after the first, making the others wait "
+                f"{fmt_ns(total)} in all; {size}.")
+    took = f", completing in {fmt_ns(c.duration_ns)}" if c.duration_ns is not None else ""
+    return f"rank {r} ran {name} without waiting{took}; {size}."
+
+
+def _p2p(a: Analysis, row: int, r: int, m) -> str:
+    t = a.table
+    msg = f"message #{m.order} of {m.src}→{m.dst}, {fmt_bytes(m.bytes)}"
+    if m.send is None or m.recv is None:
+        other = "recv" if m.recv is None else "send"
+        return f"rank {r}'s {where(t, row)} ({msg}) has no matching {other} on the other side."
+    bw = ""
+    if m.transfer_ns:
+        bw = f"; transfer {fmt_ns(m.transfer_ns)}, {fmt_gbps(m.bytes / m.transfer_ns)}"
+    if row == m.recv:
+        if m.late_sender_ns:
+            return f"rank {r} waited {fmt_ns(m.late_sender_ns)} in recv for rank {m.src}, a late sender ({msg}{bw})."
+        return f"rank {r} received {msg} from rank {m.src}{bw}."
+    if m.late_receiver_ns:
+        return (f"rank {r} waited {fmt_ns(m.late_receiver_ns)} in send for rank {m.dst}, a late receiver "
+                f"({msg}{bw}).")
+    end = t.end_ns[row]
+    state = "" if end != NONE else " (never finished)"
+    return f"rank {r} sent {msg} to rank {m.dst}{state}{bw}."

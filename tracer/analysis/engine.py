@@ -1,0 +1,72 @@
+"""analyze(table): the whole analysis in one pass per stage, data flowing one way:
+matching -> collectives (waits, bandwidth) and P2P -> theory -> stragglers, links, pipeline -> problems."""
+
+from __future__ import annotations
+
+import gc
+
+from ..events import NONE, EventTable
+from .bandwidth import links_of
+from .collectives import build_collectives
+from .matching import group_collectives
+from .model import Analysis
+from .p2p import build_p2p
+from .pipeline import pipeline_stats
+from .problems import find_problems
+from .theory import fit_models, flag_slow
+from .waits import stragglers_of
+
+
+def analyze(table: EventTable, progress=None) -> Analysis:
+    # The analysis makes ~10^5-10^6 small acyclic objects; the cyclic collector would rescan the whole table
+    # again and again while they are made (half the time on a 1M-event trace), so it pauses meanwhile.
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _analyze(table, progress)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _analyze(table: EventTable, progress) -> Analysis:
+    def say(f: float, label: str) -> None:
+        if progress is not None:
+            progress(f, label)
+
+    t = table
+    traced = set(t.ranks) | set(t.rank)
+    say(0.0, "matching")
+    buckets = group_collectives(t)
+    say(0.15, "collectives")
+    sub = (lambda f, label: say(0.15 + 0.55 * f, label)) if progress is not None else None
+    collectives, instance_of, culprits = build_collectives(t, buckets, traced, sub)
+    say(0.7, "point-to-point")
+    p2p, p2p_of = build_p2p(t)
+    say(0.8, "models")
+    models = fit_models(collectives, p2p)
+    flag_slow(collectives, models)
+    waits = dict.fromkeys(sorted(traced), 0)
+    for c in collectives:
+        for r, w in c.wait_ns.items():
+            if w:
+                waits[r] += w
+    for m in p2p:
+        if m.late_sender_ns:
+            waits[m.dst] += m.late_sender_ns
+        if m.late_receiver_ns:
+            waits[m.src] += m.late_receiver_ns
+    say(0.85, "pipeline")
+    pipeline = pipeline_stats(t, p2p, collectives)
+    say(0.9, "problems")
+    problems = find_problems(t, collectives, p2p)
+    span = (min(t.start_ns), max(max(t.end_ns), max(t.wait_end_ns))) if len(t) else (0, 0)
+    notes = []
+    absent = sorted({r for g in t.groups for r in g.ranks} - traced)
+    if absent:
+        notes.append(f"no events from ranks {absent}: their files are missing, so they are left out of matching")
+    if span[1] == NONE:
+        span = (span[0], span[0])
+    say(1.0, "done")
+    return Analysis(t, collectives, instance_of, p2p, p2p_of, waits, stragglers_of(collectives, p2p, culprits,
+                    sorted(traced)), links_of(p2p), pipeline, problems, models, span, notes)

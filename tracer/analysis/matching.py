@@ -1,0 +1,61 @@
+"""Matching: collectives across the ranks of a group by (group, group_seq); sends with recvs by (src, dst, tag,
+order). Pure bookkeeping over the columns, one pass each; what does not match is left for problems.py."""
+
+from __future__ import annotations
+
+from ..events import COLLECTIVE_OPS, NONE, EventTable
+
+
+def group_collectives(t: EventTable) -> list[list[int]]:
+    """Rows of each collective instance, instances ordered by (group, group_seq), rows in table order."""
+    buckets: dict[int, list[int]] = {}
+    get = buckets.get
+    coll = COLLECTIVE_OPS
+    i = 0
+    for op, g, s in zip(t.op, t.gid, t.group_seq):
+        if s >= 0 and op in coll:
+            k = (g << 40) | s  # an int key hashes faster than a tuple
+            b = get(k)
+            if b is None:
+                buckets[k] = [i]
+            else:
+                b.append(i)
+        i += 1
+    return [buckets[k] for k in sorted(buckets)]
+
+
+def match_p2p(t: EventTable) -> list[tuple[int, int, int, int, int | None, int | None]]:
+    """(src, dst, tag, order, send_row, recv_row) for every message; a missing side is None.
+
+    The n-th send from src to dst with a tag pairs with the n-th recv at dst from src with that tag (MPI's
+    non-overtaking rule, which gloo and NCCL follow). Rows of one rank are in issue order in the table."""
+    sends: dict[tuple[int, int, int], list[int]] = {}
+    recvs: dict[tuple[int, int, int], list[int]] = {}
+    i = 0
+    for op, r, p, tag in zip(t.op, t.rank, t.peer, t.tag):
+        if op == "send":
+            sends.setdefault((r, p, max(tag, 0)), []).append(i)
+        elif op == "recv":
+            recvs.setdefault((p, r, max(tag, 0)), []).append(i)
+        i += 1
+    out = []
+    for key in sorted(sends.keys() | recvs.keys()):
+        s, r = sends.get(key, ()), recvs.get(key, ())
+        src, dst, tag = key
+        for n in range(max(len(s), len(r))):
+            out.append((src, dst, tag, n, s[n] if n < len(s) else None, r[n] if n < len(r) else None))
+    return out
+
+
+def last_event_of_rank(t: EventTable) -> dict[int, int]:
+    """rank -> row of its last event (the wavefront of a hang)."""
+    last: dict[int, int] = {}
+    for i, r in enumerate(t.rank):
+        last[r] = i
+    return last
+
+
+def finished_at(t: EventTable, i: int) -> int:
+    """When row i was done: end_ns, or for an async op whose completion is unknown, when its wait() returned."""
+    e = t.end_ns[i]
+    return e if e != NONE else t.wait_end_ns[i]

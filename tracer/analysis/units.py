@@ -1,0 +1,42 @@
+"""Human-readable numbers shared by describe(), the report and the viewer."""
+
+from __future__ import annotations
+
+
+def fmt_ns(ns: float | None) -> str:
+    if ns is None:
+        return "-"
+    a = abs(ns)
+    if a >= 1e9:
+        return f"{ns / 1e9:.2f} s"
+    if a >= 1e6:
+        return f"{ns / 1e6:.2f} ms"
+    if a >= 1e3:
+        return f"{ns / 1e3:.1f} µs"
+    return f"{ns:.0f} ns"
+
+
+def fmt_bytes(n: float | None) -> str:
+    if n is None:
+        return "-"
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(n) >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n:.0f} B"
+
+
+def fmt_gbps(g: float | None) -> str:
+    if g is None:
+        return "-"
+    if g >= 1:
+        return f"{g:.2f} GB/s"
+    return f"{g * 1e3:.1f} MB/s"
+
+
+def fmt_ranks(ranks) -> str:
+    ranks = sorted(ranks)
+    if len(ranks) == 1:
+        return f"rank {ranks[0]}"
+    if len(ranks) > 8:
+        return f"ranks {', '.join(map(str, ranks[:8]))} … ({len(ranks)} ranks)"
+    return "ranks " + ", ".join(map(str, ranks))

@@ -1,0 +1,104 @@
+"""Wait states (Scalasca's patterns in PyTorch's words) and the stragglers who caused them.
+
+A rank can only have waited while it was blocked: in the op itself for a synchronous call, or inside wait()
+for an async one. So every wait is the overlap of the pattern's interval (e.g. [own start, latest start] for
+Wait at N×N) with the time the rank was blocked in the op."""
+
+from __future__ import annotations
+
+from ..events import NONE, EventTable
+from .model import (EARLY_REDUCE, LATE_BROADCAST, WAIT_BARRIER, WAIT_NXN, CollectiveInstance, P2PMatch,
+                    Straggler)
+
+WAIT_KIND = {
+    "all_reduce": WAIT_NXN, "all_gather": WAIT_NXN, "reduce_scatter": WAIT_NXN, "all_to_all": WAIT_NXN,
+    "barrier": WAIT_BARRIER,
+    "broadcast": LATE_BROADCAST, "scatter": LATE_BROADCAST,
+    "reduce": EARLY_REDUCE, "gather": EARLY_REDUCE,
+}
+
+
+def blocked_in(t: EventTable, i: int, a: int, b: int) -> int:
+    """How long row i was blocked within [a, b] (ns). An op that never finished blocks to the end of [a, b]."""
+    if b <= a:
+        return 0
+    if t.async_op[i]:
+        lo, hi = t.wait_start_ns[i], t.wait_end_ns[i]
+        if lo == NONE:
+            return 0  # wait() never called: the rank never blocked on it
+    else:
+        lo, hi = t.start_ns[i], t.end_ns[i]
+    if hi == NONE:
+        hi = b
+    lo, hi = max(lo, a), min(hi, b)
+    return hi - lo if hi > lo else 0
+
+
+def collective_waits(t: EventTable, kind: str, rows: list[int], ranks: list[int], starts: list[int],
+                     root: int | None) -> tuple[list[int], int | None]:
+    """Per-row wait of one instance and the rank that caused it (None when nobody waited)."""
+    n = len(rows)
+    waits = [0] * n
+    any_async = any(t.async_op[i] for i in rows)
+    if kind == WAIT_NXN or kind == WAIT_BARRIER:
+        latest = max(starts)
+        culprit = ranks[starts.index(latest)]
+        if any_async:
+            waits = [blocked_in(t, i, s, latest) for i, s in zip(rows, starts)]
+        else:
+            waits = [latest - s for s in starts]
+            # a synchronous op that ended before the latest arrival is a clock violation: it did not wait longer
+            end = t.end_ns
+            for k, i in enumerate(rows):
+                e = end[i]
+                if e != NONE and e < latest:
+                    waits[k] = max(0, e - starts[k])
+        return waits, culprit
+    if root is None or root not in ranks:
+        return waits, None
+    k_root = ranks.index(root)
+    if kind == LATE_BROADCAST:  # non-roots wait for a late root
+        rs = starts[k_root]
+        for k, (i, s) in enumerate(zip(rows, starts)):
+            if k != k_root and rs > s:
+                waits[k] = blocked_in(t, i, s, rs)
+        return waits, root
+    # EARLY_REDUCE: the root waits for its latest sender
+    others = [(s, r) for k, (s, r) in enumerate(zip(starts, ranks)) if k != k_root]
+    if not others:
+        return waits, None
+    latest, culprit = max(others)
+    waits[k_root] = blocked_in(t, rows[k_root], starts[k_root], latest)
+    return waits, culprit
+
+
+def p2p_waits(t: EventTable, send: int, recv: int) -> tuple[int, int]:
+    """(late sender: receiver's wait, late receiver: sender's wait) of one matched message."""
+    ss, rs = t.start_ns[send], t.start_ns[recv]
+    if ss > rs:
+        return blocked_in(t, recv, rs, ss), 0
+    if rs > ss:
+        return 0, blocked_in(t, send, ss, rs)
+    return 0, 0
+
+
+def stragglers_of(collectives: list[CollectiveInstance], p2p: list[P2PMatch], culprits: list[int | None],
+                  ranks: list[int]) -> list[Straggler]:
+    """Per rank, the waiting it caused others (its delay cost) and how often it arrived last; worst first."""
+    cost = dict.fromkeys(ranks, 0)
+    late = dict.fromkeys(ranks, 0)
+    for c, culprit in zip(collectives, culprits):
+        if culprit is None:
+            continue
+        caused = sum(c.wait_ns.values())
+        if caused > 0:
+            cost[culprit] = cost.get(culprit, 0) + caused
+            late[culprit] = late.get(culprit, 0) + 1
+    for m in p2p:
+        if m.late_sender_ns:
+            cost[m.src] = cost.get(m.src, 0) + m.late_sender_ns
+        if m.late_receiver_ns:
+            cost[m.dst] = cost.get(m.dst, 0) + m.late_receiver_ns
+    out = [Straggler(r, cost[r], late.get(r, 0)) for r in cost]
+    out.sort(key=lambda s: (-s.delay_cost_ns, -s.late_count, s.rank))
+    return out

@@ -1,0 +1,79 @@
+"""Who called a collective: the user's line, the torch.distributed function and the component that issued it.
+
+One walk up the Python stack from the dispatcher kernel gives all three. Each code object is classified once
+and cached (the walk then costs a dict lookup per frame):
+- site: the first frame outside torch and disttrace, as "file:line in function";
+- api: the outermost torch.distributed.distributed_c10d function on the way (what the user or library called,
+  e.g. `all_gather_object` rather than the `all_gather` it calls inside);
+- origin: the innermost frame of a known component (DDP, FSDP, DTensor, tensor parallel, functional collectives,
+  pipelining, DeviceMesh), as "component.function".
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import torch
+
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+_OWN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+# (path fragment below torch/, component); the first that matches wins, so longer paths come first
+_COMPONENTS = (
+    ("nn/parallel/distributed.py", "ddp"),
+    ("distributed/fsdp/", "fsdp"),
+    ("distributed/tensor/parallel/", "tp"),
+    ("distributed/tensor/", "dtensor"),
+    ("distributed/_functional_collectives", "funcol"),
+    ("distributed/pipelining/", "pipelining"),
+    ("distributed/device_mesh.py", "device_mesh"),
+    ("distributed/_composable/", "composable"),
+    ("distributed/algorithms/", "algorithms"),
+    ("distributed/checkpoint/", "checkpoint"),
+    ("distributed/optim/", "optim"),
+    ("autograd/", "autograd"),
+)
+_C10D_FILES = ("distributed/distributed_c10d.py",)
+
+USER, OWN, C10D, TORCH = 0, 1, 2, 3
+_cache: dict = {}
+
+
+def _classify(code) -> tuple[int, str | None]:
+    path = code.co_filename
+    if path.startswith(_OWN_DIR):
+        return OWN, None
+    if not path.startswith(_TORCH_DIR):
+        if path.startswith("<frozen") or "/importlib/" in path:
+            return OWN, None  # import machinery: neither the user's line nor torch
+        return USER, None
+    rel = path[len(_TORCH_DIR):].replace(os.sep, "/")
+    if rel in _C10D_FILES:
+        return C10D, None
+    for fragment, component in _COMPONENTS:
+        if rel.startswith(fragment):
+            return TORCH, component
+    return TORCH, None
+
+
+def walk(depth: int = 2) -> tuple[str | None, str | None, str | None]:
+    """(site, api, origin) for the code that called into the frame `depth` levels up."""
+    cache = _cache
+    f = sys._getframe(depth)
+    api = origin = None
+    while f is not None:
+        code = f.f_code
+        kind = cache.get(code)
+        if kind is None:
+            kind = cache[code] = _classify(code)
+        k, component = kind
+        if k == USER:
+            return f"{code.co_filename}:{f.f_lineno} in {code.co_name}", api, origin
+        if k == C10D:
+            if code.co_name[0] != "_" and code.co_name != "wrapper":
+                api = code.co_name
+        elif component is not None and origin is None:
+            origin = f"{component}.{code.co_name}"
+        f = f.f_back
+    return None, api, origin

@@ -1,0 +1,389 @@
+"""The per-process tracer: turns each c10d operation into begin / wait / end records.
+
+Called from the dispatcher kernels of hooks.py. The hot path (`begin`, `complete`) does the least it can:
+read a few tensor attributes, walk the stack once (callsite.py), build one small dict, append it through the
+recorder. Decoding happens in the reader, later.
+
+Record kinds written here (see docs/FORMAT.md): "meta", "group", "clock", "b" (begin: everything known at issue),
+"w" (the user's wait() on an async op), "e" (end: completion or error), "s" (a CUDA summary resolved later).
+
+When does an op end? gloo runs collectives on its own threads and returns a Work at once:
+- a synchronous Python API call (all_reduce(async_op=False), send, recv, ...) waits on that Work right away on
+  the same thread: the end is when that wait() returns (hooks.py wraps Work.wait);
+- anything else (async_op=True, isend/irecv, DDP's reducer, functional collectives, every CUDA op) ends when
+  the Work's future completes (a callback; it never blocks), and the user's wait() is recorded apart;
+- gloo's send/recv Works have no future: their end is the return of wait().
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import socket
+import sys
+import threading
+import time
+
+import torch
+import torch.distributed as dist
+
+from . import callsite, summaries
+from .recorder import Recorder
+
+FORMAT_VERSION = 1
+SYNC_P2P_APIS = frozenset({"send", "recv"})
+
+
+class Spec:
+    """Where an op's arguments are, by position in its c10d schema."""
+
+    __slots__ = ("name", "op", "inp", "out", "pg", "root", "peer", "tag", "async_arg", "inplace")
+
+    def __init__(self, name, op, pg, inp=None, out=None, root=None, peer=None, tag=None, async_arg=None,
+                 inplace=False):
+        self.name, self.op, self.pg, self.inp, self.out = name, op, pg, inp, out
+        self.root, self.peer, self.tag, self.async_arg, self.inplace = root, peer, tag, async_arg, inplace
+
+
+# c10d::<name> -> how to read it. Positions follow the schemas of torch.ops.c10d (checked at install).
+SPECS = {s.name: s for s in (
+    Spec("allreduce_", "all_reduce", pg=1, inp=0, async_arg=4, inplace=True),
+    Spec("allreduce_coalesced_", "all_reduce", pg=1, inp=0, async_arg=3, inplace=True),
+    Spec("broadcast_", "broadcast", pg=1, inp=0, root=2, async_arg=4, inplace=True),
+    Spec("reduce_", "reduce", pg=1, inp=0, root=3, async_arg=5, inplace=True),
+    Spec("allgather_", "all_gather", pg=2, inp=1, out=0, async_arg=3),
+    Spec("_allgather_base_", "all_gather", pg=2, inp=1, out=0, async_arg=3),
+    Spec("allgather_coalesced_", "all_gather", pg=2, inp=1, out=0, async_arg=3),
+    Spec("allgather_into_tensor_coalesced_", "all_gather", pg=2, inp=1, out=0, async_arg=3),
+    Spec("reduce_scatter_", "reduce_scatter", pg=2, inp=1, out=0, async_arg=4),
+    Spec("_reduce_scatter_base_", "reduce_scatter", pg=2, inp=1, out=0, async_arg=4),
+    Spec("reduce_scatter_tensor_coalesced_", "reduce_scatter", pg=2, inp=1, out=0, async_arg=4),
+    Spec("alltoall_", "all_to_all", pg=2, inp=1, out=0, async_arg=3),
+    Spec("alltoall_base_", "all_to_all", pg=2, inp=1, out=0, async_arg=5),
+    Spec("barrier", "barrier", pg=1, async_arg=3),
+    Spec("monitored_barrier_", "barrier", pg=1),
+    Spec("gather_", "gather", pg=2, inp=1, out=0, root=3, async_arg=4),
+    Spec("scatter_", "scatter", pg=2, inp=1, out=0, root=3, async_arg=4),
+    Spec("send", "send", pg=1, inp=0, peer=2, tag=3),
+    Spec("recv_", "recv", pg=1, out=0, peer=2, tag=3),
+    Spec("recv_any_source_", "recv", pg=1, out=0, tag=2),
+)}
+
+# The default api name of an op issued without a torch.distributed Python call on the stack
+_C10D_TO_API = {
+    "allreduce_": "all_reduce", "allreduce_coalesced_": "all_reduce_coalesced", "broadcast_": "broadcast",
+    "reduce_": "reduce", "allgather_": "all_gather", "_allgather_base_": "all_gather_into_tensor",
+    "allgather_coalesced_": "all_gather_coalesced", "allgather_into_tensor_coalesced_":
+    "all_gather_into_tensor_coalesced", "reduce_scatter_": "reduce_scatter", "_reduce_scatter_base_":
+    "reduce_scatter_tensor", "reduce_scatter_tensor_coalesced_": "reduce_scatter_tensor_coalesced",
+    "alltoall_": "all_to_all", "alltoall_base_": "all_to_all_single", "barrier": "barrier",
+    "monitored_barrier_": "monitored_barrier", "gather_": "gather", "scatter_": "scatter", "send": "isend",
+    "recv_": "irecv", "recv_any_source_": "irecv",
+}
+
+
+class Group:
+    __slots__ = ("gidx", "name", "ranks", "next_seq", "pg")
+
+    def __init__(self, gidx, name, ranks, pg):
+        self.gidx, self.name, self.ranks, self.pg = gidx, name, ranks, pg
+        self.next_seq = 0
+
+
+class Event:
+    """An op in flight. `sync`: ends at the next wait() on this thread; `waited`: the user called wait()."""
+
+    __slots__ = ("id", "tensors", "sync", "ended", "cuda", "work", "peer_any")
+
+    def __init__(self, id, tensors, sync, cuda):
+        self.id, self.tensors, self.sync, self.cuda = id, tensors, sync, cuda
+        self.ended = False
+        self.work = None
+        self.peer_any = False
+
+
+def _nbytes(obj) -> tuple[int, object]:
+    """Total bytes of the tensors in obj and the first tensor (for dtype and shape)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size(), obj
+    total, first = 0, None
+    for x in obj or ():
+        if isinstance(x, torch.Tensor):
+            total += x.numel() * x.element_size()
+            first = first if first is not None else x
+        else:
+            for t in x:
+                total += t.numel() * t.element_size()
+                first = first if first is not None else t
+    return total, first
+
+
+class Tracer:
+    """One per traced process, created when the process group is initialized."""
+
+    def __init__(self, out_dir: str, mode: str = "off"):
+        self.mode = mode  # summaries: off | stats | full
+        self.rank = dist.get_rank()
+        self.world_size = dist.get_world_size()
+        self.host = socket.gethostname()
+        self.pid = os.getpid()
+        os.makedirs(out_dir, exist_ok=True)
+        restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+        name = f"rank-{self.rank:05d}-{self.host}-{self.pid}" + (f"-r{restart}" if restart != "0" else "")
+        self.path = os.path.join(out_dir, name + ".jsonl")
+        self.rec = Recorder(self.path)
+        self._ids = itertools.count()
+        self._gidx = itertools.count()
+        self.groups: dict[int, Group] = {}
+        self.pending: dict[int, Event] = {}   # id(python Work) -> event, for async ops the user may wait on
+        self.tls = threading.local()
+        self.lock = threading.Lock()
+        self.in_flight: dict[int, tuple] = {}  # event id -> (op, group name, group_seq, start) for the watchdog
+        self.rec.write({
+            "k": "meta", "v": FORMAT_VERSION, "rank": self.rank, "world_size": self.world_size,
+            "local_rank": int(os.environ.get("LOCAL_RANK", -1)), "host": self.host, "pid": self.pid,
+            "backend": str(dist.get_backend()), "torch": torch.__version__, "summaries": mode,
+            "mono_ns": time.monotonic_ns(), "wall_ns": time.time_ns(), "argv": sys.argv[:20],
+            "restart": int(restart) if restart.isdigit() else 0,
+        })
+
+    # -- groups ----------------------------------------------------------------------------------
+    def group(self, pg_script_obj) -> Group:
+        pg = dist.ProcessGroup.unbox(pg_script_obj)
+        g = self.groups.get(id(pg))
+        if g is None:
+            g = self._new_group(pg)
+        return g
+
+    def _new_group(self, pg) -> Group:
+        try:
+            ranks = tuple(dist.get_process_group_ranks(pg))
+        except Exception:  # noqa: BLE001 - a group torch does not know by that handle: use its size
+            ranks = tuple(range(pg.size()))
+        name = str(getattr(pg, "group_name", "") or "")
+        desc = str(getattr(pg, "group_desc", "") or "")
+        g = Group(next(self._gidx), name, ranks, pg)  # keep pg alive: its id() is our key
+        self.groups[id(pg)] = g
+        self.rec.write({"k": "group", "g": g.gidx, "name": name, "desc": desc, "ranks": list(ranks),
+                        "backend": _backend_name(pg)})
+        return g
+
+    # -- the hot path ------------------------------------------------------------------------------
+    def begin(self, spec: Spec, args: tuple) -> Event | None:
+        g = self.group(args[spec.pg])
+        n = len(args)
+        if spec.inp is not None:
+            nbytes, first = _nbytes(args[spec.inp])
+        else:
+            nbytes, first = 0, None
+        if first is None and spec.out is not None:
+            out_bytes, first = _nbytes(args[spec.out])
+            if spec.op == "recv":
+                nbytes = out_bytes
+        site, api, origin = callsite.walk(3)
+        if api is None:
+            api = origin or _C10D_TO_API[spec.name]
+            if spec.name == "allreduce_" and origin and origin.startswith("autograd.") and \
+                    "torch.nn.parallel.distributed" in sys.modules:
+                api = origin = "ddp.reducer_allreduce"  # DDP's C++ reducer, launched from backward()
+        if spec.async_arg is not None:
+            is_async = bool(args[spec.async_arg]) if spec.async_arg < n else True
+            if is_async and api in _ALWAYS_SYNC_APIS:
+                is_async = False
+        else:
+            is_async = api not in SYNC_P2P_APIS and spec.name != "monitored_barrier_"
+        cuda = first is not None and first.is_cuda
+        ev = Event(next(self._ids), None, not is_async, cuda)
+        rec = {"k": "b", "i": ev.id, "op": spec.op, "api": api, "g": g.gidx, "t": 0}
+        if spec.op not in ("send", "recv"):
+            rec["gs"] = g.next_seq
+            g.next_seq += 1
+        if spec.root is not None:
+            rec["root"] = g.ranks[args[spec.root]] if args[spec.root] < len(g.ranks) else args[spec.root]
+        if spec.peer is not None:
+            p = args[spec.peer]
+            rec["peer"] = g.ranks[p] if 0 <= p < len(g.ranks) else p
+        elif spec.op == "recv":
+            ev.peer_any = True
+        if spec.tag is not None and spec.tag < n:
+            rec["tag"] = args[spec.tag]
+        rec["bytes"] = nbytes
+        if first is not None:
+            rec["dtype"] = str(first.dtype)[6:]
+            rec["shape"] = list(first.shape)
+        rec["async"] = is_async
+        if site:
+            rec["site"] = site
+        if origin and origin != api:
+            rec["origin"] = origin
+        tid = threading.get_ident()
+        if tid != _MAIN_THREAD:
+            rec["th"] = tid
+        if self.mode != "off":
+            full = self.mode == "full"
+            if spec.inp is not None:
+                self._summary(rec, ev.id, "in", summaries.summarize(args[spec.inp], full))
+            ev.tensors = args[spec.out] if spec.out is not None else (args[spec.inp] if spec.inplace else None)
+        rec["t"] = time.monotonic_ns()  # last: everything above is our own cost, not the op's
+        self.in_flight[ev.id] = (spec.op, g, rec.get("gs"), rec["t"], tid)
+        self.rec.write(rec)
+        return ev
+
+    def issued(self, ev: Event, result) -> None:
+        """The backend accepted the op; `result` is what the c10d op returned (Work, or (tensors, Work))."""
+        work = result[-1] if isinstance(result, tuple) else result
+        if ev.group is not None:
+            try:  # the backend's own sequence number: Flight Recorder's id for this op
+                self.rec.write({"k": "q", "i": ev.id, "seq": ev.group.pg._get_sequence_number_for_group()})
+            except Exception:  # noqa: BLE001
+                pass
+        if work is None or not isinstance(work, torch.ScriptObject):
+            self.complete(ev)  # the backend finished it synchronously (monitored_barrier, ...)
+            return
+        if ev.sync and not ev.cuda:
+            self.tls.sync = ev   # distributed_c10d waits on it next, on this thread
+            return
+        w = dist.distributed_c10d.Work.unbox(work)
+        ev.work = w
+        self.pending[id(w)] = ev
+        try:
+            fut = w.get_future()
+        except Exception:  # noqa: BLE001 - gloo send/recv have no future: they end at wait()
+            return
+        fut.add_done_callback(lambda f, ev=ev: self._future_done(ev, f))
+
+    def _future_done(self, ev: Event, fut) -> None:
+        try:
+            err = None
+            try:
+                fut.value()
+            except Exception as e:  # noqa: BLE001
+                err = e
+            self.complete(ev, err)
+            if ev.work is not None and not ev.sync:
+                pass  # keep it in pending until the user waits (or never): wait() records its times
+            else:
+                self.pending.pop(id(ev.work), None)
+        except Exception as e:  # noqa: BLE001
+            self.fail(e)
+
+    def complete(self, ev: Event, err: BaseException | None = None, t: int | None = None) -> None:
+        if ev.ended:
+            return
+        ev.ended = True
+        rec = {"k": "e", "i": ev.id, "t": t or time.monotonic_ns()}
+        if err is not None:
+            rec["st"] = "error"
+            rec["err"] = f"{type(err).__name__}: {err}"[:1000]
+        if ev.peer_any and ev.work is not None:
+            try:
+                rec["peer"] = ev.work._source_rank() if hasattr(ev.work, "_source_rank") else ev.work.source_rank()
+            except Exception:  # noqa: BLE001
+                pass
+        if ev.tensors is not None and err is None:
+            self._summary(rec, ev.id, "out", summaries.summarize(ev.tensors, self.mode == "full"))
+            ev.tensors = None
+        self.in_flight.pop(ev.id, None)
+        self.rec.write(rec)
+
+    def waited(self, work, t0: int, t1: int, err: BaseException | None) -> None:
+        """The user's (or distributed_c10d's) wait() on `work` ran from t0 to t1."""
+        ev = getattr(self.tls, "sync", None)
+        if ev is not None:
+            self.tls.sync = None
+            self.complete(ev, err, t1)
+            return
+        ev = self.pending.pop(id(work), None)
+        if ev is None:
+            return
+        self.rec.write({"k": "w", "i": ev.id, "t0": t0, "t1": t1})
+        if not ev.ended and (ev.work is None or not _has_future(ev.work) or err is not None):
+            self.complete(ev, err, t1)
+        ev.work = None
+
+    def error(self, ev: Event, err: BaseException) -> None:
+        if getattr(self.tls, "sync", None) is ev:
+            self.tls.sync = None
+        self.complete(ev, err)
+
+    # -- summaries ------------------------------------------------------------------------------
+    def _summary(self, rec: dict, ev_id: int, which: str, s) -> None:
+        if s is None:
+            return
+        if isinstance(s, summaries.Pending):
+            _resolver().add(self, ev_id, which, s)
+        else:
+            rec[which] = s
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    def write(self, obj) -> None:
+        self.rec.write(obj)
+
+    def fail(self, e: BaseException) -> None:
+        self.rec.disable(f"internal error: {type(e).__name__}: {e}")
+
+    def close(self) -> None:
+        r = _RESOLVER
+        if r is not None:
+            r.drain()
+        self.rec.close()
+
+
+_ALWAYS_SYNC_APIS = frozenset()  # APIs whose c10d op is flagged async but which wait at once (none known)
+_MAIN_THREAD = threading.main_thread().ident
+
+
+def _has_future(work) -> bool:
+    try:
+        work.get_future()
+        return True
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def _backend_name(pg) -> str:
+    try:
+        return str(dist.get_backend(pg))
+    except Exception:  # noqa: BLE001
+        return ""
+
+
+class _Resolver(threading.Thread):
+    """Resolves CUDA summaries off the training thread and writes them as "s" records."""
+
+    def __init__(self):
+        super().__init__(name="disttrace-summaries", daemon=True)
+        self.items: list = []
+        self.cv = threading.Condition()
+
+    def add(self, tracer, ev_id, which, pending) -> None:
+        with self.cv:
+            self.items.append((tracer, ev_id, which, pending))
+            self.cv.notify()
+
+    def run(self) -> None:
+        while True:
+            with self.cv:
+                while not self.items:
+                    self.cv.wait()
+                tracer, ev_id, which, pending = self.items.pop(0)
+            try:
+                tracer.write({"k": "s", "i": ev_id, "which": which, "s": pending.resolve()})
+            except Exception:  # noqa: BLE001
+                pass
+
+    def drain(self, timeout: float = 5.0) -> None:
+        deadline = time.monotonic() + timeout
+        while self.items and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+
+_RESOLVER: _Resolver | None = None
+
+
+def _resolver() -> _Resolver:
+    global _RESOLVER
+    if _RESOLVER is None:
+        _RESOLVER = _Resolver()
+        _RESOLVER.start()
+    return _RESOLVER

@@ -1,0 +1,85 @@
+"""The `disttrace` command: a thin dispatcher to the subcommands' own modules.
+
+Each subcommand lives in a module with `add_arguments(parser)` and `main(args) -> int`; it is imported only
+when chosen, so `disttrace view` never pays for importing torch and `disttrace run` never for textual.
+Bad input anywhere ends as one line on stderr and exit code 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# name -> (module, one-line help)
+SUBCOMMANDS = {
+    "run": ("disttrace.tracer.launch", "trace a job: disttrace run [options] torchrun ... | python script.py ..."),
+    "view": ("disttrace.tui.cli", "open a trace in the terminal viewer"),
+    "report": ("disttrace.tracer.report", "analyse a trace: waits, stragglers, bandwidth, bubbles, problems"),
+    "events": ("disttrace.tracer.events_cli", "print the merged, aligned events as JSON Lines"),
+    "export": ("disttrace.tracer.export", "export a trace for Perfetto / chrome://tracing"),
+    "demo": ("disttrace.demos.cli", "run a teaching demo and open it in the viewer"),
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that exits with code 2 and one line, without the usage dump."""
+
+    def error(self, message: str):  # noqa: D401
+        sys.stderr.write(f"{self.prog}: error: {message} (see --help)\n")
+        raise SystemExit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="disttrace", description="A visual debugger and trace viewer for distributed PyTorch jobs.")
+    parser.add_argument("--version", action="version", version=f"disttrace {_version()}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for name, (module, help_text) in SUBCOMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        p.set_defaults(_module=module)
+        p._disttrace_module = module  # type: ignore[attr-defined]
+    return parser
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("disttrace")
+    except Exception:  # noqa: BLE001
+        return "unknown"
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser()
+    # Only the chosen subcommand's module is imported: find it before parsing.
+    chosen = next((a for a in argv if not a.startswith("-")), None)
+    if chosen in SUBCOMMANDS:
+        sub_action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        module = importlib.import_module(SUBCOMMANDS[chosen][0])
+        module.add_arguments(sub_action.choices[chosen])
+    args = parser.parse_args(argv)
+    if not getattr(args, "_module", None):
+        parser.print_help()
+        return 2 if argv else 0
+    module = importlib.import_module(args._module)
+    try:
+        return int(module.main(args) or 0)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+    except _user_errors() as e:
+        sys.stderr.write(f"disttrace {args.command}: error: {e}\n")
+        return 2
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    from .events import TraceError
+
+    return (TraceError,)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,300 @@
+"""The normalized event table: the contract between the reader and everything that reads traces.
+
+One row per torch.distributed operation on one rank, columns stored as arrays (not a dict per event) so
+that a million-event trace fits in tens of MB and analyses can loop over plain ints. This module imports
+neither torch nor textual.
+
+`EventTable.row(i)` gives one event as the normalized dict documented in docs/FORMAT.md; `iter_jsonl`
+and `write_jsonl` convert to and from the JSON Lines form that `disttrace events` prints.
+"""
+
+from __future__ import annotations
+
+import sys
+from array import array
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Iterator
+
+import orjson
+
+#: Version of the normalized event format (the "v" key of each event line).
+EVENTS_VERSION = 1
+
+#: The canonical op names; every API variant maps onto one of these.
+OPS = (
+    "broadcast", "reduce", "all_reduce", "gather", "all_gather", "scatter",
+    "reduce_scatter", "all_to_all", "barrier", "send", "recv",
+)
+COLLECTIVE_OPS = frozenset(OPS) - {"send", "recv"}
+P2P_OPS = frozenset({"send", "recv"})
+
+NONE = -1  # stands for null in the integer columns (ranks, seqs and times are never negative)
+
+_INT_COLUMNS = ("rank", "gid", "group_seq", "peer", "root", "bytes", "start_ns", "end_ns",
+                "wait_start_ns", "wait_end_ns", "seq", "tag", "id")
+_STR_COLUMNS = ("op", "api", "dtype", "status", "site", "host")
+_OBJ_COLUMNS = ("shape", "in_", "out", "error", "extra")
+
+
+class TraceError(Exception):
+    """A trace that cannot be read; the message is one line meant for the user."""
+
+
+@dataclass(frozen=True)
+class Group:
+    """A process group as seen in the trace: `name` is the same string on every rank of it."""
+
+    name: str
+    ranks: tuple[int, ...]
+
+
+@dataclass
+class RankInfo:
+    """What the trace knows about one global rank."""
+
+    rank: int
+    host: str = ""
+    pid: int = 0
+    world_size: int = 0
+    backend: str = ""
+    clock_offset_ns: int = 0          # added to this rank's raw clock to get rank 0's timeline
+    clock_uncertainty_ns: int = 0
+    clock_drift_ns: int | None = None  # end-of-job offset minus start offset, when measured
+    source: str = ""                  # file it came from
+
+
+@dataclass
+class EventTable:
+    """Columnar events, sorted by start_ns (ties by rank). Integer nulls are stored as NONE (-1)."""
+
+    rank: array = field(default_factory=lambda: array("q"))
+    gid: array = field(default_factory=lambda: array("q"))          # index into groups
+    group_seq: array = field(default_factory=lambda: array("q"))
+    peer: array = field(default_factory=lambda: array("q"))
+    root: array = field(default_factory=lambda: array("q"))
+    bytes: array = field(default_factory=lambda: array("q"))
+    start_ns: array = field(default_factory=lambda: array("q"))
+    end_ns: array = field(default_factory=lambda: array("q"))
+    wait_start_ns: array = field(default_factory=lambda: array("q"))  # async ops: when wait() was called
+    wait_end_ns: array = field(default_factory=lambda: array("q"))    # async ops: when wait() returned
+    seq: array = field(default_factory=lambda: array("q"))            # backend sequence number (Flight Recorder's id)
+    tag: array = field(default_factory=lambda: array("q"))
+    id: array = field(default_factory=lambda: array("q"))             # per-rank event number
+    op: list = field(default_factory=list)
+    api: list = field(default_factory=list)
+    dtype: list = field(default_factory=list)
+    status: list = field(default_factory=list)
+    site: list = field(default_factory=list)
+    host: list = field(default_factory=list)
+    shape: list = field(default_factory=list)
+    in_: list = field(default_factory=list)
+    out: list = field(default_factory=list)
+    error: list = field(default_factory=list)
+    extra: list = field(default_factory=list)   # any other keys of the event, or None
+    async_op: bytearray = field(default_factory=bytearray)
+    groups: list = field(default_factory=list)  # list[Group]
+    ranks: dict = field(default_factory=dict)   # rank -> RankInfo
+    warnings: list = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.rank)
+
+    # -- building -----------------------------------------------------------------------------
+    def group_id(self, name: str, ranks: Iterable[int], _cache: dict | None = None) -> int:
+        """Index of the group (name, ranks), adding it if new."""
+        key = Group(str(name), tuple(int(r) for r in ranks))
+        index = self.__dict__.setdefault("_group_index", {})
+        gid = index.get(key)
+        if gid is None:
+            gid = index[key] = len(self.groups)
+            self.groups.append(key)
+        return gid
+
+    def append(self, ev: dict) -> None:
+        """Append one normalized event dict (missing optional keys are null). Raises KeyError/TypeError/ValueError on
+        an event that lacks the required keys or has wrong types: readers turn that into a warning."""
+        intern = sys.intern
+        op = ev["op"]
+        if op not in OPS:
+            raise ValueError(f"unknown op {op!r}")
+        rank = _int(ev["rank"])
+        start = _int(ev["start_ns"])
+        if rank < 0 or start < 0:
+            raise ValueError("negative rank or time")
+        ranks = ev.get("group_ranks") or ()
+        if not isinstance(ranks, (list, tuple)):
+            raise TypeError("group_ranks must be a list")
+        self.rank.append(rank)
+        self.gid.append(self.group_id(ev.get("group") or _default_group_name(ranks), ranks))
+        self.group_seq.append(_opt_int(ev.get("group_seq")))
+        self.peer.append(_opt_int(ev.get("peer")))
+        self.root.append(_opt_int(ev.get("root")))
+        self.bytes.append(_opt_int(ev.get("bytes"), 0))
+        self.start_ns.append(start)
+        self.end_ns.append(_opt_int(ev.get("end_ns")))
+        self.wait_start_ns.append(_opt_int(ev.get("wait_start_ns")))
+        self.wait_end_ns.append(_opt_int(ev.get("wait_end_ns")))
+        self.seq.append(_opt_int(ev.get("seq")))
+        self.tag.append(_opt_int(ev.get("tag")))
+        self.id.append(_opt_int(ev.get("id")))
+        self.op.append(intern(op))
+        self.api.append(intern(str(ev.get("api") or op)))
+        self.dtype.append(intern(str(ev.get("dtype") or "")))
+        status = ev.get("status") or ("ok" if ev.get("end_ns") is not None else "unfinished")
+        self.status.append(intern(str(status)))
+        self.site.append(intern(str(ev.get("site") or "")))
+        self.host.append(intern(str(ev.get("host") or "")))
+        self.shape.append(ev.get("shape"))
+        self.in_.append(ev.get("in"))
+        self.out.append(ev.get("out"))
+        self.error.append(ev.get("error"))
+        extra = {k: v for k, v in ev.items() if k not in _KNOWN_KEYS}
+        self.extra.append(extra or None)
+        self.async_op.append(1 if ev.get("async_op") else 0)
+        if rank not in self.ranks:
+            self.ranks[rank] = RankInfo(rank=rank, host=str(ev.get("host") or ""))
+
+    def sort(self) -> None:
+        """Sort rows by (start_ns, rank, id) in place."""
+        n = len(self)
+        start, rank, ident = self.start_ns, self.rank, self.id
+        order = sorted(range(n), key=lambda i: (start[i], rank[i], ident[i]))
+        if all(order[i] == i for i in range(n)):
+            return
+        for name in _INT_COLUMNS:
+            col = getattr(self, name)
+            setattr(self, name, array("q", [col[i] for i in order]))
+        for name in _STR_COLUMNS + _OBJ_COLUMNS:
+            col = getattr(self, name)
+            setattr(self, name, [col[i] for i in order])
+        self.async_op = bytearray(self.async_op[i] for i in order)
+
+    # -- reading ------------------------------------------------------------------------------
+    def row(self, i: int) -> dict:
+        """Event i as the normalized dict of docs/FORMAT.md."""
+        g = self.groups[self.gid[i]]
+        ev = {
+            "v": EVENTS_VERSION,
+            "rank": self.rank[i],
+            "host": self.host[i],
+            "op": self.op[i],
+            "api": self.api[i],
+            "group": g.name,
+            "group_ranks": list(g.ranks),
+            "group_seq": _null(self.group_seq[i]),
+            "seq": _null(self.seq[i]),
+            "peer": _null(self.peer[i]),
+            "root": _null(self.root[i]),
+            "tag": _null(self.tag[i]),
+            "bytes": self.bytes[i],
+            "dtype": self.dtype[i] or None,
+            "shape": self.shape[i],
+            "async_op": bool(self.async_op[i]),
+            "start_ns": self.start_ns[i],
+            "end_ns": _null(self.end_ns[i]),
+            "wait_start_ns": _null(self.wait_start_ns[i]),
+            "wait_end_ns": _null(self.wait_end_ns[i]),
+            "status": self.status[i],
+            "error": self.error[i],
+            "in": self.in_[i],
+            "out": self.out[i],
+            "site": self.site[i] or None,
+            "id": _null(self.id[i]),
+        }
+        if self.extra[i]:
+            ev.update(self.extra[i])
+        return ev
+
+    def group_ranks(self, i: int) -> tuple[int, ...]:
+        return self.groups[self.gid[i]].ranks
+
+    def duration_ns(self, i: int) -> int | None:
+        end = self.end_ns[i]
+        return None if end == NONE else end - self.start_ns[i]
+
+    def world_ranks(self) -> list[int]:
+        return sorted(self.ranks)
+
+
+_KNOWN_KEYS = frozenset({
+    "v", "rank", "host", "op", "api", "group", "group_ranks", "group_seq", "seq", "peer", "root", "tag", "bytes",
+    "dtype", "shape", "async_op", "start_ns", "end_ns", "wait_start_ns", "wait_end_ns", "status", "error", "in",
+    "out", "site", "id",
+})
+
+
+def _default_group_name(ranks) -> str:
+    return "ranks:" + ",".join(str(r) for r in ranks)
+
+
+def _int(v: Any) -> int:
+    if type(v) is not int:
+        raise TypeError(f"expected an integer, got {type(v).__name__}")
+    if not -(2 ** 63) < v < 2 ** 63:
+        raise ValueError("integer out of range")
+    return v
+
+
+def _opt_int(v: Any, default: int = NONE) -> int:
+    return default if v is None else _int(v)
+
+
+def _null(v: int):
+    return None if v == NONE else v
+
+
+# -- JSON Lines ---------------------------------------------------------------------------------
+
+def iter_jsonl(table: EventTable) -> Iterator[bytes]:
+    """Each event as one JSON line (bytes, newline included), in table order."""
+    dumps = orjson.dumps
+    for i in range(len(table)):
+        yield dumps(table.row(i)) + b"\n"
+
+
+def write_jsonl(table: EventTable, out) -> None:
+    """Write the table as JSON Lines to a binary file object."""
+    for line in iter_jsonl(table):
+        out.write(line)
+
+
+def read_jsonl(path: str, table: EventTable | None = None, max_warnings: int = 20) -> EventTable:
+    """Read a normalized events file (what `disttrace events` prints). Lines that are not valid events are
+    skipped with a warning; a file with no valid event raises TraceError."""
+    table = table if table is not None else EventTable()
+    loads = orjson.loads
+    bad = 0
+    first_bad = ""
+    n_before = len(table)
+    try:
+        fh = open(path, "rb")
+    except OSError as e:
+        raise TraceError(f"cannot read {path}: {e.strerror or e}") from None
+    with fh:
+        for lineno, line in enumerate(fh, 1):
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                ev = loads(line)
+                if not isinstance(ev, dict):
+                    raise TypeError("not an object")
+                v = ev.get("v", EVENTS_VERSION)
+                if type(v) is int and v > EVENTS_VERSION:
+                    raise TraceError(f"{path}: written by a newer disttrace (events format v{v}, this reads "
+                                     f"v{EVENTS_VERSION}); upgrade disttrace")
+                table.append(ev)
+            except TraceError:
+                raise
+            except Exception as e:  # noqa: BLE001 - any malformed line is skipped, never a crash
+                bad += 1
+                if not first_bad:
+                    first_bad = f"line {lineno}: {type(e).__name__}: {e}"[:200]
+    if bad:
+        table.warnings.append(f"{path}: skipped {bad} malformed line(s) ({first_bad})")
+    if len(table) == n_before:
+        raise TraceError(f"{path}: no disttrace events in this file")
+    for info in table.ranks.values():
+        if not info.source:
+            info.source = path
+    return table

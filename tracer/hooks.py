@@ -1,0 +1,205 @@
+"""Hooks into torch.distributed: where the tracer sees every op, whoever issued it.
+
+Every collective and P2P op, whether the user called torch.distributed, DDP's C++ reducer issued it, or a
+functional collective of DTensor did, goes through one of the `c10d::` operators of PyTorch's dispatcher. We
+register a Python kernel on the BackendSelect key of each: it records the begin, then hands the call on with
+`OperatorHandle.redispatch_boxed` (via OpOverload.redispatch), which releases the GIL while the backend runs.
+(Calling a saved backend kernel with call_boxed instead holds the GIL and can deadlock gloo.) A nesting guard
+makes an op that a backend implements with another c10d op count once.
+
+Work.wait is wrapped to time the user's waits, and init_process_group / destroy_process_group to start and
+stop the per-process Tracer (so torchrun's agent, which imports torch.distributed too, records nothing).
+
+Nothing here may raise into the traced program: an internal failure disables tracing with one warning.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import os
+import sys
+import threading
+import time
+
+import torch
+import torch.distributed as dist
+from torch._C import DispatchKey
+
+from . import clock
+from .capture import SPECS, Tracer
+
+ENV_OUT = "DISTTRACE_OUT"
+ENV_SUMMARIES = "DISTTRACE_SUMMARIES"
+ENV_HANG = "DISTTRACE_HANG_TIMEOUT"
+
+_tracer: Tracer | None = None
+_config: dict = {}
+_lib = None
+_nesting = threading.local()
+_installed = False
+
+
+def install(out_dir: str, summaries: str = "off", hang_timeout: float = 0.0) -> None:
+    """Arrange for tracing to start when the default process group is initialized (or now, if it is)."""
+    global _installed
+    _config.update(out=os.path.abspath(out_dir), summaries=summaries, hang_timeout=hang_timeout)
+    if not _installed:
+        _installed = True
+        _patch_lifecycle()
+    if dist.is_initialized() and _tracer is None:
+        _start()
+
+
+def active() -> Tracer | None:
+    return _tracer
+
+
+# -- lifecycle ---------------------------------------------------------------------------------------
+def _patch_lifecycle() -> None:
+    c10d = dist.distributed_c10d
+    orig_init, orig_destroy = c10d.init_process_group, c10d.destroy_process_group
+
+    @functools.wraps(orig_init)
+    def init_process_group(*args, **kwargs):
+        result = orig_init(*args, **kwargs)
+        if _tracer is None and _config:
+            _start()
+        return result
+
+    @functools.wraps(orig_destroy)
+    def destroy_process_group(group=None):
+        if group is None or group is dist.GroupMember.WORLD:
+            _align_clock("end", timeout_s=3.0)
+        return orig_destroy(group)
+
+    for module in (c10d, dist):
+        module.init_process_group = init_process_group
+        module.destroy_process_group = destroy_process_group
+
+
+def _start() -> None:
+    global _tracer
+    try:
+        _tracer = Tracer(_config["out"], _config.get("summaries", "off"))
+    except Exception as e:  # noqa: BLE001
+        sys.stderr.write(f"disttrace: tracing disabled: cannot start the recorder: {e}\n")
+        return
+    try:
+        _align_clock("start")
+        _register_kernels()
+        _patch_work_wait()
+        atexit.register(stop)
+        if _config.get("hang_timeout"):
+            from .watchdog import start_watchdog
+
+            start_watchdog(_tracer, float(_config["hang_timeout"]))
+    except Exception as e:  # noqa: BLE001
+        _tracer.fail(e)
+
+
+def _align_clock(phase: str, timeout_s: float = 30.0) -> None:
+    t = _tracer
+    if t is None or not t.rec.enabled or getattr(t, f"_clock_{phase}", False):
+        return
+    setattr(t, f"_clock_{phase}", True)
+    try:
+        store = dist.distributed_c10d._get_default_store()
+        result = clock.exchange(store, t.rank, t.world_size, phase, timeout_s=timeout_s)
+    except Exception as e:  # noqa: BLE001 - no alignment is better than a broken job
+        t.write({"k": "clock", "phase": phase, "error": f"{type(e).__name__}: {e}"[:300]})
+        return
+    if result is not None:
+        t.write({"k": "clock", "phase": phase, "offset_ns": result[0], "uncertainty_ns": result[1],
+                 "mono_ns": time.monotonic_ns()})
+
+
+def stop() -> None:
+    """Flush and close this process's trace (atexit; also called by tracer.trace())."""
+    global _tracer
+    t = _tracer
+    if t is None:
+        return
+    _tracer = None
+    try:
+        t.close()
+    except Exception:  # noqa: BLE001
+        pass
+
+
+# -- the dispatcher kernels ------------------------------------------------------------------------
+def _register_kernels() -> None:
+    global _lib
+    if _lib is not None:
+        return
+    lib = torch.library.Library("c10d", "IMPL")
+    for name, spec in SPECS.items():
+        overload = getattr(getattr(torch.ops.c10d, name, None), "default", None)
+        if overload is None:
+            continue  # an op this torch does not have
+        lib.impl(name, _make_kernel(overload, spec), "BackendSelect", with_keyset=True)
+    _lib = lib
+
+
+def _make_kernel(overload, spec):
+    redispatch = overload.redispatch
+    backend_select = DispatchKey.BackendSelect
+
+    def kernel(keyset, *args, **kwargs):
+        keyset = keyset.remove(backend_select)
+        t = _tracer
+        if t is None or kwargs or getattr(_nesting, "depth", 0):
+            return redispatch(keyset, *args, **kwargs)
+        ev = None
+        try:
+            ev = t.begin(spec, args)
+        except Exception as e:  # noqa: BLE001
+            t.fail(e)
+        _nesting.depth = 1
+        try:
+            result = redispatch(keyset, *args)
+        except BaseException as e:
+            _nesting.depth = 0
+            if ev is not None:
+                _safe(t.error, ev, e)
+            raise
+        _nesting.depth = 0
+        if ev is not None:
+            _safe(t.issued, ev, result)
+        return result
+
+    return kernel
+
+
+def _safe(fn, *args) -> None:
+    try:
+        fn(*args)
+    except Exception as e:  # noqa: BLE001
+        t = _tracer
+        if t is not None:
+            t.fail(e)
+
+
+# -- Work.wait -----------------------------------------------------------------------------------
+def _patch_work_wait() -> None:
+    Work = dist.distributed_c10d.Work
+    if getattr(Work.wait, "_disttrace", False):
+        return
+    orig = Work.wait
+
+    def wait(self, *args, **kwargs):
+        t = _tracer
+        if t is None:
+            return orig(self, *args, **kwargs)
+        t0 = time.monotonic_ns()
+        try:
+            result = orig(self, *args, **kwargs)
+        except BaseException as e:
+            _safe(t.waited, self, t0, time.monotonic_ns(), e)
+            raise
+        _safe(t.waited, self, t0, time.monotonic_ns(), None)
+        return result
+
+    wait._disttrace = True  # type: ignore[attr-defined]
+    wait.__doc__ = orig.__doc__
+    Work.wait = wait

@@ -1,0 +1,138 @@
+"""`disttrace run [options] COMMAND...`: run a job with every rank traced, changing nothing in it.
+
+The pattern of ddtrace-run and opentelemetry-instrument: put a bootstrap folder holding sitecustomize.py first on
+PYTHONPATH, set DISTTRACE_* variables, and start COMMAND as a child. torchrun and multiprocessing's spawn copy the
+environment into every worker, so each Python process of the job loads the bootstrap, which stays inert until the
+program initializes a process group. Processes started with `python -I`, `-E` or `-S` skip sitecustomize and are
+not traced. The exit code is the job's, always; SIGINT and SIGTERM are passed on to it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from datetime import datetime
+
+import orjson
+
+from .events import TraceError
+
+BOOTSTRAP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_bootstrap")
+SUMMARY_MODES = ("off", "stats", "full")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.usage = "disttrace run [options] [--] COMMAND [ARGS...]"
+    p.description = ("Run COMMAND (torchrun ..., python -m torch.distributed.run ..., or python script.py ... for "
+                     "jobs that start their own processes) with every rank traced. The script is not changed.")
+    p.add_argument("--out", metavar="DIR", help="trace directory (default: ./disttrace-DATE-TIME/)")
+    p.add_argument("--summaries", choices=SUMMARY_MODES, default="off",
+                   help="tensor summaries: off (default, cheapest), stats (min/max/mean/norm/NaN/Inf/checksum), "
+                        "full (stats, and the values of tensors of at most 64 elements)")
+    p.add_argument("--hang-timeout", type=float, default=0.0, metavar="SECONDS",
+                   help="diagnose an op in flight longer than this (default 60; 0 turns it off)")
+    p.add_argument("--kill-on-hang", action="store_true", help="stop the job once a hang has been diagnosed")
+    p.add_argument("command", nargs=argparse.REMAINDER, metavar="COMMAND", help="the job's command line")
+
+
+def _default_out() -> str:
+    return os.path.abspath(datetime.now().strftime("disttrace-%Y%m%d-%H%M%S"))
+
+
+def prepare_out(path: str) -> str:
+    """Create the trace directory, or raise TraceError before the job starts."""
+    out = os.path.abspath(path)
+    try:
+        os.makedirs(out, exist_ok=True)
+    except OSError as e:
+        raise TraceError(f"cannot create trace directory {out}: {e.strerror or e}") from None
+    if any(n.startswith("rank-") and n.endswith(".jsonl") for n in os.listdir(out)):
+        raise TraceError(f"{out} already holds a trace; choose another --out or remove it")
+    probe = os.path.join(out, ".disttrace-write-test")
+    try:
+        with open(probe, "wb") as f:
+            f.write(b"x")
+        os.unlink(probe)
+    except OSError as e:
+        raise TraceError(f"trace directory {out} is not writable: {e.strerror or e}") from None
+    return out
+
+
+def child_env(out: str, summaries: str, hang_timeout: float) -> dict:
+    env = dict(os.environ)
+    env["DISTTRACE_OUT"] = out
+    env["DISTTRACE_SUMMARIES"] = summaries
+    env["DISTTRACE_HANG_TIMEOUT"] = str(hang_timeout)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (BOOTSTRAP_DIR, env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+def main(args) -> int:
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        raise TraceError("no command to run: disttrace run [options] torchrun ... (see --help)")
+    if args.hang_timeout < 0:
+        raise TraceError("--hang-timeout must be 0 (off) or a number of seconds")
+    out = prepare_out(args.out or _default_out())
+    env = child_env(out, args.summaries, args.hang_timeout)
+    started = time.time()
+    try:
+        proc = subprocess.Popen(command, env=env)
+    except OSError as e:
+        sys.stderr.write(f"disttrace run: cannot start {command[0]}: {e.strerror or e}\n")
+        return 127
+
+    def forward(signum, _frame):
+        try:
+            proc.send_signal(signum)
+        except OSError:
+            pass
+
+    old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    monitor = None
+    if args.hang_timeout > 0:
+        from .hangwatch import HangMonitor
+
+        monitor = HangMonitor(out, args.hang_timeout, proc if args.kill_on_hang else None)
+        monitor.start()
+    try:
+        while True:
+            try:
+                rc = proc.wait()
+                break
+            except KeyboardInterrupt:
+                continue
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+        if monitor is not None:
+            monitor.stop()
+    if rc < 0:
+        rc = 128 - rc  # killed by a signal: the shell's convention
+    _write_run_info(out, command, started, rc)
+    n = sum(1 for f in os.listdir(out) if f.startswith("rank-") and f.endswith(".jsonl"))
+    where = os.path.relpath(out) if not os.path.relpath(out).startswith("..") else out
+    if n:
+        sys.stderr.write(f"disttrace: trace of {n} rank{'s' if n != 1 else ''} in {where}/ "
+                         f"— open it with: disttrace view {where}\n")
+    else:
+        sys.stderr.write(f"disttrace: no rank was traced (no process group was initialized under {command[0]})"
+                         f"; {where}/ is empty\n")
+    return rc
+
+
+def _write_run_info(out: str, command: list, started: float, rc: int) -> None:
+    info = {"command": command, "host": socket.gethostname(), "start_wall": started, "end_wall": time.time(),
+            "exit_code": rc}
+    try:
+        with open(os.path.join(out, "run.json"), "wb") as f:
+            f.write(orjson.dumps(info, option=orjson.OPT_INDENT_2))
+    except OSError:
+        pass

@@ -1,0 +1,267 @@
+"""The tolerant trace reader: per-rank files of one or several trace dirs (nodes) -> one aligned EventTable.
+
+What it tolerates, with a warning each (never a crash): a torn last line (a rank killed mid-write), the zero
+bytes a crashed recorder leaves at the end of its file, malformed lines, records of unknown kinds, ends without
+a begin. A begin without an end is an op the rank never finished: status `unfinished`.
+
+Clock alignment: each rank file holds its offset to rank 0's monotonic clock measured at start (and at the
+end, when the job shut down cleanly). Times are shifted by the start offset plus the drift interpolated
+linearly between the two measurements.
+
+Imports neither torch nor textual.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Callable
+
+import orjson
+
+from .events import NONE, OPS, EventTable, RankInfo, TraceError, read_jsonl
+
+FORMAT_VERSION = 1  # on-disk format version this reader understands (the "v" of the meta record)
+_INT = int
+
+Progress = Callable[[float, str], None]
+
+
+def find_rank_files(path: str) -> list[str]:
+    try:
+        names = sorted(os.listdir(path))
+    except OSError as e:
+        raise TraceError(f"cannot read trace directory {path}: {e.strerror or e}") from None
+    return [os.path.join(path, n) for n in names if n.startswith("rank-") and n.endswith(".jsonl")]
+
+
+def load_trace(paths: list[str] | str, progress: Progress | None = None) -> EventTable:
+    """Load trace dirs (one per node), or normalized events .jsonl files, into one sorted EventTable."""
+    if isinstance(paths, str):
+        paths = [paths]
+    if not paths:
+        raise TraceError("no trace given")
+    table = EventTable()
+    rank_files: list[str] = []
+    for p in paths:
+        if os.path.isdir(p):
+            files = find_rank_files(p)
+            if not files:
+                raise TraceError(f"{p}: not a disttrace trace (no rank-*.jsonl files in it)")
+            rank_files += files
+        elif os.path.isfile(p):
+            read_jsonl(p, table)
+        elif not os.path.exists(p):
+            raise TraceError(f"{p}: no such file or directory")
+        else:
+            raise TraceError(f"{p}: not a trace directory or events file")
+    if rank_files:
+        _load_rank_files(rank_files, table, progress)
+    if len(table) == 0:
+        raise TraceError(f"{', '.join(paths)}: the trace holds no events (did the job call torch.distributed?)")
+    table.sort()
+    return table
+
+
+class _RankFile:
+    """The parsed records of one rank file."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.meta: dict | None = None
+        self.groups: dict[int, tuple[str, tuple]] = {}
+        self.begins: list[dict] = []
+        self.ends: dict[int, dict] = {}
+        self.waits: dict[int, dict] = {}
+        self.late: dict[int, dict] = {}   # CUDA summaries resolved after the fact: id -> {"in"/"out": ...}
+        self.clock: dict[str, dict] = {}
+        self.other: list[dict] = []        # stacks and other kinds, kept for later issues' readers
+        self.bad = 0
+        self.first_bad = ""
+        self.torn = False
+
+
+def _parse_file(path: str) -> _RankFile:
+    rf = _RankFile(path)
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise TraceError(f"cannot read {path}: {e.strerror or e}") from None
+    data = data.rstrip(b"\0")  # a recorder that died leaves its preallocated tail zeroed
+    lines = data.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    elif lines:
+        rf.torn = True  # no newline after the last record: the rank died while writing it
+    loads = orjson.loads
+    begins, ends, waits = rf.begins, rf.ends, rf.waits
+    last = len(lines) - 1
+    for n, line in enumerate(lines):
+        try:
+            r = loads(line)
+            k = r["k"]
+            if k == "b":
+                begins.append(r)
+            elif k == "e":
+                ends[r["i"]] = r
+            elif k == "w":
+                waits[r["i"]] = r
+            elif k == "s":
+                rf.late.setdefault(r["i"], {})[r["which"]] = r.get("s")
+            elif k == "group":
+                rf.groups[r["g"]] = (str(r.get("name") or r.get("desc") or ""), tuple(r["ranks"]))
+            elif k == "meta":
+                rf.meta = r
+            elif k == "clock":
+                rf.clock[r.get("phase", "start")] = r
+            else:
+                rf.other.append(r)
+        except Exception as e:  # noqa: BLE001 - malformed record: skip it, say so once per file
+            if n == last and rf.torn:
+                continue
+            rf.bad += 1
+            if not rf.first_bad:
+                rf.first_bad = f"line {n + 1}: {type(e).__name__}"
+    return rf
+
+
+def _offset_fn(rf: _RankFile):
+    """raw ns -> aligned ns for this rank: start offset plus linearly interpolated drift."""
+    start, end = rf.clock.get("start"), rf.clock.get("end")
+    if not start or "offset_ns" not in start:
+        return (lambda t: t), 0, 0, None
+    o0 = _INT(start["offset_ns"])
+    unc = _INT(start.get("uncertainty_ns", 0))
+    if end and "offset_ns" in end and end.get("mono_ns") and start.get("mono_ns") and end["mono_ns"] > start["mono_ns"]:
+        o1, t0, t1 = _INT(end["offset_ns"]), _INT(start["mono_ns"]), _INT(end["mono_ns"])
+        slope = (o1 - o0) / (t1 - t0)
+        return (lambda t: t + o0 + round((t - t0) * slope)), o0, unc, o1 - o0
+    return (lambda t: t + o0), o0, unc, None
+
+
+def _load_rank_files(files: list[str], table: EventTable, progress: Progress | None) -> None:
+    parsed: list[_RankFile] = []
+    total = sum(max(os.path.getsize(f), 1) for f in files)
+    done = 0
+    for path in files:
+        rf = _parse_file(path)
+        done += max(os.path.getsize(path), 1)
+        if progress:
+            progress(0.8 * done / total, "reading")
+        if rf.meta is None or not isinstance(rf.meta.get("rank"), int):
+            table.warnings.append(f"{path}: no metadata record; file skipped (not a disttrace rank file?)")
+            continue
+        v = rf.meta.get("v", 1)
+        if isinstance(v, int) and v > FORMAT_VERSION:
+            raise TraceError(f"{path}: written by a newer disttrace (trace format v{v}, this reads "
+                             f"v{FORMAT_VERSION}); upgrade disttrace")
+        parsed.append(rf)
+    if not parsed:
+        raise TraceError(f"{os.path.dirname(files[0]) or '.'}: no readable rank files in this trace")
+    parsed = _latest_per_rank(parsed, table)
+    for i, rf in enumerate(parsed):
+        _append_rank(rf, table)
+        if progress:
+            progress(0.8 + 0.2 * (i + 1) / len(parsed), "aligning")
+
+
+def _latest_per_rank(parsed: list[_RankFile], table: EventTable) -> list[_RankFile]:
+    """An elastic restart leaves one file per attempt and rank: keep the latest attempt."""
+    best: dict[int, _RankFile] = {}
+    for rf in parsed:
+        r = rf.meta["rank"]
+        cur = best.get(r)
+        key = (rf.meta.get("restart", 0), rf.meta.get("wall_ns", 0))
+        if cur is None or key > (cur.meta.get("restart", 0), cur.meta.get("wall_ns", 0)):
+            if cur is not None:
+                table.warnings.append(f"rank {r}: several files (restarts?); using {os.path.basename(rf.path)}")
+            best[r] = rf
+    return [best[r] for r in sorted(best)]
+
+
+def _append_rank(rf: _RankFile, table: EventTable) -> None:
+    meta = rf.meta
+    rank = meta["rank"]
+    host = str(meta.get("host", ""))
+    align, offset, unc, drift = _offset_fn(rf)
+    table.ranks[rank] = RankInfo(rank=rank, host=host, pid=int(meta.get("pid", 0) or 0),
+                                 world_size=int(meta.get("world_size", 0) or 0), backend=str(meta.get("backend", "")),
+                                 clock_offset_ns=offset, clock_uncertainty_ns=unc, clock_drift_ns=drift,
+                                 source=rf.path)
+    if rf.bad:
+        table.warnings.append(f"{rf.path}: skipped {rf.bad} malformed record(s) ({rf.first_bad})")
+    if rf.torn:
+        table.warnings.append(f"{rf.path}: last record torn (rank {rank} died while writing); ignored")
+    if "start" in rf.clock and "error" in rf.clock["start"]:
+        table.warnings.append(f"rank {rank}: clock not aligned ({rf.clock['start']['error']})")
+    gids = {g: table.group_id(name, ranks) for g, (name, ranks) in rf.groups.items()}
+    ends, waits, late = rf.ends, rf.waits, rf.late
+    cols_int = {name: getattr(table, name) for name in ("rank", "gid", "group_seq", "peer", "root", "bytes",
+                                                        "start_ns", "end_ns", "wait_start_ns", "wait_end_ns",
+                                                        "seq", "tag", "id")}
+    skipped = 0
+    for b in rf.begins:
+        try:
+            i = b["i"]
+            op = b["op"]
+            if op not in OPS:
+                raise ValueError(op)
+            gid = gids.get(b.get("g"))
+            if gid is None:
+                gid = table.group_id("unknown", ())
+            start = align(_INT(b["t"]))
+            e = ends.get(i)
+            w = waits.get(i)
+            values = (rank, gid, b.get("gs", NONE), _peer(b, e), b.get("root", NONE), b.get("bytes", 0), start,
+                      align(_INT(e["t"])) if e else NONE, align(_INT(w["t0"])) if w else NONE,
+                      align(_INT(w["t1"])) if w else NONE, b.get("seq", NONE), b.get("tag", NONE), i)
+            # validate all before appending any, so that columns stay the same length
+            for v in values:
+                if type(v) is not int:
+                    raise TypeError("not an integer")
+        except Exception:  # noqa: BLE001
+            skipped += 1
+            continue
+        for col, v in zip(cols_int.values(), values):
+            col.append(v)
+        table.op.append(op)
+        table.api.append(str(b.get("api") or op))
+        table.dtype.append(str(b.get("dtype") or ""))
+        table.status.append(("error" if e.get("st") == "error" else "ok") if e else "unfinished")
+        table.site.append(str(b.get("site") or ""))
+        table.host.append(host)
+        table.shape.append(b.get("shape"))
+        lt = late.get(i)
+        table.in_.append(b.get("in") if lt is None or "in" not in lt else lt["in"])
+        table.out.append((e.get("out") if e else None) if lt is None or "out" not in lt else lt["out"])
+        table.error.append(e.get("err") if e else None)
+        extra = None
+        if "origin" in b or "th" in b:
+            extra = {k: b[k] for k in ("origin", "th") if k in b}
+        table.extra.append(extra)
+        table.async_op.append(1 if b.get("async") else 0)
+    if skipped:
+        table.warnings.append(f"{rf.path}: skipped {skipped} malformed event(s)")
+    orphan = len(set(ends) - {b.get("i") for b in rf.begins})
+    if orphan:
+        table.warnings.append(f"{rf.path}: {orphan} end record(s) without a begin")
+
+
+def _peer(b: dict, e: dict | None) -> int:
+    p = b.get("peer", NONE)
+    if p == NONE and e is not None and "peer" in e:
+        return e["peer"]
+    return p
+
+
+def run_info(path: str) -> dict | None:
+    """The launcher's run.json of a trace dir (command, host, exit code), if there is one."""
+    try:
+        with open(os.path.join(path, "run.json"), "rb") as f:
+            info = orjson.loads(f.read())
+        return info if isinstance(info, dict) else None
+    except (OSError, orjson.JSONDecodeError):
+        return None
+
+
+__all__ = ["load_trace", "find_rank_files", "run_info", "FORMAT_VERSION"]

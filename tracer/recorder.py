@@ -1,0 +1,97 @@
+"""The per-rank recorder: an append-only JSON Lines file written through a shared memory map.
+
+Why a memory map: the moment a rank enters a collective, the begin record must survive the rank's death
+(SIGKILL, a C++ abort, torchrun's SIGTERM). Bytes copied into a MAP_SHARED mapping are in the kernel's page
+cache at once, so they reach the file even if the process dies the next instant, and a copy costs a fraction of
+a write() system call. The file grows in chunks; unused space past the last record stays zero bytes, which the
+reader skips (a torn last line is tolerated too). close() truncates the file to what was written.
+
+Thread-safe: one lock around the append (ops complete on gloo's and NCCL's worker threads). This module never
+raises into the traced program: on any I/O failure it disables itself with one warning on stderr.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import sys
+import threading
+
+import orjson
+
+CHUNK = 4 << 20  # bytes the file grows by; a few MB covers tens of thousands of events
+
+
+class Recorder:
+    """Appends one JSON object per line to `path`. `write(obj)` is the hot path."""
+
+    def __init__(self, path: str, mode: int = 0o600):
+        self.path = path
+        self._lock = threading.Lock()
+        self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, mode)
+        self._size = 0          # mapped (and file) size
+        self._pos = 0           # bytes written
+        self._map: mmap.mmap | None = None
+        self.enabled = True
+        self._grow(CHUNK)
+
+    def _grow(self, need: int) -> None:
+        # Reserve the blocks before mapping them: writing into a mapped hole on a full disk would kill the
+        # process with SIGBUS; posix_fallocate fails cleanly with ENOSPC instead.
+        old, new_size = self._size, self._size + max(CHUNK, need)
+        os.ftruncate(self._fd, new_size)
+        if hasattr(os, "posix_fallocate"):
+            try:
+                os.posix_fallocate(self._fd, old, new_size - old)
+            except OSError as e:
+                os.ftruncate(self._fd, max(old, self._pos))
+                raise OSError(e.errno, f"no space left for the trace ({e.strerror})") from None
+        if self._map is not None:
+            self._map.close()
+        self._map = mmap.mmap(self._fd, new_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        self._size = new_size
+
+    def write(self, obj) -> None:
+        """Append obj as one JSON line. Never raises."""
+        if not self.enabled:
+            return
+        try:
+            line = orjson.dumps(obj, option=orjson.OPT_APPEND_NEWLINE, default=str)
+            with self._lock:
+                end = self._pos + len(line)
+                if end > self._size:
+                    self._grow(len(line))
+                self._map[self._pos:end] = line
+                self._pos = end
+        except Exception as e:  # noqa: BLE001 - tracing must never break the job
+            self.disable(f"cannot write {self.path}: {e}")
+
+    def flush(self) -> None:
+        with self._lock:
+            if self._map is not None:
+                try:
+                    self._map.flush()
+                except (OSError, ValueError):
+                    pass
+
+    def close(self) -> None:
+        """Unmap and cut the file to the bytes written. Safe to call twice."""
+        with self._lock:
+            if self._map is None:
+                return
+            try:
+                self._map.close()
+                os.ftruncate(self._fd, self._pos)
+                os.close(self._fd)
+            except OSError:
+                pass
+            self._map = None
+            self.enabled = False
+
+    def disable(self, reason: str) -> None:
+        if self.enabled:
+            self.enabled = False
+            try:
+                sys.stderr.write(f"disttrace: tracing disabled on this rank: {reason}\n")
+            except Exception:  # noqa: BLE001
+                pass

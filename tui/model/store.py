@@ -1,0 +1,183 @@
+"""Indexes over an EventTable and its Analysis that the viewer needs: per-rank rows in time order, the
+order of collectives, the wait part of every event, and the lanes the timeline draws from.
+
+No Textual here (and no torch): everything is plain ints and arrays so it can be unit-tested and built
+in a worker thread.
+"""
+
+from __future__ import annotations
+
+from array import array
+from bisect import bisect_left, bisect_right
+from dataclasses import dataclass
+
+from disttrace.tracer.analysis.model import Analysis
+from disttrace.tracer.events import NONE, P2P_OPS, EventTable
+
+from .lod import Lane
+
+# Categories the timeline colours by (compute gaps are the absence of an event).
+CAT_COLLECTIVE = 1
+CAT_BARRIER = 2
+CAT_P2P = 3
+
+
+def category(op: str) -> int:
+    if op == "barrier":
+        return CAT_BARRIER
+    if op in P2P_OPS:
+        return CAT_P2P
+    return CAT_COLLECTIVE
+
+
+@dataclass
+class RankRow:
+    """One line of the timeline: a global rank, its host, and its lane."""
+
+    rank: int
+    host: str
+    lane: Lane
+
+
+class TraceStore:
+    """The viewer's read-only model of one trace: table + analysis + indexes."""
+
+    def __init__(self, table: EventTable, analysis: Analysis, progress=None):
+        self.table = table
+        self.analysis = analysis
+        n = len(table)
+        self.n_events = n
+        starts, ends, status = table.start_ns, table.end_ns, table.status
+        self.t0 = min(starts) if n else 0
+        last = 0
+        for i in range(n):
+            e = ends[i]
+            s = starts[i]
+            if e > last:
+                last = e
+            if s > last:
+                last = s
+        self.t1 = max(last, self.t0 + 1)
+        # wait part of each event (the time it spent waiting for a late peer), from the analysis
+        self.wait_ns = array("q", bytes(8 * n))
+        for inst in analysis.collectives:
+            for r, w in inst.wait_ns.items():
+                row = inst.events.get(r)
+                if row is not None and w > 0:
+                    self.wait_ns[row] = w
+        for m in analysis.p2p:
+            if m.send is not None and m.late_receiver_ns > 0:
+                self.wait_ns[m.send] = m.late_receiver_ns
+            if m.recv is not None and m.late_sender_ns > 0:
+                self.wait_ns[m.recv] = m.late_sender_ns
+        if progress:
+            progress(0.2, "indexing ranks")
+        # per-rank rows in start order (the table is sorted by start, so one pass keeps that order)
+        by_rank: dict[int, array] = {}
+        rank_col = table.rank
+        for i in range(n):
+            r = rank_col[i]
+            a = by_rank.get(r)
+            if a is None:
+                a = by_rank[r] = array("q")
+            a.append(i)
+        ranks = sorted(set(table.ranks) | set(by_rank))
+        self.pos_in_rank = array("q", bytes(8 * n))
+        cats = [category(op) for op in table.op]
+        self.rows: list[RankRow] = []
+        for k, r in enumerate(ranks):
+            rows = by_rank.get(r, array("q"))
+            for p, i in enumerate(rows):
+                self.pos_in_rank[i] = p
+            info = table.ranks.get(r)
+            host = info.host if info else ""
+            self.rows.append(RankRow(r, host, Lane.build(rows, table, cats, self.wait_ns, self.t1)))
+            if progress and k % 8 == 0:
+                progress(0.2 + 0.7 * (k + 1) / max(1, len(ranks)), "indexing ranks")
+        self.rank_index = {rr.rank: k for k, rr in enumerate(self.rows)}
+        # collectives in order of their first arrival
+        colls = analysis.collectives
+        self.coll_order = sorted(range(len(colls)), key=lambda c: (min(colls[c].start_ns.values(), default=0), c))
+        self.coll_pos = {c: k for k, c in enumerate(self.coll_order)}
+        self.coll_first_start = array("q", (min(colls[c].start_ns.values(), default=0) for c in self.coll_order))
+        self.status_bad = any(s != "ok" for s in status)
+
+    # -- queries -------------------------------------------------------------------------------
+    @property
+    def span_ns(self) -> int:
+        return self.t1 - self.t0
+
+    def end_of(self, row: int) -> int:
+        e = self.table.end_ns[row]
+        return self.t1 if e == NONE else e
+
+    def instance(self, row: int):
+        """The CollectiveInstance of an event row, or None."""
+        if row < 0:
+            return None
+        c = self.analysis.instance_of[row] if row < len(self.analysis.instance_of) else -1
+        return self.analysis.collectives[c] if c >= 0 else None
+
+    def p2p_match(self, row: int):
+        if row < 0:
+            return None
+        m = self.analysis.p2p_of[row] if row < len(self.analysis.p2p_of) else -1
+        return self.analysis.p2p[m] if m >= 0 else None
+
+    def partner(self, row: int) -> int | None:
+        """The matching recv of a send, or send of a recv."""
+        m = self.p2p_match(row)
+        if m is None:
+            return None
+        other = m.recv if row == m.send else m.send
+        return other
+
+    def same_collective_next(self, row: int, direction: int = 1) -> int | None:
+        """The same collective on the next rank of its group (cycling), or None."""
+        inst = self.instance(row)
+        if inst is None or len(inst.events) < 2:
+            return None
+        ranks = sorted(inst.events)
+        k = ranks.index(self.table.rank[row])
+        return inst.events[ranks[(k + direction) % len(ranks)]]
+
+    def event_at(self, rank_k: int, t_ns: int) -> int | None:
+        """The event of the rank at display index rank_k covering time t (or the nearest one)."""
+        lane = self.rows[rank_k].lane
+        if not lane.rows:
+            return None
+        i = bisect_right(lane.starts, t_ns) - 1
+        cands = [j for j in (i, i + 1) if 0 <= j < len(lane.rows)]
+        if i >= 0 and lane.ends[i] >= t_ns:
+            return lane.rows[i]
+        best = min(cands, key=lambda j: min(abs(lane.starts[j] - t_ns), abs(lane.ends[j] - t_ns)))
+        return lane.rows[best]
+
+    def next_collective_row(self, row: int, direction: int) -> int | None:
+        """First event (earliest arrival) of the next/previous collective after the one at row."""
+        if not self.coll_order:
+            return None
+        c = self.analysis.instance_of[row] if row >= 0 else -1
+        if c >= 0:
+            k = self.coll_pos[c] + direction
+        else:
+            t = self.table.start_ns[row] if row >= 0 else -1
+            k = bisect_right(self.coll_first_start, t) if direction > 0 else bisect_left(self.coll_first_start, t) - 1
+        if not 0 <= k < len(self.coll_order):
+            return None
+        inst = self.analysis.collectives[self.coll_order[k]]
+        return min(inst.events.values(), key=lambda i: (self.table.start_ns[i], i))
+
+    def next_on_rank(self, row: int, rank_k: int, direction: int) -> int | None:
+        """Next/previous event on the rank at display index rank_k, relative to row's start time."""
+        lane = self.rows[rank_k].lane
+        if not lane.rows:
+            return None
+        t = self.table.start_ns[row] if row >= 0 else -1
+        if direction > 0:
+            j = bisect_right(lane.starts, t)
+            while j < len(lane.rows) and lane.rows[j] <= row and lane.starts[j] == t:
+                j += 1
+        else:
+            j = bisect_left(lane.starts, t) - 1
+        return lane.rows[j] if 0 <= j < len(lane.rows) else None

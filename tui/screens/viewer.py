@@ -1,0 +1,347 @@
+"""The viewer screen: owns the view state (playhead, selection, zoom, window, focused rank) that every widget
+binds to, turns keys into changes of that state, and hears the widgets' messages. Attributes down, messages up."""
+
+from __future__ import annotations
+
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.reactive import reactive
+from textual.screen import Screen
+from textual.timer import Timer
+from textual.widgets import Footer, Static, TabbedContent, TabPane
+
+from disttrace.tracer.analysis import describe
+
+from ..model import viewport
+from ..model.replay import SPEEDS, format_ns, parse_goto, search, step_collective, step_event
+from ..model.store import TraceStore
+from ..widgets.detail import DetailPane, NarrationPane
+from ..widgets.event_list import EventList
+from ..widgets.messages import EventPicked, ViewChanged
+from ..widgets.timeline import Ruler, Timeline
+from ..widgets.views import ChartsView, LinksView, PipelineView, ProblemsView, RingView, WaitsView
+from .help import HelpScreen
+from .prompt import Prompt
+
+VIEWS = ("timeline", "ring", "pipeline", "waits", "links", "charts", "problems")
+
+
+class PlayheadLine(Static):
+    """One sentence on what happened at the playhead (the analysis' describe())."""
+
+    DEFAULT_CSS = """
+    PlayheadLine { height: auto; max-height: 3; background: $boost; padding: 0 1; }
+    """
+
+    playhead: reactive[int] = reactive(-2)
+    """Event row of the replay playhead."""
+    playing: reactive[bool] = reactive(False)
+    """Whether the replay is running."""
+    speed: reactive[int] = reactive(5)
+    """Replay speed, events per second."""
+
+    def __init__(self, store: TraceStore, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.store = store
+
+    def render(self):
+        row = self.playhead
+        state = f"▶ {self.speed}/s" if self.playing else "❚❚"
+        if row < 0:
+            return f"{state}  before the first event — n: next event, N: next collective, space: play, ?: help"
+        t = self.store.table.start_ns[row] - self.store.t0
+        return f"{state}  {row + 1}/{self.store.n_events} @{format_ns(t)}  {describe(self.store.analysis, row)}"
+
+
+class ViewerScreen(Screen):
+    """Timeline, event list, detail, and the other views in tabs."""
+
+    DEFAULT_CSS = """
+    ViewerScreen #lower { height: 45%; min-height: 6; }
+    ViewerScreen EventList { width: 1fr; }
+    ViewerScreen #side { width: 60; max-width: 50%; }
+    ViewerScreen #detail-scroll { height: 1fr; border-left: solid $primary-darken-2; }
+    ViewerScreen TabPane { padding: 0; }
+    """
+
+    BINDINGS = [
+        Binding("n", "step(1)", "next", tooltip="next event"),
+        Binding("p", "step(-1)", "prev", tooltip="previous event"),
+        Binding("N", "step_collective(1)", "next coll."),
+        Binding("P", "step_collective(-1)", "prev coll."),
+        Binding("space", "toggle_play", "play/pause"),
+        Binding("less_than_sign", "speed(-1)", "slower", show=False),
+        Binding("greater_than_sign", "speed(1)", "faster", show=False),
+        Binding("plus,equals_sign", "zoom(1)", "zoom in", show=False),
+        Binding("minus", "zoom(-1)", "zoom out", show=False),
+        Binding("left,h", "pan(-1)", "pan left", show=False),
+        Binding("right,l", "pan(1)", "pan right", show=False),
+        Binding("j,down", "rank(1)", "next rank", show=False),
+        Binding("k,up", "rank(-1)", "previous rank", show=False),
+        Binding("f", "fit", "whole trace", show=False),
+        Binding("c", "center", "centre on the playhead", show=False),
+        Binding("o", "other_rank(1)", "same collective, next rank", show=False),
+        Binding("O", "other_rank(-1)", "same collective, previous rank", show=False),
+        Binding("m", "match", "matching send/recv", show=False),
+        Binding("enter", "play_here", "playhead to the selection", show=False),
+        Binding("slash", "search", "search"),
+        Binding("g", "goto", "go to"),
+        Binding("1", "view('timeline')", "timeline", show=False),
+        Binding("2", "view('ring')", "ring view", show=False),
+        Binding("3", "view('pipeline')", "pipeline view", show=False),
+        Binding("4", "view('waits')", "waits view", show=False),
+        Binding("5", "view('links')", "links view", show=False),
+        Binding("6", "view('charts')", "charts view", show=False),
+        Binding("7", "view('problems')", "problems view", show=False),
+        Binding("left_square_bracket", "ring_step(-1)", "ring: previous step", show=False),
+        Binding("right_square_bracket", "ring_step(1)", "ring: next step", show=False),
+        Binding("question_mark", "help", "help"),
+        Binding("q", "app.quit", "quit"),
+    ]
+
+    playhead: reactive[int] = reactive(-1, init=False)
+    """Event row of the replay playhead; -1 is before the first event."""
+    selection: reactive[int] = reactive(-1, init=False)
+    """Event row shown in the detail pane (follows the playhead; clicks and o/m move it alone)."""
+    zoom: reactive[int] = reactive(0, init=False)
+    """Timeline zoom level: the window is span / 2**zoom."""
+    offset_ns: reactive[int] = reactive(0, init=False)
+    """Timeline window start, ns after the trace start."""
+    focused_rank: reactive[int] = reactive(0, init=False)
+    """Display index of the focused rank (j/k)."""
+    playing: reactive[bool] = reactive(False, init=False)
+    """Whether the replay is running."""
+    speed: reactive[int] = reactive(5, init=False)
+    """Replay speed in events per second."""
+    ring_step: reactive[int] = reactive(-1, init=False)
+    """Step shown in the ring view (-1: before the first step)."""
+
+    def __init__(self, store: TraceStore, narration=None, start_row: int = 0, title: str = "") -> None:
+        super().__init__()
+        self.store = store
+        self.narration = narration
+        self.start_row = start_row
+        self._timer: Timer | None = None
+        self.title_text = title
+        self.last_search = ""
+        self.message = ""
+
+    def compose(self) -> ComposeResult:
+        s = self.store
+        with TabbedContent(initial="timeline"):
+            with TabPane("1 Timeline", id="timeline"):
+                with Vertical():
+                    if self.narration is not None:
+                        yield NarrationPane(s, self.narration).data_bind(ViewerScreen.playhead)
+                    timeline = Timeline(s).data_bind(ViewerScreen.zoom, ViewerScreen.offset_ns,
+                                                     ViewerScreen.playhead, ViewerScreen.selection,
+                                                     ViewerScreen.focused_rank)
+                    yield Ruler(s, timeline).data_bind(ViewerScreen.zoom, ViewerScreen.offset_ns)
+                    yield timeline
+                    with Horizontal(id="lower"):
+                        yield EventList(s).data_bind(ViewerScreen.playhead, ViewerScreen.selection)
+                        with VerticalScroll(id="detail-scroll"):
+                            yield DetailPane(s).data_bind(ViewerScreen.selection)
+            with TabPane("2 Ring", id="ring"):
+                yield RingView(s).data_bind(ViewerScreen.playhead, ViewerScreen.ring_step)
+            with TabPane("3 Pipeline", id="pipeline"):
+                yield PipelineView(s).data_bind(ViewerScreen.playhead, ViewerScreen.selection)
+            with TabPane("4 Waits", id="waits"):
+                yield WaitsView(s)
+            with TabPane("5 Links", id="links"):
+                yield LinksView(s)
+            with TabPane("6 Charts", id="charts"):
+                yield ChartsView(s).data_bind(ViewerScreen.playhead)
+            with TabPane("7 Problems", id="problems"):
+                yield ProblemsView(s)
+        yield PlayheadLine(s).data_bind(ViewerScreen.playhead, ViewerScreen.playing, ViewerScreen.speed)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        for tabs in self.query("Tabs"):
+            tabs.can_focus = False
+        self.set_focus(None)
+        self.playhead = self.start_row
+        if self.start_row < 0:
+            self.selection = -1
+
+    # -- state changes ------------------------------------------------------------------------------
+    def watch_playhead(self, row: int) -> None:
+        self.selection = row
+        self.ring_step = -1
+        if row >= 0:
+            k = self.store.rank_index.get(self.store.table.rank[row])
+            if k is not None:
+                self.focused_rank = k
+            self._follow(self.store.table.start_ns[row])
+        if row >= self.store.n_events - 1 and self._timer is not None:
+            self.playing = False
+
+    def _follow(self, t_ns: int) -> None:
+        self.offset_ns = viewport.follow(self.store.span_ns, self.zoom, self.offset_ns, t_ns - self.store.t0)
+
+    def watch_playing(self, playing: bool) -> None:
+        if self._timer is not None:
+            self._timer.stop()
+            self._timer = None
+        if playing:
+            self._timer = self.set_interval(1 / self.speed, self._tick)
+
+    def watch_speed(self) -> None:
+        if self.playing:
+            self.watch_playing(True)
+
+    def _tick(self) -> None:
+        if self.playhead >= self.store.n_events - 1:
+            self.playing = False
+        else:
+            self.playhead = step_event(self.store, self.playhead, 1)
+
+    # -- actions ------------------------------------------------------------------------------------
+    def action_step(self, direction: int) -> None:
+        self.playhead = step_event(self.store, self.playhead, direction)
+
+    def action_step_collective(self, direction: int) -> None:
+        self.playhead = step_collective(self.store, self.playhead, direction)
+
+    def action_toggle_play(self) -> None:
+        self.playing = not self.playing
+
+    def action_speed(self, direction: int) -> None:
+        k = SPEEDS.index(self.speed) if self.speed in SPEEDS else 2
+        self.speed = SPEEDS[max(0, min(len(SPEEDS) - 1, k + direction))]
+
+    def _timeline(self) -> Timeline:
+        return self.query_one(Timeline)
+
+    def action_zoom(self, delta: int) -> None:
+        span = self.store.span_ns
+        new = max(0, min(viewport.max_zoom(span, self._timeline().lane_width), self.zoom + delta))
+        anchor = None
+        if self.playhead >= 0:
+            t = self.store.table.start_ns[self.playhead] - self.store.t0
+            if self.offset_ns <= t <= self.offset_ns + viewport.window_ns(span, self.zoom):
+                anchor = t
+        self.zoom, self.offset_ns = viewport.zoom_to(span, self.zoom, self.offset_ns, new, anchor)
+
+    def action_pan(self, direction: int) -> None:
+        w = viewport.window_ns(self.store.span_ns, self.zoom)
+        self.offset_ns = viewport.clamp_offset(self.store.span_ns, self.zoom, self.offset_ns + direction * w / 8)
+
+    def action_fit(self) -> None:
+        self.zoom, self.offset_ns = 0, 0
+
+    def action_center(self) -> None:
+        if self.playhead >= 0:
+            t = self.store.table.start_ns[self.playhead] - self.store.t0
+            w = viewport.window_ns(self.store.span_ns, self.zoom)
+            self.offset_ns = viewport.clamp_offset(self.store.span_ns, self.zoom, t - w / 2)
+
+    def action_rank(self, direction: int) -> None:
+        n = len(self.store.rows)
+        if not n:
+            return
+        k = max(0, min(n - 1, self.focused_rank + direction))
+        self.focused_rank = k
+        rank = self.store.rows[k].rank
+        inst = self.store.instance(self.selection)
+        if inst is not None and rank in inst.events:
+            self.selection = inst.events[rank]
+        else:
+            ref = self.selection if self.selection >= 0 else self.playhead
+            t = self.store.table.start_ns[ref] if ref >= 0 else self.store.t0
+            row = self.store.event_at(k, t)
+            if row is not None:
+                self.selection = row
+
+    def action_other_rank(self, direction: int) -> None:
+        row = self.store.same_collective_next(self.selection, direction)
+        if row is None:
+            self.notify("the selection is not a collective seen on several ranks", severity="warning")
+            return
+        self.selection = row
+        self.focused_rank = self.store.rank_index[self.store.table.rank[row]]
+
+    def action_match(self) -> None:
+        row = self.store.partner(self.selection)
+        if row is None:
+            self.notify("no matching send/recv for the selection", severity="warning")
+            return
+        self.selection = row
+        self.focused_rank = self.store.rank_index[self.store.table.rank[row]]
+        self._follow(self.store.table.start_ns[row])
+
+    def action_play_here(self) -> None:
+        if self.selection >= 0:
+            self.playhead = self.selection
+
+    def action_view(self, name: str) -> None:
+        tc = self.query_one(TabbedContent)
+        tc.active = name
+        self.call_after_refresh(self._focus_view, name)
+
+    def _focus_view(self, name: str) -> None:
+        pane = self.query_one(f"#{name}", TabPane)
+        focusable = [w for w in pane.query("*") if w.focusable]
+        self.set_focus(focusable[0] if focusable else None)
+
+    @on(TabbedContent.TabActivated)
+    def _tab_activated(self, event: TabbedContent.TabActivated) -> None:
+        if event.pane is not None and event.pane.id:
+            self.call_after_refresh(self._focus_view, event.pane.id)
+
+    def action_ring_step(self, direction: int) -> None:
+        ring = self.query_one(RingView)
+        self.ring_step = max(-1, min(ring.n_steps - 1, self.ring_step + direction))
+
+    def action_help(self) -> None:
+        self.app.push_screen(HelpScreen(self.BINDINGS))
+
+    def action_search(self) -> None:
+        def done(text: str | None) -> None:
+            if text is None:
+                return
+            text = text.strip() or self.last_search
+            self.last_search = text
+            row = search(self.store, text, self.selection)
+            if row is None:
+                self.notify(f"no event matches {text!r}", severity="warning")
+            else:
+                self.playhead = row
+
+        self.app.push_screen(Prompt("search (op, api, site, group, dtype, rank=N; enter again: next)",
+                                    "e.g. all_gather rank=3", self.last_search), done)
+
+    def action_goto(self) -> None:
+        def done(text: str | None) -> None:
+            if not text:
+                return
+            try:
+                self.playhead = parse_goto(self.store, text)
+            except ValueError as e:
+                self.notify(str(e), severity="error")
+
+        self.app.push_screen(Prompt("go to: a time from the start (12.5ms) or an event number (#42)"), done)
+
+    # -- messages from the widgets -------------------------------------------------------------------
+    @on(EventPicked)
+    def _picked(self, event: EventPicked) -> None:
+        event.stop()
+        if event.move_playhead:
+            self.playhead = event.row
+        else:
+            self.selection = event.row
+        if event.row >= 0:
+            self.focused_rank = self.store.rank_index[self.store.table.rank[event.row]]
+
+    @on(ViewChanged)
+    def _view_changed(self, event: ViewChanged) -> None:
+        event.stop()
+        self.zoom, self.offset_ns = event.zoom, event.offset_ns
+
+    def jump_to(self, row: int) -> None:
+        """Put the playhead on row and show the timeline (used by the waits and problems views)."""
+        self.playhead = row
+        self.action_view("timeline")

@@ -1,0 +1,148 @@
+"""The detail pane: everything the trace and the analysis know about the selected event."""
+
+from __future__ import annotations
+
+from rich.table import Table
+from rich.text import Text
+from textual.reactive import reactive
+from textual.widgets import Static
+
+from disttrace.tracer.events import NONE
+
+from ..model.replay import format_bytes, format_ns
+from ..model.store import TraceStore
+from .palette import OP_COLORS
+
+
+def _summary(s) -> str:
+    if not isinstance(s, dict):
+        return "—"
+    parts = []
+    if "values" in s and s["values"] is not None:
+        vals = s["values"]
+        shown = ", ".join(f"{v:g}" if isinstance(v, float) else str(v) for v in vals[:8])
+        parts.append(f"[{shown}{', …' if len(vals) > 8 else ''}]")
+    for k in ("min", "max", "mean", "norm"):
+        v = s.get(k)
+        if v is not None:
+            parts.append(f"{k} {v:.4g}" if isinstance(v, (int, float)) else f"{k} {v}")
+    for k in ("nan", "inf"):
+        if s.get(k):
+            parts.append(f"{k}×{s[k]}")
+    if s.get("checksum") is not None:
+        parts.append(f"sum {s['checksum']:.6g}" if isinstance(s["checksum"], float) else f"sum {s['checksum']}")
+    return "  ".join(parts) or "—"
+
+
+def detail_table(store: TraceStore, row: int) -> Table:
+    """The fields of event `row` as a two-column rich Table (also used by tests)."""
+    t = store.table
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(style="bold #a0a0a0", no_wrap=True)
+    grid.add_column(overflow="fold")
+    if row < 0:
+        grid.add_row("", "before the first event: press n to step")
+        return grid
+    op = t.op[row]
+    g = t.groups[t.gid[row]]
+    add = grid.add_row
+    add("event", f"#{row} on rank {t.rank[row]}" + (f" ({t.host[row]})" if t.host[row] else "")
+        + (f", id {t.id[row]}" if t.id[row] != NONE else ""))
+    add("op", Text(op, style=f"bold {OP_COLORS[op]}") + Text(f"  api {t.api[row]}" if t.api[row] != op else ""))
+    ranks = ",".join(map(str, g.ranks)) if len(g.ranks) <= 16 else f"{len(g.ranks)} ranks"
+    add("group", f"{g.name} [{ranks}]" + (f"  group_seq {t.group_seq[row]}" if t.group_seq[row] != NONE else "")
+        + (f"  seq {t.seq[row]}" if t.seq[row] != NONE else ""))
+    if t.peer[row] != NONE:
+        add("peer", f"rank {t.peer[row]}" + (f"  tag {t.tag[row]}" if t.tag[row] not in (NONE, 0) else ""))
+    if t.root[row] != NONE:
+        add("root", f"rank {t.root[row]}")
+    shape = t.shape[row]
+    add("bytes", f"{format_bytes(t.bytes[row])} ({t.bytes[row]:,})" + (f"  {t.dtype[row]}" if t.dtype[row] else "")
+        + (f" {list(shape)}" if shape else "") + ("  async" if t.async_op[row] else ""))
+    dur = t.duration_ns(row)
+    add("time", f"start {format_ns(t.start_ns[row] - store.t0)}  "
+        + (f"took {format_ns(dur)}" if dur is not None else "never finished"))
+    if t.wait_end_ns[row] != NONE:
+        add("wait()", f"called at {format_ns(t.wait_start_ns[row] - store.t0)}, returned at "
+            f"{format_ns(t.wait_end_ns[row] - store.t0)}")
+    if t.status[row] != "ok":
+        add("status", Text(t.status[row] + (f": {t.error[row]}" if t.error[row] else ""), style="bold red"))
+    if t.in_[row] is not None:
+        add("in", _summary(t.in_[row]))
+    if t.out[row] is not None:
+        add("out", _summary(t.out[row]))
+    if t.site[row]:
+        add("site", t.site[row])
+    inst = store.instance(row)
+    if inst is not None:
+        w = inst.wait_ns.get(t.rank[row], 0)
+        add("wait", Text(f"{format_ns(w)} ({inst.wait_kind})", style="bold #ff8c5a" if w else ""))
+        add("skew", f"{format_ns(inst.skew_ns)}; last to arrive: "
+            + (f"rank {inst.last_arrival}" if inst.last_arrival is not None else "—"))
+        if inst.duration_ns is not None:
+            add("transfer", format_ns(inst.duration_ns) + (f"  (α-β model {format_ns(inst.model_ns)})"
+                                                           if inst.model_ns else "") + ("  SLOW" if inst.slow else ""))
+        if inst.algbw_gbps is not None:
+            add("bandwidth", f"algbw {inst.algbw_gbps:.3g} GB/s  busbw {inst.busbw_gbps or 0:.3g} GB/s")
+        others = sorted(r for r in inst.events if r != t.rank[row])
+        if others:
+            add("others", f"on ranks {_ranks(others)}  (o / O: next / previous rank)")
+        if not inst.complete:
+            add("", Text("incomplete: not every rank of the group finished it", style="bold red"))
+    m = store.p2p_match(row)
+    if m is not None:
+        add("message", f"#{m.order} of {m.src}→{m.dst}, {format_bytes(m.bytes)}")
+        other = m.recv if row == m.send else m.send
+        if other is None:
+            add("match", Text("no matching " + ("recv" if row == m.send else "send"), style="bold red"))
+        else:
+            add("match", f"{t.op[other]} on rank {t.rank[other]} (m to jump)")
+        if m.late_sender_ns:
+            add("wait", Text(f"late sender: the receiver waited {format_ns(m.late_sender_ns)}", style="#ff8c5a"))
+        if m.late_receiver_ns:
+            add("wait", Text(f"late receiver: the sender waited {format_ns(m.late_receiver_ns)}", style="#ff8c5a"))
+        if m.transfer_ns:
+            add("transfer", f"{format_ns(m.transfer_ns)}  {m.bytes / m.transfer_ns:.3g} GB/s")
+    return grid
+
+
+def _ranks(rs: list[int]) -> str:
+    return ",".join(map(str, rs)) if len(rs) <= 12 else f"{rs[0]}…{rs[-1]} ({len(rs)})"
+
+
+class DetailPane(Static):
+    """Shows the selected event."""
+
+    DEFAULT_CSS = """
+    DetailPane { height: auto; padding: 0 1; }
+    """
+
+    selection: reactive[int] = reactive(-1)
+    """Event row to show."""
+
+    def __init__(self, store: TraceStore, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.store = store
+
+    def watch_selection(self, row: int) -> None:
+        self.update(detail_table(self.store, row))
+
+
+class NarrationPane(Static):
+    """A demo's narration: the text of the step that fits the event at the playhead."""
+
+    DEFAULT_CSS = """
+    NarrationPane { height: auto; max-height: 10; padding: 0 1; border: round $accent; }
+    """
+
+    playhead: reactive[int] = reactive(-2)
+    """Event row of the replay playhead."""
+
+    def __init__(self, store: TraceStore, narration, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.store = store
+        self.narration = narration
+        self.border_title = narration.title or "narration"
+
+    def watch_playhead(self, row: int) -> None:
+        self.update(self.narration.text_for(self.store.table, row) or " ")

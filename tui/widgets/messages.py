@@ -1,0 +1,26 @@
+"""Messages the viewer's widgets send up to the screen that owns the view state."""
+
+from __future__ import annotations
+
+from textual.message import Message
+
+
+class EventPicked(Message):
+    """The user picked an event (click, enter); `move_playhead` also moves the replay there."""
+
+    def __init__(self, row: int, move_playhead: bool = True) -> None:
+        super().__init__()
+        self.row = row
+        self.move_playhead = move_playhead
+
+
+class ViewChanged(Message):
+    """New zoom level and window start asked by mouse input. Coalesces: only the latest one matters."""
+
+    def __init__(self, zoom: int, offset_ns: int) -> None:
+        super().__init__()
+        self.zoom = zoom
+        self.offset_ns = offset_ns
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, ViewChanged)

@@ -1,0 +1,50 @@
+"""A small widget that shows a plotext 6 figure (textual-plotext needs plotext<6, so we draw our own)."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from rich.text import Text
+from textual.widget import Widget
+
+
+def render_figure(draw: Callable, width: int, height: int) -> Text:
+    """Run draw(fig) on plotext's figure sized width x height and return the result as rich Text."""
+    import plotext as plt
+
+    fig = plt.figure
+    fig.clear.all()
+    fig.theme("dark")
+    fig.canvas("default")
+    fig.plot_size(max(10, width), max(5, height))
+    draw(fig)
+    return Text.from_ansi(fig.build().string(), no_wrap=True)
+
+
+class PlotChart(Widget):
+    """Calls draw(fig) with a cleared plotext figure of the widget's size; re-renders on resize or replot()."""
+
+    DEFAULT_CSS = """
+    PlotChart { height: 1fr; min-height: 8; }
+    """
+
+    def __init__(self, draw: Callable, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.draw = draw
+        self._cache: tuple | None = None
+
+    def replot(self, draw: Callable | None = None) -> None:
+        if draw is not None:
+            self.draw = draw
+        self._cache = None
+        self.refresh()
+
+    def render(self):
+        size = (self.size.width, self.size.height)
+        if self._cache is None or self._cache[0] != size:
+            try:
+                text = render_figure(self.draw, *size)
+            except Exception as e:  # noqa: BLE001 - a chart that cannot be drawn must not take the viewer down
+                text = Text(f"(chart unavailable: {type(e).__name__}: {e})", style="dim")
+            self._cache = (size, text)
+        return self._cache[1]

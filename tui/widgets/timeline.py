@@ -1,0 +1,257 @@
+"""The timeline: one line per rank, time across, drawn with the Line API from the store's lanes.
+
+Nothing here is a widget per event: `render_line` asks the rank's Lane for the cells of the visible
+window (cached per window in an LRU cache), then lays the playhead and selection over them.
+"""
+
+from __future__ import annotations
+
+from rich.segment import Segment
+from rich.style import Style
+from textual.cache import LRUCache
+from textual.events import Click, MouseScrollDown, MouseScrollLeft, MouseScrollRight, MouseScrollUp
+from textual.geometry import Size
+from textual.reactive import reactive
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+from textual.widget import Widget
+
+from ..model import viewport
+from ..model.replay import format_ns
+from ..model.store import TraceStore
+from .messages import EventPicked, ViewChanged
+from .palette import BG_PLAYHEAD, BG_SELECTED, GAP, OP_STYLES, WAIT_STYLES
+
+_EIGHTHS = " ▁▂▃▄▅▆▇█"
+LABEL_STYLE = Style(color="#c0c0c0")
+FOCUS_STYLE = Style(color="#ffffff", bgcolor="#2a5a8a", bold=True)
+
+
+def label_width(store: TraceStore) -> int:
+    return min(18, max((len(_label(rr.rank, rr.host)) for rr in store.rows), default=4) + 1)
+
+
+def _label(rank: int, host: str) -> str:
+    return f"r{rank} {host}" if host else f"r{rank}"
+
+
+class Timeline(ScrollView, can_focus=False):
+    """Ranks × time. Bound to the screen's view state; posts EventPicked and ViewChanged up."""
+
+    DEFAULT_CSS = """
+    Timeline { height: 1fr; min-height: 3; scrollbar-size-vertical: 1; }
+    """
+
+    zoom: reactive[int] = reactive(0)
+    """Zoom level: the window shows span / 2**zoom."""
+    offset_ns: reactive[int] = reactive(0)
+    """Window start, ns after the trace start."""
+    playhead: reactive[int] = reactive(-1)
+    """Event row of the replay playhead (-1: before the first event)."""
+    selection: reactive[int] = reactive(-1)
+    """Event row shown in the detail pane."""
+    focused_rank: reactive[int] = reactive(0)
+    """Display index of the focused rank."""
+
+    def __init__(self, store: TraceStore, rank_indices: list[int] | None = None, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.store = store
+        self.rank_indices = list(range(len(store.rows))) if rank_indices is None else rank_indices
+        self.label_w = label_width(store)
+        self._cells: LRUCache = LRUCache(1024)
+        self.virtual_size = Size(0, len(self.rank_indices))
+
+    # -- geometry ---------------------------------------------------------------------------------
+    @property
+    def lane_width(self) -> int:
+        return max(1, self.scrollable_content_region.width - self.label_w)
+
+    @property
+    def ns_per_cell(self) -> float:
+        return viewport.window_ns(self.store.span_ns, self.zoom) / self.lane_width
+
+    def time_at_x(self, x: int) -> float:
+        return self.store.t0 + self.offset_ns + (x - self.label_w + 0.5) * self.ns_per_cell
+
+    def col_of(self, t_ns: int) -> int:
+        return int((t_ns - self.store.t0 - self.offset_ns) // self.ns_per_cell)
+
+    def on_resize(self) -> None:
+        self.virtual_size = Size(self.scrollable_content_region.width, len(self.rank_indices))
+        self.refresh()
+
+    # -- reactivity ---------------------------------------------------------------------------------
+    def watch_zoom(self) -> None:
+        self.refresh()
+
+    def watch_offset_ns(self) -> None:
+        self.refresh()
+
+    def watch_playhead(self) -> None:
+        self.refresh()
+
+    def watch_selection(self) -> None:
+        self.refresh()
+
+    def watch_focused_rank(self, k: int) -> None:
+        if k in self.rank_indices:
+            y = self.rank_indices.index(k)
+            if not self.scroll_y <= y < self.scroll_y + self.scrollable_content_region.height:
+                self.scroll_to(y=max(0, y - self.scrollable_content_region.height // 2), animate=False)
+        self.refresh()
+
+    # -- rendering ------------------------------------------------------------------------------------
+    def lane_cells(self, k: int, width: int):
+        key = (k, self.zoom, self.offset_ns, width)
+        cells = self._cells.get(key)
+        if cells is None:
+            ns = viewport.window_ns(self.store.span_ns, self.zoom) / width
+            cells = self.store.rows[k].lane.cells(self.store.t0 + self.offset_ns, ns, width)
+            self._cells[key] = cells
+        return cells
+
+    def _highlight_rows(self) -> set[int]:
+        sel = self.selection
+        if sel < 0:
+            return set()
+        rows = {sel}
+        inst = self.store.instance(sel)
+        if inst is not None:
+            rows.update(inst.events.values())
+        other = self.store.partner(sel)
+        if other is not None:
+            rows.add(other)
+        return rows
+
+    def render_line(self, y: int) -> Strip:
+        idx = y + int(self.scroll_y)
+        width = self.lane_width
+        if idx >= len(self.rank_indices):
+            return Strip.blank(self.scrollable_content_region.width)
+        k = self.rank_indices[idx]
+        rr = self.store.rows[k]
+        label = _label(rr.rank, rr.host)[: self.label_w - 1].ljust(self.label_w)
+        segs = [Segment(label, FOCUS_STYLE if k == self.focused_rank else LABEL_STYLE)]
+        cells = self.lane_cells(k, width)
+        table = self.store.table
+        ops = table.op
+        hl_cols: set[int] = set()
+        for row in self._highlight_rows():
+            if table.rank[row] == rr.rank:
+                c0 = self.col_of(table.start_ns[row])
+                c1 = max(c0, self.col_of(self.store.end_of(row) - 1))
+                hl_cols.update(range(max(0, c0), min(width, c1 + 1)))
+        play_col = self.col_of(table.start_ns[self.playhead]) if self.playhead >= 0 else -1
+        run_text, run_style = [], None
+        for x, cell in enumerate(cells):
+            if cell.row < 0:
+                ch, style = ("─", GAP) if cell.inside else (" ", Style())
+            else:
+                op = ops[cell.row]
+                if cell.busy >= 0.8:
+                    ch = "▒" if cell.waiting else "█"
+                else:
+                    ch = _EIGHTHS[max(1, min(7, int(cell.busy * 8 + 0.999)))]
+                style = WAIT_STYLES[op] if cell.waiting else OP_STYLES[op]
+            if x == play_col:
+                style = style + Style(bgcolor=BG_PLAYHEAD)
+                if ch == " " or ch == "─":
+                    ch = "│"
+            elif x in hl_cols:
+                style = style + Style(bgcolor=BG_SELECTED)
+                if ch == " " or ch == "─":
+                    ch = "▏"
+            if style == run_style:
+                run_text.append(ch)
+            else:
+                if run_text:
+                    segs.append(Segment("".join(run_text), run_style))
+                run_text, run_style = [ch], style
+        if run_text:
+            segs.append(Segment("".join(run_text), run_style))
+        return Strip(segs)
+
+    # -- mouse ------------------------------------------------------------------------------------
+    def _on_click(self, event: Click) -> None:
+        idx = event.y + int(self.scroll_y)
+        if event.x < self.label_w or idx >= len(self.rank_indices):
+            return
+        row = self.store.event_at(self.rank_indices[idx], int(self.time_at_x(event.x)))
+        if row is not None:
+            self.post_message(EventPicked(row))
+
+    def _zoom_by(self, delta: int, x: int | None) -> None:
+        span = self.store.span_ns
+        new = max(0, min(viewport.max_zoom(span, self.lane_width), self.zoom + delta))
+        anchor = None if x is None else self.time_at_x(x) - self.store.t0
+        self.post_message(ViewChanged(*viewport.zoom_to(span, self.zoom, self.offset_ns, new, anchor)))
+
+    def _pan_by(self, cells: float) -> None:
+        off = viewport.clamp_offset(self.store.span_ns, self.zoom, self.offset_ns + cells * self.ns_per_cell)
+        self.post_message(ViewChanged(self.zoom, off))
+
+    def _on_mouse_scroll_down(self, event: MouseScrollDown) -> None:
+        if event.ctrl:
+            event.stop()
+            self._zoom_by(-1, event.x)
+        elif event.shift:
+            event.stop()
+            self._pan_by(self.lane_width / 8)
+        else:
+            super()._on_mouse_scroll_down(event)
+
+    def _on_mouse_scroll_up(self, event: MouseScrollUp) -> None:
+        if event.ctrl:
+            event.stop()
+            self._zoom_by(+1, event.x)
+        elif event.shift:
+            event.stop()
+            self._pan_by(-self.lane_width / 8)
+        else:
+            super()._on_mouse_scroll_up(event)
+
+    def _on_mouse_scroll_left(self, event: MouseScrollLeft) -> None:
+        event.stop()
+        self._pan_by(-self.lane_width / 8)
+
+    def _on_mouse_scroll_right(self, event: MouseScrollRight) -> None:
+        event.stop()
+        self._pan_by(self.lane_width / 8)
+
+
+class Ruler(Widget):
+    """The time axis above the timeline: ticks at 1/2/5 steps, times from the trace start."""
+
+    DEFAULT_CSS = """
+    Ruler { height: 1; color: $text-muted; }
+    """
+
+    zoom: reactive[int] = reactive(0)
+    """Zoom level (bound to the screen's)."""
+    offset_ns: reactive[int] = reactive(0)
+    """Window start (bound to the screen's)."""
+
+    def __init__(self, store: TraceStore, timeline: Timeline, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.store = store
+        self.timeline = timeline
+
+    def render_line(self, y: int) -> Strip:
+        lw = self.timeline.label_w
+        width = self.timeline.lane_width
+        ns = viewport.window_ns(self.store.span_ns, self.zoom) / width
+        tick = viewport.nice_tick(ns)
+        chars = [" "] * width
+        first = (self.offset_ns // tick + (1 if self.offset_ns % tick else 0)) * tick
+        t = first
+        while True:
+            x = int((t - self.offset_ns) / ns)
+            if x >= width:
+                break
+            text = "▏" + format_ns(t)
+            if x + len(text) <= width:
+                chars[x:x + len(text)] = list(text)
+            t += tick
+        head = f"×{2 ** self.zoom}" if self.zoom else "all"
+        return Strip([Segment(head[: lw - 1].ljust(lw), Style(color="#808080")),
+                      Segment("".join(chars), Style(color="#a0a0a0"))])

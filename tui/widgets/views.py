@@ -1,0 +1,281 @@
+"""The views beside the timeline: pipeline, waits, links, charts, problems (and the ring view, in ring.py).
+Each shows the analysis' results; none recomputes matching, waits or bandwidth."""
+
+from __future__ import annotations
+
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.reactive import reactive
+from textual.widgets import DataTable, Static
+
+from ..model.replay import format_bytes, format_ns, row_at_time
+from ..model.store import TraceStore
+from .palette import OP_COLORS
+from .plot import PlotChart
+from .ring import RingView
+from .timeline import Timeline
+
+__all__ = ["RingView", "PipelineView", "WaitsView", "LinksView", "ChartsView", "ProblemsView"]
+
+MAX_ROWS = 2000  # rows of a table view: the worst first; the timeline has the rest
+
+
+def _jump(widget, row: int) -> None:
+    widget.screen.jump_to(row)
+
+
+class PipelineView(Vertical):
+    """Stages × time (the ranks in stage order) with each stage's bubble fraction beside (P−1)/(M+P−1)."""
+
+    DEFAULT_CSS = """
+    PipelineView { height: 1fr; }
+    PipelineView > Static { height: auto; padding: 0 1; }
+    PipelineView Timeline { height: auto; max-height: 50%; }
+    """
+
+    playhead: reactive[int] = reactive(-1)
+    """Event row of the replay playhead."""
+    selection: reactive[int] = reactive(-1)
+    """Selected event row."""
+
+    def __init__(self, store: TraceStore, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.store = store
+
+    def compose(self) -> ComposeResult:
+        p = self.store.analysis.pipeline
+        if p is None:
+            yield Static("No pipeline found: this trace has no chain of stages passing activations by send/recv.\n"
+                         "(Pipeline-parallel jobs show here: stages × time with their bubbles.)")
+            return
+        stages = [self.store.rank_index[r] for r in p.stages if r in self.store.rank_index]
+        yield Static(Text.assemble(
+            ("Pipeline: ", "bold"), f"{len(p.stages)} stages, {p.micro_batches} micro-batches.  Bubble fraction ",
+            (f"{p.bubble_fraction:.1%}", "bold"), " measured vs ", (f"{p.expected_fraction:.1%}", "bold"),
+            " expected from (P−1)/(M+P−1).  ─ compute, █ send/recv, ▒ waiting in them (the bubble)."))
+        yield Timeline(self.store, rank_indices=stages).data_bind(PipelineView.playhead, PipelineView.selection)
+        table = Table(box=None, padding=(0, 2))
+        for col in ("stage", "rank", "window", "blocked", "bubble", ""):
+            table.add_column(col, justify="right" if col not in ("", "stage") else "left")
+        for s in p.per_stage:
+            bar = "█" * int(round(s.bubble_fraction * 30))
+            table.add_row(str(s.stage), f"r{s.rank}", format_ns(s.window_ns), format_ns(s.blocked_ns),
+                          f"{s.bubble_fraction:.1%}", Text(bar, style="#ff8c5a"))
+        yield Static(table)
+
+
+class WaitsView(Horizontal):
+    """Who waited how long for whom: stragglers first, then every collective by the wait it caused."""
+
+    DEFAULT_CSS = """
+    WaitsView { height: 1fr; }
+    WaitsView > Vertical { width: 1fr; }
+    WaitsView #stragglers { width: 48; }
+    WaitsView Static { height: auto; padding: 0 1; color: $text-muted; }
+    WaitsView DataTable { height: 1fr; }
+    """
+
+    def __init__(self, store: TraceStore, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.store = store
+        self._rows: list[int] = []
+
+    def compose(self) -> ComposeResult:
+        a = self.store.analysis
+        with Vertical(id="stragglers"):
+            yield Static("Stragglers: the wait each rank caused others (worst first), and its own wait")
+            t = DataTable(id="straggler-table", cursor_type="row", zebra_stripes=True)
+            t.add_columns("rank", "caused", "last at", "own wait")
+            for s in a.stragglers:
+                t.add_row(f"r{s.rank}", format_ns(s.delay_cost_ns), str(s.late_count),
+                          format_ns(a.waits.get(s.rank, 0)))
+            yield t
+        with Vertical():
+            yield Static("Collectives by total wait (enter: show in the timeline)")
+            t = DataTable(id="wait-table", cursor_type="row", zebra_stripes=True)
+            t.add_columns("op", "group", "#", "total wait", "skew", "last", "who waited longest")
+            colls = sorted((c for c in a.collectives if sum(c.wait_ns.values()) > 0),
+                           key=lambda c: -sum(c.wait_ns.values()))[:MAX_ROWS]
+            groups = self.store.table.groups
+            for c in colls:
+                worst = max(c.wait_ns, key=lambda r: c.wait_ns[r])
+                t.add_row(Text(c.op, style=OP_COLORS.get(c.op, "")), groups[c.gid].name, str(c.group_seq),
+                          format_ns(sum(c.wait_ns.values())), format_ns(c.skew_ns),
+                          f"r{c.last_arrival}" if c.last_arrival is not None else "—",
+                          f"r{worst} {format_ns(c.wait_ns[worst])}")
+                target = c.events.get(c.last_arrival) if c.last_arrival is not None else None
+                self._rows.append(target if target is not None else min(c.events.values()))
+            if not colls:
+                t.add_row("no collective had any rank waiting", "", "", "", "", "", "")
+            yield t
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        event.stop()
+        if event.data_table.id == "wait-table" and event.cursor_row < len(self._rows):
+            _jump(self, self._rows[event.cursor_row])
+        elif event.data_table.id == "straggler-table":
+            s = self.store.analysis.stragglers[event.cursor_row]
+            late = [c for c in self.store.analysis.collectives if c.last_arrival == s.rank and s.rank in c.events]
+            if late:
+                worst = max(late, key=lambda c: sum(c.wait_ns.values()))
+                _jump(self, worst.events[s.rank])
+
+
+def _heat(v: float, vmax: float) -> str:
+    if vmax <= 0 or v <= 0:
+        return "#202020"
+    f = min(1.0, v / vmax)
+    return "#%02x%02x%02x" % (int(40 + 215 * f), int(40 + 120 * f * (1 - f) * 2), int(90 * (1 - f)))
+
+
+class LinksView(VerticalScroll):
+    """The P2P communication matrix (src × dst: bytes, GB/s) as a heat map, and a chart per link."""
+
+    DEFAULT_CSS = """
+    LinksView { height: 1fr; }
+    LinksView Static { height: auto; padding: 0 1; }
+    LinksView PlotChart { height: 16; }
+    """
+
+    def __init__(self, store: TraceStore, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.store = store
+
+    def compose(self) -> ComposeResult:
+        links = self.store.analysis.links
+        if not links:
+            yield Static("No point-to-point traffic (send/recv) in this trace.")
+            return
+        yield Static(self.matrix())
+        yield PlotChart(self._draw)
+
+    def matrix(self):
+        links = self.store.analysis.links
+        ranks = sorted({l.src for l in links} | {l.dst for l in links})
+        by = {(l.src, l.dst): l for l in links}
+        bmax = max(l.bytes for l in links)
+        compact = len(ranks) > 12
+        table = Table(box=None, padding=(0, 1 if not compact else 0), title_justify="left",
+                      title="P2P bytes and GB/s, src (rows) → dst (columns); hotter is more bytes")
+        table.add_column("src\\dst", style="bold")
+        for r in ranks:
+            table.add_column(str(r) if not compact else str(r % 100).rjust(2), justify="center")
+        for s in ranks:
+            cells = []
+            for d in ranks:
+                link = by.get((s, d))
+                if link is None:
+                    cells.append(Text("  " if compact else "·", style="#404040"))
+                    continue
+                bg = _heat(link.bytes, bmax)
+                if compact:
+                    cells.append(Text("  ", style=f"on {bg}"))
+                else:
+                    gb = f"{link.gbps:.2g} GB/s" if link.gbps else "—"
+                    cells.append(Text(f"{format_bytes(link.bytes)}\n{gb}", style=f"bold on {bg}"))
+            table.add_row(f"r{s}", *cells)
+        return table
+
+    def _draw(self, fig) -> None:
+        links = sorted(self.store.analysis.links, key=lambda l: -(l.gbps or 0))[:24]
+        labels = [f"{l.src}>{l.dst}" for l in links]
+        fig.bar(labels, [l.gbps or 0 for l in links])
+        fig.title("GB/s per link (fastest first)")
+
+
+class ChartsView(Vertical):
+    """Bandwidth against message size per op (with the α-β model) and the durations of the playhead's op."""
+
+    DEFAULT_CSS = """
+    ChartsView { height: 1fr; }
+    ChartsView PlotChart { height: 1fr; }
+    """
+
+    playhead: reactive[int] = reactive(-1)
+    """Event row of the replay playhead: the histogram shows its op."""
+
+    def __init__(self, store: TraceStore, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.store = store
+
+    def compose(self) -> ComposeResult:
+        yield PlotChart(self._draw_bw, id="bw-chart")
+        yield PlotChart(self._draw_hist, id="hist-chart")
+
+    def watch_playhead(self, old: int, new: int) -> None:
+        t = self.store.table
+        if not self.is_mounted or (old >= 0 and new >= 0 and t.op[old] == t.op[new]):
+            return
+        for chart in self.query("#hist-chart"):
+            chart.replot()
+
+    def _draw_bw(self, fig) -> None:
+        by_op: dict[str, list] = {}
+        for c in self.store.analysis.collectives:
+            if c.busbw_gbps and c.bytes > 0:
+                by_op.setdefault(c.op, []).append(c)
+        if not by_op:
+            fig.title("no collective with a measured bandwidth")
+            return
+        for op, cs in sorted(by_op.items()):
+            sig = fig.signal([c.bytes for c in cs], [c.busbw_gbps for c in cs])
+            sig.label(op)
+            fig.draw(sig)
+            model = sorted((c.bytes, c.busbw_gbps * c.duration_ns / c.model_ns) for c in cs
+                           if c.model_ns and c.duration_ns)
+            if len(model) >= 2:
+                fit = fig.signal([m[0] for m in model], [m[1] for m in model])
+                fit.lines()
+                fit.label(f"{op} α-β")
+                fig.draw(fit)
+        fig.ruler(0).scale("log")
+        fig.title("busbw (GB/s) against message size (bytes)")
+
+    def _draw_hist(self, fig) -> None:
+        t = self.store.table
+        op = t.op[self.playhead] if self.playhead >= 0 else None
+        rows = range(len(t)) if op is None else (i for i in range(len(t)) if t.op[i] == op)
+        durs = [d / 1e3 for i in rows if (d := t.duration_ns(i)) is not None]
+        if not durs:
+            fig.title("no finished event")
+            return
+        fig.hist(durs, bins=30)
+        fig.title(f"durations of {op or 'all events'} (µs), {len(durs)} events")
+
+
+class ProblemsView(Vertical):
+    """The report's hangs, mismatches, divergences, unmatched messages and clock problems; enter jumps there."""
+
+    DEFAULT_CSS = """
+    ProblemsView { height: 1fr; }
+    ProblemsView Static { height: auto; padding: 0 1; }
+    ProblemsView DataTable { height: 1fr; }
+    """
+
+    def __init__(self, store: TraceStore, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.store = store
+
+    def compose(self) -> ComposeResult:
+        problems = self.store.analysis.problems
+        if not problems:
+            yield Static("No problems found: no hang, mismatch, divergence, unmatched message or clock violation.")
+            return
+        yield Static(f"{len(problems)} problem(s). enter: show in the timeline")
+        t = DataTable(id="problem-table", cursor_type="row", zebra_stripes=True)
+        t.add_columns("kind", "op", "#", "ranks", "what")
+        for p in problems[:MAX_ROWS]:
+            ranks = ",".join(map(str, p.ranks[:12])) + ("…" if len(p.ranks) > 12 else "")
+            t.add_row(Text(p.kind, style="bold red"), p.op or "", "" if p.group_seq is None else str(p.group_seq),
+                      ranks, p.message)
+        yield t
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        event.stop()
+        p = self.store.analysis.problems[event.cursor_row]
+        if p.events:
+            _jump(self, p.events[0])
+        elif p.time_ns is not None:
+            _jump(self, row_at_time(self.store, p.time_ns))
