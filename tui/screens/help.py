@@ -22,15 +22,16 @@ def keys_table(bindings: list[Binding]) -> Table:
     table.add_column()
     seen = set()
     for b in bindings:
-        if not b.description or b.description in seen:
+        what = b.tooltip or b.description
+        if not what or what in seen:
             continue
-        seen.add(b.description)
+        seen.add(what)
         keys = ", ".join(k.strip() for k in b.key.split(","))
         keys = keys.replace("plus", "+").replace("minus", "-").replace("question_mark", "?").replace("slash", "/")
         keys = keys.replace("space", "space").replace("less_than_sign", "<").replace("greater_than_sign", ">")
         keys = keys.replace("left_square_bracket", "[").replace("right_square_bracket", "]").replace("full_stop", ".")
         keys = keys.replace("equals_sign", "=")
-        table.add_row(keys, b.description)
+        table.add_row(keys, what)
     return table
 
 

@@ -59,10 +59,9 @@ class ViewerScreen(Screen):
     """Timeline, event list, detail, and the other views in tabs."""
 
     DEFAULT_CSS = """
-    ViewerScreen #lower { height: 45%; min-height: 6; }
+    ViewerScreen #lower { height: 1fr; min-height: 6; }
     ViewerScreen EventList { width: 1fr; }
-    ViewerScreen #side { width: 60; max-width: 50%; }
-    ViewerScreen #detail-scroll { height: 1fr; border-left: solid $primary-darken-2; }
+        ViewerScreen #detail-scroll { width: 56; max-width: 45%; height: 1fr; border-left: solid $primary-darken-2; }
     ViewerScreen TabPane { padding: 0; }
     """
 

@@ -17,7 +17,7 @@ from ..model.store import TraceStore
 from .messages import EventPicked
 from .palette import OP_COLORS
 
-HEADER = f"{'#':>7} {'time':>9} {'rank':<5}{'op':<15}{'seq':>5} {'bytes':>9} {'dur':>9} {'wait':>9}  site"
+HEADER = f"{'#':>7} {'time':>8} {'rank':<5}{'op':<15}{'seq':>4} {'bytes':>7} {'dur':>7} {'wait':>7}  site"
 SEL_STYLE = Style(bgcolor="#4a4a78", bold=True)
 PLAY_STYLE = Style(color="#ff8080", bold=True)
 
@@ -26,7 +26,7 @@ class EventList(ScrollView, can_focus=False):
     """All events; the selection is highlighted and kept in view, the playhead marked with ▶."""
 
     DEFAULT_CSS = """
-    EventList { height: 1fr; scrollbar-size-vertical: 1; }
+    EventList { height: 1fr; scrollbar-size-vertical: 1; scrollbar-size-horizontal: 0; }
     """
 
     playhead: reactive[int] = reactive(-1)
@@ -61,9 +61,9 @@ class EventList(ScrollView, can_focus=False):
         seq = t.group_seq[row]
         dur = t.duration_ns(row)
         w = self.store.wait_ns[row]
-        return (f"{row:>7} {format_ns(t.start_ns[row] - self.store.t0):>9} r{t.rank[row]:<4}{t.op[row]:<15}"
-                f"{'' if seq < 0 else seq:>5} {format_bytes(t.bytes[row]):>9} "
-                f"{format_ns(dur) if dur is not None else 'never':>9} {format_ns(w) if w else '':>9}  {t.site[row]}")
+        return (f"{row:>7} {format_ns(t.start_ns[row] - self.store.t0):>8} r{t.rank[row]:<4}{t.op[row]:<15}"
+                f"{'' if seq < 0 else seq:>4} {format_bytes(t.bytes[row]):>7} "
+                f"{format_ns(dur) if dur is not None else 'never':>7} {format_ns(w) if w else '':>7}  {t.site[row]}")
 
     def render_line(self, y: int) -> Strip:
         width = self.scrollable_content_region.width
@@ -79,8 +79,8 @@ class EventList(ScrollView, can_focus=False):
             op = self.store.table.op[row]
             base = SEL_STYLE if row == self.selection else Style()
             mark = Segment("▶" if row == self.playhead else " ", PLAY_STYLE + base)
-            segs = [mark, Segment(text[1:20], base), Segment(text[20:35], Style(color=OP_COLORS[op]) + base),
-                    Segment(text[35:], base)]
+            segs = [mark, Segment(text[1:19], base), Segment(text[19:34], Style(color=OP_COLORS[op]) + base),
+                    Segment(text[34:], base)]
             strip = Strip(segs).crop(int(self.scroll_x), int(self.scroll_x) + width).extend_cell_length(width, base)
             self._lines[key] = strip
         return strip

@@ -120,8 +120,8 @@ class RingView(Widget, can_focus=False):
         return line
 
     def _chunks(self, ranks, state, step: RingStep | None, n: int) -> Table:
-        table = Table(box=None, padding=(0, 1), title="what each rank holds of each chunk (ranks summed in)",
-                      title_justify="left", title_style="dim")
+        table = Table(box=None, padding=(0, 1), caption="n/N: how many ranks' data each copy of a chunk holds; "
+                      "▶ sent this step, ◀ received", caption_justify="left", caption_style="dim")
         table.add_column("rank", style="bold")
         cols = min(n, MAX_DRAWN)
         for c in range(cols):

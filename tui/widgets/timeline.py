@@ -39,7 +39,7 @@ class Timeline(ScrollView, can_focus=False):
     """Ranks × time. Bound to the screen's view state; posts EventPicked and ViewChanged up."""
 
     DEFAULT_CSS = """
-    Timeline { height: 1fr; min-height: 3; scrollbar-size-vertical: 1; }
+    Timeline { height: auto; max-height: 1fr; min-height: 2; scrollbar-size-vertical: 1; }
     """
 
     zoom: reactive[int] = reactive(0)

@@ -181,7 +181,7 @@ class LinksView(VerticalScroll):
     def _draw(self, fig) -> None:
         links = sorted(self.store.analysis.links, key=lambda l: -(l.gbps or 0))[:24]
         labels = [f"{l.src}>{l.dst}" for l in links]
-        fig.bar(labels, [l.gbps or 0 for l in links])
+        fig.draw(fig.bar(labels, [l.gbps or 0 for l in links]))
         fig.title("GB/s per link (fastest first)")
 
 
@@ -220,7 +220,7 @@ class ChartsView(Vertical):
             fig.title("no collective with a measured bandwidth")
             return
         for op, cs in sorted(by_op.items()):
-            sig = fig.signal([c.bytes for c in cs], [c.busbw_gbps for c in cs])
+            sig = fig.signal([c.bytes for c in cs], [c.busbw_gbps for c in cs], marker="●")
             sig.label(op)
             fig.draw(sig)
             model = sorted((c.bytes, c.busbw_gbps * c.duration_ns / c.model_ns) for c in cs
@@ -241,7 +241,7 @@ class ChartsView(Vertical):
         if not durs:
             fig.title("no finished event")
             return
-        fig.hist(durs, bins=30)
+        fig.draw(fig.hist(durs, bins=30))
         fig.title(f"durations of {op or 'all events'} (µs), {len(durs)} events")
 
 

@@ -1,0 +1,151 @@
+"""The disttrace viewer app: loads a trace in a worker thread behind a progress bar, then shows the viewer screen.
+
+`open_viewer(paths, step_mode=False) -> int` is the entry point for `disttrace view` and the demos. Small inputs
+are read before the app starts, so bad input ends as one line on stderr and exit code 2 without a screen.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from textual import work
+from textual.app import App, ComposeResult, SystemCommand
+from textual.containers import Center, Middle
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import Label, ProgressBar
+
+from disttrace.tracer.events import EventTable, TraceError
+
+from . import loading
+from .model.narration import Narration, load_narration
+from .model.store import TraceStore
+from .screens.viewer import ViewerScreen
+
+PRELOAD_BYTES = 8 << 20  # inputs smaller than this are read before the app starts
+
+
+class LoadProgress(Message):
+    """Progress of the loading worker (posted from its thread). Coalesces."""
+
+    def __init__(self, fraction: float, label: str) -> None:
+        super().__init__()
+        self.fraction = fraction
+        self.label = label
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, LoadProgress)
+
+
+class LoadingScreen(Screen):
+    DEFAULT_CSS = """
+    LoadingScreen Label { width: 100%; content-align: center middle; }
+    LoadingScreen ProgressBar { width: auto; }
+    """
+
+    def __init__(self, what: str) -> None:
+        super().__init__()
+        self.what = what
+
+    def compose(self) -> ComposeResult:
+        with Middle():
+            yield Label(f"disttrace: opening {self.what}", id="what")
+            with Center():
+                yield ProgressBar(total=100, id="bar", show_eta=False)
+            yield Label("", id="stage")
+
+    def on_load_progress(self, message: LoadProgress) -> None:
+        self.query_one(ProgressBar).update(progress=int(message.fraction * 100))
+        self.query_one("#stage", Label).update(message.label)
+
+
+class DisttraceApp(App[int]):
+    """`disttrace view`: the trace viewer and step-through debugger."""
+
+    CSS_PATH = "app.tcss"
+    TITLE = "disttrace"
+
+    def __init__(self, paths: list[str], step_mode: bool = False, table: EventTable | None = None,
+                 store: TraceStore | None = None, narration: Narration | None = None) -> None:
+        super().__init__()
+        self.paths = list(paths)
+        self.step_mode = step_mode
+        self.table = table
+        self.store = store
+        self.narration = narration
+        self.error: str | None = None
+        self.sub_title = " ".join(self.paths)
+
+    def on_mount(self) -> None:
+        if self.store is not None:
+            self._show(self.store, self.narration)
+            return
+        self.push_screen(LoadingScreen(" ".join(self.paths)))
+        self._load()
+
+    @work(thread=True, exclusive=True)
+    def _load(self) -> None:
+        screen = self.screen
+        last = [-1.0]
+
+        def progress(fraction: float, label: str) -> None:
+            if fraction - last[0] >= 0.01 or fraction >= 1.0:
+                last[0] = fraction
+                screen.post_message(LoadProgress(fraction, label))
+
+        try:
+            if self.table is not None:
+                store = loading.build_store(self.table, progress)
+                narration = self.narration if self.narration is not None else load_narration(self.paths)
+            else:
+                store, narration = loading.load_store(self.paths, progress)
+        except TraceError as e:
+            self.call_from_thread(self._fail, str(e))
+            return
+        self.call_from_thread(self._show, store, narration)
+
+    def _fail(self, message: str) -> None:
+        self.error = message
+        self.exit(2)
+
+    def _show(self, store: TraceStore, narration: Narration | None) -> None:
+        self.store = store
+        start = 0 if (self.step_mode or narration is not None or store.n_events) else -1
+        screen = ViewerScreen(store, narration, start_row=start if store.n_events else -1)
+        if narration is not None and narration.title:
+            self.sub_title = narration.title
+        if isinstance(self.screen, LoadingScreen):
+            self.switch_screen(screen)
+        else:
+            self.push_screen(screen)
+
+    def get_system_commands(self, screen: Screen):
+        yield from super().get_system_commands(screen)
+        if isinstance(screen, ViewerScreen):
+            for b in screen.BINDINGS:
+                if b.description and not b.action.startswith("app."):
+                    yield SystemCommand(f"{b.description} ({b.key.split(',')[0]})", b.description,
+                                        lambda action=b.action: self.run_action(action, screen))
+
+
+def open_viewer(paths: list[str], step_mode: bool = False) -> int:
+    """Open the viewer on trace dirs / events files; returns the exit code (2 with a message on bad input)."""
+    try:
+        table = None
+        store = narration = None
+        if loading.input_size(paths) < PRELOAD_BYTES:
+            store, narration = loading.load_store(paths)
+        else:
+            for p in paths:
+                if not os.path.exists(p):
+                    raise TraceError(f"{p}: no such file or directory")
+    except TraceError as e:
+        sys.stderr.write(f"disttrace view: error: {e}\n")
+        return 2
+    app = DisttraceApp(paths, step_mode=step_mode, table=table, store=store, narration=narration)
+    app.run()
+    if app.error:
+        sys.stderr.write(f"disttrace view: error: {app.error}\n")
+        return 2
+    return app.return_code or 0

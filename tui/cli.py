@@ -1,0 +1,19 @@
+"""`disttrace view TRACE...`: open traces in the terminal viewer."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("traces", nargs="+", metavar="TRACE",
+                        help="trace dir(s) written by `disttrace run` (several for several nodes), or a normalized "
+                             "events .jsonl file (`disttrace events` output)")
+    parser.add_argument("--step", action="store_true",
+                        help="start in step-through mode at the first event (n/N step, space plays)")
+
+
+def main(args: argparse.Namespace) -> int:
+    from .app import open_viewer
+
+    return open_viewer(list(args.traces), step_mode=args.step)

@@ -1,0 +1,79 @@
+"""Reading a trace for the viewer: the reader (or the .jsonl events file), the analysis, and the store.
+
+No Textual here: `load_store` runs in the app's worker thread and reports progress through a callback.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Callable
+
+from disttrace.tracer.events import EventTable, TraceError
+
+from .model.narration import Narration, load_narration
+from .model.store import TraceStore
+
+Progress = Callable[[float, str], None]
+
+
+def read_table(paths: list[str], progress: Progress | None = None) -> EventTable:
+    """The merged EventTable of trace dirs / events files (raises TraceError with a one-line message)."""
+    if not paths:
+        raise TraceError("no trace given")
+    try:
+        from disttrace.tracer.reader import load_trace
+    except ImportError:  # the reader of trace dirs is not there: events files still open
+        load_trace = None
+    if load_trace is not None:
+        return load_trace(list(paths), progress=progress)
+    from disttrace.tracer.events import read_jsonl
+
+    table = EventTable()
+    for p in paths:
+        if not os.path.exists(p):
+            raise TraceError(f"{p}: no such file or directory")
+        if os.path.isdir(p):
+            raise TraceError(f"{p}: reading trace directories needs disttrace.tracer.reader")
+        read_jsonl(p, table)
+    table.sort()
+    return table
+
+
+def build_store(table: EventTable, progress: Progress | None = None) -> TraceStore:
+    from disttrace.tracer.analysis import analyze
+
+    def sub(lo: float, hi: float) -> Progress | None:
+        if progress is None:
+            return None
+        return lambda f, label: progress(lo + (hi - lo) * f, label)
+
+    if not len(table):
+        raise TraceError("the trace has no events")
+    analysis = analyze(table, progress=sub(0.0, 0.8))
+    return TraceStore(table, analysis, progress=sub(0.8, 1.0))
+
+
+def load_store(paths: list[str], progress: Progress | None = None) -> tuple[TraceStore, Narration | None]:
+    def sub(lo: float, hi: float) -> Progress | None:
+        if progress is None:
+            return None
+        return lambda f, label: progress(lo + (hi - lo) * f, label)
+
+    table = read_table(paths, sub(0.0, 0.6))
+    return build_store(table, sub(0.6, 1.0)), load_narration(paths)
+
+
+def input_size(paths: list[str]) -> int:
+    """Bytes on disk of the inputs (to decide whether loading needs a progress bar)."""
+    total = 0
+    for p in paths:
+        if os.path.isdir(p):
+            for root, _dirs, files in os.walk(p):
+                for f in files:
+                    try:
+                        total += os.path.getsize(os.path.join(root, f))
+                    except OSError:
+                        pass
+        elif os.path.exists(p):
+            total += os.path.getsize(p)
+    return total
