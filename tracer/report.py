@@ -1,0 +1,278 @@
+"""`disttrace report TRACE...`: the analysis as a person-readable terminal report, or --json for scripts and CI.
+
+Exit code 0 when no problems were found, 1 when there are problems (hang, mismatch, divergence, unmatched P2P,
+clock violations), 2 for bad input (cli.py turns a TraceError into one line on stderr).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+from collections import defaultdict
+from statistics import median
+
+import orjson
+
+from .analysis import analyze, to_json
+from .analysis.model import Analysis
+from .analysis.units import fmt_bytes, fmt_gbps, fmt_ns, fmt_ranks
+from .events import TraceError
+
+PROBLEM_STYLE = {"hang": "bold red", "mismatch": "bold red", "divergence": "bold magenta", "unmatched": "yellow",
+                 "clock": "yellow"}
+
+
+def add_arguments(p) -> None:
+    p.add_argument("trace", nargs="+", metavar="TRACE",
+                   help="trace dir (several for a multi-node job) or a normalized events .jsonl file")
+    p.add_argument("--json", action="store_true", help="print the analysis as one JSON object (for scripts and CI)")
+    p.add_argument("--top", type=int, default=10, metavar="N", help="rows per table (default 10)")
+
+
+def load(paths: list[str], progress=None):
+    """The reader's load_trace; until it exists, normalized .jsonl files only."""
+    try:
+        from .reader import load_trace
+    except ImportError:
+        from .events import EventTable, read_jsonl
+
+        table = EventTable()
+        for path in paths:
+            if not os.path.isfile(path):
+                raise TraceError(f"{path}: not an events .jsonl file (this build reads no trace dirs yet)")
+            read_jsonl(path, table)
+        table.sort()
+        return table
+    return load_trace(list(paths), progress=progress)
+
+
+def main(args) -> int:
+    if args.top < 1:
+        raise TraceError("--top must be at least 1")
+    with _progress() as progress:
+        table = load(args.trace, progress and (lambda f, label: progress(f * 0.5, f"loading: {label}")))
+        a = analyze(table, progress and (lambda f, label: progress(0.5 + f * 0.5, f"analyzing: {label}")))
+    if args.json:
+        sys.stdout.buffer.write(orjson.dumps(to_json(a), option=orjson.OPT_APPEND_NEWLINE))
+        sys.stdout.flush()
+    else:
+        render(a, args.top)
+    return 1 if a.problems else 0
+
+
+class _progress:
+    """A rich progress bar on stderr, only when stderr is a terminal; yields callable(fraction, label) or None."""
+
+    def __enter__(self):
+        self.bar = None
+        if not sys.stderr.isatty():
+            return None
+        from rich.console import Console
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.bar = Progress(TextColumn("{task.description:<28}"), BarColumn(), TimeElapsedColumn(),
+                            console=Console(stderr=True), transient=True)
+        self.bar.start()
+        task = self.bar.add_task("loading", total=1.0)
+        return lambda f, label: self.bar.update(task, completed=min(1.0, f), description=label)
+
+    def __exit__(self, *exc):
+        if self.bar is not None:
+            self.bar.stop()
+        return False
+
+
+# -- the person-readable report -----------------------------------------------------------------------------
+
+def render(a: Analysis, top: int = 10, console=None) -> None:
+    from rich.console import Console
+
+    if console is None:
+        # piped or captured output gets a width that fits the tables rather than rich's default of 80
+        console = Console() if sys.stdout.isatty() or os.environ.get("COLUMNS") else Console(width=120)
+    t = a.table
+    span = a.span_ns[1] - a.span_ns[0]
+    hosts = sorted({info.host for info in t.ranks.values() if info.host})
+    console.print(f"[bold]disttrace report[/]: {len(t):,} events, {len(t.ranks)} ranks"
+                  f"{f' on {len(hosts)} host(s)' if hosts else ''}, {len(t.groups)} group(s), {fmt_ns(span)}; "
+                  f"{len(a.collectives):,} collectives, {len(a.p2p):,} P2P messages")
+    for w in list(t.warnings) + a.notes:
+        console.print(f"[yellow]note:[/] {w}")
+    _problems(console, a, top)
+    _waits(console, a, top, span)
+    _collectives(console, a, top)
+    _links(console, a, top)
+    _pipeline(console, a)
+    _models(console, a)
+    if a.problems:
+        console.print(f"[bold red]{len(a.problems)} problem(s) found.[/]")
+    else:
+        console.print("[green]No problems found.[/]")
+
+
+def _table(title: str, *columns: str):
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left", title_style="bold")
+    for c in columns:
+        table.add_column(c, justify="left" if c in ("kind", "where", "message", "op", "group", "site") else "right",
+                         overflow="fold")
+    return table
+
+
+def _group(a: Analysis, gid: int) -> str:
+    return a.table.groups[gid].name
+
+
+def _problems(console, a: Analysis, top: int) -> None:
+    if not a.problems:
+        return
+    table = _table(f"Problems ({len(a.problems)})", "kind", "where", "ranks", "message")
+    for p in a.problems[:top]:
+        where = p.op or ""
+        if p.group_seq is not None:
+            where += f" #{p.group_seq}"
+        if p.group_ranks:
+            where += f" {list(p.group_ranks)}"
+        table.add_row(f"[{PROBLEM_STYLE.get(p.kind, 'red')}]{p.kind}[/]", where, ",".join(map(str, p.ranks)),
+                      p.message)
+    console.print(table)
+    if len(a.problems) > top:
+        console.print(f"… and {len(a.problems) - top} more (--top N, or --json for all)")
+
+
+def _waits(console, a: Analysis, top: int, span: int) -> None:
+    if not a.waits:
+        return
+    cost = {s.rank: s for s in a.stragglers}
+    table = _table("Waits per rank (time blocked for late peers) and the waiting each rank caused",
+                   "rank", "waited", "% of trace", "caused others", "arrived last")
+    ranks = sorted(a.waits, key=lambda r: -a.waits[r])
+    shown = sorted(set(ranks[:top]) | {s.rank for s in a.stragglers[:3]})
+    for r in shown:
+        s = cost.get(r)
+        table.add_row(str(r), fmt_ns(a.waits[r]), f"{100 * a.waits[r] / span:.1f}%" if span else "-",
+                      fmt_ns(s.delay_cost_ns) if s else "-", str(s.late_count) if s else "-")
+    console.print(table)
+    worst = a.stragglers[0] if a.stragglers else None
+    if worst and worst.delay_cost_ns > 0:
+        console.print(f"Straggler: [bold]rank {worst.rank}[/] made the others wait {fmt_ns(worst.delay_cost_ns)} "
+                      f"in all; it arrived last at {worst.late_count} collective(s).")
+    if len(a.waits) > 1 and any(a.waits.values()):
+        by_rank = sorted(a.waits)[:64]
+        _chart(console, "waits per rank (ms)", "bar", [str(r) for r in by_rank], [a.waits[r] / 1e6 for r in by_rank])
+
+
+def _collectives(console, a: Analysis, top: int) -> None:
+    if not a.collectives:
+        return
+    agg: dict[tuple, list] = defaultdict(list)
+    for c in a.collectives:
+        agg[(c.op, c.gid, c.bytes)].append(c)
+    table = _table("Collectives by op, group and size", "op", "group", "size", "count", "skew (median)",
+                   "time (median)", "busbw (median)", "model", "slow")
+    rows = sorted(agg.items(), key=lambda kv: -sum(c.duration_ns or 0 for c in kv[1]))
+    for (op, gid, nbytes), cs in rows[:top]:
+        durs = [c.duration_ns for c in cs if c.duration_ns is not None]
+        bws = [c.busbw_gbps for c in cs if c.busbw_gbps is not None]
+        models = [c.model_ns for c in cs if c.model_ns is not None]
+        table.add_row(op, _group(a, gid), fmt_bytes(nbytes), str(len(cs)), fmt_ns(median(c.skew_ns for c in cs)),
+                      fmt_ns(median(durs)) if durs else "-", fmt_gbps(median(bws)) if bws else "-",
+                      fmt_ns(median(models)) if models else "-", str(sum(c.slow for c in cs)))
+    console.print(table)
+    waited = sorted((c for c in a.collectives if c.wait_ns), key=lambda c: -sum(c.wait_ns.values()))
+    waited = [c for c in waited[:top] if sum(c.wait_ns.values()) > 0]
+    if waited:
+        table = _table("Collectives that made ranks wait most", "op", "group", "size", "skew", "last to arrive",
+                       "total wait", "time", "busbw")
+        for c in waited:
+            table.add_row(f"{c.op} #{c.group_seq}", _group(a, c.gid), fmt_bytes(c.bytes), fmt_ns(c.skew_ns),
+                          f"rank {c.last_arrival}", fmt_ns(sum(c.wait_ns.values())), fmt_ns(c.duration_ns),
+                          fmt_gbps(c.busbw_gbps))
+        console.print(table)
+    points = [(c.bytes, c.busbw_gbps) for c in a.collectives if c.busbw_gbps is not None and c.bytes > 0]
+    if len({b for b, _ in points}) >= 2:
+        by_size: dict[int, list[float]] = defaultdict(list)
+        for b, bw in points:
+            by_size[b].append(bw)
+        sizes = sorted(by_size)
+        _chart(console, "collective busbw (GB/s, median) against message size", "scatter",
+               sizes, [median(by_size[s]) for s in sizes], log_x=True)
+
+
+def _links(console, a: Analysis, top: int) -> None:
+    if not a.links:
+        return
+    table = _table("Point-to-point links (communication matrix)", "src → dst", "bytes", "messages", "transfer time",
+                   "bandwidth")
+    for link in sorted(a.links, key=lambda k: -k.bytes)[:top]:
+        table.add_row(f"{link.src} → {link.dst}", fmt_bytes(link.bytes), str(link.messages), fmt_ns(link.transfer_ns),
+                      fmt_gbps(link.gbps))
+    console.print(table)
+    ls = sum(m.late_sender_ns for m in a.p2p)
+    lr = sum(m.late_receiver_ns for m in a.p2p)
+    if ls or lr:
+        console.print(f"Late sender (receivers waited): {fmt_ns(ls)}; late receiver (senders waited): {fmt_ns(lr)}.")
+
+
+def _pipeline(console, a: Analysis) -> None:
+    p = a.pipeline
+    if p is None:
+        return
+    console.print(f"[bold]Pipeline[/]: {len(p.stages)} stages ({' → '.join(map(str, p.stages))}), "
+                  f"{p.micro_batches} micro-batches; bubble {p.bubble_fraction:.1%} "
+                  f"(GPipe's (P-1)/(M+P-1) = {p.expected_fraction:.1%})")
+    by_stage: dict[int, list] = defaultdict(list)
+    for s in p.per_stage:
+        by_stage[s.stage].append(s)
+    if all(len(v) == 1 for v in by_stage.values()):
+        table = _table("Pipeline bubble per stage", "stage", "rank", "window", "blocked", "bubble")
+        for stage, (s,) in sorted(by_stage.items()):
+            table.add_row(str(stage), str(s.rank), fmt_ns(s.window_ns), fmt_ns(s.blocked_ns),
+                          f"{s.bubble_fraction:.1%}")
+    else:  # several pipelines (data or tensor parallel replicas): one row per stage
+        table = _table(f"Pipeline bubble per stage over {len(by_stage[0])} pipelines", "stage", "ranks", "blocked",
+                       "bubble (mean)", "min", "max")
+        for stage, ss in sorted(by_stage.items()):
+            fr = [s.bubble_fraction for s in ss]
+            table.add_row(str(stage), fmt_ranks(s.rank for s in ss).removeprefix("ranks "),
+                          fmt_ns(sum(s.blocked_ns for s in ss) / len(ss)), f"{sum(fr) / len(fr):.1%}",
+                          f"{min(fr):.1%}", f"{max(fr):.1%}")
+    console.print(table)
+
+
+def _models(console, a: Analysis) -> None:
+    if not a.models:
+        return
+    table = _table("Alpha-beta model fitted from this trace (t = alpha + volume x beta)", "op", "alpha (latency)",
+                   "1/beta (bandwidth)", "samples")
+    for op, m in sorted(a.models.items()):
+        table.add_row(op, fmt_ns(m.alpha_ns), fmt_gbps(1 / m.beta_ns_per_byte) if m.beta_ns_per_byte > 0 else "-",
+                      str(m.samples))
+    console.print(table)
+
+
+def _chart(console, title: str, kind: str, xs, ys, log_x: bool = False) -> None:
+    """A plotext chart printed as plain text (colour would not survive pipes and logs)."""
+    if console.width < 40:
+        return
+    import plotext as plt
+    from rich.text import Text
+
+    f = plt.figure
+    f.clear()
+    plt.terminal.limit(False, False)
+    f.plot_size(min(console.width, 100), 14)
+    if kind == "bar":
+        f.draw(f.bar(xs, ys))
+    else:
+        if log_x:  # log2 by hand: plotext's log scale loses the points
+            labels = [fmt_bytes(x) for x in xs]
+            xs = [math.log2(x) for x in xs]
+        f.draw(f.signal(xs, ys, marker="dot"))
+        if log_x:
+            f.ruler(0).ticks(xs, labels)
+    f.title(title)
+    console.print(Text(plt.uncolorize(f.build())))
+    f.clear()
