@@ -93,10 +93,11 @@ class Group:
 class Event:
     """An op in flight. `sync`: ends at the next wait() on this thread; `waited`: the user called wait()."""
 
-    __slots__ = ("id", "tensors", "sync", "ended", "cuda", "work", "peer_any")
+    __slots__ = ("id", "tensors", "sync", "ended", "cuda", "work", "peer_any", "group", "seq")
 
-    def __init__(self, id, tensors, sync, cuda):
-        self.id, self.tensors, self.sync, self.cuda = id, tensors, sync, cuda
+    def __init__(self, id, tensors, sync, cuda, group):
+        self.id, self.tensors, self.sync, self.cuda, self.group = id, tensors, sync, cuda, group
+        self.seq = None
         self.ended = False
         self.work = None
         self.peer_any = False
@@ -131,6 +132,10 @@ class Tracer:
         restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
         name = f"rank-{self.rank:05d}-{self.host}-{self.pid}" + (f"-r{restart}" if restart != "0" else "")
         self.path = os.path.join(out_dir, name + ".jsonl")
+        n = 1
+        while os.path.exists(self.path):  # a second trace() block in the same process
+            n += 1
+            self.path = os.path.join(out_dir, f"{name}-s{n}.jsonl")
         self.rec = Recorder(self.path)
         self._ids = itertools.count()
         self._gidx = itertools.count()
@@ -193,7 +198,7 @@ class Tracer:
         else:
             is_async = api not in SYNC_P2P_APIS and spec.name != "monitored_barrier_"
         cuda = first is not None and first.is_cuda
-        ev = Event(next(self._ids), None, not is_async, cuda)
+        ev = Event(next(self._ids), None, not is_async, cuda, g)
         rec = {"k": "b", "i": ev.id, "op": spec.op, "api": api, "g": g.gidx, "t": 0}
         if spec.op not in ("send", "recv"):
             rec["gs"] = g.next_seq
@@ -232,11 +237,10 @@ class Tracer:
     def issued(self, ev: Event, result) -> None:
         """The backend accepted the op; `result` is what the c10d op returned (Work, or (tensors, Work))."""
         work = result[-1] if isinstance(result, tuple) else result
-        if ev.group is not None:
-            try:  # the backend's own sequence number: Flight Recorder's id for this op
-                self.rec.write({"k": "q", "i": ev.id, "seq": ev.group.pg._get_sequence_number_for_group()})
-            except Exception:  # noqa: BLE001
-                pass
+        try:  # the backend's own sequence number, read right after issue: Flight Recorder's id for this op
+            ev.seq = ev.group.pg._get_sequence_number_for_group()
+        except Exception:  # noqa: BLE001
+            pass
         if work is None or not isinstance(work, torch.ScriptObject):
             self.complete(ev)  # the backend finished it synchronously (monitored_barrier, ...)
             return
@@ -272,6 +276,8 @@ class Tracer:
             return
         ev.ended = True
         rec = {"k": "e", "i": ev.id, "t": t or time.monotonic_ns()}
+        if ev.seq is not None:
+            rec["seq"] = ev.seq
         if err is not None:
             rec["st"] = "error"
             rec["err"] = f"{type(err).__name__}: {err}"[:1000]

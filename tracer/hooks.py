@@ -55,6 +55,27 @@ def active() -> Tracer | None:
     return _tracer
 
 
+def uninstall() -> None:
+    """Stop tracing and take every hook out again (the programmatic trace() block ends)."""
+    global _lib, _installed
+    stop()
+    _config.clear()
+    if _lib is not None:
+        _lib._destroy()
+        _lib = None
+    Work = dist.distributed_c10d.Work
+    orig = getattr(Work.wait, "_disttrace_orig", None)
+    if orig is not None:
+        Work.wait = orig
+    c10d = dist.distributed_c10d
+    for name in ("init_process_group", "destroy_process_group"):
+        orig = getattr(getattr(c10d, name), "_disttrace_orig", None)
+        if orig is not None:
+            setattr(c10d, name, orig)
+            setattr(dist, name, orig)
+    _installed = False
+
+
 # -- lifecycle ---------------------------------------------------------------------------------------
 def _patch_lifecycle() -> None:
     c10d = dist.distributed_c10d
@@ -73,6 +94,8 @@ def _patch_lifecycle() -> None:
             _align_clock("end", timeout_s=3.0)
         return orig_destroy(group)
 
+    init_process_group._disttrace_orig = orig_init  # type: ignore[attr-defined]
+    destroy_process_group._disttrace_orig = orig_destroy  # type: ignore[attr-defined]
     for module in (c10d, dist):
         module.init_process_group = init_process_group
         module.destroy_process_group = destroy_process_group
@@ -201,5 +224,6 @@ def _patch_work_wait() -> None:
         return result
 
     wait._disttrace = True  # type: ignore[attr-defined]
+    wait._disttrace_orig = orig  # type: ignore[attr-defined]
     wait.__doc__ = orig.__doc__
     Work.wait = wait

@@ -45,9 +45,15 @@ def load_trace(paths: list[str] | str, progress: Progress | None = None) -> Even
     for p in paths:
         if os.path.isdir(p):
             files = find_rank_files(p)
-            if not files:
-                raise TraceError(f"{p}: not a disttrace trace (no rank-*.jsonl files in it)")
-            rank_files += files
+            if files:
+                rank_files += files
+                continue
+            from . import flightrec  # a directory of PyTorch Flight Recorder dumps, perhaps
+
+            if flightrec.is_fr_dir(p):
+                flightrec.load_fr_dir(p, table)
+                continue
+            raise TraceError(f"{p}: not a disttrace trace (no rank-*.jsonl files in it)")
         elif os.path.isfile(p):
             read_jsonl(p, table)
         elif not os.path.exists(p):
@@ -214,7 +220,7 @@ def _append_rank(rf: _RankFile, table: EventTable) -> None:
             w = waits.get(i)
             values = (rank, gid, b.get("gs", NONE), _peer(b, e), b.get("root", NONE), b.get("bytes", 0), start,
                       align(_INT(e["t"])) if e else NONE, align(_INT(w["t0"])) if w else NONE,
-                      align(_INT(w["t1"])) if w else NONE, b.get("seq", NONE), b.get("tag", NONE), i)
+                      align(_INT(w["t1"])) if w else NONE, (e or b).get("seq", NONE), b.get("tag", NONE), i)
             # validate all before appending any, so that columns stay the same length
             for v in values:
                 if type(v) is not int:

@@ -1,0 +1,120 @@
+"""Recording overhead, measured side by side in one run: traced / untraced time per op.
+
+    python benchmarks/bench_recorder.py [--iters 2000] [--rounds 5]
+
+Starts 2 ranks on gloo with torchrun (this file is also the worker). Each round runs the same loop untraced and
+traced in every summaries mode, alternating, so that the machine's noise hits all of them alike; the ratio of
+the medians over rounds is printed. Cases:
+- 2000 all_reduces of 4 KiB (goal: default mode <= 1.05x), and of 1 MiB;
+- a DDP training step of a small MLP (goal <= 1.03x);
+- a compute-only step, forward/backward with no collective (goal <= 1.01x): the dispatcher hooks are on
+  the c10d operators only, so ordinary aten ops must not pay anything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def _worker(iters: int, rounds: int) -> None:
+    import torch
+    import torch.distributed as dist
+
+    from disttrace.tracer import trace
+
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    tmp = tempfile.mkdtemp(prefix="disttrace-bench-")
+    torch.manual_seed(0)
+
+    def allreduce_loop(numel: int, n: int):
+        t = torch.ones(numel)
+
+        def run():
+            for _ in range(n):
+                dist.all_reduce(t)
+        return run
+
+    model = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.GELU(), torch.nn.Linear(1024, 256))
+    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    opt = torch.optim.SGD(ddp.parameters(), lr=1e-3)
+    x = torch.randn(64, 256)
+
+    def ddp_loop(n: int):
+        def run():
+            for _ in range(n):
+                opt.zero_grad()
+                ddp(x).square().mean().backward()
+                opt.step()
+        return run
+
+    local = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.GELU(), torch.nn.Linear(1024, 256))
+
+    def compute_loop(n: int):
+        def run():
+            for _ in range(n):
+                local(x).square().mean().backward()
+        return run
+
+    cases = [
+        ("all_reduce 4 KiB", allreduce_loop(1024, iters), iters),
+        ("all_reduce 1 MiB", allreduce_loop(256 * 1024, max(iters // 10, 20)), max(iters // 10, 20)),
+        ("DDP training step", ddp_loop(max(iters // 20, 20)), max(iters // 20, 20)),
+        ("compute only (no collective)", compute_loop(max(iters // 20, 20)), max(iters // 20, 20)),
+    ]
+    modes = ["untraced", "off", "stats", "full"]
+    results: dict = {}
+    for name, run, n in cases:
+        run()  # warm up
+        times = {m: [] for m in modes}
+        for r in range(rounds):
+            for m in modes:
+                dist.barrier()
+                if m == "untraced":
+                    t0 = time.perf_counter()
+                    run()
+                    times[m].append(time.perf_counter() - t0)
+                else:
+                    with trace(out=os.path.join(tmp, f"{name[:3]}-{m}-{r}"), summaries=m):
+                        dist.barrier()
+                        t0 = time.perf_counter()
+                        run()
+                        times[m].append(time.perf_counter() - t0)
+        results[name] = ({m: statistics.median(v) / n * 1e6 for m, v in times.items()}, n)
+    if rank == 0:
+        goals = {"all_reduce 4 KiB": 1.05, "DDP training step": 1.03, "compute only (no collective)": 1.01}
+        print(f"{'case':32} {'untraced':>11} {'off':>14} {'stats':>14} {'full':>14}   goal (default mode)")
+        for name, (us, n) in results.items():
+            base = us["untraced"]
+            cells = [f"{us[m]:9.1f} µs"] + [f"{us[m] / base:6.3f}x ({us[m] - base:+.1f})" for m in modes[1:]]
+            goal = goals.get(name)
+            verdict = "" if goal is None else (f"<= {goal:.2f}x " + ("met" if us["off"] / base <= goal else "MISSED"))
+            print(f"{name:32} {cells[0]:>11} {cells[1]:>14} {cells[2]:>14} {cells[3]:>14}   {verdict}")
+        print(f"(per op or per step; median of {rounds} alternating rounds; ratio = traced / untraced; "
+              f"in parentheses the µs added)")
+    dist.destroy_process_group()
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--iters", type=int, default=2000)
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    a = p.parse_args()
+    if a.worker:
+        _worker(a.iters, a.rounds)
+        return 0
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", __file__,
+           "--worker", "--iters", str(a.iters), "--rounds", str(a.rounds)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.call(cmd, env=env)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
