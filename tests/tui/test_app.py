@@ -1,0 +1,239 @@
+"""The viewer driven by keys (Textual's Pilot) on a small real trace: keys -> view state."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import orjson
+import pytest
+from textual.widgets import TabbedContent
+
+from disttrace.tui.app import DisttraceApp
+from disttrace.tui.screens.help import HelpScreen
+from disttrace.tui.screens.viewer import ViewerScreen
+from disttrace.tui.widgets.detail import detail_table
+from disttrace.tui.widgets.timeline import Timeline
+
+from tui_helpers import PIPELINE_JOB, TUI_JOB, fixture_store
+
+SIZE = (120, 40)
+
+
+def app_on(path=TUI_JOB, **kw) -> DisttraceApp:
+    return DisttraceApp([str(path)], store=fixture_store(path), **kw)
+
+
+async def viewer(pilot) -> ViewerScreen:
+    await pilot.pause()
+    screen = pilot.app.screen
+    assert isinstance(screen, ViewerScreen)
+    return screen
+
+
+async def test_stepping_by_event_and_by_collective():
+    async with app_on().run_test(size=SIZE) as pilot:
+        v = await viewer(pilot)
+        t = v.store.table
+        assert v.playhead == 0 and v.selection == 0
+        await pilot.press("n", "n", "n")
+        assert v.playhead == 3 and v.selection == 3
+        await pilot.press("p")
+        assert v.playhead == 2
+        await pilot.press("N")  # the next collective after the all_reduce: all_gather, earliest arrival
+        assert t.op[v.playhead] == "all_gather"
+        first = min((i for i in range(len(t)) if t.op[i] == "all_gather"), key=lambda i: t.start_ns[i])
+        assert v.playhead == first
+        await pilot.press("N", "N", "N")
+        assert t.op[v.playhead] == "barrier"
+        await pilot.press("P")
+        assert t.op[v.playhead] == "broadcast"
+        # the focused rank follows the playhead
+        assert v.store.rows[v.focused_rank].rank == t.rank[v.playhead]
+
+
+async def test_same_collective_on_other_ranks_and_matching_recv():
+    async with app_on().run_test(size=SIZE) as pilot:
+        v = await viewer(pilot)
+        t = v.store.table
+        inst = v.store.instance(v.playhead)
+        seen = {t.rank[v.selection]}
+        for _ in range(3):
+            await pilot.press("o")
+            assert v.store.instance(v.selection) is inst
+            seen.add(t.rank[v.selection])
+        assert seen == {0, 1, 2, 3}
+        assert v.playhead == 0  # o moves the selection, not the playhead
+        send = next(i for i in range(len(t)) if t.op[i] == "send" and t.rank[i] == 0)
+        v.playhead = send
+        await pilot.press("m")
+        assert t.op[v.selection] == "recv" and t.rank[v.selection] == 1 and t.peer[v.selection] == 0
+        await pilot.press("m")
+        assert v.selection == send
+
+
+async def test_zoom_pan_and_ranks():
+    async with app_on().run_test(size=SIZE) as pilot:
+        v = await viewer(pilot)
+        await pilot.press("plus", "plus")
+        assert v.zoom == 2
+        await pilot.press("l")
+        after_right = v.offset_ns
+        await pilot.press("h", "h")
+        assert v.offset_ns < after_right
+        await pilot.press("minus")
+        assert v.zoom == 1
+        await pilot.press("f")
+        assert (v.zoom, v.offset_ns) == (0, 0)
+        k = v.focused_rank
+        await pilot.press("j")
+        assert v.focused_rank == min(k + 1, 3)
+        # the selection follows to the same collective on the newly focused rank
+        assert v.store.table.rank[v.selection] == v.store.rows[v.focused_rank].rank
+        assert v.store.instance(v.selection) is v.store.instance(v.playhead)
+        await pilot.press("k")
+        assert v.focused_rank == k
+
+
+async def test_play_pause_advances_the_playhead():
+    async with app_on().run_test(size=SIZE) as pilot:
+        v = await viewer(pilot)
+        await pilot.press(">", ">")  # 5 -> 10 -> 25 events a second
+        assert v.speed == 25
+        await pilot.press("space")
+        assert v.playing
+        await pilot.pause(0.4)
+        await pilot.press("space")
+        assert not v.playing
+        stopped = v.playhead
+        assert 3 <= stopped < v.store.n_events - 1
+        await pilot.pause(0.1)
+        assert v.playhead == stopped
+
+
+async def test_goto_and_search_prompts():
+    async with app_on().run_test(size=SIZE) as pilot:
+        v = await viewer(pilot)
+        await pilot.press("g", *"#20", "enter")
+        await pilot.pause()
+        assert v.playhead == 20
+        await pilot.press("slash", *"barrier rank=2", "enter")
+        await pilot.pause()
+        t = v.store.table
+        assert t.op[v.playhead] == "barrier" and t.rank[v.playhead] == 2
+
+
+async def test_views_switch_and_help():
+    async with app_on().run_test(size=SIZE) as pilot:
+        v = await viewer(pilot)
+        tabs = v.query_one(TabbedContent)
+        for key, name in zip("2345671", ("ring", "pipeline", "waits", "links", "charts", "problems", "timeline")):
+            await pilot.press(key)
+            assert tabs.active == name
+        await pilot.press("question_mark")
+        assert isinstance(pilot.app.screen, HelpScreen)
+        await pilot.press("escape")
+        assert isinstance(pilot.app.screen, ViewerScreen)
+
+
+async def test_waits_view_jumps_to_the_straggler():
+    async with app_on().run_test(size=SIZE) as pilot:
+        v = await viewer(pilot)
+        await pilot.press("4")
+        await pilot.pause()
+        await pilot.press("enter")  # the collective with the most waiting: the barrier rank 2 was late to
+        await pilot.pause()
+        t = v.store.table
+        assert t.op[v.playhead] == "barrier" and t.rank[v.playhead] == 2
+        assert v.query_one(TabbedContent).active == "timeline"
+
+
+async def test_ring_view_steps():
+    async with app_on().run_test(size=SIZE) as pilot:
+        v = await viewer(pilot)
+        await pilot.press("2")
+        await pilot.press("right_square_bracket", "right_square_bracket")
+        assert v.ring_step == 1
+        for _ in range(10):
+            await pilot.press("right_square_bracket")
+        assert v.ring_step == 5  # all_reduce over 4 ranks: 2(N-1) = 6 steps
+        await pilot.press("n")
+        assert v.ring_step == -1  # a new playhead starts the ring from the beginning
+
+
+async def test_click_on_timeline_picks_the_event_there():
+    async with app_on().run_test(size=SIZE) as pilot:
+        v = await viewer(pilot)
+        tl = v.query_one(Timeline)
+        # click rank 2's lane in the middle of the long barrier wait of the others: rank 2 was computing
+        # (sleeping) there, so the nearest event on its lane is picked
+        y = v.store.rank_index[0]
+        x = tl.label_w + tl.lane_width // 2
+        await pilot.click(Timeline, offset=(x, y))
+        t = v.store.table
+        assert t.rank[v.playhead] == 0 and t.op[v.playhead] == "barrier"
+
+
+def test_detail_shows_values_wait_and_bandwidth():
+    s = fixture_store()
+    t = s.table
+    from rich.console import Console
+
+    def text(row):
+        c = Console(width=100, record=True, file=open("/dev/null", "w"))
+        c.print(detail_table(s, row))
+        return c.export_text()
+
+    bcast = next(i for i in range(len(t)) if t.op[i] == "broadcast" and t.rank[i] == 0)
+    out = text(bcast)
+    assert "root" in out and "[0, 1, 2, 3]" in out  # the recorded values of the broadcast tensor
+    barrier = next(i for i in range(len(t)) if t.op[i] == "barrier" and t.rank[i] == 0)
+    out = text(barrier)
+    assert "wait_at_barrier" in out and "last to arrive: rank 2" in out
+    ar = next(i for i in range(len(t)) if t.op[i] == "all_reduce")
+    assert "busbw" in text(ar)
+    send = next(i for i in range(len(t)) if t.op[i] == "send")
+    assert "recv on rank" in text(send)
+
+
+async def test_pipeline_view_shows_stages():
+    async with app_on(PIPELINE_JOB).run_test(size=SIZE) as pilot:
+        v = await viewer(pilot)
+        await pilot.press("3")
+        await pilot.pause()
+        tl = v.query("PipelineView Timeline").first()
+        assert tl.rank_indices == [v.store.rank_index[r] for r in v.store.analysis.pipeline.stages]
+
+
+# -- bad input: one line, exit 2, no traceback, no screen ----------------------------------------------
+
+def run_view(*args):
+    return subprocess.run([sys.executable, "-m", "disttrace", "view", *map(str, args)], capture_output=True,
+                          text=True, timeout=60, stdin=subprocess.DEVNULL)
+
+
+@pytest.mark.parametrize("case", ["missing", "not_a_trace", "empty_file", "empty_dir", "newer"])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, case):
+    if case == "missing":
+        target = tmp_path / "nope"
+    elif case == "not_a_trace":
+        target = tmp_path / "notes.txt"
+        target.write_text("hello, this is not a trace\n")
+    elif case == "empty_file":
+        target = tmp_path / "events.jsonl"
+        target.write_text("")
+    elif case == "empty_dir":
+        target = tmp_path / "trace"
+        target.mkdir()
+    else:
+        target = tmp_path / "events.jsonl"
+        ev = orjson.loads(TUI_JOB.read_bytes().splitlines()[0])
+        ev["v"] = 99
+        target.write_bytes(orjson.dumps(ev) + b"\n")
+    proc = run_view(target)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("disttrace view: error:"), proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stdout == ""
+    if case == "newer":
+        assert "newer" in lines[0]

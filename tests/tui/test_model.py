@@ -1,0 +1,161 @@
+"""The viewer's model (no Textual): level of detail, viewport, replay stepping, ring schedules, narration."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from disttrace.tracer.events import TraceError
+from disttrace.tui.model import viewport
+from disttrace.tui.model.narration import load_narration
+from disttrace.tui.model.replay import parse_goto, row_at_time, search, step_collective, step_event
+from disttrace.tui.model.ring import p2p_steps, ring_plan
+from disttrace.tui.model.store import CAT_BARRIER, CAT_COLLECTIVE, CAT_P2P
+
+from tui_helpers import ev, fixture_store, store_of
+
+
+def two_rank_store():
+    # rank 0 arrives at 100, rank 1 at 300: rank 0 waits 200 of its [100, 400) all_reduce
+    return store_of([
+        ev(0, "all_reduce", 100, 400, group_seq=0),
+        ev(1, "all_reduce", 300, 400, group_seq=0),
+        ev(0, "send", 1000, 1100, peer=1, group_ranks=[0, 1]),
+        ev(1, "recv", 900, 1100, peer=0, group_ranks=[0, 1]),
+        ev(0, "barrier", 2000, 2100, group_seq=1, bytes=0),
+        ev(1, "barrier", 2050, 2100, group_seq=1, bytes=0),
+    ])
+
+
+def test_lane_coverage_and_waiting_part():
+    s = two_rank_store()
+    lane0 = s.rows[s.rank_index[0]].lane
+    cov, lo, hi = lane0.coverage(0, 3000)
+    assert cov[CAT_COLLECTIVE] == 300 and cov[CAT_P2P] == 100 and cov[CAT_BARRIER] == 100
+    assert cov[0] == 200 + 50  # waiting: 200 in the all_reduce, 50 in the barrier (rank 1 came 50 ns later)
+    # a window cutting through the all_reduce: [250, 350) is 100 ns of it, of which [250, 300) is waiting
+    cov, _, _ = lane0.coverage(250, 350)
+    assert cov[CAT_COLLECTIVE] == 100 and cov[0] == 50
+    c = lane0.cell(120, 200)  # fully inside the waiting part
+    assert c.busy == 1.0 and c.waiting and c.cat == CAT_COLLECTIVE
+    c = lane0.cell(320, 390)  # the transfer part
+    assert c.busy == 1.0 and not c.waiting
+    c = lane0.cell(500, 900)  # compute gap between ops
+    assert c.row == -1 and c.inside
+    assert lane0.cell(5000, 6000).inside is False  # after the last event
+
+
+def test_lod_cell_standing_for_many_events_still_shows_communication():
+    # 10,000 one-ns collectives spread over 1,000,000 ns: one cell for everything must still show them
+    events = [ev(0, "all_reduce", 100 * i, 100 * i + 1, group_seq=i, group_ranks=[0]) for i in range(10_000)]
+    s = store_of(events)
+    cells = s.rows[0].lane.cells(s.t0, s.span_ns / 4, 4)
+    assert all(c.row >= 0 and c.cat == CAT_COLLECTIVE for c in cells)
+    assert all(0.005 < c.busy < 0.02 for c in cells)  # 1% busy, not rounded away
+
+
+def test_viewport_zoom_keeps_anchor_and_clamps():
+    span = 1_000_000
+    assert viewport.window_ns(span, 0) == span and viewport.window_ns(span, 3) == span / 8
+    z, off = viewport.zoom_to(span, 0, 0, 2, anchor_ns=500_000)
+    assert z == 2 and off == 500_000 - 0.5 * 250_000
+    assert viewport.clamp_offset(span, 2, 10**9) == span - 250_000
+    assert viewport.clamp_offset(span, 2, -5) == 0
+    assert viewport.follow(span, 2, 0, 900_000) > 0  # brings t into the window
+    assert viewport.nice_tick(1000.0) == 20_000  # >= 12 cells of 1 µs -> 20 µs
+    assert viewport.max_zoom(1000, 100) == 3
+
+
+def test_stepping_events_and_collectives():
+    s = two_rank_store()
+    assert step_event(s, -1, 1) == 0 and step_event(s, 0, -1) == -1 and step_event(s, -1, -1) == -1
+    assert step_event(s, s.n_events - 1, 1) == s.n_events - 1
+    t = s.table
+    first = step_collective(s, -1, 1)
+    assert t.op[first] == "all_reduce" and t.rank[first] == 0  # earliest arrival of the first collective
+    second = step_collective(s, first, 1)
+    assert t.op[second] == "barrier" and t.rank[second] == 0
+    assert step_collective(s, second, 1) == second  # no further collective: stays
+    assert step_collective(s, second, -1) == first
+
+
+def test_partner_and_same_collective_on_other_rank():
+    s = two_rank_store()
+    t = s.table
+    send = next(i for i in range(len(t)) if t.op[i] == "send")
+    recv = s.partner(send)
+    assert t.op[recv] == "recv" and t.rank[recv] == 1 and s.partner(recv) == send
+    ar0 = next(i for i in range(len(t)) if t.op[i] == "all_reduce" and t.rank[i] == 0)
+    ar1 = s.same_collective_next(ar0)
+    assert t.op[ar1] == "all_reduce" and t.rank[ar1] == 1 and s.same_collective_next(ar1) == ar0
+    assert s.wait_ns[ar0] == 200 and s.wait_ns[ar1] == 0
+    assert s.wait_ns[recv] == 100  # recv posted at 900, send started at 1000: late sender
+
+
+def test_goto_and_search():
+    s = two_rank_store()
+    t = s.table
+    row = parse_goto(s, "1µs")  # t0 is 100: 1100 ns is after the send (1000) began
+    assert t.start_ns[row] <= s.t0 + 1000 < t.start_ns[row + 1]
+    assert parse_goto(s, "#2") == 2 and parse_goto(s, "3") == 3
+    with pytest.raises(ValueError):
+        parse_goto(s, "#99")
+    with pytest.raises(ValueError):
+        parse_goto(s, "soon")
+    assert row_at_time(s, 0) == 0
+    hit = search(s, "barrier rank=1", -1)
+    assert t.op[hit] == "barrier" and t.rank[hit] == 1
+    assert search(s, "all_to_all", 0) is None
+
+
+def test_ring_all_reduce_schedule_and_bytes():
+    n, k = 4, 4096
+    plan = ring_plan("all_reduce", k, n)
+    assert len(plan.steps) == 2 * (n - 1) and plan.chunk_bytes == k // n
+    assert plan.per_rank_bytes == 2 * (n - 1) * k // n
+    rs_end = plan.steps[n - 2].contrib  # after reduce-scatter, rank r owns the fully reduced chunk r+1
+    for r in range(n):
+        assert rs_end[r][(r + 1) % n] == frozenset(range(n))
+    assert all(c == frozenset(range(n)) for row in plan.steps[-1].contrib for c in row)
+    # step 0: rank r sends its chunk r to r+1, which then holds {r, r+1} in it
+    assert [(t.src, t.dst, t.chunk) for t in plan.steps[0].transfers] == [(r, (r + 1) % n, r) for r in range(n)]
+    assert plan.steps[0].contrib[1][0] == frozenset({0, 1})
+
+
+def test_ring_reduce_scatter_and_all_gather():
+    rs = ring_plan("reduce_scatter", 4096, 4)
+    assert len(rs.steps) == 3 and rs.per_rank_bytes == 3 * 1024
+    assert all(rs.steps[-1].contrib[r][r] == frozenset(range(4)) for r in range(4))
+    ag = ring_plan("all_gather", 1024, 4)
+    assert len(ag.steps) == 3 and ag.chunk_bytes == 1024 and ag.per_rank_bytes == 3 * 1024
+    assert all(len(c) == 1 for row in ag.steps[-1].contrib for c in row)
+    with pytest.raises(ValueError):
+        ring_plan("broadcast", 10, 4)
+
+
+def test_p2p_ring_from_the_recorded_messages():
+    s = fixture_store()
+    steps = p2p_steps(s.analysis.p2p, [0, 1, 2, 3])
+    assert len(steps) == 1  # one message on each link of the hand-written ring
+    assert sorted((t.src, t.dst) for t in steps[0].transfers) == [(0, 1), (1, 2), (2, 3), (3, 0)]
+    assert all(t.bytes == 64 * 1024 * 4 for t in steps[0].transfers)
+
+
+def test_narration(tmp_path):
+    s = two_rank_store()
+    (tmp_path / "narration.json").write_text(json.dumps({
+        "title": "T", "intro": "before", "summary": "done",
+        "steps": [{"match": {"op": "barrier", "rank": 1}, "text": "rank 1 at the barrier"},
+                  {"match": {"op": "barrier"}, "text": "a barrier"}]}))
+    n = load_narration([str(tmp_path)])
+    t = s.table
+    b0 = next(i for i in range(len(t)) if t.op[i] == "barrier" and t.rank[i] == 0)
+    b1 = next(i for i in range(len(t)) if t.op[i] == "barrier" and t.rank[i] == 1)
+    assert n.text_for(t, -1) == "before"
+    assert n.text_for(t, b0) == "a barrier" and n.text_for(t, b1) == "rank 1 at the barrier"
+    assert n.text_for(t, 0) == ""
+    (tmp_path / "narration.json").write_text("{not json")
+    with pytest.raises(TraceError):
+        load_narration([str(tmp_path)])
+    assert load_narration([str(tmp_path / "missing")]) is None

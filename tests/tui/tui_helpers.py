@@ -1,0 +1,39 @@
+"""Small hand-made traces for the viewer's model tests (known times, so results are known exactly)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from disttrace.tracer.analysis import analyze
+from disttrace.tracer.events import EventTable, read_jsonl
+from disttrace.tui.model.store import TraceStore
+
+DATA = Path(__file__).parent / "data"
+TUI_JOB = DATA / "tui_job.jsonl"          # 4 ranks: all_reduce, all_gather, reduce_scatter, broadcast, barrier, ring
+PIPELINE_JOB = DATA / "pipeline_job.jsonl"  # 4 stages x 4 micro-batches, send/recv
+
+
+def ev(rank, op, start, end, **kw) -> dict:
+    d = {"v": 1, "rank": rank, "host": "h", "op": op, "group": "g", "group_ranks": [0, 1], "start_ns": start,
+         "end_ns": end, "bytes": kw.pop("bytes", 8)}
+    d.update(kw)
+    return d
+
+
+def table_of(events) -> EventTable:
+    t = EventTable()
+    for e in events:
+        t.append(e)
+    t.sort()
+    return t
+
+
+def store_of(events) -> TraceStore:
+    t = table_of(events)
+    return TraceStore(t, analyze(t))
+
+
+def fixture_store(path=TUI_JOB) -> TraceStore:
+    t = read_jsonl(str(path))
+    t.sort()
+    return TraceStore(t, analyze(t))
