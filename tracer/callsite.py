@@ -13,11 +13,16 @@ from __future__ import annotations
 
 import os
 import sys
+import sysconfig
 
 import torch
 
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _OWN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+# Frames that are never the user's line: the standard library (decorators, contextlib, functools, threading)
+# and typing_extensions' @deprecated wrapper, which torch puts around some collectives.
+_SKIP_DIRS = tuple({sysconfig.get_paths()["stdlib"] + os.sep, sysconfig.get_paths()["platstdlib"] + os.sep})
+_SKIP_FILES = ("typing_extensions.py",)
 
 # (path fragment below torch/, component); the first that matches wins, so longer paths come first
 _COMPONENTS = (
@@ -45,8 +50,9 @@ def _classify(code) -> tuple[int, str | None]:
     if path.startswith(_OWN_DIR):
         return OWN, None
     if not path.startswith(_TORCH_DIR):
-        if path.startswith("<frozen") or "/importlib/" in path:
-            return OWN, None  # import machinery: neither the user's line nor torch
+        in_stdlib = path.startswith(_SKIP_DIRS) and "site-packages" not in path and "dist-packages" not in path
+        if in_stdlib or path.startswith("<frozen") or path.endswith(_SKIP_FILES):
+            return OWN, None  # neither the user's line nor torch
         return USER, None
     rel = path[len(_TORCH_DIR):].replace(os.sep, "/")
     if rel in _C10D_FILES:
