@@ -25,13 +25,13 @@ def describe(a: Analysis, row: int) -> str:
 def _collective(a: Analysis, row: int, r: int, c) -> str:
     t = a.table
     name = f"{c.op} #{c.group_seq} of group {t.groups[c.gid].name}"
-    size = f"{fmt_bytes(c.bytes)}"
+    size = "" if c.op == "barrier" else f"; {fmt_bytes(c.bytes)}"
     if c.busbw_gbps is not None:
         size += f" at {fmt_gbps(c.busbw_gbps)} busbw"
     if c.missing:
-        return f"rank {r} entered {name}, which never completed: {fmt_ranks(c.missing)} never entered it; {size}."
+        return f"rank {r} entered {name}, which never completed: {fmt_ranks(c.missing)} never entered it{size}."
     if c.end_ns.get(r) is None:
-        return f"rank {r} entered {name} and never finished it; {size}."
+        return f"rank {r} entered {name} and never finished it{size}."
     w = c.wait_ns.get(r, 0)
     if w > 0:
         if c.wait_kind == LATE_BROADCAST:
@@ -41,13 +41,13 @@ def _collective(a: Analysis, row: int, r: int, c) -> str:
             why = f"as root, for rank {latest}, the last to send"
         else:
             why = f"for rank {c.last_arrival}, which arrived last"
-        return f"rank {r} waited {fmt_ns(w)} in {name} {why}; {size}."
+        return f"rank {r} waited {fmt_ns(w)} in {name} {why}{size}."
     total = sum(c.wait_ns.values())
     if r == c.last_arrival and total > 0:
         return (f"rank {r} arrived last at {name}, {fmt_ns(c.skew_ns)} after the first, making the others wait "
-                f"{fmt_ns(total)} in all; {size}.")
+                f"{fmt_ns(total)} in all{size}.")
     took = f", completing in {fmt_ns(c.duration_ns)}" if c.duration_ns is not None else ""
-    return f"rank {r} ran {name} without waiting{took}; {size}."
+    return f"rank {r} ran {name} without waiting{took}{size}."
 
 
 def _p2p(a: Analysis, row: int, r: int, m) -> str:

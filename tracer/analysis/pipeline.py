@@ -71,8 +71,8 @@ def pipeline_stats(t: EventTable, p2p: list[P2PMatch], collectives: list[Collect
         if first_send.get((path[-1], path[-2]), 1 << 62) < first_send.get((path[0], path[1]), 1 << 62):
             path.reverse()
         forward = count.get((path[0], path[1]), 0)
-        if forward < 2:
-            continue  # a single exchange is not a pipeline
+        if forward < 2 and len(path) < 3:
+            continue  # a single exchange between two ranks is not a pipeline
         # the pipeline's P2P rows per rank, in time order
         rows: dict[int, list[int]] = {r: [] for r in path}
         for m in p2p:

@@ -1,0 +1,23 @@
+"""Two bugs that break a job (2 ranks): rank 0 sends a message that rank 1 never receives (unmatched), then rank 1
+all_reduces a tensor twice as large as rank 0's (gloo aborts the processes: the trace must still show it)."""
+
+import torch
+import torch.distributed as dist
+
+NUMEL = 1024
+UNMATCHED_BYTES = 1024
+UNMATCHED_TAG = 7
+
+
+def main() -> None:
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    if rank == 0:
+        dist.send(torch.ones(UNMATCHED_BYTES // 4), 1, tag=UNMATCHED_TAG)
+    dist.barrier()
+    dist.all_reduce(torch.ones(NUMEL * (2 if rank == 1 else 1)))
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

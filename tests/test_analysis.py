@@ -1,0 +1,299 @@
+"""The analysis engine on synthetic EventTables with exact, hand-computed answers (pure logic, no torch)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from disttrace.tracer.analysis import analyze, describe, to_json
+from disttrace.tracer.events import EventTable
+
+MS = 1_000_000
+
+
+class Trace:
+    """Builds a normalized trace: coll()/send()/recv() append events with explicit times (ns)."""
+
+    def __init__(self, world: int):
+        self.world = list(range(world))
+        self.events: list[dict] = []
+        self.ids = dict.fromkeys(self.world, 0)
+        self.seqs: dict[tuple, int] = {}
+
+    def _ev(self, rank, op, start, end, **kw):
+        self.ids[rank] += 1
+        ev = {"rank": rank, "op": op, "start_ns": start, "end_ns": end, "id": self.ids[rank], "bytes": 0,
+              "dtype": "float32", "group": "world", "group_ranks": self.world, **kw}
+        self.events.append(ev)
+        return ev
+
+    def coll(self, op, starts: dict, ends, nbytes=0, group=None, root=None, seq=None, **kw):
+        ranks = group or self.world
+        gname = "world" if group is None else "g" + "_".join(map(str, ranks))
+        key = (gname,)
+        s = self.seqs.get(key, 0) if seq is None else seq
+        self.seqs[key] = s + 1
+        ends = ends if isinstance(ends, dict) else dict.fromkeys(starts, ends)
+        for r, t0 in starts.items():
+            b = nbytes[r] if isinstance(nbytes, dict) else nbytes
+            extra = {k: (v[r] if isinstance(v, dict) and r in v else v) for k, v in kw.items()}
+            self._ev(r, op, t0, ends.get(r), bytes=b, group=gname, group_ranks=list(ranks), group_seq=s,
+                     root=root, shape=[b // 4], **extra)
+
+    def send(self, src, dst, start, end, nbytes, **kw):
+        return self._ev(src, "send", start, end, peer=dst, bytes=nbytes, **kw)
+
+    def recv(self, dst, src, start, end, nbytes, **kw):
+        return self._ev(dst, "recv", start, end, peer=src, bytes=nbytes, **kw)
+
+    def table(self) -> EventTable:
+        t = EventTable()
+        for ev in sorted(self.events, key=lambda e: (e["start_ns"], e["rank"])):
+            t.append(ev)
+        return t
+
+    def analyze(self):
+        return analyze(self.table())
+
+
+def test_wait_at_nxn_straggler_and_nccl_tests_bandwidth():
+    tr = Trace(4)
+    starts = {0: 0, 1: 10 * MS, 2: 40 * MS, 3: 25 * MS}
+    tr.coll("all_reduce", starts, 50 * MS, nbytes=1 << 20)
+    a = tr.analyze()
+    (c,) = a.collectives
+    assert c.wait_ns == {0: 40 * MS, 1: 30 * MS, 2: 0, 3: 15 * MS}
+    assert (c.skew_ns, c.duration_ns, c.last_arrival, c.complete) == (40 * MS, 10 * MS, 2, True)
+    assert c.algbw_gbps == pytest.approx((1 << 20) / (10 * MS))
+    assert c.busbw_gbps == pytest.approx(c.algbw_gbps * 2 * 3 / 4)
+    assert c.volume_bytes == (1 << 20) * 3 // 2
+    assert a.waits == {0: 40 * MS, 1: 30 * MS, 2: 0, 3: 15 * MS}
+    assert a.stragglers[0].rank == 2 and a.stragglers[0].delay_cost_ns == 85 * MS
+    assert a.stragglers[0].late_count == 1 and a.problems == []
+    assert describe(a, c.events[0]) == ("rank 0 waited 40.00 ms in all_reduce #0 of group world for rank 2, which "
+                                        f"arrived last; 1.0 MiB at {c.busbw_gbps:.2f} GB/s busbw.".replace(
+                                            f"{c.busbw_gbps:.2f} GB/s", f"{c.busbw_gbps * 1e3:.1f} MB/s"))
+    assert describe(a, c.events[2]).startswith("rank 2 arrived last at all_reduce #0 of group world, 40.00 ms after")
+
+
+@pytest.mark.parametrize("op,n,s_factor,bus", [
+    ("all_gather", 4, 4, 3 / 4), ("reduce_scatter", 4, 1, 3 / 4), ("all_to_all", 4, 1, 3 / 4),
+    ("broadcast", 4, 1, 1.0), ("reduce", 4, 1, 1.0), ("all_reduce", 2, 1, 1.0),
+])
+def test_busbw_factors_and_sizes(op, n, s_factor, bus):
+    tr = Trace(n)
+    root = 0 if op in ("broadcast", "reduce") else None
+    tr.coll(op, dict.fromkeys(range(n), 0), 2 * MS, nbytes=4096, root=root)
+    (c,) = tr.analyze().collectives
+    assert c.algbw_gbps == pytest.approx(4096 * s_factor / (2 * MS))
+    assert c.busbw_gbps == pytest.approx(c.algbw_gbps * bus)
+
+
+def test_late_broadcast_and_early_reduce():
+    tr = Trace(3)
+    tr.coll("broadcast", {0: 0, 1: 5 * MS, 2: 30 * MS}, 40 * MS, nbytes=64, root=2)
+    tr.coll("reduce", {0: 100 * MS, 1: 130 * MS, 2: 110 * MS}, 140 * MS, nbytes=64, root=0)
+    bc, red = tr.analyze().collectives
+    assert bc.wait_kind == "late_broadcast" and bc.wait_ns == {0: 30 * MS, 1: 25 * MS, 2: 0}
+    assert red.wait_kind == "early_reduce" and red.wait_ns == {0: 30 * MS, 1: 0, 2: 0}
+
+
+def test_async_op_waits_only_inside_wait():
+    tr = Trace(2)
+    # rank 1 issues at 100 ms; rank 0 issues at 0, works until 80 ms, then waits: blocked 20 ms, not 100
+    tr.coll("all_reduce", {0: 0, 1: 100 * MS}, {0: 110 * MS, 1: 110 * MS}, nbytes=64, async_op=True,
+            wait_start_ns={0: 80 * MS, 1: 100 * MS}, wait_end_ns={0: 111 * MS, 1: 111 * MS})
+    (c,) = tr.analyze().collectives
+    assert c.wait_ns == {0: 20 * MS, 1: 0}
+
+
+def test_p2p_late_sender_late_receiver_links_and_unmatched():
+    tr = Trace(3)
+    tr.recv(1, 0, 0, 30 * MS, 1000)         # posted 20 ms before the send: late sender
+    tr.send(0, 1, 20 * MS, 25 * MS, 1000)
+    tr.send(0, 1, 40 * MS, 60 * MS, 3000)   # blocked until the recv is posted at 55: late receiver 15 ms
+    tr.recv(1, 0, 55 * MS, 60 * MS, 3000)
+    tr.send(2, 0, 70 * MS, 71 * MS, 8, tag=5)  # never received
+    a = tr.analyze()
+    m0, m1 = [m for m in a.p2p if (m.src, m.dst) == (0, 1)]
+    assert (m0.late_sender_ns, m0.late_receiver_ns, m0.transfer_ns) == (20 * MS, 0, 10 * MS)
+    assert (m1.late_sender_ns, m1.late_receiver_ns, m1.transfer_ns) == (0, 15 * MS, 5 * MS)
+    (link,) = a.links
+    assert (link.src, link.dst, link.bytes, link.messages, link.transfer_ns) == (0, 1, 4000, 2, 15 * MS)
+    assert link.gbps == pytest.approx(4000 / (15 * MS))
+    assert a.waits == {0: 15 * MS, 1: 20 * MS, 2: 0}
+    (p,) = a.problems
+    assert (p.kind, p.op, p.ranks) == ("unmatched", "send", [2, 0]) and "no matching recv on rank 0" in p.message
+    assert "late sender" in describe(a, m0.recv) and "late receiver" in describe(a, m1.send)
+    assert "no matching recv" in describe(a, p.events[0])
+
+
+def gpipe(P: int, M: int, t: int, comm: int = 0) -> Trace:
+    """A GPipe forward with exact times: stage s computes micro-batch m during [(s+m)t, (s+m+1)t]."""
+    tr = Trace(P)
+    tr.coll("barrier", dict.fromkeys(range(P), 0), 1)
+    base = 1
+    for s in range(P):
+        for m in range(M):
+            c0 = base + (s + m) * t
+            if s > 0:  # the recv is posted when the previous micro-batch is done, data arrives at c0
+                posted = base + (s + m - 1) * t + t if m > 0 else base
+                tr.recv(s, s - 1, min(posted, c0), c0, 4096)
+            if s < P - 1:
+                tr.send(s, s + 1, c0 + t, c0 + t + comm, 4096)
+    end = base + (M + P - 1) * t + comm
+    tr.coll("barrier", {s: base + (s + M) * t + comm for s in range(P)}, end + 5)
+    return tr
+
+
+@pytest.mark.parametrize("P,M", [(4, 8), (2, 4), (4, 1), (3, 16)])
+def test_gpipe_bubble_is_exact_on_exact_times(P, M):
+    a = gpipe(P, M, 10 * MS).analyze()
+    p = a.pipeline
+    assert p.stages == list(range(P)) and p.micro_batches == M
+    assert p.expected_fraction == pytest.approx((P - 1) / (M + P - 1))
+    assert p.bubble_fraction == pytest.approx(p.expected_fraction, abs=1e-3)
+    for s in p.per_stage:
+        assert s.blocked_ns == pytest.approx((P - 1) * 10 * MS, abs=0.1 * MS)
+
+
+def test_a_ring_or_a_single_exchange_is_not_a_pipeline():
+    tr = Trace(3)
+    for src in range(3):
+        for k in range(3):
+            tr.send(src, (src + 1) % 3, 100 * k + src, 100 * k + src + 50, 8)
+            tr.recv((src + 1) % 3, src, 100 * k + src, 100 * k + src + 60, 8)
+    assert tr.analyze().pipeline is None
+    tr = Trace(2)
+    tr.send(0, 1, 0, 10, 8)
+    tr.recv(1, 0, 0, 10, 8)
+    assert tr.analyze().pipeline is None
+
+
+def test_hang_names_the_missing_ranks_and_their_last_event():
+    tr = Trace(3)
+    tr.coll("barrier", dict.fromkeys(range(3), 0), MS, site="train.py:10 in main")
+    tr.coll("all_reduce", {0: 2 * MS, 1: 3 * MS}, None, nbytes=64, status="unfinished", site="train.py:12 in main")
+    a = tr.analyze()
+    (p,) = a.problems
+    assert (p.kind, p.op, p.group_seq, p.ranks) == ("hang", "all_reduce", 1, [2])
+    assert "ranks 0, 1 entered it at train.py:12 in main but rank 2 never did" in p.message
+    assert "rank 2's last event is barrier #0 of group world at train.py:10 in main" in p.message
+    assert a.collectives[1].missing == (2,) and not a.collectives[1].complete
+    assert a.collectives[1].events[0] in p.events and a.collectives[0].events[2] in p.events
+    assert "never completed: rank 2 never entered it" in describe(a, a.collectives[1].events[0])
+
+
+def test_hang_when_everyone_entered_but_it_never_finished():
+    tr = Trace(2)
+    tr.coll("barrier", {0: 0, 1: 5}, {0: None, 1: None}, status="unfinished")
+    (p,) = tr.analyze().problems
+    assert p.kind == "hang" and p.ranks == [0, 1] and "never finished on ranks 0, 1" in p.message
+
+
+def test_mismatches_bytes_dtype_root_and_a_cascade_of_ops():
+    tr = Trace(2)
+    tr.coll("all_reduce", {0: 0, 1: 0}, None, nbytes={0: 4096, 1: 8192}, status="unfinished")
+    tr.coll("broadcast", {0: MS, 1: MS}, 2 * MS, nbytes=16, root=None, dtype={0: "float32", 1: "int64"})
+    tr.coll("broadcast", {0: 3 * MS, 1: 3 * MS}, 4 * MS, nbytes=16)
+    for e in tr.events[-2:]:
+        e["root"] = e["rank"]  # each rank thinks it is the root
+    # rank 1 skipped a barrier: from here on its calls are one behind
+    tr.coll("barrier", {0: 5 * MS, 1: 5 * MS}, 6 * MS)
+    tr.events[-1]["op"] = "all_reduce"
+    tr.coll("all_reduce", {0: 7 * MS, 1: 7 * MS}, 8 * MS, nbytes=16)
+    tr.events[-1]["op"] = "all_gather"
+    tr.coll("all_gather", {0: 9 * MS, 1: 9 * MS}, 10 * MS, nbytes=16)
+    tr.events[-1]["op"] = "barrier"
+    a = tr.analyze()
+    kinds = [(p.kind, p.group_seq) for p in a.problems]
+    assert kinds == [("mismatch", 0), ("mismatch", 1), ("mismatch", 2), ("mismatch", 3)]
+    assert "rank 0 bytes 4.0 KiB; rank 1 bytes 8.0 KiB" in a.problems[0].message
+    assert "rank 0 dtype float32; rank 1 dtype int64" in a.problems[1].message
+    assert "rank 0 root 0; rank 1 root 1" in a.problems[2].message
+    assert "2 later collective(s) of this group also disagree" in a.problems[3].message
+
+
+def test_divergence_after_all_reduce():
+    tr = Trace(3)
+    tr.coll("all_reduce", dict.fromkeys(range(3), 0), MS, nbytes=16,
+            out={0: {"checksum": 7.0}, 1: {"checksum": 7.0}, 2: {"checksum": 7.5}})
+    tr.coll("all_reduce", dict.fromkeys(range(3), 2 * MS), 3 * MS, nbytes=16, out={"checksum": 1.0})
+    (p,) = tr.analyze().problems
+    assert (p.kind, p.ranks, p.group_seq) == ("divergence", [2], 0) and "rank 2" in p.message
+
+
+def test_clock_violations_are_reported_not_drawn():
+    tr = Trace(2)
+    tr.send(0, 1, 100 * MS, 101 * MS, 8)
+    tr.recv(1, 0, 40 * MS, 50 * MS, 8)  # done before its send began: rank 1's clock is behind
+    tr.coll("barrier", {0: 200 * MS, 1: 150 * MS}, {0: 201 * MS, 1: 160 * MS})
+    a = tr.analyze()
+    (p,) = a.problems
+    assert p.kind == "clock" and p.ranks == [1, 0] and "2 event(s) on rank 1 finish before" in p.message
+    assert "50.00 ms" in p.message
+    # and the synchronous barrier's wait is capped by the time rank 1 really spent in it
+    assert a.collectives[0].wait_ns[1] == 10 * MS
+
+
+def test_clock_uncertainty_is_the_tolerance():
+    tr = Trace(2)
+    tr.send(0, 1, 100 * MS, 101 * MS, 8)
+    tr.recv(1, 0, 40 * MS, 99 * MS, 8)
+    t = tr.table()
+    t.ranks[1].clock_uncertainty_ns = 2 * MS
+    assert analyze(t).problems == []
+
+
+def test_alpha_beta_model_is_fitted_and_slow_instances_flagged():
+    tr = Trace(2)
+    t0 = 0
+    for k in range(40):
+        nbytes = 1 << (10 + k % 10)
+        dur = 50_000 + nbytes // 2            # alpha 50 us, beta 0.5 ns/byte (all_reduce on 2: volume = S)
+        if k == 37:
+            dur *= 10                          # one far slower than the model
+        tr.coll("all_reduce", {0: t0, 1: t0}, t0 + dur, nbytes=nbytes)
+        t0 += dur + MS
+    a = tr.analyze()
+    m = a.models["all_reduce"]
+    assert m.alpha_ns == pytest.approx(50_000, rel=0.02) and m.beta_ns_per_byte == pytest.approx(0.5, rel=0.02)
+    assert m.samples == 40
+    assert [c.group_seq for c in a.collectives if c.slow] == [37]
+    assert a.collectives[0].model_ns == pytest.approx(50_000 + 512, rel=0.02)
+
+
+def test_to_json_has_the_documented_keys():
+    a = gpipe(2, 3, MS).analyze()
+    d = to_json(a)
+    assert {"collectives", "waits", "stragglers", "links", "pipeline", "problems"} <= set(d)
+    c = d["collectives"][0]
+    assert {"op", "group_ranks", "group_seq", "bytes", "start_ns", "wait_ns", "duration_ns", "algbw_gbps",
+            "busbw_gbps"} <= set(c)
+    assert set(c["start_ns"]) == {"0", "1"} and set(d["waits"]) == {"0", "1"}
+    assert {"src", "dst", "bytes", "messages", "gbps"} <= set(d["links"][0])
+    assert {"stages", "bubble_fraction", "per_stage"} <= set(d["pipeline"])
+    import orjson
+    assert orjson.loads(orjson.dumps(d)) == d
+
+
+def test_synthetic_large_trace_generator(tmp_path):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    from synth import write_synthetic
+
+    from disttrace.tracer.events import read_jsonl
+
+    path = tmp_path / "syn.jsonl"
+    n = write_synthetic(path, n_events=20_000, n_ranks=64, seed=1)
+    t = read_jsonl(str(path))
+    assert len(t) == n >= 20_000 and sorted(t.ranks) == list(range(64))
+    a = analyze(t)
+    assert a.problems == [] and all(c.complete for c in a.collectives)
+    assert a.stragglers[0].rank == 63                       # the steady straggler
+    assert a.pipeline is not None and len(a.pipeline.stages) == 4
+    assert len(a.pipeline.per_stage) == 64                  # 16 pipelines of 4 stages
+    assert {c.op for c in a.collectives} == {"barrier", "broadcast", "all_reduce", "all_gather"}
+    assert any(c.wait_kind == "wait_at_nxn" and t.async_op[next(iter(c.events.values()))] for c in a.collectives)
+    assert len(a.links) == 2 * 3 * 16

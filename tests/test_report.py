@@ -1,0 +1,92 @@
+"""`disttrace report` on normalized .jsonl traces: the text report, --json, exit codes, bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+
+from conftest import run_disttrace
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+from synth import write_synthetic  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def synthetic(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("report") / "syn.jsonl"
+    write_synthetic(path, n_events=6000, n_ranks=64, seed=3)
+    return path
+
+
+def _ev(rank, op, start, end, seq, **kw):
+    return {"rank": rank, "op": op, "start_ns": start, "end_ns": end, "group": "world", "group_ranks": [0, 1, 2],
+            "group_seq": seq, "bytes": 64, "dtype": "float32", "id": seq, **kw}
+
+
+@pytest.fixture(scope="module")
+def hung(tmp_path_factory) -> Path:
+    """Three ranks: a barrier rank 2 is late to by 50 ms, then an all_reduce rank 2 never enters."""
+    evs = [_ev(r, "barrier", 1_000_000 * (50 if r == 2 else 0), 51_000_000, 0, site="job.py:5 in main")
+           for r in range(3)]
+    evs += [_ev(r, "all_reduce", 60_000_000, None, 1, status="unfinished", site="job.py:7 in main") for r in (0, 1)]
+    path = tmp_path_factory.mktemp("report") / "hung.jsonl"
+    path.write_bytes(b"".join(orjson.dumps(e) + b"\n" for e in evs))
+    return path
+
+
+def test_text_report_of_a_healthy_trace(synthetic):
+    proc = run_disttrace("report", synthetic, "--top", "3")
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    for section in ("Waits per rank", "Straggler: rank 63", "Collectives by op, group and size",
+                    "Collectives that made ranks wait most", "Point-to-point links", "Pipeline: 4 stages",
+                    "Alpha-beta model", "busbw (GB/s, median) against message size", "waits per rank (ms)",
+                    "No problems found."):
+        assert section in out, section
+    assert proc.stderr == ""  # no progress bar when stderr is not a terminal
+    assert "\x1b[" not in out  # plain text when piped
+
+
+def test_json_report(synthetic):
+    proc = run_disttrace("report", synthetic, "--json")
+    assert proc.returncode == 0, proc.stderr
+    d = json.loads(proc.stdout)
+    assert d["problems"] == [] and d["pipeline"]["stages"] == [0, 8, 16, 24]
+    assert len(d["waits"]) == 64 and d["stragglers"][0]["rank"] == 63
+    c = d["collectives"][0]
+    assert set(c["start_ns"]) == set(c["wait_ns"]) == {str(r) for r in c["group_ranks"]}
+    assert d["links"] and {"src", "dst", "bytes", "messages", "gbps"} <= set(d["links"][0])
+
+
+def test_problems_give_exit_code_1_and_say_what_to_do(hung):
+    proc = run_disttrace("report", hung)
+    assert proc.returncode == 1, proc.stderr
+    assert "hang" in proc.stdout and "rank 2 never did" in proc.stdout and "1 problem(s) found" in proc.stdout
+    d = json.loads(run_disttrace("report", hung, "--json").stdout)
+    (p,) = d["problems"]
+    assert (p["kind"], p["op"], p["group_ranks"], p["group_seq"], p["ranks"]) == ("hang", "all_reduce", [0, 1, 2],
+                                                                                   1, [2])
+    assert d["waits"] == {"0": 50_000_000, "1": 50_000_000, "2": 0}
+
+
+@pytest.mark.parametrize("args", [("/nonexistent/trace",), ("EMPTY",), ("GOOD", "--top", "0")])
+def test_bad_input_is_one_line_and_exit_2(args, tmp_path, hung):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("not json\n")
+    args = [str(empty) if a == "EMPTY" else str(hung) if a == "GOOD" else a for a in args]
+    proc = run_disttrace("report", *args)
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("disttrace report: error:"), proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_report_and_analysis_import_neither_torch_nor_textual():
+    code = ("import sys, disttrace.tracer.report, disttrace.tracer.analysis; "
+            "print(sorted(m for m in ('torch', 'textual') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
