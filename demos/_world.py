@@ -37,10 +37,11 @@ class World:
     results: dict = field(default_factory=dict)  # what this rank measured, saved by cleanup()
 
 
-def setup(*, timeout_s: float | None = None, **options) -> World:
+def setup(**options) -> World:
     """Parse the demo's options, join the default process group and return this rank's World.
 
-    `options` are extra command-line options with their defaults, e.g. `setup(size=6)` adds `--size`."""
+    `options` are extra command-line options with their defaults, e.g. `setup(size=6)` adds `--size`;
+    `timeout_s`, if given, is also the process group's timeout (how long a collective waits for late ranks)."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--backend", default="gloo", choices=["gloo", "nccl"])
     parser.add_argument("--results", default=None)
@@ -54,6 +55,7 @@ def setup(*, timeout_s: float | None = None, **options) -> World:
         torch.cuda.set_device(device)  # before init, so NCCL binds this rank to its own GPU
     else:
         device = torch.device("cpu")
+    timeout_s = getattr(args, "timeout_s", None)
     kwargs = {"timeout": datetime.timedelta(seconds=timeout_s)} if timeout_s else {}
     if args.backend == "nccl":
         kwargs["device_id"] = device

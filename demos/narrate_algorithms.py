@@ -1,0 +1,217 @@
+"""Narrations of the algorithm demos: the hand-written ring, the three all-reduces, the P2P bandwidth puzzler."""
+
+from __future__ import annotations
+
+from .narrate_common import DemoRun, Narration, add, chunks, duration, ms, nbytes, show, values
+
+
+# -- ring all-reduce ---------------------------------------------------------------------------
+
+def ring_chunks(rank: int, n: int, k: int) -> tuple[str, int, int, int]:
+    """(phase, step within phase, chunk sent, chunk received) of a rank's k-th send/recv pair; as in the program."""
+    if k < n - 1:
+        return "reduce-scatter", k, (rank - k) % n, (rank - k - 1) % n
+    s = k - (n - 1)
+    return "all-gather", s, (rank + 1 - s) % n, (rank - s) % n
+
+
+def ring_result_from_trace(run: DemoRun, rank: int) -> list | None:
+    """The rank's final tensor, put together from what it recorded in the all-gather phase: the complete chunk
+    it sent first, and the complete chunks it received."""
+    n = run.nproc
+    sends = [ev for _, ev in run.events("send", rank)]
+    recvs = [ev for _, ev in run.events("recv", rank)]
+    final: dict[int, list] = {}
+    for k in range(n - 1, 2 * (n - 1)):
+        _, s, sent, got = ring_chunks(rank, n, k)
+        if s == 0:
+            final[sent] = values(sends[k]["in"])
+        final[got] = values(recvs[k]["out"])
+    if any(v is None for v in final.values()) or len(final) != n:
+        return None
+    return [x for c in range(n) for x in final[c]]
+
+
+def ring_allreduce(run: DemoRun) -> dict:
+    n = run.nproc
+    steps = 2 * (n - 1)
+    # Every rank's original data: the input of the dist.all_reduce the program checks its ring against.
+    original = {ev["rank"]: values(ev["in"]) for _, ev in run.events("all_reduce")}
+    k_values = len(next(iter(original.values())) or []) if original else 0
+    narration = Narration(
+        run, "ring all-reduce, by hand: reduce-scatter then all-gather around a ring",
+        f"{n} ranks in a ring: each sends only to rank r+1 and receives only from rank r-1. Each rank's {k_values} "
+        f"values are cut into {n} chunks of {k_values // n if n else 0}. Rank r starts with [100r + 1, ...]: the "
+        f"hundreds say whose values are in a sum. {n - 1} reduce-scatter steps build the sums, {n - 1} all-gather "
+        f"steps hand them round: {steps} steps, each moving one chunk (K/N values) per rank (seed 000).")
+    for rank in sorted(original):
+        own = chunks(original[rank], n) if original[rank] else None
+        sends = run.events("send", rank)
+        recvs = run.events("recv", rank)
+        for k, (row, ev) in enumerate(sends[:steps]):
+            phase, s, sent, _ = ring_chunks(rank, n, k)
+            what = (f"its own chunk {sent}" if phase == "reduce-scatter" and s == 0 else
+                    f"chunk {sent}, the partial sum it built in the previous step" if phase == "reduce-scatter" else
+                    f"chunk {sent}, which is now complete" if s == 0 else
+                    f"chunk {sent}, the complete chunk it received in the previous step")
+            narration.say(row, f"Ring step {k + 1} of {steps} ({phase} {s + 1}/{n - 1}): rank {rank} sends {what}, "
+                               f"{show(values(ev['in']))}, to rank {(rank + 1) % n}.")
+        for k, (row, ev) in enumerate(recvs[:steps]):
+            phase, s, _, got = ring_chunks(rank, n, k)
+            incoming = values(ev["out"])
+            left = (rank - 1) % n
+            if phase == "reduce-scatter":
+                contributors = [(rank - 1 - j) % n for j in range(s + 1)]
+                total = add(own[got], incoming) if own and incoming else None
+                done = " Chunk {} is now complete on rank {}: the sum over all {} ranks.".format(got, rank, n) \
+                    if s == n - 2 else ""
+                text = (f"Ring step {k + 1} of {steps} ({phase} {s + 1}/{n - 1}): rank {rank} receives chunk {got} "
+                        f"from rank {left}, {show(incoming)} (the values of rank{'s' if s else ''} "
+                        f"{', '.join(map(str, contributors))}), and adds its own: {show(own[got] if own else None)} + "
+                        f"{show(incoming)} = {show(total)}.{done}")
+            else:
+                text = (f"Ring step {k + 1} of {steps} ({phase} {s + 1}/{n - 1}): rank {rank} receives the complete "
+                        f"chunk {got}, {show(incoming)}, from rank {left} and copies it over its stale copy.")
+            narration.say(row, text)
+    check = {}
+    for row, ev in run.events("all_reduce"):
+        ring = ring_result_from_trace(run, ev["rank"])
+        check[ev["rank"]] = ring == values(ev["out"])
+        narration.say(row, f"The check: dist.all_reduce on rank {ev['rank']}'s original {show(values(ev['in']))} "
+                           f"gives {show(values(ev['out']))}; the ring left {show(ring)} on this rank - "
+                           f"{'the same' if check[ev['rank']] else 'DIFFERENT'}.")
+    same = all(check.values()) and bool(check)
+    per_rank = 2 * (n - 1) * (k_values // n if n else 0)
+    return narration.write(
+        f"The hand-written ring {'matches' if same else 'does NOT match'} dist.all_reduce on every rank. Each rank "
+        f"sent {steps} messages of K/N = {k_values // n if n else 0} values: 2(N-1)K/N = {per_rank} values for "
+        f"K = {k_values}, N = {n}. That is about 2K whatever N is, which is why the ring is bandwidth-optimal; "
+        "its cost is 2(N-1) latencies, which is why large jobs also use trees.")
+
+
+# -- allreduce three ways ----------------------------------------------------------------------
+
+APPROACHES = (("all_reduce", ("all_reduce",)), ("reduce + broadcast", ("reduce", "broadcast")),
+              ("reduce_scatter + all_gather", ("reduce_scatter", "all_gather")))
+
+
+def _theory(approach: str, n: int, phi: int) -> str:
+    if approach == "all_reduce":
+        return f"ring: 2(N-1)/N Φ = {nbytes(2 * (n - 1) / n * phi)} sent by every rank"
+    if approach == "reduce + broadcast":
+        return (f"rank 0 receives (N-1)Φ = {nbytes((n - 1) * phi)} and sends (N-1)Φ = {nbytes((n - 1) * phi)}; "
+                f"every other rank sends and receives Φ = {nbytes(phi)}")
+    return f"(N-1)/N Φ + (N-1)/N Φ = {nbytes(2 * (n - 1) / n * phi)} sent by every rank"
+
+
+def rounds(run: DemoRun) -> list[dict]:
+    """One entry per call of a seed function: each makes its own group. {approach, group, events, time_ns}."""
+    by_group: dict[str, list[tuple[int, dict]]] = {}
+    for row, ev in run.events():
+        if ev["op"] in ("all_reduce", "reduce", "broadcast", "reduce_scatter", "all_gather"):
+            by_group.setdefault(ev["group"], []).append((row, ev))
+    out = []
+    for group, evs in sorted(by_group.items(), key=lambda kv: min(e["start_ns"] for _, e in kv[1])):
+        ops = {e["op"] for _, e in evs}
+        approach = next((name for name, need in APPROACHES if set(need) == ops), None)
+        if approach is None:
+            continue
+        busy: dict[int, int] = {}   # rank -> time inside this round's calls
+        for _, e in evs:
+            busy[e["rank"]] = busy.get(e["rank"], 0) + (duration(e) or 0)
+        time_ns = max(busy.values())
+        in_bytes = {}
+        for _, e in evs:
+            in_bytes[e["rank"]] = in_bytes.get(e["rank"], 0) + e["bytes"]
+        out.append({"approach": approach, "group": group, "events": evs, "time_ns": time_ns, "in_bytes": in_bytes})
+    return out
+
+
+def three_ways(run: DemoRun) -> dict:
+    n = run.nproc
+    found = rounds(run)
+    phi = 0
+    for r in found:
+        if r["approach"] == "all_reduce":
+            phi = max(r["in_bytes"].values())
+    narration = Narration(
+        run, "all_reduce, reduce + broadcast, reduce_scatter + all_gather: the same sum three ways",
+        f"Seed 004's puzzler: three ways to sum a tensor of {phi // 4:,} fp32 values (Φ = {nbytes(phi)}) over {n} "
+        "ranks. Each seed function makes its own process group, so each round is one group in the trace. "
+        "Compare the times: what makes them differ is how much data each rank moves, and whether one rank "
+        "does all the work.")
+    count: dict[str, int] = {}
+    for r in found:
+        count[r["approach"]] = count.get(r["approach"], 0) + 1
+        i = count[r["approach"]]
+        for row, ev in r["events"]:
+            role = ""
+            if ev["op"] in ("reduce", "broadcast"):
+                role = " (the root)" if ev["rank"] == ev["root"] else ""
+            narration.say(row, f"{r['approach']}, round {i}: rank {ev['rank']}{role} is in {ev['op']} with "
+                               f"{nbytes(ev['bytes'])} of input; the call took {ms(duration(ev))}. This round took "
+                               f"{ms(r['time_ns'])} (the time its slowest rank spent in the round's calls).")
+    lines = []
+    for approach, _ in APPROACHES:
+        mine = [r for r in found if r["approach"] == approach]
+        if not mine:
+            continue
+        best = min(r["time_ns"] for r in mine)
+        rec = max(max(r["in_bytes"].values()) for r in mine)
+        per_rank = [res["seconds"][approach] for res in run.results.values() if approach in res.get("seconds", {})]
+        own = [max(times) for times in zip(*per_rank)]  # each round's slowest rank
+        timed = f" (the program's own clock: {ms(min(own) * 1e9)})" if own else ""
+        lines.append(f"{approach}: best round {ms(best)} of {len(mine)}{timed}; input of its calls {nbytes(rec)} "
+                     f"per rank; theory: {_theory(approach, n, phi)}.")
+    summary = ("Measured (time in the calls on the slowest rank, best round):\n" + "\n".join("  " + x for x in lines) +
+               "\nThe ring and reduce_scatter + all_gather move the same 2(N-1)/N Φ per rank, spread evenly; "
+               "reduce + broadcast pushes everything through rank 0, (N-1)Φ in and out (seed 003's 'naive "
+               "AllReduce'), so it falls behind as N grows. Two calls also pay two latencies. With 2 ranks on one "
+               "machine the differences are small; try --nproc 4 and --size.")
+    return narration.write(summary)
+
+
+# -- P2P bandwidth -----------------------------------------------------------------------------
+
+SEED_TIMES_MS = {1: 4.5, 2: 53.2, 4: 8.8}  # seed 004: 400 MB from GPU 0 to GPUs 1, 2, 4
+
+
+def p2p_bandwidth(run: DemoRun) -> dict:
+    analysis = run.analysis
+    links = {(l.src, l.dst): l for l in analysis.links}
+    sends = run.events("send", 0)
+    size = sends[0][1]["bytes"] if sends else 0
+    narration = Narration(
+        run, "P2P bandwidth: the same bytes, rank 0 to each other rank",
+        f"Seed 004's puzzler 1: rank 0 copies the same data, 10 tensors of {nbytes(size)}, to each other rank "
+        "in turn (the seed: 10 x 10**7 fp32 values from GPU 0 to GPUs 1, 2 and 4, in 4.5 ms, 53.2 ms and 8.8 ms). "
+        "Each receiver answers with one tiny message when it has everything.")
+    for rank in sorted(run.table.ranks):
+        for row, ev in run.events(rank=rank):
+            peer = ev["peer"]
+            if ev["op"] == "send" and rank == 0:
+                link = links.get((0, peer))
+                rate = f" (link 0 -> {peer}: {link.gbps:.2f} GB/s over all its messages)" if link and link.gbps else ""
+                narration.say(row, f"Rank 0 sends {nbytes(ev['bytes'])} to rank {peer}; the send took "
+                                   f"{ms(duration(ev))}{rate}.")
+            elif ev["op"] == "recv" and rank != 0:
+                narration.say(row, f"Rank {rank} receives {nbytes(ev['bytes'])} from rank {peer} in "
+                                   f"{ms(duration(ev))} (from posting the recv to having the data).")
+            elif ev["op"] == "send":
+                narration.say(row, f"Rank {rank} tells rank {peer} it has received everything (one value).")
+            else:
+                narration.say(row, f"Rank 0 hears from rank {peer} that everything arrived: the copy to rank {peer} "
+                                   "is over.")
+    lines = []
+    for (src, dst), link in sorted(links.items()):
+        if src != 0 or link.messages < 2:
+            continue
+        lines.append(f"rank 0 -> rank {dst}: {nbytes(link.bytes)} in {link.messages} messages, "
+                     f"{ms(link.transfer_ns)} on the wire, {link.gbps:.2f} GB/s" if link.gbps else
+                     f"rank 0 -> rank {dst}: {nbytes(link.bytes)}, no bandwidth measured")
+    seed = ", ".join(f"GPU 0 -> {d}: {0.4 / (t / 1e3):.1f} GB/s" for d, t in SEED_TIMES_MS.items())
+    return narration.write(
+        "Measured per link (the analysis' communication matrix):\n  " + "\n  ".join(lines) +
+        f"\nThe seed's server: {seed} - the same 400 MB, a factor of 12 between links, because the GPU pairs are "
+        "joined by different hardware (NVLink vs PCIe through the CPU). Here every link is the same loopback "
+        "interface, so the links measure alike; on a GPU server run it with --backend nccl --nproc 5.")

@@ -1,0 +1,67 @@
+"""Run one demo under the tracer and write its narration from what was recorded.
+
+    disttrace run --out DIR --summaries full -- python -m torch.distributed.run --standalone
+        --nproc_per_node=N demos/programs/PROGRAM.py --backend B --results DIR/demo-results [options]
+
+then load the trace, call the demo's narration function and write DIR/narration.json.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from disttrace.tracer.events import TraceError
+
+from .narrate_common import DemoRun
+from .registry import Demo
+
+
+def default_out(demo: Demo) -> Path:
+    return Path(tempfile.mkdtemp(prefix=f"disttrace-demo-{demo.name}-"))
+
+
+def command(demo: Demo, nproc: int, backend: str, out: Path, size: int | None, extra: list[str]) -> list[str]:
+    program_args = ["--backend", backend, "--results", str(out / "demo-results")]
+    if size is not None:
+        program_args += ["--size", str(size)]
+    return [sys.executable, "-m", "disttrace", "run", "--out", str(out), "--summaries", "full", "--",
+            sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+            str(demo.path), *program_args, *extra]
+
+
+def check_backend(backend: str, nproc: int) -> None:
+    if backend != "nccl":
+        return
+    import torch  # only here: the gloo path never needs torch in this process
+
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if gpus < nproc:
+        raise TraceError(f"--backend nccl needs {nproc} GPUs on this machine (one per rank); found {gpus}")
+
+
+def run_demo(demo: Demo, nproc: int, backend: str = "gloo", out: Path | None = None, size: int | None = None,
+             extra: list[str] | None = None) -> DemoRun:
+    """Run the demo's program under the tracer, narrate it, and return the run (trace in run.out)."""
+    from disttrace.tracer.launch import prepare_out
+    from disttrace.tracer.reader import load_trace
+
+    check_backend(backend, nproc)
+    out = Path(prepare_out(str(out))) if out is not None else default_out(demo)
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}  # quiets torchrun's banner
+    sys.stdout.flush()
+    proc = subprocess.run(command(demo, nproc, backend, out, size, extra or []), env=env)
+    if proc.returncode != 0:
+        raise TraceError(f"the {demo.name} demo failed (exit code {proc.returncode}; its output is above); "
+                         f"what was recorded is in {out}")
+    results = {}
+    for f in sorted((out / "demo-results").glob("rank*.json")):
+        results[int(f.stem[4:])] = json.loads(f.read_text())
+    options = {"size": size, "extra": list(extra or [])}
+    run = DemoRun(demo.name, out, load_trace([str(out)]), nproc, backend, options, results)
+    demo.narrator()(run)
+    return run
