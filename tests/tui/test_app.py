@@ -207,13 +207,22 @@ async def test_pipeline_view_shows_stages():
 
 # -- bad input: one line, exit 2, no traceback, no screen ----------------------------------------------
 
-def run_view(*args):
+def run_view_subprocess(*args):
     return subprocess.run([sys.executable, "-m", "disttrace", "view", *map(str, args)], capture_output=True,
                           text=True, timeout=60, stdin=subprocess.DEVNULL)
 
 
+def run_view(capsys, *args):
+    """`disttrace view ARGS` through the real CLI, in this process (bad input never starts the app)."""
+    from disttrace.tracer.cli import main
+
+    rc = main(["view", *map(str, args)])
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(args, rc, out, err)
+
+
 @pytest.mark.parametrize("case", ["missing", "not_a_trace", "empty_file", "empty_dir", "newer"])
-def test_bad_input_is_one_line_and_exit_2(tmp_path, case):
+def test_bad_input_is_one_line_and_exit_2(tmp_path, case, capsys):
     if case == "missing":
         target = tmp_path / "nope"
     elif case == "not_a_trace":
@@ -230,7 +239,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, case):
         ev = orjson.loads(TUI_JOB.read_bytes().splitlines()[0])
         ev["v"] = 99
         target.write_bytes(orjson.dumps(ev) + b"\n")
-    proc = run_view(target)
+    proc = run_view_subprocess(target) if case == "missing" else run_view(capsys, target)
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("disttrace view: error:"), proc.stderr

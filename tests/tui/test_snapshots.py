@@ -1,0 +1,68 @@
+"""Snapshots of every view on committed traces of real jobs (tests/tui/data), at a fixed terminal size.
+
+Update after a deliberate change with: pytest tests/tui/test_snapshots.py --snapshot-update
+"""
+
+from __future__ import annotations
+
+from disttrace.tui.app import DisttraceApp
+from disttrace.tui.model.narration import Narration
+
+from tui_helpers import DATA, PIPELINE_JOB, TUI_JOB, fixture_store
+
+SIZE = (120, 40)
+
+
+def app_on(path=TUI_JOB, **kw) -> DisttraceApp:
+    return DisttraceApp([str(path)], store=fixture_store(path), **kw)
+
+
+def test_timeline_start(snap_compare):
+    assert snap_compare(app_on(), terminal_size=SIZE)
+
+
+def test_timeline_at_the_straggler_barrier(snap_compare):
+    # the barrier rank 2 came late to: the others' waiting part (▒), selection on every rank
+    assert snap_compare(app_on(), press=["N", "N", "N", "N"], terminal_size=SIZE)
+
+
+def test_timeline_zoomed_small_terminal(snap_compare):
+    assert snap_compare(app_on(), press=["N", "plus", "plus", "plus", "j"], terminal_size=(80, 24))
+
+
+def test_ring_view_all_reduce_step(snap_compare):
+    assert snap_compare(app_on(), press=["2", "right_square_bracket", "right_square_bracket"], terminal_size=SIZE)
+
+
+def test_ring_view_hand_written_ring(snap_compare):
+    assert snap_compare(app_on(), press=["g", *"#22", "enter", "2"], terminal_size=SIZE)
+
+
+def test_pipeline_view(snap_compare):
+    assert snap_compare(app_on(PIPELINE_JOB), press=["3"], terminal_size=SIZE)
+
+
+def test_waits_view(snap_compare):
+    assert snap_compare(app_on(), press=["4"], terminal_size=SIZE)
+
+
+def test_links_view(snap_compare):
+    assert snap_compare(app_on(), press=["5"], terminal_size=SIZE)
+
+
+def test_charts_view(snap_compare):
+    assert snap_compare(app_on(), press=["6"], terminal_size=SIZE)
+
+
+def test_problems_view_with_a_hang(snap_compare):
+    assert snap_compare(app_on(DATA / "hang.jsonl"), press=["7"], terminal_size=SIZE)
+
+
+def test_help_screen(snap_compare):
+    assert snap_compare(app_on(), press=["question_mark"], terminal_size=SIZE)
+
+
+def test_narration_pane(snap_compare):
+    narration = Narration("All-reduce, step by step", "Four ranks will sum their tensors.",
+                          [({"op": "all_reduce", "rank": 1}, "Rank 1 enters the all_reduce first and waits.")], "")
+    assert snap_compare(app_on(narration=narration, step_mode=True), terminal_size=SIZE)

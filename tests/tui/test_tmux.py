@@ -1,0 +1,82 @@
+"""The real viewer in a real terminal (tmux) on a trace of a real torchrun job, used as a person would."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed (apt-get install tmux)")]
+
+
+class Tmux:
+    def __init__(self, command: str, width: int = 120, height: int = 40):
+        self.name = f"disttrace-{uuid.uuid4().hex[:8]}"
+        subprocess.run(["tmux", "new-session", "-d", "-s", self.name, "-x", str(width), "-y", str(height),
+                        command], check=True)
+
+    def screen(self) -> str:
+        return subprocess.run(["tmux", "capture-pane", "-p", "-t", self.name], capture_output=True,
+                              text=True).stdout
+
+    def keys(self, *keys: str) -> None:
+        for k in keys:
+            subprocess.run(["tmux", "send-keys", "-t", self.name, k], check=True)
+            time.sleep(0.15)
+
+    def wait_for(self, text: str, timeout: float = 30) -> str:
+        deadline = time.monotonic() + timeout
+        while True:
+            screen = self.screen()
+            if text in screen:
+                return screen
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{text!r} not on screen after {timeout}s:\n{screen}")
+            time.sleep(0.2)
+
+    def alive(self) -> bool:
+        return subprocess.run(["tmux", "has-session", "-t", self.name], capture_output=True).returncode == 0
+
+    def kill(self) -> None:
+        subprocess.run(["tmux", "kill-session", "-t", self.name], capture_output=True)
+
+
+def test_view_a_real_trace_in_tmux(traced, tmp_path):
+    trace = traced("tui_job.py", nproc=4)
+    done = tmp_path / "exit_code"
+    term = Tmux(f"{sys.executable} -m disttrace view {trace}; echo $? > {done}")
+    try:
+        screen = term.wait_for("1 Timeline")
+        for r in range(4):
+            assert f"r{r} " in screen  # one lane per rank, labelled with rank and host
+        assert "all_reduce" in screen and "1/32" in screen
+        # N four times: all_gather, reduce_scatter, broadcast, then the barrier rank 2 came 0.3 s late to
+        term.keys("N", "N", "N", "N")
+        screen = term.wait_for("barrier #4")
+        assert "which arrived last" in screen and "rank 2" in screen
+        # the waits view puts the straggler first
+        term.keys("4")
+        screen = term.wait_for("Stragglers")
+        rows = [line.split() for line in screen.splitlines() if re.match(r"^\s*r\d+\s+[\d.]+[mµn]?s\b", line)]
+        assert rows and rows[0][0] == "r2", screen
+        # the ring view of the first all_reduce: 2(N-1) = 6 steps of K/N = 1 KiB (K = 1024 floats)
+        term.keys("1", "g")
+        term.wait_for("go to")
+        term.keys("#0", "Enter", "2", "]")
+        screen = term.wait_for("Step 1 of 6")
+        assert "K/N = 1KiB" in screen
+        term.keys("?")
+        term.wait_for("same collective, next rank")
+        term.keys("Escape", "q")
+        deadline = time.monotonic() + 15
+        while not done.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert done.read_text().strip() == "0"
+    finally:
+        term.kill()
