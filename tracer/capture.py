@@ -143,7 +143,10 @@ class Tracer:
         self.pending: dict[int, Event] = {}   # id(python Work) -> event, for async ops the user may wait on
         self.tls = threading.local()
         self.lock = threading.Lock()
-        self.in_flight: dict[int, tuple] = {}  # event id -> (op, group name, group_seq, start) for the watchdog
+        self.in_flight: dict[int, tuple] = {}  # event id -> (op, group, group_seq, start, thread) for the watchdog
+        # Fault injection for the tests that prove an internal failure never reaches the job
+        fault = os.environ.get("DISTTRACE_TEST_FAULT_AT")
+        self._fault_at = int(fault) if fault and fault.isdigit() else -1
         self.rec.write({
             "k": "meta", "v": FORMAT_VERSION, "rank": self.rank, "world_size": self.world_size,
             "local_rank": int(os.environ.get("LOCAL_RANK", -1)), "host": self.host, "pid": self.pid,
@@ -199,6 +202,8 @@ class Tracer:
             is_async = api not in SYNC_P2P_APIS and spec.name != "monitored_barrier_"
         cuda = first is not None and first.is_cuda
         ev = Event(next(self._ids), None, not is_async, cuda, g)
+        if ev.id == self._fault_at:
+            raise RuntimeError("injected fault (DISTTRACE_TEST_FAULT_AT)")
         rec = {"k": "b", "i": ev.id, "op": spec.op, "api": api, "g": g.gidx, "t": 0}
         if spec.op not in ("send", "recv"):
             rec["gs"] = g.next_seq

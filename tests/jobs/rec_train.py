@@ -1,0 +1,24 @@
+"""A small DDP training run; saves rank 0's final weights to the file given as argv[1] (bit-identical check)."""
+
+import sys
+
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 4))
+ddp = torch.nn.parallel.DistributedDataParallel(model)
+opt = torch.optim.Adam(ddp.parameters(), lr=1e-2)
+g = torch.Generator().manual_seed(rank)
+for step in range(5):
+    x = torch.randn(8, 16, generator=g)
+    opt.zero_grad()
+    ddp(x).square().mean().backward()
+    opt.step()
+    t = torch.tensor([float(step)])
+    dist.all_reduce(t)
+if rank == 0:
+    torch.save({k: v.clone() for k, v in model.state_dict().items()}, sys.argv[1])
+dist.destroy_process_group()

@@ -1,0 +1,147 @@
+"""`disttrace run` end to end: exit codes, bad input, every way of starting ranks, never changing the job."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from conftest import JOBS, disttrace_cmd, free_port, run_disttrace, torchrun_cmd
+from disttrace.tracer.reader import load_trace
+
+
+def one_line_error(proc):
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2, proc.stderr
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    return lines[0]
+
+
+def test_exit_code_is_the_jobs(tmp_path):
+    proc = run_disttrace("run", "--out", tmp_path / "t", sys.executable, "-c", "import sys; sys.exit(7)")
+    assert proc.returncode == 7
+    assert "no rank was traced" in proc.stderr
+
+
+def test_signal_death_maps_to_128_plus_signal(tmp_path):
+    proc = run_disttrace("run", "--out", tmp_path / "t", "--", sys.executable, "-c",
+                         "import os, signal; os.kill(os.getpid(), signal.SIGKILL)")
+    assert proc.returncode == 128 + 9
+
+
+@pytest.mark.parametrize("args, says", [
+    (["run", "--bogus", "x"], "unrecognized arguments"),
+    (["run"], "no command to run"),
+    (["run", "--summaries", "loud", "python"], "invalid choice"),
+    (["events", "/nonexistent/trace"], "no such file or directory"),
+    (["frobnicate"], "invalid choice"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, says):
+    assert says in one_line_error(run_disttrace(*args))
+
+
+def test_unwritable_out_fails_before_the_job_starts(tmp_path):
+    # a path below a regular file cannot be created, even by root
+    (tmp_path / "file").write_text("x")
+    marker = tmp_path / "ran"
+    proc = run_disttrace("run", "--out", tmp_path / "file" / "sub", sys.executable, "-c",
+                         f"open({str(marker)!r}, 'w')")
+    assert "cannot create trace directory" in one_line_error(proc)
+    assert not marker.exists()
+
+
+def test_reader_rejects_what_is_not_a_trace(tmp_path):
+    (tmp_path / "empty").mkdir()
+    assert "not a disttrace trace" in one_line_error(run_disttrace("events", tmp_path / "empty"))
+    (tmp_path / "junk.jsonl").write_bytes(b"\x00\xffnot json\n{\"a\": 1}\n")
+    assert "no disttrace events" in one_line_error(run_disttrace("events", tmp_path / "junk.jsonl"))
+    newer = tmp_path / "newer"
+    newer.mkdir()
+    (newer / "rank-00000-h-1.jsonl").write_bytes(b'{"k":"meta","v":99,"rank":0}\n')
+    assert "newer disttrace" in one_line_error(run_disttrace("events", newer))
+
+
+@pytest.mark.slow
+def test_torn_and_zero_padded_rank_file_is_read_with_a_warning(traced, tmp_path):
+    src = traced("rec_nodes.py", nproc=2, summaries="off")
+    dst = tmp_path / "torn"
+    dst.mkdir()
+    for f in src.glob("rank-*.jsonl"):
+        data = f.read_bytes()
+        if "rank-00001" in f.name:
+            cut = data.rindex(b'{"k":"e"') + 12  # died while writing its last end record
+            data = data[:cut] + b"\0" * 4096     # and the preallocated tail is still zero
+        (dst / f.name).write_bytes(data)
+    proc = run_disttrace("events", dst)
+    assert proc.returncode == 0, proc.stderr
+    assert "last record torn" in proc.stderr and "Traceback" not in proc.stderr
+    full = load_trace([str(src)])
+    torn = load_trace([str(dst)])
+    assert len(torn) == len(full)  # the torn line was an end record: the op is there, unfinished
+    assert sum(s == "unfinished" for s in torn.status) == 1
+
+
+@pytest.mark.slow
+def test_tracing_never_changes_the_numbers(traced, tmp_path):
+    plain = tmp_path / "plain.pt"
+    subprocess.run(torchrun_cmd("rec_train.py", 2, [plain]), check=True, capture_output=True, timeout=180)
+    traced_w = tmp_path / "traced.pt"
+    traced("rec_train.py", nproc=2, args=(traced_w,), summaries="full")
+    a, b = torch.load(plain), torch.load(traced_w)
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], b[k]), k  # bit-identical
+
+
+@pytest.mark.slow
+def test_internal_failure_disables_tracing_with_one_warning_and_the_job_goes_on(tmp_path):
+    out = tmp_path / "t"
+    cmd = ["run", "--out", out, "--", *torchrun_cmd("rec_train.py", 2, [tmp_path / "w.pt"])]
+    proc = run_disttrace(*cmd, env={"DISTTRACE_TEST_FAULT_AT": "3"}, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert (tmp_path / "w.pt").exists()
+    warnings = [l for l in proc.stderr.splitlines() if "tracing disabled" in l]
+    assert len(warnings) == 2, proc.stderr  # one per rank, once
+    assert "injected fault" in warnings[0] and "Traceback" not in proc.stderr
+    table = load_trace([str(out)])
+    assert {table.id[i] for i in range(len(table))} == {0, 1, 2}  # what came before the fault is kept
+
+
+@pytest.mark.slow
+def test_spawned_ranks_are_traced(tmp_path):
+    out = tmp_path / "t"
+    proc = run_disttrace("run", "--out", out, sys.executable, JOBS / "rec_spawn.py", str(free_port()), timeout=180)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    table = load_trace([str(out)])
+    assert sorted(table.ranks) == [0, 1]
+    assert sorted((table.rank[i], table.op[i]) for i in range(len(table))) == [
+        (0, "all_reduce"), (0, "barrier"), (1, "all_reduce"), (1, "barrier")]
+    assert f"disttrace view" in proc.stderr
+
+
+@pytest.mark.slow
+def test_two_nodes_each_with_its_own_dir_merge(tmp_path):
+    port = free_port()
+    procs = []
+    for node in (0, 1):
+        cmd = disttrace_cmd("run", "--out", tmp_path / f"node{node}", "--",
+                            *torchrun_cmd("rec_nodes.py", 1, nnodes=2, node_rank=node, port=port))
+        procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    for p in procs:
+        _, err = p.communicate(timeout=180)
+        assert p.returncode == 0, err[-2000:]
+    assert len(list((tmp_path / "node0").glob("rank-*.jsonl"))) == 1
+    table = load_trace([str(tmp_path / "node0"), str(tmp_path / "node1")])
+    assert sorted(table.ranks) == [0, 1]
+    ops = [(table.rank[i], table.op[i]) for i in range(len(table))]
+    assert sorted(ops) == sorted([(0, "all_reduce"), (1, "all_reduce"), (0, "barrier"), (1, "barrier"),
+                                  (0, "send"), (1, "recv")])
+    barrier = {table.rank[i]: table.duration_ns(i) for i in range(len(table)) if table.op[i] == "barrier"}
+    assert barrier[0] >= 0.25e9 > barrier[1]
+    # the merged JSON Lines are sorted by start time
+    proc = run_disttrace("events", tmp_path / "node0", tmp_path / "node1")
+    starts = [__import__("orjson").loads(l)["start_ns"] for l in proc.stdout.splitlines()]
+    assert starts == sorted(starts) and len(starts) == 6
