@@ -1,0 +1,42 @@
+"""Ground truth for tests/test_export.py (2 ranks, gloo): known point-to-point messages, an async all_reduce that
+overlaps a blocking recv (two collective-free tracks on one rank), and collectives on the world and a sub-group."""
+
+import time
+
+import torch
+import torch.distributed as dist
+
+MESSAGES = [(0, 1, 4096), (0, 1, 256), (1, 0, 1 << 16), (0, 1, 32)]  # (src, dst, bytes) of blocking send/recv
+ASYNC_MESSAGES = 2                                                    # isend/irecv pairs 1 -> 0 of 1 KiB
+LATE_SEND_S = 0.05                                                    # rank 0 sends its first message late
+
+
+def main() -> None:
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    dist.barrier()
+    for k, (src, dst, nbytes) in enumerate(MESSAGES):
+        buf = torch.full((nbytes // 4,), float(k))
+        if rank == src:
+            if k == 0:
+                time.sleep(LATE_SEND_S)
+            dist.send(buf, dst)
+        elif rank == dst:
+            dist.recv(buf, src)
+            assert buf[0].item() == k
+    work = dist.all_reduce(torch.ones(1 << 14), async_op=True)
+    reqs = []
+    for _ in range(ASYNC_MESSAGES):
+        t = torch.ones(256)
+        reqs.append(dist.isend(t, 0) if rank == 1 else dist.irecv(t, 1))
+    for r in reqs:
+        r.wait()
+    work.wait()
+    dist.broadcast(torch.arange(100.0), src=1)
+    dist.all_gather_into_tensor(torch.zeros(8), torch.ones(4))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,286 @@
+"""`disttrace export TRACE... --format chrome -o out.json`: the trace as Chrome Trace Event JSON.
+
+The file opens in Perfetto (ui.perfetto.dev) and chrome://tracing: a process per rank, a track per kind of op
+(collectives, point-to-point; a second track of a kind where async ops overlap), one `X` slice per op with
+its fields and the analysis' wait and bandwidth in args, flow arrows for matched sends and receives and from
+each collective's last-arriving rank to the others, and a `bytes in flight` counter per rank. docs/EXPORT.md
+maps every field.
+
+Imports neither torch nor textual.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Iterator
+
+import orjson
+
+from .analysis import analyze
+from .analysis.model import Analysis
+from .events import NONE, P2P_OPS, TraceError
+from .reader import load_trace
+
+# track (Chrome "thread") families per rank: tid = family base + lane
+_COLL_TID, _P2P_TID, _LANES = 0, 1000, 1000
+
+
+def add_arguments(p) -> None:
+    p.add_argument("traces", nargs="+", metavar="TRACE",
+                   help="trace dirs (one per node), a Flight Recorder dump dir, or a normalized events .jsonl file")
+    p.add_argument("--format", choices=("chrome",), default="chrome",
+                   help="chrome: Chrome Trace Event JSON for Perfetto / chrome://tracing (the default)")
+    p.add_argument("-o", "--output", metavar="FILE", default=None,
+                   help="file to write (default: TRACE's name + .json in the current directory; - for stdout)")
+
+
+def main(args) -> int:
+    table = load_trace(args.traces)
+    for w in table.warnings:
+        sys.stderr.write(f"disttrace: warning: {w}\n")
+    a = analyze(table)
+    out = args.output
+    if out is None:
+        out = (os.path.basename(os.path.normpath(args.traces[0])) or "trace") + ".chrome.json"
+    if out == "-":
+        write_chrome(a, sys.stdout.buffer, sources=args.traces)
+        sys.stdout.flush()
+        return 0
+    tmp = f"{out}.tmp{os.getpid()}"
+    try:  # 0600 like the trace itself: summaries may hold tensor values
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    except OSError as e:
+        raise TraceError(f"cannot write {out}: {e.strerror or e}") from None
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            write_chrome(a, fh, sources=args.traces)
+        os.replace(tmp, out)
+    except OSError as e:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise TraceError(f"cannot write {out}: {e.strerror or e}") from None
+    sys.stderr.write(f"disttrace: wrote {out} ({len(table)} ops of {len(table.ranks)} ranks); "
+                     "open it in https://ui.perfetto.dev or chrome://tracing\n")
+    return 0
+
+
+def write_chrome(a: Analysis, fh, sources=()) -> None:
+    """Stream the Chrome trace of analysis `a` into binary file `fh` (one event per line, never all in memory)."""
+    for chunk in _chunks(a, sources):
+        fh.write(chunk)
+
+
+def _chunks(a: Analysis, sources) -> Iterator[bytes]:
+    dumps = _dumps
+    yield b'{"displayTimeUnit":"ns","otherData":' + dumps(_other_data(a, sources)) + b',\n"traceEvents":[\n'
+    buf: list[bytes] = []
+    sep = b""
+    for ev in chrome_events(a):
+        buf.append(sep + dumps(ev))
+        sep = b",\n"
+        if len(buf) >= 4096:
+            yield b"".join(buf)
+            buf.clear()
+    yield b"".join(buf) + b"\n]}\n"
+
+
+def _dumps(obj) -> bytes:
+    try:
+        return orjson.dumps(obj)
+    except orjson.JSONEncodeError:  # values copied from a trace: ints past 64 bits, nesting past orjson's limit
+        return orjson.dumps(_plain(obj, 0))
+
+
+def _plain(obj, depth: int):
+    """obj with what JSON cannot carry (ints past 64 bits, nesting past 64 levels) turned into short strings."""
+    if isinstance(obj, bool) or obj is None or isinstance(obj, (str, float)):
+        return obj
+    if isinstance(obj, int):
+        return obj if -(1 << 63) <= obj < (1 << 64) else str(obj)[:40]
+    if depth >= 64:
+        return "..."
+    if isinstance(obj, dict):
+        return {str(k): _plain(v, depth + 1) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_plain(v, depth + 1) for v in obj]
+    return str(obj)[:200]
+
+
+def to_chrome(a: Analysis, sources=()) -> dict:
+    """The Chrome trace as one dict (tests, small traces)."""
+    return orjson.loads(b"".join(_chunks(a, sources)))
+
+
+def _other_data(a: Analysis, sources) -> dict:
+    return {"generator": "disttrace export", "t0_ns": a.span_ns[0], "sources": [str(s) for s in sources],
+            "warnings": list(a.table.warnings[:50]), "problems": [p.message for p in a.problems[:50]]}
+
+
+def chrome_events(a: Analysis) -> Iterator[dict]:
+    """Metadata, slices, flows and counters, in that order (ts in µs relative to the trace's first event)."""
+    t = a.table
+    n = len(t)
+    t0 = a.span_ns[0] if n else 0
+    t_end = _trace_end(a)
+
+    def us(ns: int) -> float:
+        return (ns - t0) / 1000.0
+
+    ends = [t_end if _end(t, i) == NONE else max(_end(t, i), t.start_ns[i]) for i in range(n)]
+    tids = _lanes(t, ends)
+
+    # -- metadata: names and order of processes (ranks) and threads (tracks)
+    ranks = sorted(set(t.ranks) | set(t.rank))
+    for r in ranks:
+        info = t.ranks.get(r)
+        host = info.host if info and info.host else ""
+        yield {"ph": "M", "name": "process_name", "pid": r, "tid": 0,
+               "args": {"name": f"rank {r} ({host})" if host else f"rank {r}"}}
+        yield {"ph": "M", "name": "process_sort_index", "pid": r, "tid": 0, "args": {"sort_index": r}}
+    for (r, tid) in sorted(set(zip(t.rank, tids))):
+        family, lane = ("collectives", tid - _COLL_TID) if tid < _P2P_TID else ("p2p", tid - _P2P_TID)
+        name = family if lane == 0 else f"{family} ({lane + 1})"
+        yield {"ph": "M", "name": "thread_name", "pid": r, "tid": tid, "args": {"name": name}}
+        yield {"ph": "M", "name": "thread_sort_index", "pid": r, "tid": tid, "args": {"sort_index": tid}}
+
+    # -- slices
+    for i in range(n):
+        yield {"ph": "X", "name": t.op[i], "cat": "p2p" if t.op[i] in P2P_OPS else "collective",
+               "pid": t.rank[i], "tid": tids[i], "ts": us(t.start_ns[i]), "dur": (ends[i] - t.start_ns[i]) / 1000.0,
+               "args": _args(a, i)}
+
+    # -- flows: send -> recv; last arrival of a collective -> every other rank (one s/f pair per arrow)
+    fid = 0
+    for m in a.p2p:
+        if m.send is None or m.recv is None:
+            continue
+        s, r = m.send, m.recv
+        s_ts = t.start_ns[s]
+        f_ts = min(max(t.start_ns[r], s_ts), ends[r])  # where data can first flow: inside the recv slice
+        fid += 1
+        yield from _flow(fid, "p2p", f"send {m.src}->{m.dst}", t.rank[s], tids[s], us(s_ts),
+                         t.rank[r], tids[r], us(f_ts))
+    for c in a.collectives:
+        last = c.last_arrival
+        if last is None or last not in c.events or len(c.events) < 2:
+            continue
+        src = c.events[last]
+        latest = t.start_ns[src]
+        for rank, row in sorted(c.events.items()):
+            if rank == last:
+                continue
+            fid += 1
+            f_ts = min(max(latest, t.start_ns[row]), ends[row])
+            yield from _flow(fid, "collective", f"{c.op} #{c.group_seq}: last arrival", last, tids[src], us(latest),
+                             rank, tids[row], us(f_ts))
+
+    # -- counters: bytes this rank has put into ops that have not finished yet
+    deltas: dict[int, dict[int, int]] = {}
+    for i in range(n):
+        b = t.bytes[i]
+        if b <= 0:
+            continue
+        d = deltas.setdefault(t.rank[i], {})
+        d[t.start_ns[i]] = d.get(t.start_ns[i], 0) + b
+        if _end(t, i) != NONE:
+            e = ends[i]
+            d[e] = d.get(e, 0) - b
+    for r in sorted(deltas):
+        level = 0
+        for ts in sorted(deltas[r]):
+            level += deltas[r][ts]
+            yield {"ph": "C", "name": "bytes in flight", "pid": r, "tid": 0, "ts": us(ts), "args": {"bytes": level}}
+
+
+def _flow(fid, cat, name, pid_s, tid_s, ts_s, pid_f, tid_f, ts_f) -> Iterator[dict]:
+    yield {"ph": "s", "id": fid, "name": name, "cat": cat, "pid": pid_s, "tid": tid_s, "ts": ts_s}
+    yield {"ph": "f", "bp": "e", "id": fid, "name": name, "cat": cat, "pid": pid_f, "tid": tid_f, "ts": ts_f}
+
+
+def _end(t, i: int) -> int:
+    """When op i finished on its rank: its end, or for an async op the return of wait() when that is all we have."""
+    e = t.end_ns[i]
+    return e if e != NONE else t.wait_end_ns[i]
+
+
+def _trace_end(a: Analysis) -> int:
+    t = a.table
+    if not len(t):
+        return 0
+    return max(a.span_ns[1], max(t.start_ns), max(t.end_ns), max(t.wait_end_ns))
+
+
+def _lanes(t, ends: list[int]) -> list[int]:
+    """A track per rank and family for each op, so that slices on one track never overlap (Perfetto wants
+    slices of one thread properly nested; ops of one rank overlap only when async)."""
+    tids = [0] * len(t)
+    free_at: dict[tuple[int, int], list[int]] = {}  # (rank, family) -> end of the last slice on each lane
+    for i in sorted(range(len(t)), key=lambda i: (t.start_ns[i], i)):
+        base = _P2P_TID if t.op[i] in P2P_OPS else _COLL_TID
+        lanes = free_at.setdefault((t.rank[i], base), [])
+        start = t.start_ns[i]
+        for k, busy_until in enumerate(lanes):
+            if busy_until <= start:
+                lanes[k] = ends[i]
+                break
+        else:
+            k = len(lanes)
+            lanes.append(ends[i])
+        tids[i] = base + min(k, _LANES - 1)
+    return tids
+
+
+def _args(a: Analysis, i: int) -> dict:
+    t = a.table
+    g = t.groups[t.gid[i]]
+    args = {"op": t.op[i], "api": t.api[i], "bytes": t.bytes[i], "group": g.name, "group_ranks": list(g.ranks),
+            "status": t.status[i]}
+    for key, col in (("group_seq", t.group_seq), ("seq", t.seq), ("peer", t.peer), ("root", t.root),
+                     ("tag", t.tag), ("id", t.id)):
+        if col[i] != NONE:
+            args[key] = col[i]
+    for key, val in (("dtype", t.dtype[i]), ("shape", t.shape[i]), ("site", t.site[i]), ("error", t.error[i]),
+                     ("in", t.in_[i]), ("out", t.out[i])):
+        if val:
+            args[key] = val
+    if t.async_op[i]:
+        args["async_op"] = True
+    if t.wait_start_ns[i] != NONE:
+        args["wait_call_ns"] = [t.wait_start_ns[i], t.wait_end_ns[i] if t.wait_end_ns[i] != NONE else None]
+    if _end(t, i) == NONE and t.status[i] == "ok":
+        args["status"] = "unfinished"
+    k = a.instance_of[i] if i < len(a.instance_of) else -1
+    if k >= 0:
+        c = a.collectives[k]
+        rank = t.rank[i]
+        args["wait_ns"] = c.wait_ns.get(rank, 0)
+        args["wait_kind"] = c.wait_kind
+        args["last_arrival"] = c.last_arrival
+        if c.duration_ns is not None:
+            args["duration_after_last_arrival_ns"] = c.duration_ns
+        if c.algbw_gbps is not None:
+            args["algbw_GBps"] = round(c.algbw_gbps, 4)
+            args["busbw_GBps"] = round(c.busbw_gbps, 4) if c.busbw_gbps is not None else None
+        if c.missing:
+            args["missing_ranks"] = list(c.missing)
+    k = a.p2p_of[i] if i < len(a.p2p_of) else -1
+    if k >= 0:
+        m = a.p2p[k]
+        is_send = m.send == i
+        args["wait_ns"] = m.late_receiver_ns if is_send else m.late_sender_ns
+        args["wait_kind"] = "late_receiver" if is_send else "late_sender"
+        args["matched"] = m.send is not None and m.recv is not None
+        if m.transfer_ns:
+            args["transfer_ns"] = m.transfer_ns
+            args["GBps"] = round(m.bytes / m.transfer_ns, 4)
+    extra = t.extra[i]
+    if extra:
+        for key, val in extra.items():
+            args.setdefault(key, val)
+    return args
+
+
+__all__ = ["add_arguments", "main", "chrome_events", "to_chrome", "write_chrome"]
