@@ -161,7 +161,9 @@ def _waits(console, a: Analysis, top: int, span: int) -> None:
                       f"in all; it arrived last at {worst.late_count} collective(s).")
     if len(a.waits) > 1 and any(a.waits.values()):
         by_rank = sorted(a.waits)[:64]
-        _chart(console, "waits per rank (ms)", "bar", [str(r) for r in by_rank], [a.waits[r] / 1e6 for r in by_rank])
+        unit, scale = _time_unit(max(a.waits.values()))
+        _chart(console, f"waits per rank ({unit})", "bar", [str(r) for r in by_rank],
+               [a.waits[r] / scale for r in by_rank])
 
 
 def _collectives(console, a: Analysis, top: int) -> None:
@@ -197,8 +199,10 @@ def _collectives(console, a: Analysis, top: int) -> None:
         for b, bw in points:
             by_size[b].append(bw)
         sizes = sorted(by_size)
-        _chart(console, "collective busbw (GB/s, median) against message size", "scatter",
-               sizes, [median(by_size[s]) for s in sizes], log_x=True)
+        ys = [median(by_size[s]) for s in sizes]
+        unit, scale = ("GB/s", 1.0) if max(ys) >= 1 else ("MB/s", 1e-3)
+        _chart(console, f"collective busbw ({unit}, median) against message size", "scatter",
+               sizes, [y / scale for y in ys], log_x=True)
 
 
 def _links(console, a: Analysis, top: int) -> None:
@@ -251,6 +255,10 @@ def _models(console, a: Analysis) -> None:
         table.add_row(op, fmt_ns(m.alpha_ns), fmt_gbps(1 / m.beta_ns_per_byte) if m.beta_ns_per_byte > 0 else "-",
                       str(m.samples))
     console.print(table)
+
+
+def _time_unit(ns: float) -> tuple[str, float]:
+    return ("s", 1e9) if ns >= 1e9 else ("ms", 1e6) if ns >= 1e6 else ("µs", 1e3)
 
 
 def _chart(console, title: str, kind: str, xs, ys, log_x: bool = False) -> None:

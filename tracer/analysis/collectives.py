@@ -28,7 +28,6 @@ def build_collectives(t: EventTable, buckets: list[list[int]], traced: set[int],
     culprits: list[int | None] = []
     expected_cache: dict[int, tuple[int, ...]] = {}
     step = max(1, len(buckets) // 20)
-    has_async = 1 in t.async_op
     for n_inst, rows in enumerate(buckets):
         if progress is not None and n_inst % step == 0:
             progress(n_inst / max(1, len(buckets)), "collectives")
@@ -38,14 +37,21 @@ def build_collectives(t: EventTable, buckets: list[list[int]], traced: set[int],
         expected = expected_cache.get(g)
         if expected is None:
             expected = expected_cache[g] = tuple(r for r in grp.ranks if r in traced) or grp.ranks
-        op = op_c[i0]
-        if len({op_c[i] for i in rows}) > 1:  # a mismatch: take the majority's op, problems.py reports it
-            op = Counter(op_c[j] for j in rows).most_common(1)[0][0]
+        # one set over the rows says whether op, status and async agree (the common case)
+        sig = {(op_c[i], status_c[i], async_c[i]) for i in rows}
+        if len(sig) == 1:
+            op, status, is_async = next(iter(sig))
+            all_ok = status == "ok"
+        else:
+            op = op_c[i0]
+            if len({x[0] for x in sig}) > 1:  # a mismatch: take the majority's op, problems.py reports it
+                op = Counter(op_c[j] for j in rows).most_common(1)[0][0]
+            all_ok = {x[1] for x in sig} == _OK
+            is_async = any(x[2] for x in sig)
         ranks = [rank_c[i] for i in rows]
         starts = [start_c[i] for i in rows]
         ends = [end_c[i] for i in rows]
         latest = max(starts)
-        is_async = has_async and 1 in {async_c[i] for i in rows}
         root = root_c[i0]
         root = None if root == NONE else root
         kind = WAIT_KIND[op]
@@ -59,7 +65,7 @@ def build_collectives(t: EventTable, buckets: list[list[int]], traced: set[int],
         n = len(expected)
         missing = () if len(rows) >= n else tuple(r for r in expected if r not in ranks)
         finished = NONE not in ends
-        complete = not missing and finished and {status_c[i] for i in rows} == _OK
+        complete = not missing and finished and all_ok
         if op in _ROOT_INPUT_IS_S and root is not None and root in ranks:
             nbytes = bytes_c[rows[ranks.index(root)]]
         else:

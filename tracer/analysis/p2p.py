@@ -11,16 +11,24 @@ from .waits import p2p_waits
 def build_p2p(t: EventTable) -> tuple[list[P2PMatch], list[int]]:
     p2p: list[P2PMatch] = []
     p2p_of = [-1] * len(t)
-    start, nbytes = t.start_ns, t.bytes
+    start, nbytes, end_c, asy = t.start_ns, t.bytes, t.end_ns, t.async_op
     for src, dst, _tag, order, s, r in match_p2p(t):
         ls = lr = 0
         transfer = None
         if s is not None and r is not None:
-            ls, lr = p2p_waits(t, s, r)
-            end = finished_at(t, r)
+            ss, rs = start[s], start[r]
+            if asy[s] or asy[r]:
+                ls, lr = p2p_waits(t, s, r)
+            elif ss > rs:  # synchronous: the receiver blocked from its start until the send began (or it ended)
+                e = end_c[r]
+                ls = ss - rs if e == NONE or e > ss else max(0, e - rs)
+            elif rs > ss:
+                e = end_c[s]
+                lr = rs - ss if e == NONE or e > rs else max(0, e - ss)
+            end = end_c[r] if end_c[r] != NONE else finished_at(t, r)
             if end != NONE:
                 # data can only flow once both sides are posted; it has arrived when the recv is done
-                tr = end - max(start[s], start[r])
+                tr = end - (ss if ss > rs else rs)
                 transfer = tr if tr > 0 else None
             b = nbytes[s] or nbytes[r]
         else:

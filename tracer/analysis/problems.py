@@ -70,6 +70,7 @@ def find_problems(t: EventTable, collectives: list[CollectiveInstance], p2p: lis
     last = None
     cascade: dict[int, Problem] = {}  # group -> its first op mismatch; later ones only counted
     cascade_n: Counter = Counter()
+    has_out = any(o is not None for o in t.out)  # no summaries recorded: no divergence to look for
     for c in collectives:
         rows = c.events
         if len(rows) > 1:
@@ -92,7 +93,7 @@ def find_problems(t: EventTable, collectives: list[CollectiveInstance], p2p: lis
             if last is None:
                 last = last_event_of_rank(t)
             problems.append(_hang(t, c, last))
-        elif c.op in _SAME_OUTPUT:
+        elif has_out and c.op in _SAME_OUTPUT:
             p = _divergence(t, c)
             if p:
                 problems.append(p)
@@ -203,9 +204,11 @@ def _clock_violations(t: EventTable, collectives: list[CollectiveInstance], p2p:
             if end != NONE and end < t.start_ns[m.send]:
                 note(m.dst, m.src, t.start_ns[m.send] - end, [m.send, m.recv])
     for c in collectives:
-        if c.wait_kind not in ("wait_at_nxn", "wait_at_barrier") or len(c.events) < 2:
+        if not c.complete or c.wait_kind not in ("wait_at_nxn", "wait_at_barrier") or len(c.events) < 2:
             continue
         latest = max(c.start_ns.values())
+        if min(c.end_ns.values()) >= latest:
+            continue
         for r, e in c.end_ns.items():
             if e is not None and e < latest:
                 note(r, c.last_arrival, latest - e, [c.events[r], c.events[c.last_arrival]])

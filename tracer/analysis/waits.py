@@ -44,7 +44,17 @@ def collective_waits(t: EventTable, kind: str, rows: list[int], ranks: list[int]
         latest = max(starts)
         culprit = ranks[starts.index(latest)]
         if any_async:
-            waits = [blocked_in(t, i, s, latest) for i, s in zip(rows, starts)]
+            ws, we, asy, end = t.wait_start_ns, t.wait_end_ns, t.async_op, t.end_ns
+            waits = []
+            for i, s in zip(rows, starts):
+                # blocked inside wait() (async) or inside the call (sync), clipped to [own start, latest start]
+                lo, hi = (ws[i], we[i]) if asy[i] else (s, end[i])
+                if lo == NONE:
+                    waits.append(0)
+                    continue
+                lo = lo if lo > s else s
+                hi = latest if hi == NONE or hi > latest else hi
+                waits.append(hi - lo if hi > lo else 0)
         else:
             waits = [latest - s for s in starts]
             # a synchronous op that ended before the latest arrival is a clock violation: it did not wait longer
