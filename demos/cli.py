@@ -73,6 +73,9 @@ def main(args) -> int:
             raise TraceError(f"--size does not apply to the {demo.name} demo")
         if args.size <= 0:
             raise TraceError("--size must be a positive number")
+        if demo.size_per_rank and args.size % nproc:
+            raise TraceError(f"--size {args.size} must be a multiple of the number of ranks ({nproc}) for the "
+                             f"{demo.name} demo")
     extra = shlex.split(args.program_args or "")
 
     from .runner import run_demo

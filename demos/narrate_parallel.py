@@ -61,14 +61,14 @@ def tensor_parallel(run: DemoRun) -> dict:
                    f"{show(values(ev['in']))}. The all-gather gives it every rank's shard - "
                    + ", ".join(f"rank {k}: {show(p)}" for k, p in enumerate(pieces))
                    + " - which it concatenates along the columns into the full activation.")
-    reduces = run.events("all_reduce")
-    backward_layers = len({e["group_seq"] for _, e in reduces})
-    for row, ev in reduces:
-        layer = backward_layers - ev["group_seq"]   # backward runs from the last layer down to layer 1
-        n.say(row, f"Backward, layer {layer}: rank {ev['rank']}'s shard contributes (g_{ev['rank']} * gelu') "
-                   f"W_{ev['rank']}^T = {show(values(ev['in']))} to the gradient of layer {layer}'s input. The "
-                   f"all-reduce (SUM) adds the {run.nproc} contributions: {show(values(ev['out']))}, the gradient "
-                   f"flowing into layer {layer - 1}, the same on every rank.")
+    for rank in sorted(run.table.ranks):
+        reduces = run.events("all_reduce", rank)
+        for k, (row, ev) in enumerate(reduces):
+            layer = len(reduces) - k   # backward runs from the last layer down to layer 1 (the data needs no gradient)
+            n.say(row, f"Backward, layer {layer}: rank {rank}'s shard contributes (g_{rank} * gelu') W_{rank}^T = "
+                       f"{show(values(ev['in']))} to the gradient of layer {layer}'s input. The all-reduce (SUM) adds "
+                       f"the {run.nproc} contributions: {show(values(ev['out']))}, the gradient flowing into layer "
+                       f"{layer - 1}, the same on every rank.")
     return n.write(f"{_check(run)} The pattern: all-gather in the forward pass, all-reduce in the backward pass; "
                    "the weight gradients themselves never travel - each rank owns its shard's. Communication grows "
                    "with the activations (batch x hidden), not with the weights, and happens at every layer: that "

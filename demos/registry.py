@@ -24,6 +24,7 @@ class Demo:
     nproc_rule: str = "2 to 8"
     narrate: str = ""              # "module:function" in disttrace.demos, called with a DemoRun
     size_help: str | None = None   # what --size means for this demo; None: --size does not apply
+    size_per_rank: bool = False    # --size must split evenly over the ranks
     section: str = ""
 
     @property
@@ -68,10 +69,12 @@ DEMOS: dict[str, Demo] = {d.name: d for d in [
     Demo("ring-allreduce", "ring_allreduce.py",
          "all-reduce by hand with isend/irecv: reduce-scatter then all-gather, 2(N-1) steps (seed 000)", 3,
          narrate="narrate_algorithms:ring_allreduce", size_help="values per rank, a multiple of N (default 2N)",
+         size_per_rank=True,
          section=_A),
     Demo("allreduce-three-ways", "allreduce_three_ways.py",
          "all_reduce vs reduce+broadcast vs reduce_scatter+all_gather, timed (seed 004)", 2,
          narrate="narrate_algorithms:three_ways", size_help="values per tensor (default 2**20, the seed's)",
+         size_per_rank=True,
          section=_A),
     Demo("p2p-bandwidth", "p2p_bandwidth.py", "copies from rank 0 to each other rank, GB/s per link (seed 004)", 3,
          narrate="narrate_algorithms:p2p_bandwidth",

@@ -1,0 +1,344 @@
+"""Every demo, run for real (`disttrace demo NAME --no-view`), checked through its recorded trace.
+
+The numbers come from the seeds (../shared/seeds) and from torch itself; each demo is run once per session, and
+only the demos the selected tests need, two at a time (most of a torchrun's time is start-up waiting).
+"""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from conftest import run_disttrace
+
+from disttrace.demos.narrate_algorithms import ring_chunks, ring_result_from_trace
+from disttrace.tracer.analysis import analyze
+from disttrace.tracer.reader import load_trace
+from disttrace.tui.model.narration import load_narration
+
+pytestmark = pytest.mark.slow
+
+FALLBACK = "(an operation this demo does not explain)"
+COLLECTIVE_DEMOS = ["broadcast", "reduce", "all-reduce", "gather", "all-gather", "scatter", "reduce-scatter",
+                    "all-to-all", "barrier", "send-recv"]
+
+
+def needs(*names):
+    """The demos a test reads: the fixture runs exactly those of the selected tests."""
+    def mark(func):
+        func._demos = names
+        return func
+    return mark
+
+
+class Demo:
+    def __init__(self, out, proc):
+        self.out, self.proc = out, proc
+        self.table = load_trace([str(out)])
+        self.rows = [self.table.row(i) for i in range(len(self.table))]
+        self.narration = json.loads((out / "narration.json").read_text())
+        self.results = {int(f.stem[4:]): json.loads(f.read_text()) for f in (out / "demo-results").glob("rank*.json")}
+
+    def events(self, op=None, rank=None, group_seq=None):
+        return [e for e in self.rows if (op is None or e["op"] == op) and (rank is None or e["rank"] == rank)
+                and (group_seq is None or e["group_seq"] == group_seq)]
+
+    def by_rank(self, op, group_seq=0):
+        return {e["rank"]: e for e in self.events(op, group_seq=group_seq)}
+
+    @property
+    def summary(self):
+        return self.narration["summary"]
+
+
+def out_values(e):
+    return e["out"]["values"]
+
+
+def in_values(e):
+    return e["in"]["values"]
+
+
+@pytest.fixture(scope="module")
+def demos(request, tmp_path_factory):
+    wanted = []
+    for item in request.session.items:
+        for name in getattr(getattr(item, "function", None), "_demos", ()):
+            if name not in wanted:
+                wanted.append(name)
+    base = tmp_path_factory.mktemp("demos")
+
+    def run(name):
+        out = base / name
+        proc = run_disttrace("demo", name, "--no-view", "--out", str(out), timeout=300)
+        return name, out, proc
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        finished = list(pool.map(run, wanted))
+    runs = {}
+    for name, out, proc in finished:
+        assert proc.returncode == 0, f"demo {name} exited {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+        assert f"trace and narration in {out}" in proc.stdout
+        runs[name] = Demo(out, proc)
+    return runs
+
+
+# -- the collectives: seed 002's and seed 000's numbers ------------------------------------------
+
+@needs("broadcast")
+def test_broadcast_copies_the_roots_tensor(demos):
+    d = demos["broadcast"]
+    ev = d.by_rank("broadcast")
+    assert in_values(ev[0]) == [1, 2, 3] and in_values(ev[1]) == [0, 0, 0]
+    assert {r: out_values(e) for r, e in ev.items()} == {0: [1, 2, 3], 1: [1, 2, 3], 2: [1, 2, 3]}
+    assert all(e["root"] == 0 for e in ev.values())
+
+
+@needs("reduce")
+def test_reduce_sums_onto_rank_0(demos):
+    ev = demos["reduce"].by_rank("reduce")
+    assert {r: in_values(e) for r, e in ev.items()} == {0: [1, 2, 3], 1: [4, 5, 6], 2: [7, 8, 9]}
+    assert out_values(ev[0]) == [12, 15, 18]
+
+
+@needs("all-reduce")
+def test_all_reduce_gives_12_15_18_everywhere(demos):
+    ev = demos["all-reduce"].by_rank("all_reduce")
+    assert {r: in_values(e) for r, e in ev.items()} == {0: [1, 2, 3], 1: [4, 5, 6], 2: [7, 8, 9]}
+    assert {r: out_values(e) for r, e in ev.items()} == {0: [12, 15, 18], 1: [12, 15, 18], 2: [12, 15, 18]}
+
+
+@needs("gather")
+def test_gather_collects_on_rank_0(demos):
+    ev = demos["gather"].by_rank("gather")
+    assert {r: in_values(e) for r, e in ev.items()} == {0: [1, 2], 1: [3, 4], 2: [5, 6]}
+    assert out_values(ev[0]) == [[1, 2], [3, 4], [5, 6]]
+
+
+@needs("all-gather")
+def test_all_gather_collects_everywhere(demos):
+    ev = demos["all-gather"].by_rank("all_gather")
+    assert {r: in_values(e) for r, e in ev.items()} == {0: [1, 2], 1: [3, 4], 2: [5, 6]}
+    assert all(out_values(e) == [1, 2, 3, 4, 5, 6] for e in ev.values())
+
+
+@needs("scatter")
+def test_scatter_hands_out_pieces(demos):
+    ev = demos["scatter"].by_rank("scatter")
+    assert in_values(ev[0]) == [[1, 2], [3, 4], [5, 6]]
+    assert {r: out_values(e) for r, e in ev.items()} == {0: [1, 2], 1: [3, 4], 2: [5, 6]}
+
+
+@needs("reduce-scatter")
+def test_reduce_scatter_reproduces_seed_000_and_seed_002(demos):
+    d = demos["reduce-scatter"]
+    seed000 = d.by_rank("reduce_scatter", 0)
+    assert in_values(seed000[0]) == [-1, 5, 2, 2] and in_values(seed000[1]) == [3, -3, 4, 1]
+    assert out_values(seed000[0]) == [2, 2] and out_values(seed000[1]) == [6, 3]
+    seed002 = d.by_rank("reduce_scatter", 1)
+    assert in_values(seed002[0]) == [1, 2, 3, 4] and in_values(seed002[1]) == [5, 6, 7, 8]
+    assert out_values(seed002[0]) == [6, 8] and out_values(seed002[1]) == [10, 12]
+    texts = {s["match"]["rank"]: s["text"] for s in d.narration["steps"] if s["match"].get("id") == 0}
+    assert "[-1, 5] + [3, -3] = [2, 2]" in texts[0]
+    assert "[2, 2] + [4, 1] = [6, 3]" in texts[1]
+    assert "rank 0 [2, 2], rank 1 [6, 3]" in d.summary
+
+
+@needs("all-to-all")
+def test_all_to_all_transposes(demos):
+    ev = demos["all-to-all"].by_rank("all_to_all")
+    n = len(ev)
+    for j, e in ev.items():
+        assert in_values(e) == [10 * j + k for k in range(n)]
+        assert out_values(e) == [10 * k + j for k in range(n)]
+
+
+@needs("barrier")
+def test_barrier_ranks_arrive_apart_and_leave_together(demos):
+    ev = demos["barrier"].by_rank("barrier")
+    starts = {r: e["start_ns"] for r, e in ev.items()}
+    ends = [e["end_ns"] for e in ev.values()]
+    assert max(starts, key=starts.get) == 2                       # rank 2 slept 400 ms, rank 1 200 ms
+    assert starts[2] - starts[0] > 300e6
+    assert max(ends) - min(ends) < (starts[2] - starts[0]) / 4   # they leave together
+
+
+@needs("send-recv")
+def test_send_recv_messages(demos):
+    d = demos["send-recv"]
+    (s0,), (r1,) = d.events("send", 0), d.events("recv", 1)
+    assert (s0["peer"], in_values(s0)) == (1, [1, 2, 3])
+    assert (r1["peer"], out_values(r1)) == (0, [1, 2, 3])
+    (s1,), (r0,) = d.events("send", 1), d.events("recv", 0)
+    assert in_values(s1) == [11, 12, 13] and out_values(r0) == [11, 12, 13]
+
+
+@needs(*COLLECTIVE_DEMOS)
+def test_every_event_of_the_collectives_demos_has_its_own_narration_with_the_recorded_values(demos):
+    for name in COLLECTIVE_DEMOS:
+        d = demos[name]
+        narration = load_narration([str(d.out)])   # what the viewer loads
+        assert narration.title and narration.intro
+        for i, ev in enumerate(d.rows):
+            text = narration.text_for(d.table, i)
+            assert text and text != FALLBACK, (name, ev)
+            assert f"ank {ev['rank']}" in text, (name, text)
+            for key in ("out",) if ev["op"] == "recv" else ("in", "out"):   # a recv's "in" is its empty buffer
+                vals = (ev[key] or {}).get("values")
+                if vals is not None and all(isinstance(v, (int, float)) for v in vals):
+                    shown = str([int(v) if float(v).is_integer() else v for v in vals])
+                    if ev["op"] != "reduce" or ev["rank"] == ev["root"] or key == "in":
+                        assert shown in text, (name, key, shown, text)
+        assert d.summary in narration.text_for(d.table, len(d.rows) - 1)
+
+
+# -- algorithms -------------------------------------------------------------------------------
+
+@needs("ring-allreduce")
+def test_ring_allreduce_equals_dist_all_reduce_and_moves_real_chunks(demos):
+    d = demos["ring-allreduce"]
+    n = len(d.table.ranks)
+    original = {r: in_values(e) for r, e in d.by_rank("all_reduce").items()}
+    total = [sum(col) for col in zip(*original.values())]
+    assert original[1] == [101 + i for i in range(2 * n)]
+    size = len(total) // n
+    for r in range(n):
+        sends, recvs = d.events("send", r), d.events("recv", r)
+        assert len(sends) == len(recvs) == 2 * (n - 1)
+        assert all(s["peer"] == (r + 1) % n and len(in_values(s)) == size for s in sends)
+        assert all(x["peer"] == (r - 1) % n for x in recvs)
+        assert out_values(d.by_rank("all_reduce")[r]) == total                  # torch's all_reduce
+        assert d.results[r]["ring"] == total                                    # the ring, as the program saw it
+        # The reduce-scatter phase: the chunk received at step s is the sum of the s+1 ranks before this one.
+        for k in range(n - 1):
+            _, s, _, got = ring_chunks(r, n, k)
+            senders = [(r - 1 - j) % n for j in range(s + 1)]
+            expected = [sum(original[q][got * size + i] for q in senders) for i in range(size)]
+            assert out_values(recvs[k]) == expected
+
+
+@needs("ring-allreduce")
+def test_ring_result_put_together_from_the_trace_is_the_all_reduce(demos):
+    d = demos["ring-allreduce"]
+    from disttrace.demos.narrate_common import DemoRun
+
+    run = DemoRun("ring-allreduce", d.out, d.table, len(d.table.ranks), "gloo")
+    for r, e in d.by_rank("all_reduce").items():
+        assert ring_result_from_trace(run, r) == out_values(e)
+    assert "matches dist.all_reduce on every rank" in d.summary
+
+
+@needs("allreduce-three-ways")
+def test_allreduce_three_ways_records_each_approach(demos):
+    d = demos["allreduce-three-ways"]
+    phi = 2**20 * 4
+    assert {e["bytes"] for e in d.events("all_reduce")} == {phi}
+    assert {e["bytes"] for e in d.events("reduce_scatter")} == {phi}
+    assert {e["out"]["numel"] for e in d.events("reduce_scatter")} == {2**19}
+    assert {e["bytes"] for e in d.events("all_gather")} == {phi // 2}
+    for op in ("all_reduce", "reduce", "broadcast", "reduce_scatter", "all_gather"):
+        assert len(d.events(op, rank=0)) == 3, op       # 3 rounds each
+    for line in ("all_reduce: best round", "reduce + broadcast: best round", "reduce_scatter + all_gather: best round"):
+        assert line in d.summary
+    assert "2(N-1)/N Φ = 4.19 MB" in d.summary
+
+
+@needs("p2p-bandwidth")
+def test_p2p_bandwidth_measures_each_link(demos):
+    d = demos["p2p-bandwidth"]
+    links = {(l.src, l.dst): l for l in analyze(d.table).links}
+    for dst in (1, 2):
+        link = links[(0, dst)]
+        assert link.bytes == 10 * 10**6 * 4 and link.messages == 10
+        assert link.gbps and link.gbps > 0
+        assert f"rank 0 -> rank {dst}: 40.00 MB in 10 messages" in d.summary
+        assert f"{link.gbps:.2f} GB/s" in d.summary
+    assert "GPU 0 -> 1: 88.9 GB/s" in d.summary
+
+
+# -- parallelism ------------------------------------------------------------------------------
+
+@needs("data-parallel")
+def test_data_parallel_averages_gradients_like_one_process(demos):
+    d = demos["data-parallel"]
+    reduces = d.events("all_reduce", rank=0)
+    assert len(reduces) == 2 * 2                              # 2 steps x 2 layers
+    for seq in range(4):
+        ev = d.by_rank("all_reduce", seq)
+        a, b = (sum(in_values(ev[r]), []) for r in (0, 1))
+        mean = [(x + y) / 2 for x, y in zip(a, b)]
+        for r in (0, 1):
+            out = sum(out_values(ev[r]), [])
+            assert max(abs(x - y) for x, y in zip(out, mean)) < 1e-7
+    assert all(r["max_difference"] < 1e-5 for r in d.results.values()) and len(d.results) == 2
+
+
+@needs("tensor-parallel")
+def test_tensor_parallel_gathers_activations_and_reduces_gradients(demos):
+    d = demos["tensor-parallel"]
+    for layer in (0, 1):
+        ev = d.by_rank("all_gather", layer)
+        for r in (0, 1):
+            assert out_values(ev[r]) == [in_values(ev[0]), in_values(ev[1])]   # piece k is rank k's shard
+    ev = {e["rank"]: e for e in d.events("all_reduce")}
+    total = [[x + y for x, y in zip(p, q)] for p, q in zip(in_values(ev[0]), in_values(ev[1]))]
+    for r in (0, 1):
+        assert max(abs(x - y) for a, b in zip(out_values(ev[r]), total) for x, y in zip(a, b)) < 1e-7
+    assert len(d.events("all_reduce", rank=0)) == 1          # backward: layer 1's input gradient only
+    assert all(r["max_difference"] < 1e-5 for r in d.results.values()) and len(d.results) == 2
+
+
+@needs("pipeline-parallel")
+def test_pipeline_parallel_micro_batches_and_bubble(demos):
+    d = demos["pipeline-parallel"]
+    fwd_sends = [e for e in d.events("send", 0) if e["peer"] == 1]
+    fwd_recvs = [e for e in d.events("recv", 1) if e["peer"] == 0]
+    bwd_sends = [e for e in d.events("send", 1) if e["peer"] == 0]
+    bwd_recvs = [e for e in d.events("recv", 0) if e["peer"] == 1]
+    assert len(fwd_sends) == len(fwd_recvs) == len(bwd_sends) == len(bwd_recvs) == 4
+    assert [in_values(e) for e in fwd_sends] == [out_values(e) for e in fwd_recvs]
+    assert [in_values(e) for e in bwd_sends] == [out_values(e) for e in bwd_recvs]
+    assert all(r["max_difference"] < 1e-5 for r in d.results.values()) and len(d.results) == 2
+    stats = analyze(d.table).pipeline
+    assert stats is not None and stats.stages == [0, 1] and stats.micro_batches == 4
+    assert abs(stats.expected_fraction - 1 / 5) < 1e-9
+    assert "(P-1)/(M+P-1) = (2-1)/(4+2-1) = 20%" in d.summary
+
+
+@needs("zero1")
+def test_zero1_memory_matches_the_formula(demos):
+    d = demos["zero1"]
+    assert len(d.results) == 2
+    for r in d.results.values():
+        psi, n = r["psi"], r["n"]
+        assert r["measured"] == (2 + 2) * psi + 12 * psi / n == r["formula"]
+        assert r["max_difference"] < 1e-4
+    psi = d.results[0]["psi"]
+    assert {e["bytes"] for e in d.events("reduce_scatter")} == {2 * psi}     # bf16 gradients, all of them
+    assert {e["bytes"] for e in d.events("all_gather")} == {2 * psi // 2}    # one bf16 shard
+    assert "16Ψ = 120 GB" in d.summary and "31.4 GB" in d.summary
+
+
+# -- when things go wrong -----------------------------------------------------------------------
+
+@needs("straggler")
+def test_straggler_is_found(demos):
+    d = demos["straggler"]
+    a = analyze(d.table)
+    assert a.stragglers[0].rank == 2
+    late = next(c for c in a.collectives if c.group_seq == 1)
+    assert late.last_arrival == 2
+    assert late.wait_ns[0] > 250e6 and late.wait_ns[1] > 250e6
+    assert "names rank 2 as the straggler" in d.summary
+
+
+@needs("hang")
+def test_hang_shows_the_missing_rank(demos):
+    d = demos["hang"]
+    assert [e["group_seq"] for e in d.events("all_reduce", 1)] == [0, 1]   # rank 1 skipped step 2
+    (stuck,) = d.events("all_reduce", 0, group_seq=2)
+    assert stuck["status"] != "ok"
+    hangs = [p for p in analyze(d.table).problems if p.kind == "hang"]
+    assert hangs and hangs[0].ranks == [1] and hangs[0].group_seq == 2
+    assert "rank 1 never did" in d.summary
