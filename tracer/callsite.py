@@ -42,6 +42,9 @@ _COMPONENTS = (
 _C10D_FILES = ("distributed/distributed_c10d.py",)
 
 USER, OWN, C10D, TORCH = 0, 1, 2, 3
+# frames too generic to name an origin: the next one out says more
+_GENERIC = frozenset({"<listcomp>", "<genexpr>", "<dictcomp>", "<lambda>", "wrapper", "inner", "decorate_context",
+                      "_fn", "fn"})
 _cache: dict = {}
 
 
@@ -79,7 +82,7 @@ def walk(depth: int = 2) -> tuple[str | None, str | None, str | None]:
         if k == C10D:
             if code.co_name[0] != "_" and code.co_name != "wrapper":
                 api = code.co_name
-        elif component is not None and origin is None:
-            origin = f"{component}.{code.co_name}"
+        elif component is not None and origin is None and code.co_name not in _GENERIC:
+            origin = f"{component}.{code.co_qualname}"
         f = f.f_back
     return None, api, origin

@@ -93,14 +93,23 @@ class Group:
 class Event:
     """An op in flight. `sync`: ends at the next wait() on this thread; `waited`: the user called wait()."""
 
-    __slots__ = ("id", "tensors", "sync", "ended", "cuda", "work", "peer_any", "group", "seq")
+    __slots__ = ("id", "tensors", "sync", "ended", "cuda", "work", "peer_any", "group", "seq", "out_ptr")
 
     def __init__(self, id, tensors, sync, cuda, group):
         self.id, self.tensors, self.sync, self.cuda, self.group = id, tensors, sync, cuda, group
         self.seq = None
+        self.out_ptr = 0
         self.ended = False
         self.work = None
         self.peer_any = False
+
+
+def _first_tensor(obj):
+    while isinstance(obj, (list, tuple)):
+        if not obj:
+            return None
+        obj = obj[0]
+    return obj if isinstance(obj, torch.Tensor) else None
 
 
 def _nbytes(obj) -> tuple[int, object]:
@@ -141,6 +150,7 @@ class Tracer:
         self._gidx = itertools.count()
         self.groups: dict[int, Group] = {}
         self.pending: dict[int, Event] = {}   # id(python Work) -> event, for async ops the user may wait on
+        self.by_ptr: dict[int, Event] = {}    # output data_ptr -> event, for functional collectives' wait_tensor
         self.tls = threading.local()
         self.lock = threading.Lock()
         self.in_flight: dict[int, tuple] = {}  # event id -> (op, group, group_seq, start, thread) for the watchdog
@@ -204,6 +214,10 @@ class Tracer:
         ev = Event(next(self._ids), None, not is_async, cuda, g)
         if ev.id == self._fault_at:
             raise RuntimeError("injected fault (DISTTRACE_TEST_FAULT_AT)")
+        if is_async and spec.op != "send":
+            out = _first_tensor(args[spec.out] if spec.out is not None else args[spec.inp] if spec.inplace else None)
+            if out is not None:
+                ev.out_ptr = out.data_ptr()
         rec = {"k": "b", "i": ev.id, "op": spec.op, "api": api, "g": g.gidx, "t": 0}
         if spec.op not in ("send", "recv"):
             rec["gs"] = g.next_seq
@@ -255,6 +269,8 @@ class Tracer:
         w = dist.distributed_c10d.Work.unbox(work)
         ev.work = w
         self.pending[id(w)] = ev
+        if ev.out_ptr:
+            self.by_ptr[ev.out_ptr] = ev  # functional collectives complete through wait_tensor(output)
         try:
             fut = w.get_future()
         except Exception:  # noqa: BLE001 - gloo send/recv have no future: they end at wait()
@@ -276,11 +292,13 @@ class Tracer:
         except Exception as e:  # noqa: BLE001
             self.fail(e)
 
-    def complete(self, ev: Event, err: BaseException | None = None, t: int | None = None) -> None:
+    def complete(self, ev: Event, err: BaseException | None = None, t: int | None = None, bound=False) -> None:
         if ev.ended:
             return
         ev.ended = True
         rec = {"k": "e", "i": ev.id, "t": t or time.monotonic_ns()}
+        if bound:
+            rec["bound"] = True  # completion seen only at exit: the op ended at or before t
         if ev.seq is not None:
             rec["seq"] = ev.seq
         if err is not None:
@@ -295,6 +313,8 @@ class Tracer:
             self._summary(rec, ev.id, "out", summaries.summarize(ev.tensors, self.mode == "full"))
             ev.tensors = None
         self.in_flight.pop(ev.id, None)
+        if ev.out_ptr and self.by_ptr.get(ev.out_ptr) is ev and ev.work is None:
+            del self.by_ptr[ev.out_ptr]
         self.rec.write(rec)
 
     def waited(self, work, t0: int, t1: int, err: BaseException | None) -> None:
@@ -311,6 +331,18 @@ class Tracer:
         if not ev.ended and (ev.work is None or not _has_future(ev.work) or err is not None):
             self.complete(ev, err, t1)
         ev.work = None
+
+    def tensor_waited(self, tensor, t0: int, t1: int) -> None:
+        """_c10d_functional.wait_tensor(tensor) ran from t0 to t1 (functional collectives, DTensor)."""
+        ev = self.by_ptr.pop(tensor.data_ptr(), None)
+        if ev is None:
+            return
+        self.rec.write({"k": "w", "i": ev.id, "t0": t0, "t1": t1})
+        if ev.work is not None:
+            self.pending.pop(id(ev.work), None)
+            ev.work = None
+        if not ev.ended:
+            self.complete(ev, None, t1)  # gloo gives no future for some ops: their end is the wait
 
     def error(self, ev: Event, err: BaseException) -> None:
         if getattr(self.tls, "sync", None) is ev:
@@ -334,6 +366,14 @@ class Tracer:
         self.rec.disable(f"internal error: {type(e).__name__}: {e}")
 
     def close(self) -> None:
+        # Async ops nobody waited on and whose backend gives no completion callback: if they are done by now,
+        # say so, with an end time that is only an upper bound.
+        for ev in list(self.pending.values()) + list(self.by_ptr.values()):
+            try:
+                if not ev.ended and ev.work is not None and ev.work.is_completed():
+                    self.complete(ev, bound=True)
+            except Exception:  # noqa: BLE001
+                pass
         r = _RESOLVER
         if r is not None:
             r.drain()

@@ -36,6 +36,7 @@ ENV_HANG = "DISTTRACE_HANG_TIMEOUT"
 _tracer: Tracer | None = None
 _config: dict = {}
 _lib = None
+_funcol_lib = None
 _nesting = threading.local()
 _installed = False
 
@@ -57,12 +58,13 @@ def active() -> Tracer | None:
 
 def uninstall() -> None:
     """Stop tracing and take every hook out again (the programmatic trace() block ends)."""
-    global _lib, _installed
+    global _lib, _funcol_lib, _installed
     stop()
     _config.clear()
-    if _lib is not None:
-        _lib._destroy()
-        _lib = None
+    for lib in (_lib, _funcol_lib):
+        if lib is not None:
+            lib._destroy()
+    _lib = _funcol_lib = None
     Work = dist.distributed_c10d.Work
     orig = getattr(Work.wait, "_disttrace_orig", None)
     if orig is not None:
@@ -162,6 +164,28 @@ def _register_kernels() -> None:
             continue  # an op this torch does not have
         lib.impl(name, _make_kernel(overload, spec), "BackendSelect", with_keyset=True)
     _lib = lib
+    wait_tensor = getattr(getattr(torch.ops._c10d_functional, "wait_tensor", None), "default", None)
+    if wait_tensor is not None:
+        global _funcol_lib
+        _funcol_lib = torch.library.Library("_c10d_functional", "IMPL")
+        _funcol_lib.impl("wait_tensor", _make_wait_tensor_kernel(wait_tensor), "BackendSelect", with_keyset=True)
+
+
+def _make_wait_tensor_kernel(overload):
+    redispatch = overload.redispatch
+    backend_select = DispatchKey.BackendSelect
+
+    def kernel(keyset, *args, **kwargs):
+        keyset = keyset.remove(backend_select)
+        t = _tracer
+        if t is None or not t.by_ptr:
+            return redispatch(keyset, *args, **kwargs)
+        t0 = time.monotonic_ns()
+        result = redispatch(keyset, *args, **kwargs)
+        _safe(t.tensor_waited, args[0], t0, time.monotonic_ns())
+        return result
+
+    return kernel
 
 
 def _make_kernel(overload, spec):

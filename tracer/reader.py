@@ -244,6 +244,8 @@ def _append_rank(rf: _RankFile, table: EventTable) -> None:
         extra = None
         if "origin" in b or "th" in b:
             extra = {k: b[k] for k in ("origin", "th") if k in b}
+        if e and e.get("bound"):
+            extra = dict(extra or (), end_is_bound=True)
         table.extra.append(extra)
         table.async_op.append(1 if b.get("async") else 0)
     if skipped:

@@ -12,13 +12,16 @@ def to_json(a: Analysis) -> dict:
     groups = t.groups
     colls = []
     append = colls.append
+    key = {r: str(r) for g in groups for r in g.ranks}  # rank -> its JSON key, made once
+    key.update((r, str(r)) for r in t.ranks)
     for c in a.collectives:
+        keys = [key[r] for r in c.start_ns]  # the three dicts share their key order
         append({
             "op": c.op, "group": groups[c.gid].name, "group_ranks": list(c.group_ranks), "group_seq": c.group_seq,
             "bytes": c.bytes, "volume_bytes": c.volume_bytes,
-            "start_ns": {str(r): v for r, v in c.start_ns.items()},
-            "end_ns": {str(r): v for r, v in c.end_ns.items()},
-            "wait_ns": {str(r): v for r, v in c.wait_ns.items()},
+            "start_ns": dict(zip(keys, c.start_ns.values())),
+            "end_ns": dict(zip(keys, c.end_ns.values())),
+            "wait_ns": dict(zip(keys, c.wait_ns.values())),
             "wait_kind": c.wait_kind, "skew_ns": c.skew_ns, "duration_ns": c.duration_ns,
             "algbw_gbps": c.algbw_gbps, "busbw_gbps": c.busbw_gbps, "model_ns": c.model_ns, "slow": c.slow,
             "root": c.root, "complete": c.complete, "last_arrival": c.last_arrival, "missing": list(c.missing),
