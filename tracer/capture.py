@@ -93,7 +93,7 @@ class Group:
 class Event:
     """An op in flight. `sync`: ends at the next wait() on this thread; `waited`: the user called wait()."""
 
-    __slots__ = ("id", "tensors", "sync", "ended", "cuda", "work", "peer_any", "group", "seq", "out_ptr")
+    __slots__ = ("id", "tensors", "sync", "ended", "cuda", "work", "peer_any", "group", "seq", "out_ptr", "info")
 
     def __init__(self, id, tensors, sync, cuda, group):
         self.id, self.tensors, self.sync, self.cuda, self.group = id, tensors, sync, cuda, group
@@ -151,6 +151,7 @@ class Tracer:
         self.groups: dict[int, Group] = {}
         self.pending: dict[int, Event] = {}   # id(python Work) -> event, for async ops the user may wait on
         self.by_ptr: dict[int, Event] = {}    # output data_ptr -> event, for functional collectives' wait_tensor
+        self.watchdog = None
         self.tls = threading.local()
         self.lock = threading.Lock()
         self.in_flight: dict[int, tuple] = {}  # event id -> (op, group, group_seq, start, thread) for the watchdog
@@ -249,7 +250,11 @@ class Tracer:
                 self._summary(rec, ev.id, "in", summaries.summarize(args[spec.inp], full))
             ev.tensors = args[spec.out] if spec.out is not None else (args[spec.inp] if spec.inplace else None)
         rec["t"] = time.monotonic_ns()  # last: everything above is our own cost, not the op's
-        self.in_flight[ev.id] = (spec.op, g, rec.get("gs"), rec["t"], tid)
+        ev.info = (spec.op, g, rec.get("gs"), rec["t"], tid)
+        if not is_async or cuda:
+            # what the watchdog watches: ops the program is blocked in (a CPU async op only while waited on;
+            # a CUDA op until the device completes it)
+            self.in_flight[ev.id] = ev.info
         self.rec.write(rec)
         return ev
 
@@ -317,6 +322,11 @@ class Tracer:
             del self.by_ptr[ev.out_ptr]
         self.rec.write(rec)
 
+    def wait_begins(self, work, t0: int) -> None:
+        ev = self.pending.get(id(work))
+        if ev is not None and not ev.ended:
+            self.in_flight[ev.id] = ev.info[:3] + (t0,) + ev.info[4:]
+
     def waited(self, work, t0: int, t1: int, err: BaseException | None) -> None:
         """The user's (or distributed_c10d's) wait() on `work` ran from t0 to t1."""
         ev = getattr(self.tls, "sync", None)
@@ -327,6 +337,7 @@ class Tracer:
         ev = self.pending.pop(id(work), None)
         if ev is None:
             return
+        self.in_flight.pop(ev.id, None)
         self.rec.write({"k": "w", "i": ev.id, "t0": t0, "t1": t1})
         if not ev.ended and (ev.work is None or not _has_future(ev.work) or err is not None):
             self.complete(ev, err, t1)
@@ -366,6 +377,8 @@ class Tracer:
         self.rec.disable(f"internal error: {type(e).__name__}: {e}")
 
     def close(self) -> None:
+        if self.watchdog is not None:
+            self.watchdog.stop()
         # Async ops nobody waited on and whose backend gives no completion callback: if they are done by now,
         # say so, with an end time that is only an upper bound.
         for ev in list(self.pending.values()) + list(self.by_ptr.values()):

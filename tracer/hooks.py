@@ -239,6 +239,8 @@ def _patch_work_wait() -> None:
         if t is None:
             return orig(self, *args, **kwargs)
         t0 = time.monotonic_ns()
+        if t.pending:
+            _safe(t.wait_begins, self, t0)
         try:
             result = orig(self, *args, **kwargs)
         except BaseException as e:

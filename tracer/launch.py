@@ -34,7 +34,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--summaries", choices=SUMMARY_MODES, default="off",
                    help="tensor summaries: off (default, cheapest), stats (min/max/mean/norm/NaN/Inf/checksum), "
                         "full (stats, and the values of tensors of at most 64 elements)")
-    p.add_argument("--hang-timeout", type=float, default=0.0, metavar="SECONDS",
+    p.add_argument("--hang-timeout", type=float, default=60.0, metavar="SECONDS",
                    help="diagnose an op in flight longer than this (default 60; 0 turns it off)")
     p.add_argument("--kill-on-hang", action="store_true", help="stop the job once a hang has been diagnosed")
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="COMMAND", help="the job's command line")

@@ -18,6 +18,7 @@ from .analysis import analyze, to_json
 from .analysis.model import Analysis
 from .analysis.units import fmt_bytes, fmt_gbps, fmt_ns, fmt_ranks
 from .events import TraceError
+from .reader import load_trace
 
 PROBLEM_STYLE = {"hang": "bold red", "mismatch": "bold red", "divergence": "bold magenta", "unmatched": "yellow",
                  "clock": "yellow"}
@@ -30,28 +31,11 @@ def add_arguments(p) -> None:
     p.add_argument("--top", type=int, default=10, metavar="N", help="rows per table (default 10)")
 
 
-def load(paths: list[str], progress=None):
-    """The reader's load_trace; until it exists, normalized .jsonl files only."""
-    try:
-        from .reader import load_trace
-    except ImportError:
-        from .events import EventTable, read_jsonl
-
-        table = EventTable()
-        for path in paths:
-            if not os.path.isfile(path):
-                raise TraceError(f"{path}: not an events .jsonl file (this build reads no trace dirs yet)")
-            read_jsonl(path, table)
-        table.sort()
-        return table
-    return load_trace(list(paths), progress=progress)
-
-
 def main(args) -> int:
     if args.top < 1:
         raise TraceError("--top must be at least 1")
     with _progress() as progress:
-        table = load(args.trace, progress and (lambda f, label: progress(f * 0.5, f"loading: {label}")))
+        table = load_trace(args.trace, progress and (lambda f, label: progress(f * 0.5, f"loading: {label}")))
         a = analyze(table, progress and (lambda f, label: progress(0.5 + f * 0.5, f"analyzing: {label}")))
     if args.json:
         sys.stdout.buffer.write(orjson.dumps(to_json(a), option=orjson.OPT_APPEND_NEWLINE))

@@ -1,0 +1,44 @@
+"""Live hang diagnosis: a rank that never arrives is named, with its file:line, while the job is still hung."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+
+import pytest
+
+from conftest import JOBS, disttrace_cmd, torchrun_cmd
+
+pytestmark = pytest.mark.slow
+TIMEOUT_S = 3
+
+
+def test_hang_diagnosis_names_the_missing_rank_and_its_line(tmp_path):
+    cmd = disttrace_cmd("run", "--out", tmp_path / "t", "--hang-timeout", TIMEOUT_S, "--kill-on-hang", "--",
+                        *torchrun_cmd("rec_hang.py", 2))
+    started = time.monotonic()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    lines, seen_at = [], None
+    try:
+        for line in proc.stderr:
+            lines.append(line.rstrip())
+            if line.startswith("disttrace: HANG"):
+                seen_at = time.monotonic() - started
+            if seen_at is not None and "the trace so far is in" in line:
+                break
+    finally:
+        try:
+            proc.wait(timeout=60)  # --kill-on-hang ends the job once diagnosed
+        finally:
+            proc.kill()
+    text = "\n".join(lines)
+    assert seen_at is not None, text
+    # torch's start-up takes a few seconds on this machine; the diagnosis follows the timeout within seconds
+    assert seen_at < TIMEOUT_S + 25, seen_at
+    job = str(JOBS / "rec_hang.py")
+    assert re.search(r"all_reduce #1 of group \S+ never completed: rank 0 entered it .* but rank 1 never did", text)
+    assert f"rank 1: {job}:10 in load_next_batch" in text       # where the missing rank is stuck
+    assert f"rank 0: {job}:20 in main" in text                   # and where the waiting one waits
+    assert "--kill-on-hang: stopping the job" in text
+    assert proc.returncode != 0

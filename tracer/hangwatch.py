@@ -1,0 +1,147 @@
+"""Live hang diagnosis in `disttrace run`: print, while the job is still hung, who did not arrive where.
+
+The launcher sees every local rank's trace file as it is written. Each rank's watchdog (watchdog.py) records
+a "stacks" record when one of its ops has been in flight longer than the hang timeout, and every other rank
+then records its own stacks too. When such a record appears, this monitor waits a moment for the others' stacks,
+reads the trace as it is (the reader tolerates files being written), runs the analysis for its hang,
+mismatch and unmatched-P2P problems (the wavefront: who entered, who never did and their last event), and prints
+that with where each rank is now in its code. It kills the job only when asked (--kill-on-hang).
+Imports neither torch nor textual.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+
+import orjson
+
+from .reader import find_rank_files
+
+GRACE_S = 2.0  # how long to wait for the other ranks' stacks after the first report
+
+
+class HangMonitor(threading.Thread):
+    def __init__(self, out_dir: str, timeout_s: float, proc_to_kill=None, stream=None):
+        super().__init__(name="disttrace-hangwatch", daemon=True)
+        self.out_dir, self.timeout_s, self.proc = out_dir, timeout_s, proc_to_kill
+        self.stream = stream or sys.stderr
+        self.offsets: dict[str, int] = {}
+        self.rank_of: dict[str, int] = {}
+        self.stacks: dict[int, dict] = {}   # rank -> latest stacks record
+        self.first_report: float | None = None
+        self.reported: set = set()
+        self._stop = threading.Event()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def run(self) -> None:
+        while not self._stop.wait(0.5):
+            try:
+                self.poll()
+            except Exception as e:  # noqa: BLE001 - never disturb the job because of the monitor
+                self.stream.write(f"disttrace: hang monitor stopped: {type(e).__name__}: {e}\n")
+                return
+
+    def poll(self) -> None:
+        for path in find_rank_files(self.out_dir):
+            self._tail(path)
+        if self.first_report is not None and time.monotonic() - self.first_report >= GRACE_S:
+            self.first_report = None
+            self.diagnose()
+
+    def _tail(self, path: str) -> None:
+        start = self.offsets.get(path, 0)
+        try:
+            with open(path, "rb") as f:
+                f.seek(start)
+                data = f.read()
+        except OSError:
+            return
+        data = data.split(b"\0", 1)[0]
+        end = data.rfind(b"\n")
+        if end < 0:
+            return
+        self.offsets[path] = start + end + 1
+        for line in data[: end + 1].splitlines():
+            if b'"k":"stacks"' not in line and b'"k":"meta"' not in line:
+                continue
+            try:
+                rec = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                continue
+            if rec.get("k") == "meta":
+                self.rank_of[path] = rec.get("rank")
+            elif rec.get("k") == "stacks" and path in self.rank_of:
+                self.stacks[self.rank_of[path]] = rec
+                if rec.get("reason") == "in_flight" and self.first_report is None:
+                    self.first_report = time.monotonic()
+
+    def diagnose(self) -> None:
+        lines = self.explain()
+        key = tuple(lines[:2])
+        if key in self.reported:
+            return
+        self.reported.add(key)
+        self.stream.write("\n".join(lines) + "\n")
+        self.stream.flush()
+        if self.proc is not None:
+            self.stream.write("disttrace: --kill-on-hang: stopping the job\n")
+            self.proc.terminate()
+
+    def explain(self) -> list[str]:
+        stuck = {r: s for r, s in self.stacks.items() if s.get("reason") == "in_flight"}
+        secs = max((s.get("for_ns", 0) for s in stuck.values()), default=0) / 1e9
+        head = (f"disttrace: HANG — rank{'s' if len(stuck) > 1 else ''} {_ranks(stuck)} "
+                f"stuck in a collective or P2P op for {secs:.0f} s (over --hang-timeout {self.timeout_s:g} s); "
+                f"the job is still running")
+        lines = [head]
+        lines += ["  " + m for m in self._problems()]
+        lines.append("  where each rank is now:")
+        for rank in sorted(self.stacks):
+            lines.append(f"    rank {rank}: {_where(self.stacks[rank])}")
+        missing = sorted(set(self.rank_of.values()) - set(self.stacks))
+        if missing:
+            lines.append(f"    (no stacks yet from rank(s) {_ranks(missing)})")
+        lines.append(f"  the trace so far is in {self.out_dir}: disttrace report {self.out_dir}")
+        return lines
+
+    def _problems(self) -> list[str]:
+        try:
+            from .analysis import analyze
+            from .reader import load_trace
+
+            a = analyze(load_trace([self.out_dir]))
+        except Exception as e:  # noqa: BLE001
+            return [f"(could not analyse the trace yet: {type(e).__name__}: {e})"]
+        msgs = [f"{p.kind}: {p.message}" for p in a.problems if p.kind in ("hang", "unmatched", "mismatch")]
+        return msgs or ["no rank has been waiting on another yet; see the stacks below"]
+
+
+def _ranks(ranks) -> str:
+    return ", ".join(str(r) for r in sorted(ranks))
+
+
+# frames that are not the user's code: torch, disttrace itself, the standard library
+_INTERNAL = (os.sep + "site-packages" + os.sep + "torch" + os.sep, os.path.dirname(os.path.abspath(__file__)) + os.sep,
+             os.sep + "threading.py", os.sep + "runpy.py")
+
+
+def _where(stacks: dict) -> str:
+    """The main thread's innermost frame of user code, and what it is calling."""
+    threads = stacks.get("threads") or []
+    main = next((t for t in threads if t.get("name") == "MainThread"), threads[0] if threads else None)
+    if not main or not main.get("frames"):
+        return "(no Python stack)"
+    frames = main["frames"]
+    user = [f for f in frames if not any(p in f[0] for p in _INTERNAL)]
+    if not user:
+        f = frames[-1]
+        return f"{f[0]}:{f[1]} in {f[2]}"
+    f = user[-1]
+    inner = frames[frames.index(f) + 1:]
+    calling = f" → {inner[-1][2]}" if inner else ""
+    return f"{f[0]}:{f[1]} in {f[2]}{calling}"
