@@ -120,7 +120,7 @@ def show_summary(summary: dict | None) -> str:
     v = values(summary)
     if v is not None:
         return show(v)
-    return f"{summary.get('numel', '?'):,} values (min {summary.get('min'):.3g}, max {summary.get('max'):.3g})"
+    return f"{summary.get('numel', '?'):,} values (min {summary.get('min'):.6g}, max {summary.get('max'):.6g})"
 
 
 def chunks(v: list, n: int) -> list[list]:

@@ -107,7 +107,8 @@ def pipeline_parallel(run: DemoRun) -> dict:
                        "the backward of its layers with it.")
     stats = run.analysis.pipeline
     bubble = (f"The analysis measures a bubble of {stats.bubble_fraction:.0%} (idle share of the stages' time); "
-              f"GPipe's (P-1)/(M+P-1) = ({p}-1)/({m}+{p}-1) = {stats.expected_fraction:.0%}." if stats else
+              f"GPipe's (P-1)/(M+P-1) = ({p}-1)/({m}+{p}-1) = {stats.expected_fraction:.0%} counts compute only; at this "
+              "toy size the messages and their waits add to the idle time." if stats else
               f"GPipe's bubble is (P-1)/(M+P-1) = ({p}-1)/({m}+{p}-1) = {(p - 1) / (m + p - 1):.0%} of the time.")
     return n.write(f"{_check(run)} {bubble} More micro-batches shrink the bubble (try --program-args "
                    "'--num-micro-batches 8 --batch-size 16'); 1F1B schedules also cut the activation memory.")
@@ -128,11 +129,11 @@ def zero1(run: DemoRun) -> dict:
         step = step_of.get(key, 0)
         step_of[key] = step + 1
         if ev["op"] == "reduce_scatter":
-            text = (f"Step {step}, 2: rank {ev['rank']} puts in the bf16 gradients of all {psi:,} parameters "
+            text = (f"Step {step}, part 2 of 4 (reduce-scatter): rank {ev['rank']} puts in the bf16 gradients of all {psi:,} parameters "
                     f"({nbytes(ev['bytes'])}) and receives the sum for its shard only: "
                     f"{(ev['out'] or {}).get('numel', '?'):,} values.")
         elif ev["op"] == "all_gather":
-            text = (f"Step {step}, 4: Adam has updated rank {ev['rank']}'s fp32 master shard; it gives the shard in "
+            text = (f"Step {step}, parts 3 and 4 (update, all-gather): Adam has updated rank {ev['rank']}'s fp32 master shard; it gives the shard in "
                     f"bf16 ({nbytes(ev['bytes'])}) and receives everyone's: all {psi:,} parameters, updated.")
         elif ev["op"] == "all_reduce":
             text = (f"Step {step}, the check: an all-reduce of all gradients ({nbytes(ev['bytes'])}), as plain data "

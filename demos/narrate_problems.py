@@ -21,9 +21,13 @@ def straggler(run: DemoRun) -> dict:
             n.say(row, f"Step {ev['group_seq']}: rank {r} in the all-reduce for {ms(duration(ev))}.")
             continue
         first = min(inst.start_ns.values())
-        if r == inst.last_arrival and inst.skew_ns > 1_000_000:
-            text = (f"Step {ev['group_seq']}: rank {r} arrives last, {ms(inst.skew_ns)} after the first rank - it was "
-                    f"busy elsewhere. Once it is in, the all-reduce completes in {ms(duration(ev))}.")
+        if r == inst.last_arrival and r == late_rank and ev["group_seq"] == late_step:
+            text = (f"Step {ev['group_seq']}: rank {r} arrives last, {ms(inst.skew_ns)} after the first rank - the "
+                    f"demo kept it busy for {delay} ms. Once it is in, the all-reduce completes in "
+                    f"{ms(duration(ev))}; everyone else spent that time waiting.")
+        elif r == inst.last_arrival:
+            text = (f"Step {ev['group_seq']}: rank {r} arrives last, {ms(inst.skew_ns)} after the first rank (ranks "
+                    f"never run exactly in step: start-up, scheduling). It spends {ms(duration(ev))} in the call.")
         else:
             text = (f"Step {ev['group_seq']}: rank {r} enters the all-reduce at +{ms(ev['start_ns'] - first)} and "
                     f"spends {ms(duration(ev))} in it, {ms(inst.wait_ns.get(r, 0))} of them waiting for rank "

@@ -20,6 +20,7 @@ same gradient for every shard. The program computes that reference too and asser
 
 import torch
 import torch.distributed as dist
+import torch.nn as nn
 import torch.nn.functional as F
 from lecture import generate_sample_data, get_init_params, int_divide, summarize_tensor
 
@@ -34,8 +35,12 @@ def main():
     num_dim = data.size(1)
     local_num_dim = int_divide(num_dim, world_size)  # Shard `num_dim`
 
-    # Create model (each rank gets 1/world_size of the parameters)
-    params = [get_init_params(num_dim, local_num_dim, world.device) for i in range(a.num_layers)]
+    # Create model (each rank gets 1/world_size of the parameters): rank r keeps columns
+    # [r * local_num_dim, (r + 1) * local_num_dim) of each full matrix. (The lecture's listing initializes
+    # every shard with the same seed, so all shards would be equal; slicing one seeded matrix keeps them apart.)
+    columns = slice(rank * local_num_dim, (rank + 1) * local_num_dim)
+    params = [nn.Parameter(get_init_params(num_dim, num_dim, world.device).detach()[:, columns].clone())
+              for i in range(a.num_layers)]
 
     # Forward pass
     x = data
@@ -77,16 +82,13 @@ def main():
     for i in range(a.num_layers):
         print(f"[tensor_parallelism] Rank {rank}: layer {i} shard gradient {summarize_tensor(grads[i])}", flush=True)
 
-    # The single-process reference: full matrices made of the shards side by side (here every rank's shard
-    # has the same values, because the lecture seeds every init with 0).
-    full = [torch.cat([get_init_params(num_dim, local_num_dim, world.device) for _ in range(world_size)], dim=1)
-            .detach().requires_grad_() for i in range(a.num_layers)]
+    # The single-process reference: the full matrices, whose column shards the ranks hold.
+    full = [get_init_params(num_dim, num_dim, world.device) for i in range(a.num_layers)]
     ref = data
     for weight in full:
         ref = F.gelu(ref @ weight)
     ref_loss = ref.square().mean()
     ref_loss.backward()
-    columns = slice(rank * local_num_dim, (rank + 1) * local_num_dim)
     worst = max((grads[i] - full[i].grad[:, columns]).abs().max().item() for i in range(a.num_layers))
     worst = max(worst, abs(loss.item() - ref_loss.item()))
     assert worst < 1e-5, f"tensor parallel differs from the single-process reference by {worst}"
