@@ -31,11 +31,11 @@ def two_rank_store():
 def test_lane_coverage_and_waiting_part():
     s = two_rank_store()
     lane0 = s.rows[s.rank_index[0]].lane
-    cov, lo, hi = lane0.coverage(0, 3000)
+    cov = lane0.coverage(0, 3000)
     assert cov[CAT_COLLECTIVE] == 300 and cov[CAT_P2P] == 100 and cov[CAT_BARRIER] == 100
     assert cov[0] == 200 + 50  # waiting: 200 in the all_reduce, 50 in the barrier (rank 1 came 50 ns later)
     # a window cutting through the all_reduce: [250, 350) is 100 ns of it, of which [250, 300) is waiting
-    cov, _, _ = lane0.coverage(250, 350)
+    cov = lane0.coverage(250, 350)
     assert cov[CAT_COLLECTIVE] == 100 and cov[0] == 50
     c = lane0.cell(120, 200)  # fully inside the waiting part
     assert c.busy == 1.0 and c.waiting and c.cat == CAT_COLLECTIVE

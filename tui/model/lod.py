@@ -1,20 +1,23 @@
 """Level of detail for the timeline: what one character cell of a rank's lane stands for.
 
 A cell may cover a fraction of one event or a million of them. Per rank we keep prefix sums of the time
-spent in each category (collective, barrier, send/recv) and of the waiting part, so any time window's
-coverage costs two bisects, whatever the number of events in it: a cell standing for thousands of short
-collectives still shows that the rank was communicating there (and how much), rather than averaging it away.
+spent in each category (collective, barrier, send/recv) and in the waiting part, so the time any window holds
+of each costs one bisect per cell boundary, whatever the number of events inside: a cell standing for thousands
+of short collectives still shows that the rank was communicating there, and how much, rather than averaging
+it away. Lanes are built with C-level map/accumulate, not a Python loop per event.
 """
 
 from __future__ import annotations
 
 from array import array
-from bisect import bisect_left, bisect_right
+from bisect import bisect_left
 from dataclasses import dataclass
+from itertools import accumulate
+from operator import mul, sub
 
 from disttrace.tracer.events import NONE, EventTable
 
-N_CATS = 4  # 0 unused (compute), 1 collective, 2 barrier, 3 p2p
+N_CATS = 4  # index 0: waiting; 1 collective, 2 barrier, 3 p2p (no event: compute)
 
 
 @dataclass
@@ -33,7 +36,7 @@ EMPTY = Cell(0.0, 0, False, -1, False)
 
 
 class Lane:
-    """One rank's events in start order with prefix sums for O(log n) window coverage."""
+    """One rank's events in start order with prefix sums for window coverage in O(log n)."""
 
     __slots__ = ("rows", "starts", "ends", "waits", "cats", "cum")
 
@@ -46,79 +49,77 @@ class Lane:
         self.cum = cum  # cum[c][i]: time in category c (c=0: waiting) over events [0, i)
 
     @classmethod
-    def build(cls, rows: array, table: EventTable, cats_of_row, wait_ns, t_end: int) -> "Lane":
-        n = len(rows)
-        tstart, tend = table.start_ns, table.end_ns
-        starts = array("q", (tstart[i] for i in rows))
-        ends = array("q", bytes(8 * n))
-        waits = array("q", bytes(8 * n))
-        cats = bytearray(n)
-        cum = [array("q", bytes(8 * (n + 1))) for _ in range(N_CATS)]
-        acc = [0] * N_CATS
-        c0, c1, c2, c3 = cum
-        for p, i in enumerate(rows):
-            s = starts[p]
-            e = tend[i]
-            if e == NONE or e < s:
-                e = t_end  # never finished: it occupies the rest of the trace (that is the hang)
-            ends[p] = e
-            d = e - s
-            w = min(wait_ns[i], d)
-            waits[p] = w
-            c = cats_of_row[i]
-            cats[p] = c
-            acc[c] += d
-            acc[0] += w
-            c0[p + 1] = acc[0]
-            c1[p + 1] = acc[1]
-            c2[p + 1] = acc[2]
-            c3[p + 1] = acc[3]
+    def build(cls, rows, table: EventTable, cats_of_row: bytes, wait_ns, t_end: int) -> "Lane":
+        starts = array("q", map(table.start_ns.__getitem__, rows))
+        ends = array("q", map(table.end_ns.__getitem__, rows))
+        if NONE in ends:  # never finished: it occupies the rest of the trace (that is the hang)
+            for p, e in enumerate(ends):
+                if e == NONE:
+                    ends[p] = max(t_end, starts[p])
+        durs = list(map(sub, ends, starts))
+        waits = array("q", map(min, map(wait_ns.__getitem__, rows), durs))
+        cats = bytes(map(cats_of_row.__getitem__, rows))
+        cum = [array("q", accumulate(waits, initial=0))]
+        for c in (1, 2, 3):
+            mask = cats.translate(_MASKS[c])
+            cum.append(array("q", accumulate(map(mul, durs, mask), initial=0)))
         return cls(rows, starts, ends, waits, cats, cum)
 
-    def coverage(self, a: int, b: int) -> tuple[list[int], int, int]:
-        """Time per category inside [a, b) (index 0: waiting), and the index range [lo, hi) of touched events."""
-        starts, ends = self.starts, self.ends
-        hi = bisect_left(starts, b)  # events starting before b
-        lo = bisect_right(starts, a) - 1
-        if lo < 0:
-            lo = 0
-        if hi <= lo:
-            return [0] * N_CATS, lo, lo
-        cov = [self.cum[c][hi] - self.cum[c][lo] for c in range(N_CATS)]
-        # clip the first event to start at a and the last to end at b
-        for p, clip_before in ((lo, True), (hi - 1, False)):
-            s, e, w, c = starts[p], ends[p], self.waits[p], self.cats[p]
-            if clip_before:
-                cut = min(e, a) - s
-                wcut = min(s + w, a) - s
-            else:
-                cut = e - max(s, b)
-                wcut = (s + w) - max(s, b)
-            if cut > 0:
-                cov[c] -= cut
-            if wcut > 0:
-                cov[0] -= wcut
-        return cov, lo, hi
+    def before(self, t: int) -> tuple[int, int, int, int]:
+        """Time in (waiting, collective, barrier, p2p) before time t, and the index of the first event starting at
+        or after t."""
+        j = bisect_left(self.starts, t)
+        cum = self.cum
+        f = [cum[0][j], cum[1][j], cum[2][j], cum[3][j]]
+        p = j - 1
+        if p >= 0:
+            over = self.ends[p] - t
+            if over > 0:  # event p straddles t: take off its part after t
+                f[self.cats[p]] -= over
+                wover = self.starts[p] + self.waits[p] - t
+                if wover > 0:
+                    f[0] -= wover
+        return f[0], f[1], f[2], f[3], j
+
+    def coverage(self, a: int, b: int) -> list[int]:
+        """Time per category inside [a, b) (index 0: waiting)."""
+        fa, fb = self.before(a), self.before(b)
+        return [fb[c] - fa[c] for c in range(N_CATS)]
 
     def cell(self, a: int, b: int) -> Cell:
-        if not self.rows or b <= self.starts[0] or a >= self.ends[-1]:
-            return EMPTY
-        cov, lo, hi = self.coverage(a, b)
-        busy = cov[1] + cov[2] + cov[3]
-        if busy <= 0:
-            return Cell(0.0, 0, False, -1, True)
-        cat = max((1, 2, 3), key=lambda c: cov[c])
-        # the event standing for the cell: the one covering its middle, else the longest touched one
-        mid = (a + b) // 2
-        p = bisect_right(self.starts, mid) - 1
-        if not (0 <= p < len(self.rows) and self.ends[p] > mid and self.cats[p] == cat):
-            p = max(range(lo, min(hi, lo + 8)), key=lambda q: min(self.ends[q], b) - max(self.starts[q], a))
-        return Cell(min(1.0, busy / (b - a)), cat, cov[0] * 2 > busy, self.rows[p], True)
+        return self.cells(a, b - a, 1)[0]
 
     def cells(self, t_start: int, ns_per_cell: float, width: int) -> list[Cell]:
+        if not self.rows:
+            return [EMPTY] * width
+        first, last = self.starts[0], self.ends[-1]
+        bounds = [t_start + int(x * ns_per_cell) for x in range(width + 1)]
+        for x in range(1, width + 1):  # every cell at least 1 ns wide
+            if bounds[x] <= bounds[x - 1]:
+                bounds[x] = bounds[x - 1] + 1
+        befores = [self.before(t) for t in bounds]
+        rows, ends = self.rows, self.ends
         out = []
+        prev = befores[0]
         for x in range(width):
-            a = t_start + int(x * ns_per_cell)
-            b = t_start + int((x + 1) * ns_per_cell)
-            out.append(self.cell(a, max(b, a + 1)))
+            nxt = befores[x + 1]
+            a, b = bounds[x], bounds[x + 1]
+            if b <= first or a >= last:
+                out.append(EMPTY)
+            else:
+                c1, c2, c3 = nxt[1] - prev[1], nxt[2] - prev[2], nxt[3] - prev[3]
+                busy = c1 + c2 + c3
+                if busy <= 0:
+                    out.append(Cell(0.0, 0, False, -1, True))
+                else:
+                    cat = 1 if c1 >= c2 and c1 >= c3 else (2 if c2 >= c3 else 3)
+                    p = nxt[4] - 1  # the last event starting before b: it overlaps the cell when any does
+                    if ends[p] <= a:
+                        p = prev[4]
+                    w = nxt[0] - prev[0]
+                    out.append(Cell(min(1.0, busy / (b - a)), cat, w * 2 > busy, rows[p], True))
+            prev = nxt
         return out
+
+
+_MASKS = {c: bytes(1 if i == c else 0 for i in range(256)) for c in (1, 2, 3)}

@@ -7,6 +7,7 @@ in a worker thread.
 
 from __future__ import annotations
 
+import gc
 from array import array
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
@@ -43,21 +44,23 @@ class TraceStore:
     """The viewer's read-only model of one trace: table + analysis + indexes."""
 
     def __init__(self, table: EventTable, analysis: Analysis, progress=None):
+        # a big table holds millions of objects: a garbage collection pass in the middle of building these
+        # arrays would walk all of them (seconds); nothing built here has reference cycles
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            self._build(table, analysis, progress)
+        finally:
+            if enabled:
+                gc.enable()
+
+    def _build(self, table: EventTable, analysis: Analysis, progress) -> None:
         self.table = table
         self.analysis = analysis
         n = len(table)
         self.n_events = n
-        starts, ends, status = table.start_ns, table.end_ns, table.status
-        self.t0 = min(starts) if n else 0
-        last = 0
-        for i in range(n):
-            e = ends[i]
-            s = starts[i]
-            if e > last:
-                last = e
-            if s > last:
-                last = s
-        self.t1 = max(last, self.t0 + 1)
+        self.t0 = min(table.start_ns) if n else 0
+        self.t1 = max(self.t0 + 1, max(table.end_ns, default=0), max(table.start_ns, default=0))
         # wait part of each event (the time it spent waiting for a late peer), from the analysis
         self.wait_ns = array("q", bytes(8 * n))
         for inst in analysis.collectives:
@@ -72,35 +75,33 @@ class TraceStore:
                 self.wait_ns[m.recv] = m.late_sender_ns
         if progress:
             progress(0.2, "indexing ranks")
-        # per-rank rows in start order (the table is sorted by start, so one pass keeps that order)
-        by_rank: dict[int, array] = {}
+        # per-rank rows in start order: a stable sort by rank keeps each rank's rows in table (start) order
         rank_col = table.rank
-        for i in range(n):
-            r = rank_col[i]
-            a = by_rank.get(r)
-            if a is None:
-                a = by_rank[r] = array("q")
-            a.append(i)
+        order = sorted(range(n), key=rank_col.__getitem__)
+        cat_of = {op: category(op) for op in set(table.op)}
+        cats = bytes(map(cat_of.__getitem__, table.op))
+        by_rank: dict[int, array] = {}
+        i = 0
+        while i < n:
+            r = rank_col[order[i]]
+            j = bisect_right(order, r, lo=i, key=rank_col.__getitem__)
+            by_rank[r] = array("q", order[i:j])
+            i = j
         ranks = sorted(set(table.ranks) | set(by_rank))
-        self.pos_in_rank = array("q", bytes(8 * n))
-        cats = [category(op) for op in table.op]
         self.rows: list[RankRow] = []
         for k, r in enumerate(ranks):
-            rows = by_rank.get(r, array("q"))
-            for p, i in enumerate(rows):
-                self.pos_in_rank[i] = p
             info = table.ranks.get(r)
-            host = info.host if info else ""
-            self.rows.append(RankRow(r, host, Lane.build(rows, table, cats, self.wait_ns, self.t1)))
+            lane = Lane.build(by_rank.get(r, array("q")), table, cats, self.wait_ns, self.t1)
+            self.rows.append(RankRow(r, info.host if info else "", lane))
             if progress and k % 8 == 0:
-                progress(0.2 + 0.7 * (k + 1) / max(1, len(ranks)), "indexing ranks")
+                progress(0.2 + 0.8 * (k + 1) / max(1, len(ranks)), "indexing ranks")
         self.rank_index = {rr.rank: k for k, rr in enumerate(self.rows)}
         # collectives in order of their first arrival
         colls = analysis.collectives
-        self.coll_order = sorted(range(len(colls)), key=lambda c: (min(colls[c].start_ns.values(), default=0), c))
+        first = [min(c.start_ns.values(), default=0) for c in colls]
+        self.coll_order = sorted(range(len(colls)), key=first.__getitem__)
         self.coll_pos = {c: k for k, c in enumerate(self.coll_order)}
-        self.coll_first_start = array("q", (min(colls[c].start_ns.values(), default=0) for c in self.coll_order))
-        self.status_bad = any(s != "ok" for s in status)
+        self.coll_first_start = array("q", map(first.__getitem__, self.coll_order))
 
     # -- queries -------------------------------------------------------------------------------
     @property

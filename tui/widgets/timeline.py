@@ -23,6 +23,17 @@ from .messages import EventPicked, ViewChanged
 from .palette import BG_PLAYHEAD, BG_SELECTED, GAP, OP_STYLES, WAIT_STYLES
 
 _EIGHTHS = " ▁▂▃▄▅▆▇█"
+_GAP = ("─", GAP)
+_BLANK = (" ", Style())
+_SELECTED = Style(bgcolor=BG_SELECTED)
+_PLAYHEAD = Style(bgcolor=BG_PLAYHEAD)
+_GLYPHS: dict[tuple, tuple[str, Style]] = {}
+
+
+def _glyph(op: str, waiting: bool, level: int) -> tuple[str, Style]:
+    """Character and style of a cell: full (█, or ▒ when waiting dominates) or a partial block by busy eighths."""
+    ch = ("▒" if waiting else "█") if level == 8 else _EIGHTHS[level]
+    return ch, (WAIT_STYLES if waiting else OP_STYLES)[op]
 LABEL_STYLE = Style(color="#c0c0c0")
 FOCUS_STYLE = Style(color="#ffffff", bgcolor="#2a5a8a", bold=True)
 
@@ -59,6 +70,9 @@ class Timeline(ScrollView, can_focus=False):
         self.rank_indices = list(range(len(store.rows))) if rank_indices is None else rank_indices
         self.label_w = label_width(store)
         self._cells: LRUCache = LRUCache(1024)
+        self._strips: LRUCache = LRUCache(1024)
+        self._hl_key: tuple | None = None
+        self._hl: dict[int, list[int]] = {}
         self.virtual_size = Size(0, len(self.rank_indices))
 
     # -- geometry ---------------------------------------------------------------------------------
@@ -110,18 +124,58 @@ class Timeline(ScrollView, can_focus=False):
             self._cells[key] = cells
         return cells
 
-    def _highlight_rows(self) -> set[int]:
+    def base_strip(self, k: int, width: int) -> Strip:
+        """The lane of display rank k in the current window, before the playhead and selection are laid over."""
+        key = (k, self.zoom, self.offset_ns, width)
+        strip = self._strips.get(key)
+        if strip is not None:
+            return strip
+        ops = self.store.table.op
+        glyphs = _GLYPHS
+        segs = []
+        run_chars: list[str] = []
+        run_style = None
+        for cell in self.lane_cells(k, width):
+            if cell.row < 0:
+                ch, style = _GAP if cell.inside else _BLANK
+            else:
+                level = 8 if cell.busy >= 0.8 else max(1, min(7, int(cell.busy * 8 + 0.999)))
+                gk = (ops[cell.row], cell.waiting, level)
+                g = glyphs.get(gk)
+                if g is None:
+                    g = glyphs[gk] = _glyph(*gk)
+                ch, style = g
+            if style is run_style:
+                run_chars.append(ch)
+            else:
+                if run_chars:
+                    segs.append(Segment("".join(run_chars), run_style))
+                run_chars, run_style = [ch], style
+        if run_chars:
+            segs.append(Segment("".join(run_chars), run_style))
+        strip = self._strips[key] = Strip(segs, width)
+        return strip
+
+    def _highlight_rows(self) -> dict[int, list[int]]:
+        """Rows to highlight (the selection, its collective on every rank, its matching send/recv) by rank."""
+        key = (self.selection,)
+        if self._hl_key == key:
+            return self._hl
         sel = self.selection
-        if sel < 0:
-            return set()
-        rows = {sel}
-        inst = self.store.instance(sel)
-        if inst is not None:
-            rows.update(inst.events.values())
-        other = self.store.partner(sel)
-        if other is not None:
-            rows.add(other)
-        return rows
+        rows = set()
+        if sel >= 0:
+            rows.add(sel)
+            inst = self.store.instance(sel)
+            if inst is not None:
+                rows.update(inst.events.values())
+            other = self.store.partner(sel)
+            if other is not None:
+                rows.add(other)
+        by_rank: dict[int, list[int]] = {}
+        for row in rows:
+            by_rank.setdefault(self.store.table.rank[row], []).append(row)
+        self._hl_key, self._hl = key, by_rank
+        return by_rank
 
     def render_line(self, y: int) -> Strip:
         idx = y + int(self.scroll_y)
@@ -131,45 +185,25 @@ class Timeline(ScrollView, can_focus=False):
         k = self.rank_indices[idx]
         rr = self.store.rows[k]
         label = _label(rr.rank, rr.host)[: self.label_w - 1].ljust(self.label_w)
-        segs = [Segment(label, FOCUS_STYLE if k == self.focused_rank else LABEL_STYLE)]
-        cells = self.lane_cells(k, width)
+        strip = self.base_strip(k, width)
         table = self.store.table
-        ops = table.op
-        hl_cols: set[int] = set()
-        for row in self._highlight_rows():
-            if table.rank[row] == rr.rank:
-                c0 = self.col_of(table.start_ns[row])
-                c1 = max(c0, self.col_of(self.store.end_of(row) - 1))
-                hl_cols.update(range(max(0, c0), min(width, c1 + 1)))
-        play_col = self.col_of(table.start_ns[self.playhead]) if self.playhead >= 0 else -1
-        run_text, run_style = [], None
-        for x, cell in enumerate(cells):
-            if cell.row < 0:
-                ch, style = ("─", GAP) if cell.inside else (" ", Style())
-            else:
-                op = ops[cell.row]
-                if cell.busy >= 0.8:
-                    ch = "▒" if cell.waiting else "█"
-                else:
-                    ch = _EIGHTHS[max(1, min(7, int(cell.busy * 8 + 0.999)))]
-                style = WAIT_STYLES[op] if cell.waiting else OP_STYLES[op]
-            if x == play_col:
-                style = style + Style(bgcolor=BG_PLAYHEAD)
-                if ch == " " or ch == "─":
-                    ch = "│"
-            elif x in hl_cols:
-                style = style + Style(bgcolor=BG_SELECTED)
-                if ch == " " or ch == "─":
-                    ch = "▏"
-            if style == run_style:
-                run_text.append(ch)
-            else:
-                if run_text:
-                    segs.append(Segment("".join(run_text), run_style))
-                run_text, run_style = [ch], style
-        if run_text:
-            segs.append(Segment("".join(run_text), run_style))
-        return Strip(segs)
+        marks: list[tuple[int, int, Style]] = []  # (first col, last col, background)
+        for row in self._highlight_rows().get(rr.rank, ()):
+            c0 = max(0, self.col_of(table.start_ns[row]))
+            c1 = min(width - 1, max(c0, self.col_of(self.store.end_of(row) - 1)))
+            if c0 < width and c1 >= 0:
+                marks.append((c0, c1, _SELECTED))
+        if self.playhead >= 0:
+            c = self.col_of(table.start_ns[self.playhead])
+            if 0 <= c < width:
+                marks.append((c, c, _PLAYHEAD))
+        for c0, c1, bg in sorted(marks, key=lambda m: m[2] is _PLAYHEAD):
+            left, mid, right = strip.crop(0, c0), strip.crop(c0, c1 + 1), strip.crop(c1 + 1, width)
+            mid_segs = [Segment(seg.text.replace(" ", "▏" if bg is _SELECTED else "│").replace(
+                "─", "▏" if bg is _SELECTED else "│"), (seg.style or Style()) + bg) for seg in mid]
+            strip = Strip.join([left, Strip(mid_segs), right])
+        label_seg = Segment(label, FOCUS_STYLE if k == self.focused_rank else LABEL_STYLE)
+        return Strip.join([Strip([label_seg], self.label_w), strip])
 
     # -- mouse ------------------------------------------------------------------------------------
     def _on_click(self, event: Click) -> None:

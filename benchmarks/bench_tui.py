@@ -1,0 +1,166 @@
+"""Benchmark: the viewer on a large synthetic trace, as ratios to merely parsing its JSON with orjson.
+
+    python benchmarks/bench_tui.py [--events 1000000] [--ranks 64] [--file PATH] [--size 160x50]
+
+Measured side by side in one run:
+- parse: orjson.loads of every line of the events file (the yardstick);
+- first frame: from starting the app (headless, loading in its worker behind the progress bar: reader, analysis,
+  store) to the first full frame of the timeline; goal: <= 3x parse. The split (load / analyze / store) is
+  printed too;
+- frames: a key (zoom in/out, pan, next rank) and the repaint it causes, median and worst; goal: < 50 ms;
+  and the cold cost of drawing every visible timeline line with its cell cache empty;
+- memory: the app process's resident memory once the trace is open (goal: low hundreds of MB).
+The app runs in a child process so that its memory is its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import orjson
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+
+def rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+async def _app_run(path: str, size: tuple[int, int]) -> dict:
+    from disttrace.tui.app import DisttraceApp
+    from disttrace.tui.screens.viewer import ViewerScreen
+    from disttrace.tui.widgets.timeline import Timeline
+
+    stages: dict[str, float] = {}
+    t0 = time.perf_counter()
+    app = DisttraceApp([path])
+    async with app.run_test(size=size) as pilot:
+        while not isinstance(app.screen, ViewerScreen):
+            await asyncio.sleep(0.01)
+        await pilot.pause()
+        timeline = app.screen.query_one(Timeline)
+        while not timeline.size.height:
+            await pilot.pause()
+        first = time.perf_counter() - t0
+        rss = rss_mb()
+        frames: dict[str, list[float]] = {}
+        # "x" is bound to nothing: it measures what Pilot's press-and-wait costs by itself, to subtract
+        keys = ["x"] * 5 + ["plus"] * 6 + ["l", "l", "h", "j", "j", "k"] + ["minus"] * 3 + ["plus"] * 8 + ["l", "h"] * 3
+        for key in keys:
+            t = time.perf_counter()
+            await pilot.press(key)
+            await pilot.pause()
+            frames.setdefault(key, []).append(time.perf_counter() - t)
+        # the cold cost of one timeline frame: every visible line with empty caches
+        cold = []
+        for _ in range(5):
+            timeline._cells.clear()
+            timeline._strips.clear()
+            t = time.perf_counter()
+            for y in range(timeline.size.height):
+                timeline.render_line(y)
+            cold.append(time.perf_counter() - t)
+            await pilot.press("l")
+            await pilot.pause()
+        store = app.store
+        await pilot.press("q")
+    return {"first_frame_s": first, "rss_mb": rss, "frames": frames, "cold_frame_s": cold,
+            "events": store.n_events, "ranks": len(store.rows), "stages": stages}
+
+
+def _child(path: str, size: tuple[int, int]) -> None:
+    # also time the stages the worker runs, in this same process before the app (for the split)
+    out = asyncio.run(_app_run(path, size))
+    print(json.dumps(out))
+
+
+def _stages(path: str) -> dict:
+    from disttrace.tui import loading
+    from disttrace.tui.model.store import TraceStore
+    from disttrace.tracer.analysis import analyze
+
+    t = time.perf_counter()
+    table = loading.read_table([path])
+    load = time.perf_counter() - t
+    t = time.perf_counter()
+    analysis = analyze(table)
+    an = time.perf_counter() - t
+    t = time.perf_counter()
+    TraceStore(table, analysis)
+    st = time.perf_counter() - t
+    return {"load_s": load, "analyze_s": an, "store_s": st}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--events", type=int, default=1_000_000)
+    ap.add_argument("--ranks", type=int, default=64)
+    ap.add_argument("--file", help="use (or create) this .jsonl instead of a temporary one")
+    ap.add_argument("--size", default="160x50", help="terminal size, COLSxROWS")
+    ap.add_argument("--child", choices=["app", "stages"], help=argparse.SUPPRESS)
+    ns = ap.parse_args()
+    size = tuple(int(v) for v in ns.size.lower().split("x"))
+    path = ns.file or os.path.join(tempfile.gettempdir(), f"disttrace_synth_{ns.events}_{ns.ranks}.jsonl")
+    if ns.child == "app":
+        _child(path, size)
+        return
+    if ns.child == "stages":
+        print(json.dumps(_stages(path)))
+        return
+    if not os.path.exists(path):
+        from synth import write_synthetic
+
+        t = time.perf_counter()
+        n = write_synthetic(path, ns.events, ns.ranks)
+        print(f"wrote {n:,} events to {path} in {time.perf_counter() - t:.1f} s")
+
+    gc.collect()
+    t0 = time.perf_counter()
+    with open(path, "rb") as f:
+        parsed = [orjson.loads(line) for line in f]
+    parse = time.perf_counter() - t0
+    n = len(parsed)
+    del parsed
+    gc.collect()
+
+    def child(kind: str) -> dict:
+        cmd = [sys.executable, __file__, "--file", path, "--size", ns.size, "--child", kind]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode:
+            sys.exit(f"{kind} run failed:\n{proc.stderr[-3000:]}")
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+
+    app = child("app")
+    stages = child("stages")
+    first = app["first_frame_s"]
+    base = statistics.median(app["frames"].pop("x"))
+    keys = [t - base for ts in app["frames"].values() for t in ts]
+    print(f"trace: {n:,} events, {app['ranks']} ranks ({path}); terminal {ns.size}")
+    print(f"parse (orjson, the yardstick)   {parse:7.2f} s")
+    print(f"first full frame                {first:7.2f} s   = {first / parse:.2f}x parse (goal <= 3x)")
+    print(f"  of which, measured apart:     load {stages['load_s']:.2f} s ({stages['load_s'] / parse:.2f}x), "
+          f"analyze {stages['analyze_s']:.2f} s ({stages['analyze_s'] / parse:.2f}x), "
+          f"store {stages['store_s']:.2f} s ({stages['store_s'] / parse:.2f}x)")
+    print(f"key -> repaint (zoom/pan/rank)  median {statistics.median(keys) * 1e3:6.1f} ms, "
+          f"worst {max(keys) * 1e3:6.1f} ms (goal < 50 ms), over an unbound key ({base * 1e3:.0f} ms of Pilot)")
+    for key, ts in app["frames"].items():
+        print(f"    {key:6s} median {(statistics.median(ts) - base) * 1e3:6.1f} ms  "
+              f"worst {(max(ts) - base) * 1e3:6.1f} ms  ({len(ts)})")
+    cold = app["cold_frame_s"]
+    print(f"timeline lines, cold cache      median {statistics.median(cold) * 1e3:6.1f} ms, worst {max(cold) * 1e3:6.1f} ms")
+    print(f"memory (app process RSS)        {app['rss_mb']:7.0f} MB")
+
+
+if __name__ == "__main__":
+    main()
