@@ -21,6 +21,12 @@ def _mean(rows: list) -> list | None:
     return sum(rows) / len(rows)
 
 
+def _close(a, b, tol: float = 1e-6) -> bool:
+    if isinstance(a, list):
+        return isinstance(b, list) and len(a) == len(b) and all(_close(x, y, tol) for x, y in zip(a, b))
+    return abs(a - b) <= tol * max(1.0, abs(a))
+
+
 def data_parallel(run: DemoRun) -> dict:
     res = next(iter(run.results.values()), {})
     layers, local = res.get("num_layers", 2), res.get("local_batch_size", "?")
@@ -34,11 +40,14 @@ def data_parallel(run: DemoRun) -> dict:
         inst = run.instance(ev)
         mean = _mean([values(e["in"]) for _, e in sorted(inst.items())])
         others = "ranks'" if run.nproc > 2 else "rank's"
+        out = values(ev["out"])
+        is_mean = mean is not None and out is not None and _close(mean, out)
         n.say(row, f"Step {step}, layer {layer}: rank {ev['rank']}'s gradient, computed from its own {local} samples, "
-                   f"is {show(values(ev['in']))}. The all-reduce (AVG) averages it with the other "
-                   f"{others}, and rank {ev['rank']} leaves with {show(values(ev['out']))} - "
-                   f"the same on every rank{'' if mean is None else ' (the mean of the ' + str(len(inst)) + ' inputs)'}."
-                   f" {ms(duration(ev))} in the call.")
+                   f"is {show(values(ev['in']))}. The all-reduce (AVG) averages it with the other {others}, and rank "
+                   f"{ev['rank']} leaves with {show(out)} - "
+                   + ("the mean of the ranks' gradients, the same on every rank." if is_mean else
+                      "(the recorded values do not show the mean: see the trace).")
+                   + f" {ms(duration(ev))} in the call.")
     return n.write(f"{_check(run)} Averaging the gradients of equal shares of the batch gives the gradient of the "
                    "whole batch: that is why data parallelism computes exactly what one process would. The cost: one "
                    "all-reduce of every gradient per step, 2(N-1)/N of the model's size per rank (seed 000).")

@@ -19,6 +19,14 @@ import torch.distributed as dist
 from disttrace.demos._world import cleanup, setup, show
 
 
+def exchange(outgoing: torch.Tensor, send_to: int, incoming: torch.Tensor, recv_from: int) -> None:
+    """Send one chunk to the right neighbour while receiving one from the left: an isend and an irecv, posted
+    together (batch_isend_irecv: on NCCL a lone send and a lone recv could each wait for the other side)."""
+    ops = [dist.P2POp(dist.isend, outgoing, send_to), dist.P2POp(dist.irecv, incoming, recv_from)]
+    for request in dist.batch_isend_irecv(ops):
+        request.wait()
+
+
 def ring_all_reduce(tensor: torch.Tensor, rank: int, world_size: int) -> torch.Tensor:
     """Sum `tensor` over all ranks, in place, with 2(N-1) neighbour-to-neighbour steps."""
     n = world_size
@@ -29,17 +37,13 @@ def ring_all_reduce(tensor: torch.Tensor, rank: int, world_size: int) -> torch.T
     # Phase 1: reduce-scatter. The partial sums travel around the ring, growing by one rank's chunk per step.
     for step in range(n - 1):
         send_chunk, recv_chunk = (rank - step) % n, (rank - step - 1) % n
-        requests = [dist.isend(chunks[send_chunk], dst=send_to), dist.irecv(incoming, src=recv_from)]
-        for request in requests:
-            request.wait()
+        exchange(chunks[send_chunk], send_to, incoming, recv_from)
         chunks[recv_chunk] += incoming
 
     # Phase 2: all-gather. The complete chunks travel around the ring, overwriting the stale copies.
     for step in range(n - 1):
         send_chunk, recv_chunk = (rank + 1 - step) % n, (rank - step) % n
-        requests = [dist.isend(chunks[send_chunk], dst=send_to), dist.irecv(incoming, src=recv_from)]
-        for request in requests:
-            request.wait()
+        exchange(chunks[send_chunk], send_to, incoming, recv_from)
         chunks[recv_chunk].copy_(incoming)
     return tensor
 
