@@ -21,15 +21,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from synth import write_synthetic  # noqa: E402
 
 from disttrace.tracer.analysis import analyze, to_json  # noqa: E402
-
-
-def _load(path: str):
-    try:
-        from disttrace.tracer.reader import load_trace
-    except ImportError:
-        from disttrace.tracer.events import read_jsonl
-        return read_jsonl(path), "events.read_jsonl"
-    return load_trace([path]), "reader.load_trace"
+from disttrace.tracer.reader import load_trace  # noqa: E402
 
 
 def main() -> None:
@@ -54,7 +46,7 @@ def main() -> None:
     gc.collect()
 
     t0 = time.perf_counter()
-    table, how = _load(path)
+    table = load_trace([path])
     load = time.perf_counter() - t0
 
     gc.collect()
@@ -69,7 +61,7 @@ def main() -> None:
     print(f"{n:,} events, {len(table.ranks)} ranks, {len(a.collectives):,} collective instances, "
           f"{len(a.p2p):,} messages, {len(out['problems'])} problems")
     print(f"parse (orjson)   {parse:7.2f} s")
-    print(f"load ({how}) {load:7.2f} s   ({load / parse:.2f}x parse)")
+    print(f"load (load_trace){load:7.2f} s   ({load / parse:.2f}x parse; the reader's cost)")
     print(f"analyze          {analysis:7.2f} s")
     print(f"to_json          {js:7.2f} s")
     print(f"ratio analyze / parse = {analysis / parse:.2f}  (goal <= 2)")

@@ -117,6 +117,10 @@ def test_links_carry_the_known_bytes_and_late_sender(truth):
         assert link.transfer_ns > 0 and link.gbps == pytest.approx(link.bytes / link.transfer_ns)
     first = next(m for m in truth.p2p if (m.src, m.dst, m.order) == (0, 1, 0))
     assert first.late_sender_ns == pytest.approx(J.LATE_SENDER_S * S, abs=WAIT_TOL)
+    assert first.late_receiver_ns == 0
+    last = next(m for m in truth.p2p if (m.src, m.dst, m.order) == J.LINKS[-1][:2] + (0,))
+    assert last.late_receiver_ns == pytest.approx(J.LATE_RECEIVER_S * S, abs=WAIT_TOL)
+    assert last.late_sender_ns == 0
     assert truth.pipeline is None  # a ring of links is not a pipeline
     assert truth.problems == []
 
@@ -132,6 +136,7 @@ def test_straggler_ranking_and_total_waits(truth):
     caused[J.REDUCE_LATE] += J.REDUCE_SLEEP
     caused[J.ASYNC_LATE] += sum(J.ASYNC_SLEEP - J.ASYNC_WORK.get(r, 0.0) for r in range(4) if r != J.ASYNC_LATE)
     caused[0] += J.LATE_SENDER_S
+    caused[J.LINKS[-1][1]] += J.LATE_RECEIVER_S
     measured = {s.rank: s.delay_cost_ns for s in truth.stragglers}
     ranking = [s.rank for s in truth.stragglers]
     # ranks 0 and 1 caused over a second each, ranks 2 and 3 a few hundred ms at most (the P2P chain adds late
@@ -152,7 +157,8 @@ def test_describe_names_who_waited_for_whom(truth):
     assert barrier.wait_ns[0] == pytest.approx(max(J.BARRIER_SLEEP) * S, abs=WAIT_TOL)
     assert "arrived last" in describe(truth, barrier.events[1])
     first = next(m for m in truth.p2p if (m.src, m.dst, m.order) == (0, 1, 0))
-    assert "late sender" in describe(truth, first.recv)
+    assert describe(truth, first.recv).startswith(f"rank 1 waited {fmt_ns(first.late_sender_ns)} in recv for rank 0, "
+                                                  "a late sender (message #0 of 0→1, 1.0 MiB; transfer")
 
 
 def test_report_json_of_a_clean_job(traced):

@@ -16,8 +16,11 @@ BCAST_ROOT, BCAST_SLEEP = 1, 0.20         # the root of a broadcast is late: the
 REDUCE_ROOT, REDUCE_LATE, REDUCE_SLEEP = 0, 3, 0.15  # a sender of a reduce is late: the root waits (Early Reduce)
 ASYNC_LATE, ASYNC_SLEEP = 0, 0.20         # async all_reduce: rank 0 issues it late...
 ASYNC_WORK = {1: 0.10}                    # ...rank 1 computes 0.1 s before wait(): it blocks only 0.1 s
-LINKS = [(0, 1, 3, 1 << 20), (1, 2, 2, 256 << 10), (2, 3, 1, 4 << 20), (3, 0, 5, 64 << 10)]  # src, dst, n, bytes
+LINKS = [(0, 1, 3, 1 << 20), (1, 2, 2, 256 << 10), (2, 3, 1, 4 << 20), (3, 0, 5, 64 << 10),
+         (0, 3, 1, 64 << 10)]             # src, dst, messages, bytes each; one after the other
 LATE_SENDER_S = 0.12                      # rank 0 sleeps before its first send to rank 1: rank 1 waits in recv
+LATE_RECEIVER_S = 0.10                    # rank 3 sleeps before receiving from rank 0: gloo's send blocks until
+                                          # the recv is posted, so rank 0 waits in send
 
 
 def main() -> None:
@@ -65,6 +68,8 @@ def main() -> None:
                     time.sleep(LATE_SENDER_S)
                 dist.send(torch.full((nbytes // 4,), float(m)), dst)
             elif rank == dst:
+                if k == len(LINKS) - 1 and m == 0:
+                    time.sleep(LATE_RECEIVER_S)
                 buf = torch.empty(nbytes // 4)
                 dist.recv(buf, src)
                 assert buf[0].item() == m
