@@ -120,7 +120,13 @@ def _hang(t: EventTable, c: CollectiveInstance, last: dict[int, int]) -> Problem
             else:
                 rows.append(i)
                 end = finished_at(t, i)
-                state = "still in it" if end == NONE else f"ended {fmt_ns(end)} into the trace"
+                first = min(c.start_ns.values())
+                if end == NONE:
+                    state = "it is still in it"
+                elif end <= first:
+                    state = f"it finished {fmt_ns(first - end)} before the others entered this one"
+                else:
+                    state = f"it finished {fmt_ns(end - first)} after the others had entered this one"
                 waves.append(f"rank {r}'s last event is {where(t, i)}{_site(t, i)} ({state})")
         msg = (f"{name} never completed: {fmt_ranks(entered)} entered it"
                f"{_site(t, rows[0])} but {fmt_ranks(c.missing)} never did; {'; '.join(waves)}. "
