@@ -125,7 +125,7 @@ def test_p2p_late_sender_late_receiver_links_and_unmatched():
     assert link.gbps == pytest.approx(4000 / (15 * MS))
     assert a.waits == {0: 15 * MS, 1: 20 * MS, 2: 0}
     (p,) = a.problems
-    assert (p.kind, p.op, p.ranks) == ("unmatched", "send", [2, 0]) and "no matching recv on rank 0" in p.message
+    assert (p.kind, p.op, p.ranks) == ("unmatched", "send", [0, 2]) and "no matching recv on rank 0" in p.message
     assert "late sender" in describe(a, m0.recv) and "late receiver" in describe(a, m1.send)
     assert "no matching recv" in describe(a, p.events[0])
 

@@ -178,13 +178,17 @@ def _p2p_problems(t: EventTable, p2p: list[P2PMatch]) -> list[Problem]:
             i = sends[0]
             msg = (f"{len(sends)} send(s) from rank {src} to rank {dst} have no matching recv on rank {dst} "
                    f"(first{_site(t, i)}, {fmt_bytes(t.bytes[i])})")
+        elif src < 0:  # a recv from any source that never got a message
+            i = recvs[0]
+            msg = (f"{len(recvs)} recv(s) on rank {dst} from any rank never received a message "
+                   f"(first{_site(t, i)}, {fmt_bytes(t.bytes[i])})")
         else:
             i = recvs[0]
             msg = (f"{len(recvs)} recv(s) on rank {dst} from rank {src} have no matching send on rank {src} "
                    f"(first{_site(t, i)}, {fmt_bytes(t.bytes[i])})")
         if sends and recvs:
             msg += f", and {len(recvs)} recv(s) the other way round"
-        out.append(Problem("unmatched", t.op[i], (src, dst), None, [src, dst] if src != dst else [src],
+        out.append(Problem("unmatched", t.op[i], (src, dst), None, sorted({r for r in (src, dst) if r >= 0}),
                            msg + ": every send needs a recv with the same peer and tag, in the same order.",
                            rows, t.start_ns[i]))
     return out
