@@ -90,3 +90,26 @@ def test_report_and_analysis_import_neither_torch_nor_textual():
             "print(sorted(m for m in ('torch', 'textual') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_render_shows_collectives_far_slower_than_the_model():
+    import io
+
+    from rich.console import Console
+
+    from disttrace.tracer.analysis import analyze
+    from disttrace.tracer.report import render
+    from test_analysis import MS, Trace
+
+    tr = Trace(2)
+    t0 = 0
+    for k in range(40):
+        nbytes = 1 << (10 + k % 10)
+        dur = 50_000 + nbytes // 2 + (9 * (50_000 + nbytes // 2) if k == 37 else 0)
+        tr.coll("all_reduce", {0: t0, 1: t0}, t0 + dur, nbytes=nbytes)
+        t0 += dur + MS
+    out = io.StringIO()
+    render(analyze(tr.table()), 5, Console(file=out, width=140))
+    text = out.getvalue()
+    assert "Collectives far slower than the model (1)" in text and "all_reduce #37" in text
+    assert "2.00 GB/s" in text and "50.0 µs" in text  # the fitted 1/beta and alpha

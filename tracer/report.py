@@ -156,14 +156,16 @@ def _collectives(console, a: Analysis, top: int) -> None:
     agg: dict[tuple, list] = defaultdict(list)
     for c in a.collectives:
         agg[(c.op, c.gid, c.bytes)].append(c)
-    table = _table("Collectives by op, group and size", "op", "group", "size", "count", "skew (median)",
-                   "time (median)", "busbw (median)", "model", "slow")
+    table = _table("Collectives by op, group and size (volume: what each rank must move, ring algorithms)", "op",
+                   "group", "size", "volume/rank", "count", "skew (median)", "time (median)", "busbw (median)",
+                   "model", "slow")
     rows = sorted(agg.items(), key=lambda kv: -sum(c.duration_ns or 0 for c in kv[1]))
     for (op, gid, nbytes), cs in rows[:top]:
         durs = [c.duration_ns for c in cs if c.duration_ns is not None]
         bws = [c.busbw_gbps for c in cs if c.busbw_gbps is not None]
         models = [c.model_ns for c in cs if c.model_ns is not None]
-        table.add_row(op, _group(a, gid), fmt_bytes(nbytes), str(len(cs)), fmt_ns(median(c.skew_ns for c in cs)),
+        table.add_row(op, _group(a, gid), fmt_bytes(nbytes), fmt_bytes(cs[0].volume_bytes), str(len(cs)),
+                      fmt_ns(median(c.skew_ns for c in cs)),
                       fmt_ns(median(durs)) if durs else "-", fmt_gbps(median(bws)) if bws else "-",
                       fmt_ns(median(models)) if models else "-", str(sum(c.slow for c in cs)))
     console.print(table)
@@ -176,6 +178,14 @@ def _collectives(console, a: Analysis, top: int) -> None:
             table.add_row(f"{c.op} #{c.group_seq}", _group(a, c.gid), fmt_bytes(c.bytes), fmt_ns(c.skew_ns),
                           f"rank {c.last_arrival}", fmt_ns(sum(c.wait_ns.values())), fmt_ns(c.duration_ns),
                           fmt_gbps(c.busbw_gbps))
+        console.print(table)
+    slow = sorted((c for c in a.collectives if c.slow), key=lambda c: -(c.duration_ns / c.model_ns))
+    if slow:
+        table = _table(f"Collectives far slower than the model ({len(slow)})", "op", "group", "size", "time", "model",
+                       "x model", "busbw")
+        for c in slow[:top]:
+            table.add_row(f"{c.op} #{c.group_seq}", _group(a, c.gid), fmt_bytes(c.bytes), fmt_ns(c.duration_ns),
+                          fmt_ns(c.model_ns), f"{c.duration_ns / c.model_ns:.1f}", fmt_gbps(c.busbw_gbps))
         console.print(table)
     points = [(c.bytes, c.busbw_gbps) for c in a.collectives if c.busbw_gbps is not None and c.bytes > 0]
     if len({b for b, _ in points}) >= 2:
