@@ -1,6 +1,6 @@
 """Two bugs that break a job (2 ranks): rank 0 isends a message that rank 1 never receives (unmatched; gloo's send
 would block until a recv is posted, so it is an isend never waited on), then rank 1 all_reduces a tensor twice as
-large as rank 0's (gloo aborts the processes: the trace must still show it). A short timeout ends it otherwise."""
+large as rank 0's (gloo aborts the processes: the trace must still show it). A timeout ends it otherwise."""
 
 from datetime import timedelta
 
@@ -13,7 +13,7 @@ UNMATCHED_TAG = 7
 
 
 def main() -> None:
-    dist.init_process_group("gloo", timeout=timedelta(seconds=5))
+    dist.init_process_group("gloo", timeout=timedelta(seconds=30))
     rank = dist.get_rank()
     if rank == 0:
         pending = dist.isend(torch.ones(UNMATCHED_BYTES // 4), 1, tag=UNMATCHED_TAG)  # noqa: F841 - never waited
