@@ -108,7 +108,10 @@ def _start() -> None:
     try:
         _tracer = Tracer(_config["out"], _config.get("summaries", "off"))
     except Exception as e:  # noqa: BLE001
-        sys.stderr.write(f"disttrace: tracing disabled: cannot start the recorder: {e}\n")
+        from .recorder import warn_once
+
+        warn_once(_config["out"], f"disttrace: tracing disabled: cannot start the recorder: {e}; the job goes on "
+                                  f"untraced")
         return
     try:
         _align_clock("start")

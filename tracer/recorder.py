@@ -19,7 +19,8 @@ import threading
 
 import orjson
 
-CHUNK = 4 << 20  # bytes the file grows by; a few MB covers tens of thousands of events
+# bytes the file grows by: a few MB covers tens of thousands of events (DISTTRACE_CHUNK_BYTES overrides it)
+CHUNK = max(int(os.environ.get("DISTTRACE_CHUNK_BYTES", 4 << 20)), 4096)
 
 
 class Recorder:
@@ -91,7 +92,21 @@ class Recorder:
     def disable(self, reason: str) -> None:
         if self.enabled:
             self.enabled = False
-            try:
-                sys.stderr.write(f"disttrace: tracing disabled on this rank: {reason}\n")
-            except Exception:  # noqa: BLE001
-                pass
+            warn_once(os.path.dirname(self.path), f"disttrace: tracing disabled: {reason}; the job goes on "
+                                                   f"untraced from here (what was recorded so far is kept)")
+
+
+def warn_once(out_dir: str, message: str) -> None:
+    """Print `message` on stderr, once for the whole job: the first rank to fail claims a marker file in the
+    trace dir (if even that fails, every rank says it)."""
+    try:
+        fd = os.open(os.path.join(out_dir, ".disttrace-warned"), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        os.close(fd)
+    except FileExistsError:
+        return
+    except OSError:
+        pass
+    try:
+        sys.stderr.write(message + "\n")
+    except Exception:  # noqa: BLE001
+        pass
