@@ -17,15 +17,17 @@ _ROOT_INPUT_IS_S = frozenset({"broadcast", "scatter"})  # the root's input is th
 
 
 def build_collectives(t: EventTable, buckets: list[list[int]], traced: set[int], progress=None
-                      ) -> tuple[list[CollectiveInstance], list[int], list[int | None]]:
-    """Instances, event row -> instance index (or -1), and per instance the rank that caused its waits."""
-    rank_c, start_c, end_c, bytes_c, root_c, op_c, status_c = (
-        t.rank, t.start_ns, t.end_ns, t.bytes, t.root, t.op, t.status)
+                      ) -> tuple[list[CollectiveInstance], list[int], list[int | None], list[int]]:
+    """Instances, event row -> instance index (or -1), per instance the rank that caused its waits, and the
+    instances whose ranks disagree on some argument (candidates for a mismatch)."""
+    rank_c, start_c, end_c, bytes_c, root_c, op_c, status_c, dtype_c, shape_c = (
+        t.rank, t.start_ns, t.end_ns, t.bytes, t.root, t.op, t.status, t.dtype, t.shape)
     wait_end_c, async_c = t.wait_end_ns, t.async_op
     groups = t.groups
     instance_of = [-1] * len(t)
     out: list[CollectiveInstance] = []
     culprits: list[int | None] = []
+    suspects: list[int] = []
     expected_cache: dict[int, tuple[int, ...]] = {}
     step = max(1, len(buckets) // 20)
     for n_inst, rows in enumerate(buckets):
@@ -37,17 +39,23 @@ def build_collectives(t: EventTable, buckets: list[list[int]], traced: set[int],
         expected = expected_cache.get(g)
         if expected is None:
             expected = expected_cache[g] = tuple(r for r in grp.ranks if r in traced) or grp.ranks
-        # one set over the rows says whether op, status and async agree (the common case)
-        sig = {(op_c[i], status_c[i], async_c[i]) for i in rows}
+        # one set over the rows says whether the ranks agree on op, status, async, dtype, root and size (the
+        # common case); the others are suspects whose arguments problems.py compares in detail
+        sig = {(op_c[i], status_c[i], async_c[i], dtype_c[i], root_c[i], bytes_c[i]) for i in rows}
+        shapes = [shape_c[i] for i in rows]
         if len(sig) == 1:
-            op, status, is_async = next(iter(sig))
+            op, status, is_async, _, _, nbytes = next(iter(sig))
             all_ok = status == "ok"
+            if shapes.count(shapes[0]) != len(shapes):  # list equality, compared in C
+                suspects.append(n_inst)
         else:
+            suspects.append(n_inst)
             op = op_c[i0]
-            if len({x[0] for x in sig}) > 1:  # a mismatch: take the majority's op, problems.py reports it
+            if len({x[0] for x in sig}) > 1:  # a mismatch: take the majority's op
                 op = Counter(op_c[j] for j in rows).most_common(1)[0][0]
             all_ok = {x[1] for x in sig} == _OK
             is_async = any(x[2] for x in sig)
+            nbytes = max([bytes_c[i] for i in rows])
         ranks = [rank_c[i] for i in rows]
         starts = [start_c[i] for i in rows]
         ends = [end_c[i] for i in rows]
@@ -68,8 +76,6 @@ def build_collectives(t: EventTable, buckets: list[list[int]], traced: set[int],
         complete = not missing and finished and all_ok
         if op in _ROOT_INPUT_IS_S and root is not None and root in ranks:
             nbytes = bytes_c[rows[ranks.index(root)]]
-        else:
-            nbytes = max([bytes_c[i] for i in rows])
         factor = busbw_factor(op, n)
         s = size_s(op, nbytes, n)
         duration = algbw = busbw = None
@@ -88,4 +94,4 @@ def build_collectives(t: EventTable, buckets: list[list[int]], traced: set[int],
             end_d, dict(zip(ranks, waits)), kind, latest - min(starts), duration, algbw, busbw, None, False, root,
             complete, ranks[starts.index(latest)], int(s * factor), missing))
         culprits.append(culprit)
-    return out, instance_of, culprits
+    return out, instance_of, culprits, suspects

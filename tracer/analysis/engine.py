@@ -40,7 +40,7 @@ def _analyze(table: EventTable, progress) -> Analysis:
     buckets = group_collectives(t)
     say(0.15, "collectives")
     sub = (lambda f, label: say(0.15 + 0.55 * f, label)) if progress is not None else None
-    collectives, instance_of, culprits = build_collectives(t, buckets, traced, sub)
+    collectives, instance_of, culprits, suspects = build_collectives(t, buckets, traced, sub)
     say(0.7, "point-to-point")
     p2p, p2p_of = build_p2p(t)
     say(0.8, "models")
@@ -59,7 +59,7 @@ def _analyze(table: EventTable, progress) -> Analysis:
     say(0.85, "pipeline")
     pipeline = pipeline_stats(t, p2p, collectives)
     say(0.9, "problems")
-    problems = find_problems(t, collectives, p2p)
+    problems = find_problems(t, collectives, p2p, set(suspects))
     span = (min(t.start_ns), max(max(t.end_ns), max(t.wait_end_ns))) if len(t) else (0, 0)
     notes = []
     absent = sorted({r for g in t.groups for r in g.ranks} - traced)

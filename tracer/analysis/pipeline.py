@@ -63,10 +63,25 @@ def pipeline_stats(t: EventTable, p2p: list[P2PMatch], collectives: list[Collect
             s = t.start_ns[m.send]
             if s < first_send.get(k, 1 << 62):
                 first_send[k] = s
+    # each pipeline's P2P rows per rank, made in one pass over the messages
+    comp_of = {r: k for k, (path, _) in enumerate(paths) for r in path}
+    rows_of: list[dict[int, list[int]]] = [{r: [] for r in path} for path, _ in paths]
+    for m in p2p:
+        k = comp_of.get(m.src)
+        if k is not None and comp_of.get(m.dst) == k:
+            rows = rows_of[k]
+            if m.send is not None:
+                rows[m.src].append(m.send)
+            if m.recv is not None:
+                rows[m.dst].append(m.recv)
+    by_group: dict[int, list[CollectiveInstance]] = {}
+    for c in collectives:
+        if c.complete and (c.wait_kind == WAIT_NXN or c.wait_kind == WAIT_BARRIER):
+            by_group.setdefault(c.gid, []).append(c)
     per_stage: list[StageStats] = []
     first: tuple[list[int], int] | None = None
     tot_blocked = tot_window = 0
-    for path, count in paths:
+    for k_path, (path, count) in enumerate(paths):
         members = set(path)
         if first_send.get((path[-1], path[-2]), 1 << 62) < first_send.get((path[0], path[1]), 1 << 62):
             path.reverse()
@@ -74,20 +89,13 @@ def pipeline_stats(t: EventTable, p2p: list[P2PMatch], collectives: list[Collect
         if forward < 2 and len(path) < 3:
             continue  # a single exchange between two ranks is not a pipeline
         # the pipeline's P2P rows per rank, in time order
-        rows: dict[int, list[int]] = {r: [] for r in path}
-        for m in p2p:
-            if m.src in members and m.dst in members:
-                for i in (m.send, m.recv):
-                    if i is not None:
-                        rows[t.rank[i]].append(i)
+        rows = rows_of[k_path]
         for r in rows:
             rows[r].sort(key=t.start_ns.__getitem__)
         row_starts = {r: [t.start_ns[i] for i in rr] for r, rr in rows.items()}
         # global synchronizations: blocking barriers and N×N collectives over all the pipeline's ranks
-        sync_groups = {g for g, grp in enumerate(t.groups) if members <= set(grp.ranks)}
-        syncs = [c for c in collectives
-                 if c.gid in sync_groups and c.complete and c.wait_kind in (WAIT_NXN, WAIT_BARRIER)
-                 and not any(t.async_op[i] for i in c.events.values())]
+        syncs = [c for g, grp in enumerate(t.groups) if members <= set(grp.ranks) for c in by_group.get(g, ())
+                 if not any(t.async_op[i] for i in c.events.values())]
         syncs.sort(key=lambda c: max(c.start_ns.values()))
         windows = 0
         stage_acc = {r: [0, 0] for r in path}

@@ -65,15 +65,17 @@ def _describe_values(name: str, vals: dict, fmt=str) -> str:
     return "; ".join(parts)
 
 
-def find_problems(t: EventTable, collectives: list[CollectiveInstance], p2p: list[P2PMatch]) -> list[Problem]:
+def find_problems(t: EventTable, collectives: list[CollectiveInstance], p2p: list[P2PMatch],
+                  suspects: set[int] | None = None) -> list[Problem]:
+    """suspects: indices of the instances whose ranks' arguments differ (None: check every instance)."""
     problems: list[Problem] = []
     last = None
     cascade: dict[int, Problem] = {}  # group -> its first op mismatch; later ones only counted
     cascade_n: Counter = Counter()
     has_out = any(o is not None for o in t.out)  # no summaries recorded: no divergence to look for
-    for c in collectives:
+    for k, c in enumerate(collectives):
         rows = c.events
-        if len(rows) > 1:
+        if len(rows) > 1 and (suspects is None or k in suspects):
             what = _mismatches(t, c)
             if what:
                 is_op = len({t.op[i] for i in rows.values()}) > 1
