@@ -167,7 +167,7 @@ def three_ways(run: DemoRun) -> dict:
         rec = max(max(r["in_bytes"].values()) for r in mine)
         per_rank = [res["seconds"][approach] for res in run.results.values() if approach in res.get("seconds", {})]
         own = [max(times) for times in zip(*per_rank)]  # each round's slowest rank
-        timed = f" (the program's own clock: {ms(min(own) * 1e9)})" if own else ""
+        timed = f" (the program's own clock around the calls: {ms(min(own) * 1e9)})" if own else ""
         lines.append(f"{approach}: best round {ms(best)} of {len(mine)}{timed}; input of its calls {nbytes(rec)} "
                      f"per rank; theory: {_theory(approach, n, phi)}.")
     summary = ("Measured (time in the calls on the slowest rank, best round):\n" + "\n".join("  " + x for x in lines) +

@@ -4,12 +4,9 @@ from __future__ import annotations
 
 from .narrate_common import DemoRun, Narration, add, chunks, duration, flat, ms, show, values
 
-SEED_002 = "seed 002's worked example"
-
-
-def _seed_note(run: DemoRun, default_n: int, seed: str = SEED_002) -> str:
-    return f"These are {seed}'s numbers." if run.nproc == default_n else \
-        f"({seed} uses {default_n} ranks; with {run.nproc} the same pattern continues.)"
+def _seed_note(run: DemoRun, default_n: int, seed: str = "seed 002") -> str:
+    return f"These are the numbers of {seed}'s worked example." if run.nproc == default_n else \
+        f"({seed}'s worked example uses {default_n} ranks; with {run.nproc} the same pattern continues.)"
 
 
 def _order(run: DemoRun, op: str) -> list[tuple[int, dict]]:
@@ -38,7 +35,7 @@ def broadcast(run: DemoRun) -> dict:
         if ev["rank"] == root:
             result = after
             text = (f"Rank {root} is the root. It enters with {show(before)} and sends it to the "
-                    f"{run.nproc - 1} other rank(s); its own tensor is unchanged: {show(after)}.")
+                    f"{run.nproc - 1} other rank{'s' if run.nproc > 2 else ''}; its own tensor is unchanged: {show(after)}.")
         else:
             text = (f"Rank {ev['rank']} enters with {show(before)} - just a buffer - and leaves with "
                     f"{show(after)}, a copy of rank {root}'s tensor. It spent {ms(duration(ev))} in the call, "

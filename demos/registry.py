@@ -25,6 +25,7 @@ class Demo:
     narrate: str = ""              # "module:function" in disttrace.demos, called with a DemoRun
     size_help: str | None = None   # what --size means for this demo; None: --size does not apply
     size_per_rank: bool = False    # --size must split evenly over the ranks
+    summaries: str = "full"        # tensor summaries recorded: "off" where the demo times megabyte-sized calls
     section: str = ""
 
     @property
@@ -74,11 +75,12 @@ DEMOS: dict[str, Demo] = {d.name: d for d in [
     Demo("allreduce-three-ways", "allreduce_three_ways.py",
          "all_reduce vs reduce+broadcast vs reduce_scatter+all_gather, timed (seed 004)", 2,
          narrate="narrate_algorithms:three_ways", size_help="values per tensor (default 2**20, the seed's)",
-         size_per_rank=True,
+         size_per_rank=True, summaries="off",
          section=_A),
     Demo("p2p-bandwidth", "p2p_bandwidth.py", "copies from rank 0 to each other rank, GB/s per link (seed 004)", 3,
          narrate="narrate_algorithms:p2p_bandwidth",
          size_help="fp32 values per tensor, 10 tensors per link (default 10**6 on gloo, 10**7 on NCCL)",
+         summaries="off",
          section=_A),
     Demo("data-parallel", "data_parallel.py", "the lecture's DDP: gradients averaged by all-reduce (seed 001)", 2,
          nproc_ok=_powers_of_two_to(8), nproc_rule="2, 4 or 8 (the batch of 8 splits evenly)",

@@ -3,7 +3,9 @@
     disttrace run --out DIR --summaries full -- python -m torch.distributed.run --standalone
         --nproc_per_node=N demos/programs/PROGRAM.py --backend B --results DIR/demo-results [options]
 
-then load the trace, call the demo's narration function and write DIR/narration.json.
+then load the trace, call the demo's narration function and write DIR/narration.json. The demos that time
+megabyte-sized calls (allreduce-three-ways, p2p-bandwidth) record no tensor summaries (`--summaries off`):
+summarizing 4 MB tensors on every call would be part of what they measure.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ def command(demo: Demo, nproc: int, backend: str, out: Path, size: int | None, e
     program_args = ["--backend", backend, "--results", str(out / "demo-results")]
     if size is not None:
         program_args += ["--size", str(size)]
-    return [sys.executable, "-m", "disttrace", "run", "--out", str(out), "--summaries", "full", "--",
+    return [sys.executable, "-m", "disttrace", "run", "--out", str(out), "--summaries", demo.summaries, "--",
             sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
             str(demo.path), *program_args, *extra]
 
