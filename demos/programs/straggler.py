@@ -27,6 +27,8 @@ def main():
             time.sleep(a.delay_ms / 1000)  # the straggler's extra work
         start = time.perf_counter()
         dist.all_reduce(gradient, op=dist.ReduceOp.SUM)
+        if world.device.type == "cuda":
+            torch.cuda.synchronize()  # NCCL returns at once; wait for the result to time it
         waited = time.perf_counter() - start
         print(f"rank {rank} step {step}: all_reduce -> {show(gradient)} took {waited * 1e3:.0f} ms", flush=True)
     world.results = {"late_rank": late_rank, "late_step": a.late_step, "delay_ms": a.delay_ms}
