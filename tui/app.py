@@ -12,7 +12,6 @@ import sys
 from textual import work
 from textual.app import App, ComposeResult, SystemCommand
 from textual.containers import Center, Middle
-from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Label, ProgressBar
 
@@ -22,20 +21,9 @@ from . import loading
 from .model.narration import Narration, load_narration
 from .model.store import TraceStore
 from .screens.viewer import ViewerScreen
+from .widgets.messages import LoadProgress
 
 PRELOAD_BYTES = 8 << 20  # inputs smaller than this are read before the app starts
-
-
-class LoadProgress(Message):
-    """Progress of the loading worker (posted from its thread). Coalesces."""
-
-    def __init__(self, fraction: float, label: str) -> None:
-        super().__init__()
-        self.fraction = fraction
-        self.label = label
-
-    def can_replace(self, message: Message) -> bool:
-        return isinstance(message, LoadProgress)
 
 
 class LoadingScreen(Screen):
@@ -86,30 +74,34 @@ class DisttraceApp(App[int]):
 
     @work(thread=True, exclusive=True)
     def _load(self) -> None:
-        screen = self.screen
+        """Read the trace and show its timeline at once; then analyse it and hand the analysis to the screen."""
+        target = [self.screen]
         last = [-1.0]
 
         def progress(fraction: float, label: str) -> None:
-            if fraction - last[0] >= 0.01 or fraction >= 1.0:
+            if fraction - last[0] >= 0.01 or fraction >= 1.0 or fraction < last[0]:
                 last[0] = fraction
-                screen.post_message(LoadProgress(fraction, label))
+                target[0].post_message(LoadProgress(fraction, label))
 
         try:
-            if self.table is not None:
-                store = loading.build_store(self.table, progress)
-                narration = self.narration if self.narration is not None else load_narration(self.paths)
-            else:
-                store, narration = loading.load_store(self.paths, progress)
+            table = self.table if self.table is not None else loading.read_table(self.paths, progress)
+            progress(1.0, "indexing")
+            bare = loading.bare_store(table)
+            narration = self.narration if self.narration is not None else load_narration(self.paths)
         except TraceError as e:
             self.call_from_thread(self._fail, str(e))
             return
-        self.call_from_thread(self._show, store, narration)
+        screen = self.call_from_thread(self._show, bare, narration)
+        target[0] = screen
+        last[0] = -1.0
+        full = loading.build_store(table, progress)
+        self.call_from_thread(screen.adopt_analysis, full)
 
     def _fail(self, message: str) -> None:
         self.error = message
         self.exit(2)
 
-    def _show(self, store: TraceStore, narration: Narration | None) -> None:
+    def _show(self, store: TraceStore, narration: Narration | None) -> ViewerScreen:
         self.store = store
         start = 0 if (self.step_mode or narration is not None or store.n_events) else -1
         screen = ViewerScreen(store, narration, start_row=start if store.n_events else -1)
@@ -119,6 +111,7 @@ class DisttraceApp(App[int]):
             self.switch_screen(screen)
         else:
             self.push_screen(screen)
+        return screen
 
     def get_system_commands(self, screen: Screen):
         yield from super().get_system_commands(screen)

@@ -5,6 +5,7 @@ No Textual here: `load_store` runs in the app's worker thread and reports progre
 
 from __future__ import annotations
 
+import gc
 import os
 from typing import Callable
 
@@ -39,7 +40,23 @@ def read_table(paths: list[str], progress: Progress | None = None) -> EventTable
     return table
 
 
+def bare_store(table: EventTable) -> TraceStore:
+    """The store without analysis: enough to draw the timeline and list at once."""
+    if not len(table):
+        raise TraceError("the trace has no events")
+    store = TraceStore(table, None)
+    settle()
+    return store
+
+
+def settle() -> None:
+    """Move everything loaded so far out of the garbage collector's sight: a big trace is millions of objects
+    without cycles, and a full collection walking them would stall the UI for seconds now and then."""
+    gc.freeze()
+
+
 def build_store(table: EventTable, progress: Progress | None = None) -> TraceStore:
+    """The store with its analysis (matching, waits, bandwidth, problems: slower than the bare store)."""
     from disttrace.tracer.analysis import analyze
 
     def sub(lo: float, hi: float) -> Progress | None:
@@ -50,7 +67,9 @@ def build_store(table: EventTable, progress: Progress | None = None) -> TraceSto
     if not len(table):
         raise TraceError("the trace has no events")
     analysis = analyze(table, progress=sub(0.0, 0.8))
-    return TraceStore(table, analysis, progress=sub(0.8, 1.0))
+    store = TraceStore(table, analysis, progress=sub(0.8, 1.0))
+    settle()
+    return store
 
 
 def load_store(paths: list[str], progress: Progress | None = None) -> tuple[TraceStore, Narration | None]:

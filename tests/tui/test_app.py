@@ -15,7 +15,9 @@ from disttrace.tui.screens.viewer import ViewerScreen
 from disttrace.tui.widgets.detail import detail_table
 from disttrace.tui.widgets.timeline import Timeline
 
-from tui_helpers import PIPELINE_JOB, TUI_JOB, fixture_store
+from tui_helpers import DATA, PIPELINE_JOB, TUI_JOB, fixture_store
+
+HANG = DATA / "hang.jsonl"
 
 SIZE = (120, 40)
 
@@ -246,3 +248,16 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, case, capsys):
     assert "Traceback" not in proc.stderr and proc.stdout == ""
     if case == "newer":
         assert "newer" in lines[0]
+
+
+async def test_problems_view_jumps_to_the_hang():
+    async with app_on(HANG).run_test(size=SIZE) as pilot:
+        v = await viewer(pilot)
+        await pilot.press("7")
+        await pilot.pause()
+        await pilot.press("enter")
+        await pilot.pause()
+        t = v.store.table
+        # the hang: rank 3 never entered the last all_reduce; the others' never-finished events are where it shows
+        assert t.op[v.playhead] == "all_reduce" and t.status[v.playhead] == "unfinished"
+        assert v.query_one(TabbedContent).active == "timeline"

@@ -92,33 +92,57 @@ class Lane:
     def cells(self, t_start: int, ns_per_cell: float, width: int) -> list[Cell]:
         if not self.rows:
             return [EMPTY] * width
-        first, last = self.starts[0], self.ends[-1]
-        bounds = [t_start + int(x * ns_per_cell) for x in range(width + 1)]
-        for x in range(1, width + 1):  # every cell at least 1 ns wide
-            if bounds[x] <= bounds[x - 1]:
-                bounds[x] = bounds[x - 1] + 1
-        befores = [self.before(t) for t in bounds]
-        rows, ends = self.rows, self.ends
+        starts, ends, waits, cats, rows = self.starts, self.ends, self.waits, self.cats, self.rows
+        cw, c1, c2, c3 = self.cum
+        first, last = starts[0], ends[-1]
+        # prefix sums at every cell boundary (the body of before(), inlined: this is the hot loop of a frame)
+        bounds = []
+        fw, f1, f2, f3, js = [], [], [], [], []
+        prev_t = None
+        for x in range(width + 1):
+            t = t_start + int(x * ns_per_cell)
+            if prev_t is not None and t <= prev_t:
+                t = prev_t + 1
+            prev_t = t
+            bounds.append(t)
+            j = bisect_left(starts, t)
+            a, b1, b2, b3 = cw[j], c1[j], c2[j], c3[j]
+            p = j - 1
+            if p >= 0:
+                over = ends[p] - t
+                if over > 0:
+                    c = cats[p]
+                    if c == 1:
+                        b1 -= over
+                    elif c == 2:
+                        b2 -= over
+                    else:
+                        b3 -= over
+                    wover = starts[p] + waits[p] - t
+                    if wover > 0:
+                        a -= wover
+            fw.append(a)
+            f1.append(b1)
+            f2.append(b2)
+            f3.append(b3)
+            js.append(j)
         out = []
-        prev = befores[0]
+        inside = Cell(0.0, 0, False, -1, True)
         for x in range(width):
-            nxt = befores[x + 1]
             a, b = bounds[x], bounds[x + 1]
             if b <= first or a >= last:
                 out.append(EMPTY)
-            else:
-                c1, c2, c3 = nxt[1] - prev[1], nxt[2] - prev[2], nxt[3] - prev[3]
-                busy = c1 + c2 + c3
-                if busy <= 0:
-                    out.append(Cell(0.0, 0, False, -1, True))
-                else:
-                    cat = 1 if c1 >= c2 and c1 >= c3 else (2 if c2 >= c3 else 3)
-                    p = nxt[4] - 1  # the last event starting before b: it overlaps the cell when any does
-                    if ends[p] <= a:
-                        p = prev[4]
-                    w = nxt[0] - prev[0]
-                    out.append(Cell(min(1.0, busy / (b - a)), cat, w * 2 > busy, rows[p], True))
-            prev = nxt
+                continue
+            d1, d2, d3 = f1[x + 1] - f1[x], f2[x + 1] - f2[x], f3[x + 1] - f3[x]
+            busy = d1 + d2 + d3
+            if busy <= 0:
+                out.append(inside)
+                continue
+            cat = 1 if d1 >= d2 and d1 >= d3 else (2 if d2 >= d3 else 3)
+            p = js[x + 1] - 1  # the last event starting before b: it overlaps the cell when any does
+            if ends[p] <= a:
+                p = js[x]
+            out.append(Cell(min(1.0, busy / (b - a)), cat, (fw[x + 1] - fw[x]) * 2 > busy, rows[p], True))
         return out
 
 

@@ -40,10 +40,18 @@ class RankRow:
     lane: Lane
 
 
-class TraceStore:
-    """The viewer's read-only model of one trace: table + analysis + indexes."""
+def pending_analysis(table: EventTable) -> Analysis:
+    """An empty Analysis standing in until the real one is computed (no matches, no waits, nothing found)."""
+    n = len(table)
+    return Analysis(table=table, collectives=[], instance_of=[-1] * n, p2p=[], p2p_of=[-1] * n, waits={},
+                    stragglers=[], links=[], pipeline=None, problems=[], models={})
 
-    def __init__(self, table: EventTable, analysis: Analysis, progress=None):
+
+class TraceStore:
+    """The viewer's read-only model of one trace: table + analysis + indexes. Built without an analysis, it shows
+    the events at once (`analysed` False) and takes the analysis later with `adopt`."""
+
+    def __init__(self, table: EventTable, analysis: Analysis | None, progress=None):
         # a big table holds millions of objects: a garbage collection pass in the middle of building these
         # arrays would walk all of them (seconds); nothing built here has reference cycles
         enabled = gc.isenabled()
@@ -54,8 +62,16 @@ class TraceStore:
             if enabled:
                 gc.enable()
 
-    def _build(self, table: EventTable, analysis: Analysis, progress) -> None:
+    def adopt(self, other: "TraceStore") -> None:
+        """Take over everything another store of the same table holds (its analysis, waits, lanes): one
+        assignment on the UI thread, so widgets never see half of it."""
+        self.__dict__.update(other.__dict__)
+
+    def _build(self, table: EventTable, analysis: Analysis | None, progress) -> None:
         self.table = table
+        self.analysed = analysis is not None
+        if analysis is None:
+            analysis = pending_analysis(table)
         self.analysis = analysis
         n = len(table)
         self.n_events = n

@@ -19,7 +19,7 @@ from ..model.replay import SPEEDS, format_ns, parse_goto, search, step_collectiv
 from ..model.store import TraceStore
 from ..widgets.detail import DetailPane, NarrationPane
 from ..widgets.event_list import EventList
-from ..widgets.messages import EventPicked, ViewChanged
+from ..widgets.messages import AnalysisReady, EventPicked, LoadProgress, ViewChanged
 from ..widgets.timeline import Ruler, Timeline
 from ..widgets.views import ChartsView, LinksView, PipelineView, ProblemsView, RingView, WaitsView
 from .help import HelpScreen
@@ -41,6 +41,8 @@ class PlayheadLine(Static):
     """Whether the replay is running."""
     speed: reactive[int] = reactive(5)
     """Replay speed, events per second."""
+    analysis_label: reactive[str] = reactive("")
+    """Progress of the background analysis, "" when done."""
 
     def __init__(self, store: TraceStore, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -49,6 +51,8 @@ class PlayheadLine(Static):
     def render(self):
         row = self.playhead
         state = f"▶ {self.speed}/s" if self.playing else "❚❚"
+        if self.analysis_label:
+            state += f"  [analysing: {self.analysis_label}]"
         if row < 0:
             return f"{state}  before the first event — n: next event, N: next collective, space: play, ?: help"
         t = self.store.table.start_ns[row] - self.store.t0
@@ -116,6 +120,8 @@ class ViewerScreen(Screen):
     """Replay speed in events per second."""
     ring_step: reactive[int] = reactive(-1, init=False)
     """Step shown in the ring view (-1: before the first step)."""
+    analysis_label: reactive[str] = reactive("", init=False)
+    """Progress of the analysis while it runs in the background ("" once done)."""
 
     def __init__(self, store: TraceStore, narration=None, start_row: int = 0, title: str = "") -> None:
         super().__init__()
@@ -143,25 +149,57 @@ class ViewerScreen(Screen):
                         yield EventList(s).data_bind(ViewerScreen.playhead, ViewerScreen.selection)
                         with VerticalScroll(id="detail-scroll"):
                             yield DetailPane(s).data_bind(ViewerScreen.selection)
-            with TabPane("2 Ring", id="ring"):
-                yield RingView(s).data_bind(ViewerScreen.playhead, ViewerScreen.ring_step)
-            with TabPane("3 Pipeline", id="pipeline"):
-                yield PipelineView(s).data_bind(ViewerScreen.playhead, ViewerScreen.selection)
-            with TabPane("4 Waits", id="waits"):
-                yield WaitsView(s)
-            with TabPane("5 Links", id="links"):
-                yield LinksView(s)
-            with TabPane("6 Charts", id="charts"):
-                yield ChartsView(s).data_bind(ViewerScreen.playhead)
-            with TabPane("7 Problems", id="problems"):
-                yield ProblemsView(s)
-        yield PlayheadLine(s).data_bind(ViewerScreen.playhead, ViewerScreen.playing, ViewerScreen.speed)
+            for pane_id, title in (("ring", "2 Ring"), ("pipeline", "3 Pipeline"), ("waits", "4 Waits"),
+                                   ("links", "5 Links"), ("charts", "6 Charts"), ("problems", "7 Problems")):
+                with TabPane(title, id=pane_id):
+                    if s.analysed:
+                        yield self._analysis_view(pane_id)
+                    else:
+                        yield Static("analysing the trace…", classes="pending")
+        yield PlayheadLine(s).data_bind(ViewerScreen.playhead, ViewerScreen.playing, ViewerScreen.speed,
+                                        ViewerScreen.analysis_label)
         yield Footer()
+
+    def _analysis_view(self, pane_id: str):
+        """The view of a tab that shows analysis results, bound to this screen's state."""
+        s = self.store
+        if pane_id == "ring":
+            return RingView(s).data_bind(ViewerScreen.playhead, ViewerScreen.ring_step)
+        if pane_id == "pipeline":
+            return PipelineView(s).data_bind(ViewerScreen.playhead, ViewerScreen.selection)
+        if pane_id == "charts":
+            return ChartsView(s).data_bind(ViewerScreen.playhead)
+        return {"waits": WaitsView, "links": LinksView, "problems": ProblemsView}[pane_id](s)
+
+    def adopt_analysis(self, full: TraceStore) -> None:
+        """Called on the UI thread when the worker has analysed the trace."""
+        self.store.adopt(full)
+        self.post_message(AnalysisReady())
+
+    @on(AnalysisReady)
+    async def _analysis_ready(self, event: AnalysisReady) -> None:
+        for pending in list(self.query(".pending")):
+            pane = pending.parent
+            await pending.remove()
+            await pane.mount(self._analysis_view(pane.id))
+        for w in self.query(Timeline):
+            w.clear_caches()
+        for w in self.query(EventList):
+            w.clear_caches()
+        for w in self.query(DetailPane):
+            w.watch_selection(self.selection)
+        self.query_one(PlayheadLine).refresh()
+        self.analysis_label = ""
+
+    def on_load_progress(self, message: LoadProgress) -> None:
+        self.analysis_label = f"{message.label} {message.fraction:.0%}"
 
     def on_mount(self) -> None:
         for tabs in self.query("Tabs"):
             tabs.can_focus = False
         self.set_focus(None)
+        if not self.store.analysed:
+            self.analysis_label = "starting"
         self.playhead = self.start_row
         if self.start_row < 0:
             self.selection = -1

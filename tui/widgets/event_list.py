@@ -40,6 +40,10 @@ class EventList(ScrollView, can_focus=False):
         self._lines: LRUCache = LRUCache(512)
         self.virtual_size = Size(len(HEADER) + 40, store.n_events + 1)
 
+    def clear_caches(self) -> None:
+        self._lines.clear()
+        self.refresh()
+
     def watch_selection(self, row: int) -> None:
         self._keep_visible(row)
         self.refresh()

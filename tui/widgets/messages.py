@@ -24,3 +24,19 @@ class ViewChanged(Message):
 
     def can_replace(self, message: Message) -> bool:
         return isinstance(message, ViewChanged)
+
+
+class LoadProgress(Message):
+    """Progress of the loading worker (posted from its thread): reading, then analysing. Coalesces."""
+
+    def __init__(self, fraction: float, label: str) -> None:
+        super().__init__()
+        self.fraction = fraction
+        self.label = label
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, LoadProgress)
+
+
+class AnalysisReady(Message):
+    """The analysis of the trace has been adopted by the store: views that need it can be shown."""

@@ -75,6 +75,13 @@ class Timeline(ScrollView, can_focus=False):
         self._hl: dict[int, list[int]] = {}
         self.virtual_size = Size(0, len(self.rank_indices))
 
+    def clear_caches(self) -> None:
+        """Forget drawn lanes (the store's lanes changed: the analysis arrived)."""
+        self._cells.clear()
+        self._strips.clear()
+        self._hl_key = None
+        self.refresh()
+
     # -- geometry ---------------------------------------------------------------------------------
     @property
     def lane_width(self) -> int:

@@ -8,7 +8,7 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.reactive import reactive
-from textual.widgets import DataTable, Static
+from textual.widgets import DataTable, OptionList, Static
 
 from ..model.replay import format_bytes, format_ns, row_at_time
 from ..model.store import TraceStore
@@ -251,7 +251,7 @@ class ProblemsView(Vertical):
     DEFAULT_CSS = """
     ProblemsView { height: 1fr; }
     ProblemsView Static { height: auto; padding: 0 1; }
-    ProblemsView DataTable { height: 1fr; }
+    ProblemsView OptionList { height: 1fr; }
     """
 
     def __init__(self, store: TraceStore, **kwargs) -> None:
@@ -263,18 +263,17 @@ class ProblemsView(Vertical):
         if not problems:
             yield Static("No problems found: no hang, mismatch, divergence, unmatched message or clock violation.")
             return
-        yield Static(f"{len(problems)} problem(s). enter: show in the timeline")
-        t = DataTable(id="problem-table", cursor_type="row", zebra_stripes=True)
-        t.add_columns("kind", "op", "#", "ranks", "what")
+        yield Static(f"{len(problems)} problem(s), worst first. enter: show it in the timeline")
+        options = []
         for p in problems[:MAX_ROWS]:
-            ranks = ",".join(map(str, p.ranks[:12])) + ("…" if len(p.ranks) > 12 else "")
-            t.add_row(Text(p.kind, style="bold red"), p.op or "", "" if p.group_seq is None else str(p.group_seq),
-                      ranks, p.message)
-        yield t
+            where = f"{p.op} #{p.group_seq}" if p.op and p.group_seq is not None else (p.op or "")
+            options.append(Text.assemble((f"{p.kind.upper():<11}", "bold red"), (f"{where}\n", "bold"),
+                                         (p.message, ""), "\n"))
+        yield OptionList(*options, id="problem-list")
 
-    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
         event.stop()
-        p = self.store.analysis.problems[event.cursor_row]
+        p = self.store.analysis.problems[event.option_index]
         if p.events:
             _jump(self, p.events[0])
         elif p.time_ns is not None:
