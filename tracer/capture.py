@@ -104,6 +104,11 @@ class Event:
         self.peer_any = False
 
 
+def _global(g: Group, local: int) -> int:
+    """A group-local rank as a global one."""
+    return g.ranks[local] if 0 <= local < len(g.ranks) else local
+
+
 def _first_tensor(obj):
     while isinstance(obj, (list, tuple)):
         if not obj:
@@ -189,16 +194,9 @@ class Tracer:
 
     # -- the hot path ------------------------------------------------------------------------------
     def begin(self, spec: Spec, args: tuple) -> Event | None:
+        """An op seen by the dispatcher kernel (c10d schema arguments; group-local root and peer)."""
         g = self.group(args[spec.pg])
         n = len(args)
-        if spec.inp is not None:
-            nbytes, first = _nbytes(args[spec.inp])
-        else:
-            nbytes, first = 0, None
-        if first is None and spec.out is not None:
-            out_bytes, first = _nbytes(args[spec.out])
-            if spec.op == "recv":
-                nbytes = out_bytes
         site, api, origin = callsite.walk(3)
         if api is None:
             api = origin or _C10D_TO_API[spec.name]
@@ -207,34 +205,54 @@ class Tracer:
                 api = origin = "ddp.reducer_allreduce"  # DDP's C++ reducer, launched from backward()
         if spec.async_arg is not None:
             is_async = bool(args[spec.async_arg]) if spec.async_arg < n else True
-            if is_async and api in _ALWAYS_SYNC_APIS:
-                is_async = False
         else:
             is_async = api not in SYNC_P2P_APIS and spec.name != "monitored_barrier_"
+        root = peer = None
+        if spec.root is not None:
+            root = _global(g, args[spec.root])
+        if spec.peer is not None:
+            peer = _global(g, args[spec.peer])
+        tag = args[spec.tag] if spec.tag is not None and spec.tag < n else None
+        return self.start(spec.op, api, origin, site, g,
+                          args[spec.inp] if spec.inp is not None else None,
+                          args[spec.out] if spec.out is not None else None,
+                          root, peer, tag, is_async, spec.inplace)
+
+    def start(self, op: str, api: str, origin, site, g: Group, inp, out, root, peer, tag, is_async: bool,
+              inplace: bool) -> Event:
+        """Write the begin record of an op about to be issued, and return its Event (root, peer: global ranks)."""
+        if inp is not None:
+            nbytes, first = _nbytes(inp)
+        else:
+            nbytes, first = 0, None
+        if first is None and out is not None:
+            out_bytes, first = _nbytes(out)
+            if op == "recv":
+                nbytes = out_bytes
         cuda = first is not None and first.is_cuda
         ev = Event(next(self._ids), None, not is_async, cuda, g)
         if ev.id == self._fault_at:
             raise RuntimeError("injected fault (DISTTRACE_TEST_FAULT_AT)")
-        if is_async and spec.op != "send":
-            out = _first_tensor(args[spec.out] if spec.out is not None else args[spec.inp] if spec.inplace else None)
-            if out is not None:
-                ev.out_ptr = out.data_ptr()
-        rec = {"k": "b", "i": ev.id, "op": spec.op, "api": api, "g": g.gidx, "t": 0}
-        if spec.op not in ("send", "recv"):
+        if is_async and op != "send":
+            t = _first_tensor(out if out is not None else inp if inplace else None)
+            if t is not None:
+                ev.out_ptr = t.data_ptr()
+        rec = {"k": "b", "i": ev.id, "op": op, "api": api, "g": g.gidx, "t": 0}
+        if op != "send" and op != "recv":
             rec["gs"] = g.next_seq
             g.next_seq += 1
-        if spec.root is not None:
-            rec["root"] = g.ranks[args[spec.root]] if args[spec.root] < len(g.ranks) else args[spec.root]
-        if spec.peer is not None:
-            p = args[spec.peer]
-            rec["peer"] = g.ranks[p] if 0 <= p < len(g.ranks) else p
-        elif spec.op == "recv":
+        if root is not None:
+            rec["root"] = root
+        if peer is not None:
+            rec["peer"] = peer
+        elif op == "recv":
             ev.peer_any = True
-        if spec.tag is not None and spec.tag < n:
-            rec["tag"] = args[spec.tag]
+        if tag is not None:
+            rec["tag"] = tag
         rec["bytes"] = nbytes
         if first is not None:
-            rec["dtype"] = str(first.dtype)[6:]
+            dt = first.dtype
+            rec["dtype"] = _DTYPES.get(dt) or _DTYPES.setdefault(dt, str(dt)[6:])
             rec["shape"] = list(first.shape)
         rec["async"] = is_async
         if site:
@@ -246,11 +264,11 @@ class Tracer:
             rec["th"] = tid
         if self.mode != "off":
             full = self.mode == "full"
-            if spec.inp is not None:
-                self._summary(rec, ev.id, "in", summaries.summarize(args[spec.inp], full))
-            ev.tensors = args[spec.out] if spec.out is not None else (args[spec.inp] if spec.inplace else None)
+            if inp is not None:
+                self._summary(rec, ev.id, "in", summaries.summarize(inp, full))
+            ev.tensors = out if out is not None else (inp if inplace else None)
         rec["t"] = time.monotonic_ns()  # last: everything above is our own cost, not the op's
-        ev.info = (spec.op, g, rec.get("gs"), rec["t"], tid)
+        ev.info = (op, g, rec.get("gs"), rec["t"], tid)
         if not is_async or cuda:
             # what the watchdog watches: ops the program is blocked in (a CPU async op only while waited on;
             # a CUDA op until the device completes it)
@@ -261,17 +279,22 @@ class Tracer:
     def issued(self, ev: Event, result) -> None:
         """The backend accepted the op; `result` is what the c10d op returned (Work, or (tensors, Work))."""
         work = result[-1] if isinstance(result, tuple) else result
+        if work is not None and not isinstance(work, torch.ScriptObject):
+            work = None
         try:  # the backend's own sequence number, read right after issue: Flight Recorder's id for this op
             ev.seq = ev.group.pg._get_sequence_number_for_group()
         except Exception:  # noqa: BLE001
             pass
-        if work is None or not isinstance(work, torch.ScriptObject):
+        if work is None:
             self.complete(ev)  # the backend finished it synchronously (monitored_barrier, ...)
             return
         if ev.sync and not ev.cuda:
             self.tls.sync = ev   # distributed_c10d waits on it next, on this thread
             return
-        w = dist.distributed_c10d.Work.unbox(work)
+        self.track(ev, dist.distributed_c10d.Work.unbox(work))
+
+    def track(self, ev: Event, w) -> None:
+        """Follow an async op's Work: its future's completion, the user's wait() on it."""
         ev.work = w
         self.pending[id(w)] = ev
         if ev.out_ptr:
@@ -301,7 +324,15 @@ class Tracer:
         if ev.ended:
             return
         ev.ended = True
-        rec = {"k": "e", "i": ev.id, "t": t or time.monotonic_ns()}
+        t = t or time.monotonic_ns()
+        if err is None and not bound and ev.seq is None and not ev.peer_any and ev.tensors is None:
+            # the common case, formatted directly: a third of the cost of a dict through orjson
+            self.in_flight.pop(ev.id, None)
+            if ev.out_ptr and self.by_ptr.get(ev.out_ptr) is ev and ev.work is None:
+                del self.by_ptr[ev.out_ptr]
+            self.rec.write_raw(b'{"k":"e","i":%d,"t":%d}\n' % (ev.id, t))
+            return
+        rec = {"k": "e", "i": ev.id, "t": t}
         if bound:
             rec["bound"] = True  # completion seen only at exit: the op ended at or before t
         if ev.seq is not None:
@@ -309,7 +340,7 @@ class Tracer:
         if err is not None:
             rec["st"] = "error"
             rec["err"] = f"{type(err).__name__}: {err}"[:1000]
-        if ev.peer_any and ev.work is not None:
+        if ev.peer_any and ev.work is not None:  # a recv from any source: now we know which
             try:
                 rec["peer"] = ev.work._source_rank() if hasattr(ev.work, "_source_rank") else ev.work.source_rank()
             except Exception:  # noqa: BLE001
@@ -393,8 +424,8 @@ class Tracer:
         self.rec.close()
 
 
-_ALWAYS_SYNC_APIS = frozenset()  # APIs whose c10d op is flagged async but which wait at once (none known)
 _MAIN_THREAD = threading.main_thread().ident
+_DTYPES: dict = {}  # torch.dtype -> "float32"
 
 
 def _has_future(work) -> bool:

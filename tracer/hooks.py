@@ -241,6 +241,8 @@ def _patch_work_wait() -> None:
         t = _tracer
         if t is None:
             return orig(self, *args, **kwargs)
+        if not t.pending and getattr(t.tls, "sync", None) is None:
+            return orig(self, *args, **kwargs)  # nothing of ours to time
         t0 = time.monotonic_ns()
         if t.pending:
             _safe(t.wait_begins, self, t0)

@@ -67,6 +67,20 @@ class Recorder:
         except Exception as e:  # noqa: BLE001 - tracing must never break the job
             self.disable(f"cannot write {self.path}: {e}")
 
+    def write_raw(self, line: bytes) -> None:
+        """Append a line that is already JSON with its newline (the hot path's small end records)."""
+        if not self.enabled:
+            return
+        try:
+            with self._lock:
+                end = self._pos + len(line)
+                if end > self._size:
+                    self._grow(len(line))
+                self._map[self._pos:end] = line
+                self._pos = end
+        except Exception as e:  # noqa: BLE001 - tracing must never break the job
+            self.disable(f"cannot write {self.path}: {e}")
+
     def flush(self) -> None:
         with self._lock:
             if self._map is not None:
