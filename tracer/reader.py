@@ -55,7 +55,7 @@ def load_trace(paths: list[str] | str, progress: Progress | None = None) -> Even
                 continue
             raise TraceError(f"{p}: not a disttrace trace (no rank-*.jsonl files in it)")
         elif os.path.isfile(p):
-            read_jsonl(p, table)
+            read_jsonl(p, table, progress)
         elif not os.path.exists(p):
             raise TraceError(f"{p}: no such file or directory")
         else:
@@ -115,7 +115,9 @@ def _parse_file(path: str) -> _RankFile:
             elif k == "s":
                 rf.late.setdefault(r["i"], {})[r["which"]] = r.get("s")
             elif k == "group":
-                rf.groups[r["g"]] = (str(r.get("name") or r.get("desc") or ""), tuple(r["ranks"]))
+                # torch names the default group "0", which reads like a rank in messages: call it "world"
+                name = "world" if r.get("desc") == "default_pg" else str(r.get("name") or r.get("desc") or "")
+                rf.groups[r["g"]] = (name, tuple(r["ranks"]))
             elif k == "meta":
                 rf.meta = r
             elif k == "clock":
