@@ -199,7 +199,8 @@ def _append_rank(rf: _RankFile, table: EventTable) -> None:
     if rf.bad:
         table.warnings.append(f"{rf.path}: skipped {rf.bad} malformed record(s) ({rf.first_bad})")
     if rf.torn:
-        table.warnings.append(f"{rf.path}: last record torn (rank {rank} died while writing); ignored")
+        table.warnings.append(f"{rf.path}: last record torn (rank {rank} died while writing it, or is still "
+                              f"writing); ignored")
     if "start" in rf.clock and "error" in rf.clock["start"]:
         table.warnings.append(f"rank {rank}: clock not aligned ({rf.clock['start']['error']})")
     gids = {g: table.group_id(name, ranks) for g, (name, ranks) in rf.groups.items()}
@@ -262,6 +263,21 @@ def _peer(b: dict, e: dict | None) -> int:
     if p == NONE and e is not None and "peer" in e:
         return e["peer"]
     return p
+
+
+def written_size(path: str, tail: int = 16 << 20) -> int:
+    """Bytes a rank has written so far: the recorder grows its file in zeroed chunks, so the file size says
+    little; the first zero byte of the last chunk marks the end of what was written."""
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, 2)
+            start = max(0, size - tail)
+            f.seek(start)
+            data = f.read()
+    except OSError:
+        return 0
+    zero = data.find(b"\0")
+    return size if zero < 0 else start + zero
 
 
 def run_info(path: str) -> dict | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+import time
 from collections import defaultdict
 from statistics import median
 
@@ -18,7 +19,7 @@ from .analysis import analyze, to_json
 from .analysis.model import Analysis
 from .analysis.units import fmt_bytes, fmt_gbps, fmt_ns, fmt_ranks
 from .events import TraceError
-from .reader import load_trace
+from .reader import find_rank_files, load_trace, run_info, written_size
 
 PROBLEM_STYLE = {"hang": "bold red", "mismatch": "bold red", "divergence": "bold magenta", "unmatched": "yellow",
                  "clock": "yellow"}
@@ -29,11 +30,17 @@ def add_arguments(p) -> None:
                    help="trace dir (several for a multi-node job) or a normalized events .jsonl file")
     p.add_argument("--json", action="store_true", help="print the analysis as one JSON object (for scripts and CI)")
     p.add_argument("--top", type=int, default=10, metavar="N", help="rows per table (default 10)")
+    p.add_argument("--follow", action="store_true",
+                   help="keep reading a trace that is still being written: a fresh report every --interval "
+                        "seconds until the job ends (its run.json appears) or Ctrl-C")
+    p.add_argument("--interval", type=float, default=2.0, metavar="S", help="seconds between reports with --follow")
 
 
 def main(args) -> int:
     if args.top < 1:
         raise TraceError("--top must be at least 1")
+    if args.follow:
+        return follow(args)
     with _progress() as progress:
         table = load_trace(args.trace, progress and (lambda f, label: progress(f * 0.5, f"loading: {label}")))
         a = analyze(table, progress and (lambda f, label: progress(0.5 + f * 0.5, f"analyzing: {label}")))
@@ -43,6 +50,58 @@ def main(args) -> int:
     else:
         render(a, args.top)
     return 1 if a.problems else 0
+
+
+def follow(args) -> int:
+    """Report on a live trace again and again: in a terminal the screen is redrawn, otherwise each new report
+    (or JSON line) is printed when the trace has grown. Ends when every trace dir holds the launcher's run.json."""
+    from rich.console import Console
+
+
+    if args.interval <= 0:
+        raise TraceError("--interval must be a positive number of seconds")
+    tty = sys.stdout.isatty()
+    console = Console() if tty else Console(width=120)
+    last_size, rc, waiting_said = None, 0, False
+    try:
+        while True:
+            ended = all(not os.path.isdir(p) or run_info(p) is not None for p in args.trace)
+            size = _trace_size(args.trace)
+            if size != last_size or ended:
+                try:
+                    a = analyze(load_trace(args.trace))
+                except TraceError as e:
+                    if ended or not ("no events" in str(e) or "no rank-" in str(e) or "no readable" in str(e)):
+                        raise
+                    if not waiting_said:
+                        sys.stderr.write(f"disttrace report: waiting for the job to write its trace ({e})\n")
+                        waiting_said = True
+                else:
+                    last_size, rc = size, (1 if a.problems else 0)
+                    if args.json:
+                        sys.stdout.buffer.write(orjson.dumps(to_json(a), option=orjson.OPT_APPEND_NEWLINE))
+                        sys.stdout.flush()
+                    else:
+                        if tty:
+                            console.clear()
+                        state = "the job has ended" if ended else "following; Ctrl-C to stop"
+                        console.rule(f"disttrace report — {time.strftime('%H:%M:%S')} — {state}")
+                        render(a, args.top, console)
+            if ended:
+                return rc
+            time.sleep(args.interval)
+    except KeyboardInterrupt:
+        return rc
+
+
+def _trace_size(paths) -> int:
+    total = 0
+    for p in paths:
+        if os.path.isdir(p):
+            total += sum(written_size(f) for f in find_rank_files(p))
+        elif os.path.isfile(p):
+            total += os.path.getsize(p)
+    return total
 
 
 class _progress:
