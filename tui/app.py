@@ -117,8 +117,9 @@ class DisttraceApp(App[int]):
         yield from super().get_system_commands(screen)
         if isinstance(screen, ViewerScreen):
             for b in screen.BINDINGS:
-                if b.description and not b.action.startswith("app."):
-                    yield SystemCommand(f"{b.description} ({b.key.split(',')[0]})", b.description,
+                what = b.tooltip or b.description
+                if what and not b.action.startswith("app."):
+                    yield SystemCommand(f"{what} ({b.key.split(',')[0]})", what,
                                         lambda action=b.action: self.run_action(action, screen))
 
 

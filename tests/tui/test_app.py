@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import subprocess
 import sys
 
@@ -261,3 +262,32 @@ async def test_problems_view_jumps_to_the_hang():
         # the hang: rank 3 never entered the last all_reduce; the others' never-finished events are where it shows
         assert t.op[v.playhead] == "all_reduce" and t.status[v.playhead] == "unfinished"
         assert v.query_one(TabbedContent).active == "timeline"
+
+
+async def test_loads_in_the_worker_then_shows_the_analysis():
+    # no preloaded store: the worker reads the trace, shows the timeline, then adopts the analysis
+    app = DisttraceApp([str(TUI_JOB)])
+    async with app.run_test(size=SIZE) as pilot:
+        for _ in range(600):
+            if isinstance(app.screen, ViewerScreen) and app.screen.store.analysed and not app.screen.query(".pending"):
+                break
+            await pilot.pause(0.05)
+        v = app.screen
+        assert isinstance(v, ViewerScreen) and v.store.analysed and v.analysis_label == ""
+        assert v.query("WaitsView") and v.query("RingView")
+        await pilot.press("N")
+        assert v.store.table.op[v.playhead] == "all_gather"
+
+
+async def test_command_palette_lists_the_viewer_actions():
+    async with app_on().run_test(size=SIZE) as pilot:
+        v = await viewer(pilot)
+        titles = [c.title for c in pilot.app.get_system_commands(v)]
+        assert any(t.startswith("next collective") for t in titles)
+        assert any(t.startswith("ring view") for t in titles)
+        cmd = next(c for c in pilot.app.get_system_commands(v) if c.title.startswith("next event"))
+        result = cmd.callback()  # what the palette does when the command is chosen
+        if inspect.isawaitable(result):
+            await result
+        await pilot.pause()
+        assert v.playhead == 1

@@ -64,6 +64,7 @@ class ViewerScreen(Screen):
 
     DEFAULT_CSS = """
     ViewerScreen #lower { height: 1fr; min-height: 6; }
+    ViewerScreen #timeline Timeline { max-height: 60%; }
     ViewerScreen EventList { width: 1fr; }
         ViewerScreen #detail-scroll { width: 56; max-width: 45%; height: 1fr; border-left: solid $primary-darken-2; }
     ViewerScreen TabPane { padding: 0; }
@@ -72,9 +73,9 @@ class ViewerScreen(Screen):
     BINDINGS = [
         Binding("n", "step(1)", "next", tooltip="next event"),
         Binding("p", "step(-1)", "prev", tooltip="previous event"),
-        Binding("N", "step_collective(1)", "next coll."),
-        Binding("P", "step_collective(-1)", "prev coll."),
-        Binding("space", "toggle_play", "play/pause"),
+        Binding("N", "step_collective(1)", "next coll.", tooltip="next collective"),
+        Binding("P", "step_collective(-1)", "prev coll.", tooltip="previous collective"),
+        Binding("space", "toggle_play", "play/pause", tooltip="play / pause the replay"),
         Binding("less_than_sign", "speed(-1)", "slower", show=False),
         Binding("greater_than_sign", "speed(1)", "faster", show=False),
         Binding("plus,equals_sign", "zoom(1)", "zoom in", show=False),
@@ -89,8 +90,8 @@ class ViewerScreen(Screen):
         Binding("O", "other_rank(-1)", "same collective, previous rank", show=False),
         Binding("m", "match", "matching send/recv", show=False),
         Binding("enter", "play_here", "playhead to the selection", show=False),
-        Binding("slash", "search", "search"),
-        Binding("g", "goto", "go to"),
+        Binding("slash", "search", "search", tooltip="search events (op, api, site, rank=N)"),
+        Binding("g", "goto", "go to", tooltip="go to a time or an event number"),
         Binding("1", "view('timeline')", "timeline", show=False),
         Binding("2", "view('ring')", "ring view", show=False),
         Binding("3", "view('pipeline')", "pipeline view", show=False),
