@@ -28,12 +28,18 @@ def _job():
     return mod
 
 
-@pytest.fixture(scope="module")
-def fr_run(traced, tmp_path_factory):
-    """(disttrace trace dir, dump dir) of one traced fr_ddp.py run."""
-    dumps = tmp_path_factory.mktemp("fr_dumps")
+def traced_fr_run(traced, tmp_path_factory):
+    """(disttrace trace dir, dump dir) of one traced fr_ddp.py run, shared by every test module of the session
+    (the dump dir's path is part of the traced job's arguments, so it must be the same path each time)."""
+    dumps = tmp_path_factory.getbasetemp() / "fr_dumps"
+    dumps.mkdir(exist_ok=True)
     trace = traced("fr_ddp.py", nproc=2, args=[str(dumps)], summaries="off")
     return trace, dumps
+
+
+@pytest.fixture(scope="module")
+def fr_run(traced, tmp_path_factory):
+    return traced_fr_run(traced, tmp_path_factory)
 
 
 def _collectives(table):

@@ -1,0 +1,413 @@
+"""Bad input never crashes a reader: real trace files, normalized events files and Flight Recorder dumps, mutated a
+few thousand times (deterministic seed), go through everything that reads them.
+
+In process: load_trace -> analyze -> the report's to_json, the events' JSON Lines and the Chrome export; the only
+accepted failure is events.TraceError (the one-line error the CLI prints). For a sample of the mutations the real
+commands run in subprocesses (`events`, `report --json`, `export`) with an address-space limit and a timeout:
+each answers exit 2 with one line, or 0/1 with valid output and warnings; never a traceback, a hang or a blow-up.
+
+Also here: nothing that reads a trace runs code from it, and trace files are created mode 0600."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import pickle
+import random
+import resource
+import shutil
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+
+from conftest import disttrace_cmd
+from disttrace.tracer.analysis import analyze, to_json
+from disttrace.tracer.events import TraceError, iter_jsonl
+from disttrace.tracer.export import write_chrome
+from disttrace.tracer.reader import load_trace
+from test_flightrec import traced_fr_run
+
+SEED = 20261122
+IN_PROCESS = {"trace": 1000, "events": 400, "fr_json": 350, "fr_pickle": 250}   # mutations per input kind
+CLI_SAMPLE = 18                                                                # of those, run as real commands
+CHILD_AS_LIMIT = 2 << 30                                                       # bytes of address space
+CLI_TIMEOUT = 60
+
+# -- mutations --------------------------------------------------------------------------------------------------
+
+ODD_VALUES = [None, True, False, 0, -1, -(2 ** 63), 2 ** 63, 2 ** 64 + 5, 10 ** 30, -(10 ** 25), 1.5, 1e308, -0.0,
+              "", "x", "all_reduce", "\u2603", [], [1, "a"], {}, {"k": [None]},
+              "9" * 5000, list(range(300))]
+
+
+def _deep(depth: int) -> bytes:
+    return b"[" * depth + b"1" + b"]" * depth
+
+
+def _odd(rng: random.Random):
+    return rng.choice(ODD_VALUES)
+
+
+def _mutate_obj(rng: random.Random, obj: dict) -> tuple[dict, bytes | None]:
+    """One structural mutation of a JSON object; returns (object, raw JSON replacing one value or None)."""
+    obj = dict(obj)
+    keys = list(obj)
+    kind = rng.randrange(7)
+    if kind == 0 and keys:                      # wrong type
+        obj[rng.choice(keys)] = _odd(rng)
+    elif kind == 1 and keys:                    # missing key
+        del obj[rng.choice(keys)]
+    elif kind == 2 and keys:                    # huge or negative numbers
+        obj[rng.choice(keys)] = rng.choice([2 ** 63 - 1, 2 ** 63, 2 ** 80, -(2 ** 63), -5, 10 ** 400 // 10 ** 380])
+    elif kind == 3 and keys:                    # deep nesting, beyond and within JSON parsers' limits
+        return obj, _deep(rng.choice([300, 2000, 100_000]))
+    elif kind == 4:                             # a newer format version
+        obj["v"] = rng.choice([2, 99, 2 ** 40])
+        if "version" in obj:
+            obj["version"] = rng.choice(["3.0", "99.1", 7, None])
+    elif kind == 5:                             # extra keys of every type
+        obj[rng.choice(["zz", "extra", "in", "out", "shape", "frames"])] = _odd(rng)
+    else:                                       # a nested list or dict emptied or replaced
+        nested = [k for k in keys if isinstance(obj[k], (list, dict))]
+        if nested:
+            k = rng.choice(nested)
+            obj[k] = rng.choice([[], {}, [obj[k]] * 3, _odd(rng)])
+    return obj, None
+
+
+def _dumps_with(obj: dict, raw: bytes | None, rng: random.Random) -> bytes:
+    """JSON of obj (the standard library's encoder: it writes integers past 64 bits, as a hostile file may hold),
+    with `raw` JSON text in place of one value."""
+    if raw is None:
+        return json.dumps(obj, separators=(",", ":")).encode()
+    key = rng.choice(list(obj)) if obj else "k"
+    obj = dict(obj)
+    obj[key] = "@@RAW@@"
+    return json.dumps(obj, separators=(",", ":")).encode().replace(b'"@@RAW@@"', raw)
+
+
+def _bytes_mutation(rng: random.Random, data: bytes) -> bytes:
+    n = len(data)
+    kind = rng.randrange(6)
+    if kind == 0:                               # truncation (a rank killed mid-write)
+        return data[:rng.randrange(n + 1)]
+    if kind == 1:                               # garbage bytes over a span
+        at = rng.randrange(n + 1)
+        return data[:at] + rng.randbytes(rng.randrange(1, 64)) + data[at + rng.randrange(64):]
+    if kind == 2:                               # a few flipped bytes
+        b = bytearray(data)
+        for _ in range(rng.randrange(1, 8)):
+            if b:
+                b[rng.randrange(len(b))] = rng.randrange(256)
+        return bytes(b)
+    if kind == 3:                               # the zero tail of a crashed recorder, or zeros inside
+        at = rng.randrange(n + 1)
+        return data[:at] + b"\0" * rng.randrange(1, 5000) + (data[at:] if rng.random() < 0.5 else b"")
+    if kind == 4:                               # empty file
+        return b""
+    return rng.randbytes(rng.randrange(1, 2000))  # noise
+
+
+def mutate_jsonl(rng: random.Random, data: bytes) -> bytes:
+    lines = data.split(b"\n")
+    if rng.random() < 0.35 or len(lines) < 2:
+        return _bytes_mutation(rng, data)
+    for _ in range(rng.randrange(1, 4)):
+        i = rng.randrange(len(lines))
+        r = rng.random()
+        if r < 0.1:
+            lines.insert(i, lines[i])           # duplicated record
+            continue
+        if r < 0.2:
+            del lines[i]                        # dropped record
+            continue
+        try:
+            obj = orjson.loads(lines[i])
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(obj, dict):
+            obj, raw = _mutate_obj(rng, obj)
+            try:
+                lines[i] = _dumps_with(obj, raw, rng)
+            except RecursionError:  # a line this case already nested deeply: leave it so
+                pass
+    return b"\n".join(lines)
+
+
+def _mutate_fr(rng: random.Random, dump: dict) -> tuple[dict, bytes | None]:
+    dump = dict(dump)
+    entries = list(dump.get("entries") or [])
+    raw = None
+    for _ in range(rng.randrange(1, 4)):
+        r = rng.random()
+        if r < 0.6 and entries:
+            i = rng.randrange(len(entries))
+            if isinstance(entries[i], dict):
+                entries[i], raw = _mutate_obj(rng, entries[i])
+                if raw is not None:
+                    raw = None if rng.random() < 0.5 else raw
+        elif r < 0.7:
+            dump["pg_config"] = rng.choice([{}, None, {"0": {"ranks": "[0, 1, x"}}, {"0": {"ranks": "9" * 3000}},
+                                            {"0": {"name": [], "ranks": [0, 2 ** 70]}}, _odd(rng)])
+        elif r < 0.8:
+            entries = entries * rng.choice([0, 2, 8])
+        else:
+            dump, raw = _mutate_obj(rng, dump)
+    if "entries" in dump:
+        dump["entries"] = entries
+    return dump, raw
+
+
+def mutate_fr_json(rng: random.Random, data: bytes) -> bytes:
+    if rng.random() < 0.35:
+        return _bytes_mutation(rng, data)
+    dump, raw = _mutate_fr(rng, orjson.loads(data))
+    return _dumps_with(dump, raw, rng)
+
+
+def mutate_fr_pickle(rng: random.Random, data: bytes) -> bytes:
+    if rng.random() < 0.4:
+        return _bytes_mutation(rng, data)
+    dump, _ = _mutate_fr(rng, pickle.loads(data))  # our own real dump: trusted here
+    r = rng.random()
+    if r < 0.1:
+        dump["entries"] = [[[[]]]]
+        nested = []
+        for _ in range(150):
+            nested = [nested]
+        dump["pg_status"] = nested
+    if r > 0.9:  # one object referred to from many places (pickle's memo): must not cost more than its size
+        e = dump["entries"][0] if dump.get("entries") else {}
+        dump["entries"] = [e] * 100_000
+    return pickle.dumps(dump, protocol=rng.choice([2, 4, 5]))
+
+
+# -- inputs -----------------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def seeds(traced, tmp_path_factory):
+    """Real inputs: a disttrace trace dir, its normalized events file, Flight Recorder JSON and pickle dumps."""
+    trace = traced("ex_p2p.py", nproc=2)
+    _, fr = traced_fr_run(traced, tmp_path_factory)
+    events = b"".join(iter_jsonl(load_trace([str(trace)])))
+    return {
+        "trace": {p.name: p.read_bytes() for p in sorted(trace.iterdir()) if p.name.startswith("rank-")},
+        "events": {"events.jsonl": events},
+        "fr_json": {p.name: p.read_bytes() for p in sorted((fr / "json").iterdir())},
+        "fr_pickle": {p.name: p.read_bytes() for p in sorted((fr / "pickle").iterdir())},
+        "trace_dir": trace,
+    }
+
+
+MUTATORS = {"trace": mutate_jsonl, "events": mutate_jsonl, "fr_json": mutate_fr_json, "fr_pickle": mutate_fr_pickle}
+
+
+def _cases(seeds):
+    """(kind, files) for every mutation, deterministic for SEED."""
+    rng = random.Random(SEED)
+    for kind, n in IN_PROCESS.items():
+        files = seeds[kind]
+        for _ in range(n):
+            name = rng.choice(sorted(files))
+            yield kind, {**files, name: MUTATORS[kind](rng, files[name])}
+
+
+def _write(dirpath: Path, kind: str, files: dict) -> str:
+    """Write a case into dirpath (emptied first); returns the path to give the reader."""
+    shutil.rmtree(dirpath, ignore_errors=True)
+    dirpath.mkdir(parents=True)
+    for name, data in files.items():
+        (dirpath / name).write_bytes(data)
+    return str(dirpath / "events.jsonl") if kind == "events" else str(dirpath)
+
+
+def read_everything(path: str) -> str:
+    """What the commands do, in process; returns 'ok' or 'error' (a TraceError). Anything else raises."""
+    try:
+        table = load_trace([path])
+    except TraceError as e:
+        msg = str(e)
+        assert msg and "\n" not in msg, repr(msg)
+        return "error"
+    for line in iter_jsonl(table):          # disttrace events
+        assert line.endswith(b"\n")
+    a = analyze(table)
+    orjson.dumps(to_json(a))                # disttrace report --json
+    buf = io.BytesIO()
+    write_chrome(a, buf)                    # disttrace export
+    doc = orjson.loads(buf.getvalue())
+    assert len([e for e in doc["traceEvents"] if e["ph"] == "X"]) == len(table)
+    return "ok"
+
+
+@pytest.mark.slow
+def test_mutated_inputs_never_crash_the_readers(seeds, tmp_path):
+    outcomes: dict[str, dict[str, int]] = {}
+    failures = []
+    t0 = time.monotonic()
+    for k, (kind, files) in enumerate(_cases(seeds)):
+        path = _write(tmp_path / "case", kind, files)
+        try:
+            result = read_everything(path)
+        except Exception as e:  # noqa: BLE001 - collected and reported below
+            result = "crash"
+            if len(failures) < 10:
+                failures.append(f"case {k} ({kind}): {type(e).__name__}: {str(e)[:200]}")
+            keep = tmp_path / f"crash-{k}"
+            if not keep.exists():
+                shutil.copytree(tmp_path / "case", keep)
+        outcomes.setdefault(kind, {}).setdefault(result, 0)
+        outcomes[kind][result] += 1
+    elapsed = time.monotonic() - t0
+    print(f"\nfuzz: {sum(IN_PROCESS.values())} mutations in {elapsed:.1f} s: {outcomes}")
+    assert not failures, "\n".join(failures)
+    # the mutations are not all rejected outright: most of them leave something readable
+    for kind, res in outcomes.items():
+        assert res.get("ok", 0) > 0.3 * IN_PROCESS[kind], (kind, res)
+
+
+def _limit_child():
+    resource.setrlimit(resource.RLIMIT_AS, (CHILD_AS_LIMIT, CHILD_AS_LIMIT))
+
+
+def _run_cli(args: list[str]) -> subprocess.CompletedProcess:
+    return subprocess.run(disttrace_cmd(*args), capture_output=True, text=True, timeout=CLI_TIMEOUT,
+                          preexec_fn=_limit_child, env={**os.environ, "COLUMNS": "120"})
+
+
+@pytest.mark.slow
+def test_commands_on_mutated_inputs_answer_cleanly(seeds, tmp_path):
+    cases = list(_cases(seeds))
+    rng = random.Random(SEED + 1)
+    sample = rng.sample(range(len(cases)), CLI_SAMPLE)
+    commands = ("events", "report", "export")
+    seen: dict[str, set] = {c: set() for c in commands}
+    failures = []
+    for n, k in enumerate(sample):
+        kind, files = cases[k]
+        path = _write(tmp_path / f"c{n}", kind, files)
+        cmd = commands[n % len(commands)]
+        out = tmp_path / f"c{n}.json"
+        args = {"events": ["events", path], "report": ["report", "--json", path],
+                "export": ["export", path, "-o", str(out)]}[cmd]
+        p = _run_cli(args)
+        try:
+            _check_answer(cmd, p, out)
+            seen[cmd].add(p.returncode)
+        except AssertionError as e:
+            failures.append(f"case {k} ({kind}) `disttrace {' '.join(args)}`: rc={p.returncode}: {e}\n"
+                            f"{p.stderr[-600:]}")
+    assert not failures, "\n".join(failures)
+    assert all(seen.values()), seen  # every command ran on some case
+
+
+def _check_answer(cmd: str, p: subprocess.CompletedProcess, out: Path) -> None:
+    """Exit 2 with one line, or 0/1 with valid output (and warnings, each a line of its own); no traceback."""
+    assert "Traceback" not in p.stderr, "a traceback"
+    assert p.returncode in (0, 1, 2), "unexpected exit code"
+    if p.returncode == 2:
+        lines = p.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"disttrace {cmd}: error: "), "not one error line"
+        return
+    assert all(x.startswith("disttrace") for x in p.stderr.strip().splitlines()), "stray output on stderr"
+    if cmd == "events":
+        assert all(orjson.loads(x) for x in p.stdout.splitlines()), "events output is not JSON Lines"
+    elif cmd == "report":
+        assert isinstance(orjson.loads(p.stdout), dict), "report --json is not a JSON object"
+    else:
+        assert orjson.loads(out.read_bytes())["traceEvents"], "export wrote no events"
+
+
+# -- minimal reproducers of what the fuzzing found (each crashed a reader before it was fixed) --------------------
+
+_EV = {"v": 1, "rank": 0, "op": "all_reduce", "group": "0", "group_ranks": [0, 1], "group_seq": 0, "bytes": 4,
+       "start_ns": 10, "end_ns": 20}
+_META = {"k": "meta", "v": 1, "rank": 0, "world_size": 1, "host": "h", "pid": 1}
+_GROUP = {"k": "group", "g": 0, "name": "0", "ranks": [0]}
+_BEGIN = {"k": "b", "i": 0, "op": "barrier", "g": 0, "gs": 0, "t": 100, "bytes": 0}
+_END = {"k": "e", "i": 0, "t": 200}
+
+
+def _lines(*objs) -> bytes:
+    return b"".join((o if isinstance(o, bytes) else json.dumps(o).encode()) + b"\n" for o in objs)
+
+
+def _with_raw(obj: dict, key: str, raw: bytes) -> bytes:
+    return json.dumps({**obj, key: "@@"}).encode().replace(b'"@@"', raw)
+
+
+REPRODUCERS = {
+    # normalized events files (disttrace events FILE.jsonl)
+    "events: a bad value after the first columns were appended": ("events", _lines(_EV, {**_EV, "group_seq": "x"})),
+    "events: group_ranks holding a list": ("events", _lines(_EV, {**_EV, "group_ranks": [[0]]})),
+    "events: nesting past orjson's 255 levels in a summary": ("events", _lines(_with_raw(_EV, "in", _deep(300)))),
+    "events: shapes that are lists of lists": ("events", _lines({**_EV, "shape": [[1]]},
+                                                                {**_EV, "rank": 1, "shape": [[2]]})),
+    # disttrace trace dirs (rank files)
+    "trace: bytes past 64 bits": ("trace", _lines(_META, _GROUP, {**_BEGIN, "bytes": 2 ** 63}, _END)),
+    "trace: a site nested 1000 deep": ("trace", _lines(_META, _GROUP, _with_raw(_BEGIN, "site", _deep(1000)), _END)),
+    "trace: a begin whose id is a list": ("trace", _lines(_META, _GROUP, _BEGIN, {**_BEGIN, "i": [1]}, _END)),
+    "trace: a clock offset that is a list": ("trace", _lines(_META, _GROUP, {"k": "clock", "phase": "start",
+                                                                              "offset_ns": [1]}, _BEGIN, _END)),
+    "trace: clock mono_ns of the wrong type": ("trace", _lines(_META, _GROUP, {"k": "clock", "phase": "start",
+                                                                                "offset_ns": 0, "mono_ns": [5]},
+                                                               {"k": "clock", "phase": "end", "offset_ns": 1,
+                                                                "mono_ns": 9}, _BEGIN, _END)),
+    "trace: a meta pid that is a list": ("trace", _lines({**_META, "pid": [1]}, _GROUP, _BEGIN, _END)),
+    "trace: a meta world_size of 5000 digits": ("trace", _lines({**_META, "world_size": "9" * 5000}, _GROUP, _BEGIN,
+                                                                _END)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REPRODUCERS))
+def test_reproducers_of_fuzz_findings(name, tmp_path):
+    kind, data = REPRODUCERS[name]
+    files = {"events.jsonl": data} if kind == "events" else {"rank-00000-h-1.jsonl": data}
+    assert read_everything(_write(tmp_path / "case", kind, files)) in ("ok", "error")
+
+
+# -- reading never runs code; what is written is private ----------------------------------------------------------
+
+class _Evil:
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.mkdir, (self.marker,))
+
+
+@pytest.mark.parametrize("protocol", [0, 2, 5])
+def test_no_command_runs_code_from_a_pickled_dump(tmp_path, protocol):
+    marker = tmp_path / "ran"
+    d = tmp_path / "fr"
+    d.mkdir()
+    payloads = [{"version": "2.10", "entries": [_Evil(str(marker))]}, _Evil(str(marker))]
+    for rank, obj in enumerate(payloads):
+        (d / f"fr_trace_rank_{rank}").write_bytes(pickle.dumps(obj, protocol=protocol))
+    for args in (["events", str(d)], ["report", "--json", str(d)], ["export", str(d), "-o", str(tmp_path / "o")]):
+        p = _run_cli(args)
+        assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
+        # protocols 2+ look like Flight Recorder dumps and are refused when read; protocol 0 is not even taken for one
+        assert ("no readable Flight Recorder dumps" if protocol >= 2 else "not a disttrace trace") in p.stderr
+    with pytest.raises(TraceError):
+        load_trace([str(d)])
+    assert not marker.exists()
+
+
+@pytest.mark.slow
+def test_trace_files_are_private(seeds):
+    trace = seeds["trace_dir"]
+    ranks = [p for p in trace.iterdir() if p.name.startswith("rank-")]
+    assert len(ranks) == 2
+    for p in ranks:
+        assert stat.S_IMODE(p.stat().st_mode) == 0o600, p
+
+
+if __name__ == "__main__":  # pragma: no cover - `python tests/test_fuzz.py CASE_DIR`: replay one saved case
+    print(read_everything(sys.argv[1]))
