@@ -121,8 +121,11 @@ async def test_goto_and_search_prompts():
         await pilot.pause()
         assert v.playhead == 20
         await pilot.press("slash", *"barrier rank=2", "enter")
-        await pilot.pause()
         t = v.store.table
+        for _ in range(100):  # the search runs in a thread
+            if t.op[v.playhead] == "barrier":
+                break
+            await pilot.pause(0.05)
         assert t.op[v.playhead] == "barrier" and t.rank[v.playhead] == 2
 
 

@@ -3,7 +3,7 @@ binds to, turns keys into changes of that state, and hears the widgets' messages
 
 from __future__ import annotations
 
-from textual import on
+from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
@@ -343,14 +343,22 @@ class ViewerScreen(Screen):
                 return
             text = text.strip() or self.last_search
             self.last_search = text
-            row = search(self.store, text, self.selection)
-            if row is None:
-                self.notify(f"no event matches {text!r}", severity="warning")
-            else:
-                self.playhead = row
+            self._search(text, self.selection)
 
         self.app.push_screen(Prompt("search (op, api, site, group, dtype, rank=N; enter again: next)",
                                     "e.g. all_gather rank=3", self.last_search), done)
+
+    @work(thread=True, exclusive=True, group="search")
+    def _search(self, text: str, start: int) -> None:
+        """Search in a thread: a miss in a million events takes a while, and the UI must not freeze meanwhile."""
+        row = search(self.store, text, start)
+        self.app.call_from_thread(self._found, text, row)
+
+    def _found(self, text: str, row: int | None) -> None:
+        if row is None:
+            self.notify(f"no event matches {text!r}", severity="warning")
+        else:
+            self.playhead = row
 
     def action_goto(self) -> None:
         def done(text: str | None) -> None:
