@@ -166,7 +166,7 @@ def reduce_scatter(run: DemoRun) -> dict:
         after = values(ev["out"])
         results.setdefault(label, {})[r] = after
         text = (f"[{label}] Rank {r}'s input {show(values(ev['in']))} is {run.nproc} slices: "
-                f"{' and '.join(show(s) for s in mine)}. It sends {sent}, and receives "
+                f"{', '.join(show(s) for s in mine)}. It sends {sent}, and receives "
                 f"{received}. It keeps slice {r} summed over all ranks: "
                 f"{_plus([slices[k][r] for k in sorted(slices)])} = {show(after)}.")
         if seq == 0 and run.nproc == 2:
