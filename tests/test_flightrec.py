@@ -118,6 +118,11 @@ def test_cli_reads_a_flight_recorder_dir(fr_run):
     assert rep.returncode in (0, 1), rep.stderr
     assert "Traceback" not in rep.stderr
     assert json.loads(rep.stdout)
+    # what `disttrace view DIR` loads in its worker thread, without the terminal
+    from disttrace.tui.loading import load_store
+
+    store, _ = load_store([d])
+    assert len(store.table) == len(lines) and len(store.analysis.collectives) == len(lines) // 2
 
 
 # -- safety: nothing read from a dump runs code ----------------------------------------------------------------

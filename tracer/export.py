@@ -77,14 +77,14 @@ def _chunks(a: Analysis, sources) -> Iterator[bytes]:
     dumps = _dumps
     yield b'{"displayTimeUnit":"ns","otherData":' + dumps(_other_data(a, sources)) + b',\n"traceEvents":[\n'
     buf: list[bytes] = []
-    sep = b""
+    first = True
     for ev in chrome_events(a):
-        buf.append(sep + dumps(ev))
-        sep = b",\n"
+        buf.append(dumps(ev))
         if len(buf) >= 4096:
-            yield b"".join(buf)
+            yield (b"" if first else b",\n") + b",\n".join(buf)
+            first = False
             buf.clear()
-    yield b"".join(buf) + b"\n]}\n"
+    yield ((b"" if first or not buf else b",\n") + b",\n".join(buf)) + b"\n]}\n"
 
 
 def _dumps(obj) -> bytes:
@@ -129,7 +129,8 @@ def chrome_events(a: Analysis) -> Iterator[dict]:
     def us(ns: int) -> float:
         return (ns - t0) / 1000.0
 
-    ends = [t_end if _end(t, i) == NONE else max(_end(t, i), t.start_ns[i]) for i in range(n)]
+    finished = [e if e != NONE else w for e, w in zip(t.end_ns, t.wait_end_ns)]  # see _end()
+    ends = [t_end if e == NONE else (e if e >= s else s) for e, s in zip(finished, t.start_ns)]
     tids = _lanes(t, ends)
 
     # -- metadata: names and order of processes (ranks) and threads (tracks)
@@ -147,10 +148,12 @@ def chrome_events(a: Analysis) -> Iterator[dict]:
         yield {"ph": "M", "name": "thread_sort_index", "pid": r, "tid": tid, "args": {"sort_index": tid}}
 
     # -- slices
+    args_of = _Args(a)
+    op_c, rank_c, start_c = t.op, t.rank, t.start_ns
     for i in range(n):
-        yield {"ph": "X", "name": t.op[i], "cat": "p2p" if t.op[i] in P2P_OPS else "collective",
-               "pid": t.rank[i], "tid": tids[i], "ts": us(t.start_ns[i]), "dur": (ends[i] - t.start_ns[i]) / 1000.0,
-               "args": _args(a, i)}
+        op, start = op_c[i], start_c[i]
+        yield {"ph": "X", "name": op, "cat": "p2p" if op in P2P_OPS else "collective", "pid": rank_c[i],
+               "tid": tids[i], "ts": (start - t0) / 1000.0, "dur": (ends[i] - start) / 1000.0, "args": args_of(i)}
 
     # -- flows: send -> recv; last arrival of a collective -> every other rank (one s/f pair per arrow)
     fid = 0
@@ -179,14 +182,14 @@ def chrome_events(a: Analysis) -> Iterator[dict]:
 
     # -- counters: bytes this rank has put into ops that have not finished yet
     deltas: dict[int, dict[int, int]] = {}
-    for i in range(n):
-        b = t.bytes[i]
+    for r, b, start, fin, e in zip(t.rank, t.bytes, t.start_ns, finished, ends):
         if b <= 0:
             continue
-        d = deltas.setdefault(t.rank[i], {})
-        d[t.start_ns[i]] = d.get(t.start_ns[i], 0) + b
-        if _end(t, i) != NONE:
-            e = ends[i]
+        d = deltas.get(r)
+        if d is None:
+            d = deltas[r] = {}
+        d[start] = d.get(start, 0) + b
+        if fin != NONE:
             d[e] = d.get(e, 0) - b
     for r in sorted(deltas):
         level = 0
@@ -233,54 +236,66 @@ def _lanes(t, ends: list[int]) -> list[int]:
     return tids
 
 
-def _args(a: Analysis, i: int) -> dict:
-    t = a.table
-    g = t.groups[t.gid[i]]
-    args = {"op": t.op[i], "api": t.api[i], "bytes": t.bytes[i], "group": g.name, "group_ranks": list(g.ranks),
-            "status": t.status[i]}
-    for key, col in (("group_seq", t.group_seq), ("seq", t.seq), ("peer", t.peer), ("root", t.root),
-                     ("tag", t.tag), ("id", t.id)):
-        if col[i] != NONE:
-            args[key] = col[i]
-    for key, val in (("dtype", t.dtype[i]), ("shape", t.shape[i]), ("site", t.site[i]), ("error", t.error[i]),
-                     ("in", t.in_[i]), ("out", t.out[i])):
-        if val:
-            args[key] = val
-    if t.async_op[i]:
-        args["async_op"] = True
-    if t.wait_start_ns[i] != NONE:
-        args["wait_call_ns"] = [t.wait_start_ns[i], t.wait_end_ns[i] if t.wait_end_ns[i] != NONE else None]
-    if _end(t, i) == NONE and t.status[i] == "ok":
-        args["status"] = "unfinished"
-    k = a.instance_of[i] if i < len(a.instance_of) else -1
-    if k >= 0:
-        c = a.collectives[k]
-        rank = t.rank[i]
-        args["wait_ns"] = c.wait_ns.get(rank, 0)
-        args["wait_kind"] = c.wait_kind
-        args["last_arrival"] = c.last_arrival
-        if c.duration_ns is not None:
-            args["duration_after_last_arrival_ns"] = c.duration_ns
-        if c.algbw_gbps is not None:
-            args["algbw_GBps"] = round(c.algbw_gbps, 4)
-            args["busbw_GBps"] = round(c.busbw_gbps, 4) if c.busbw_gbps is not None else None
-        if c.missing:
-            args["missing_ranks"] = list(c.missing)
-    k = a.p2p_of[i] if i < len(a.p2p_of) else -1
-    if k >= 0:
-        m = a.p2p[k]
-        is_send = m.send == i
-        args["wait_ns"] = m.late_receiver_ns if is_send else m.late_sender_ns
-        args["wait_kind"] = "late_receiver" if is_send else "late_sender"
-        args["matched"] = m.send is not None and m.recv is not None
-        if m.transfer_ns:
-            args["transfer_ns"] = m.transfer_ns
-            args["GBps"] = round(m.bytes / m.transfer_ns, 4)
-    extra = t.extra[i]
-    if extra:
-        for key, val in extra.items():
-            args.setdefault(key, val)
-    return args
+class _Args:
+    """args of slice i; columns and per-group values bound once (this runs once per event)."""
+
+    def __init__(self, a: Analysis):
+        self.a, t = a, a.table
+        self.t = t
+        self.groups = [(g.name, list(g.ranks)) for g in t.groups]
+        self.ints = (("group_seq", t.group_seq), ("seq", t.seq), ("peer", t.peer), ("root", t.root),
+                     ("tag", t.tag), ("id", t.id))
+        self.objs = (("dtype", t.dtype), ("shape", t.shape), ("site", t.site), ("error", t.error), ("in", t.in_),
+                     ("out", t.out))
+        self.n_inst, self.n_p2p = len(a.instance_of), len(a.p2p_of)
+
+    def __call__(self, i: int) -> dict:
+        a, t = self.a, self.t
+        name, ranks = self.groups[t.gid[i]]
+        args = {"op": t.op[i], "api": t.api[i], "bytes": t.bytes[i], "group": name, "group_ranks": ranks,
+                "status": t.status[i]}
+        for key, col in self.ints:
+            v = col[i]
+            if v != NONE:
+                args[key] = v
+        for key, col in self.objs:
+            v = col[i]
+            if v:
+                args[key] = v
+        if t.async_op[i]:
+            args["async_op"] = True
+        if t.wait_start_ns[i] != NONE:
+            args["wait_call_ns"] = [t.wait_start_ns[i], t.wait_end_ns[i] if t.wait_end_ns[i] != NONE else None]
+        if t.end_ns[i] == NONE and t.wait_end_ns[i] == NONE and args["status"] == "ok":
+            args["status"] = "unfinished"
+        k = a.instance_of[i] if i < self.n_inst else -1
+        if k >= 0:
+            c = a.collectives[k]
+            args["wait_ns"] = c.wait_ns.get(t.rank[i], 0)
+            args["wait_kind"] = c.wait_kind
+            args["last_arrival"] = c.last_arrival
+            if c.duration_ns is not None:
+                args["duration_after_last_arrival_ns"] = c.duration_ns
+            if c.algbw_gbps is not None:
+                args["algbw_GBps"] = round(c.algbw_gbps, 4)
+                args["busbw_GBps"] = round(c.busbw_gbps, 4) if c.busbw_gbps is not None else None
+            if c.missing:
+                args["missing_ranks"] = list(c.missing)
+        k = a.p2p_of[i] if i < self.n_p2p else -1
+        if k >= 0:
+            m = a.p2p[k]
+            is_send = m.send == i
+            args["wait_ns"] = m.late_receiver_ns if is_send else m.late_sender_ns
+            args["wait_kind"] = "late_receiver" if is_send else "late_sender"
+            args["matched"] = m.send is not None and m.recv is not None
+            if m.transfer_ns:
+                args["transfer_ns"] = m.transfer_ns
+                args["GBps"] = round(m.bytes / m.transfer_ns, 4)
+        extra = t.extra[i]
+        if extra:
+            for key, val in extra.items():
+                args.setdefault(key, val)
+        return args
 
 
 __all__ = ["add_arguments", "main", "chrome_events", "to_chrome", "write_chrome"]
