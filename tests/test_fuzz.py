@@ -18,6 +18,7 @@ import random
 import resource
 import shutil
 import stat
+import struct
 import subprocess
 import sys
 import time
@@ -398,6 +399,19 @@ def test_no_command_runs_code_from_a_pickled_dump(tmp_path, protocol):
     with pytest.raises(TraceError):
         load_trace([str(d)])
     assert not marker.exists()
+
+
+def test_a_pickle_memo_bomb_is_refused_before_it_allocates(tmp_path):
+    """Ten bytes that name memo index 2**29 would make the C unpickler allocate and clear 4 GiB."""
+    d = tmp_path / "fr"
+    d.mkdir()
+    (d / "fr_trace_rank_0").write_bytes(b"\x80\x02}q\x00X\x01\x00\x00\x00aNr" + struct.pack("<I", 1 << 29) + b"s.")
+    (d / "fr_trace_rank_1.json").write_bytes(orjson.dumps({"version": "2.10", "entries": [
+        {"profiling_name": "gloo:barrier", "process_group": ["0", "default_pg"], "collective_seq_id": 1,
+         "time_created_ns": 5, "state": "scheduled", "retired": True}]}))
+    p = _run_cli(["events", str(d)])  # under the 2 GiB address-space limit
+    assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr
+    assert "memo index larger than the file" in p.stderr and len(p.stdout.splitlines()) == 1
 
 
 @pytest.mark.slow

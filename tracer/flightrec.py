@@ -23,6 +23,7 @@ from __future__ import annotations
 import io
 import os
 import pickle
+import pickletools
 import re
 import sysconfig
 
@@ -136,6 +137,7 @@ def _read_dump(full: str) -> dict:
         except orjson.JSONDecodeError as e:
             raise ValueError(f"not valid JSON ({str(e).splitlines()[0][:80]})") from None
     elif kind == "pickle":
+        _check_memo(data)
         try:
             dump = _PlainUnpickler(io.BytesIO(data)).load()
         except pickle.UnpicklingError as e:
@@ -147,6 +149,23 @@ def _read_dump(full: str) -> dict:
     if not isinstance(dump, dict) or not isinstance(dump.get("entries"), list):
         raise ValueError("no 'entries' list in it")
     return dump
+
+
+def _check_memo(data: bytes) -> None:
+    """Refuse a pickle whose memo indices exceed its size: the C unpickler sizes its memo table by the largest
+    index, so ten bytes naming index 2**29 would make it allocate and clear gigabytes."""
+    limit = len(data)
+    try:
+        for op, arg, _pos in pickletools.genops(data):
+            if op.name in _MEMO_OPS and (not isinstance(arg, int) or arg > limit):
+                raise ValueError("a memo index larger than the file (not a real dump)")
+    except ValueError:
+        raise
+    except Exception as e:  # noqa: BLE001 - genops meets a damaged pickle in many ways
+        raise ValueError(f"not a readable pickle ({type(e).__name__})") from None
+
+
+_MEMO_OPS = frozenset({"PUT", "BINPUT", "LONG_BINPUT", "GET", "BINGET", "LONG_BINGET"})
 
 
 def _version_major(v) -> int | None:
