@@ -7,6 +7,8 @@ import importlib.util
 import json
 import os
 import stat
+import subprocess
+import sys
 from collections import defaultdict
 
 import pytest
@@ -147,6 +149,13 @@ def test_cli_errors_are_one_line(exported, tmp_path):
     assert p.returncode == 2 and "cannot write" in p.stderr and "Traceback" not in p.stderr
     p = run_disttrace("export", str(trace), "-o", "-")
     assert p.returncode == 0 and validate_chrome(json.loads(p.stdout))
+
+
+def test_export_and_flight_recorder_import_load_neither_torch_nor_textual():
+    code = ("import sys, disttrace.tracer.export, disttrace.tracer.flightrec; "
+            "print(sorted(m for m in ('torch', 'textual') if m in sys.modules))")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and p.stdout.strip() == "[]", p.stdout + p.stderr
 
 
 # -- unit tests on synthetic tables ------------------------------------------------------------------------------

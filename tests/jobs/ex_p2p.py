@@ -1,5 +1,6 @@
-"""Ground truth for tests/test_export.py (2 ranks, gloo): known point-to-point messages, an async all_reduce that
-overlaps a blocking recv (two collective-free tracks on one rank), and collectives on the world and a sub-group."""
+"""Ground truth for tests/test_export.py (2 ranks, gloo): known blocking point-to-point messages (the first one sent
+late), isend/irecv pairs in flight together while an async all_reduce runs (overlapping ops: a second p2p track),
+then a broadcast, an all_gather and a barrier."""
 
 import time
 
