@@ -92,7 +92,7 @@ def test_real_trace_is_a_valid_chrome_trace_with_one_flow_per_message(exported):
     matched = [m for m in a.p2p if m.send is not None and m.recv is not None]
     assert len(matched) == len(J.MESSAGES) + J.ASYNC_MESSAGES
     p2p_flows = [(s, f) for s, f in pairs.values() if s["cat"] == "p2p"]
-    assert len(p2p_flows) == len(matched)
+    assert len(p2p_flows) == len(matched) and doc["otherData"]["flows_left_out"] == 0
     # each arrow goes from the sender's send slice to the receiver's recv slice, in message order
     got = defaultdict(list)
     for s, f in sorted(p2p_flows, key=lambda sf: sf[0]["ts"]):
@@ -209,3 +209,16 @@ def test_overlapping_async_ops_get_separate_tracks_and_odd_values_survive():
     assert names[(0, 0)] == "collectives" and names[(0, 1)] == "collectives (2)"
     big = [e for e in doc["traceEvents"] if e["ph"] == "X" and "extra_big" in e["args"]]
     assert big[0]["args"]["extra_big"] == str(1 << 70)
+
+
+def test_an_arrow_against_the_clock_is_left_out_and_counted():
+    g = {"group": "0", "group_ranks": [0, 1], "bytes": 8}
+    t = _table([{**g, "rank": 0, "op": "send", "peer": 1, "start_ns": 100, "end_ns": 200},
+                {**g, "rank": 1, "op": "recv", "peer": 0, "start_ns": 10, "end_ns": 50},   # done before its send
+                {**g, "rank": 0, "op": "send", "peer": 1, "start_ns": 300, "end_ns": 400},
+                {**g, "rank": 1, "op": "recv", "peer": 0, "start_ns": 290, "end_ns": 450}])
+    doc = to_chrome(analyze(t))
+    pairs = validate_chrome(doc)
+    assert doc["otherData"]["flows_left_out"] == 1 and len(pairs) == 1
+    (s, f), = pairs.values()
+    assert (s["pid"], s["ts"], f["pid"], f["ts"]) == (0, 0.29, 1, 0.29)  # the later of the two starts, 300 ns

@@ -75,16 +75,19 @@ def write_chrome(a: Analysis, fh, sources=()) -> None:
 
 def _chunks(a: Analysis, sources) -> Iterator[bytes]:
     dumps = _dumps
-    yield b'{"displayTimeUnit":"ns","otherData":' + dumps(_other_data(a, sources)) + b',\n"traceEvents":[\n'
+    yield b'{"displayTimeUnit":"ns","traceEvents":[\n'
     buf: list[bytes] = []
     first = True
-    for ev in chrome_events(a):
+    stats: dict = {}
+    for ev in chrome_events(a, stats):
         buf.append(dumps(ev))
         if len(buf) >= 4096:
             yield (b"" if first else b",\n") + b",\n".join(buf)
             first = False
             buf.clear()
-    yield ((b"" if first or not buf else b",\n") + b",\n".join(buf)) + b"\n]}\n"
+    yield (b"" if first or not buf else b",\n") + b",\n".join(buf)
+    # after the events: it carries what writing them found
+    yield b'\n],\n"otherData":' + dumps({**_other_data(a, sources), **stats}) + b"}\n"
 
 
 def _dumps(obj) -> bytes:
@@ -119,8 +122,13 @@ def _other_data(a: Analysis, sources) -> dict:
             "warnings": list(a.table.warnings[:50]), "problems": [p.message for p in a.problems[:50]]}
 
 
-def chrome_events(a: Analysis) -> Iterator[dict]:
-    """Metadata, slices, flows and counters, in that order (ts in µs relative to the trace's first event)."""
+def chrome_events(a: Analysis, stats: dict | None = None) -> Iterator[dict]:
+    """Metadata, slices, flows and counters, in that order (ts in µs relative to the trace's first event).
+
+    An arrow whose end would come before its start (the two ranks' clocks disagree; the report calls it a clock
+    problem) is left out, as viewers drop it anyway: `stats["flows_left_out"]` counts them."""
+    stats = {} if stats is None else stats
+    stats["flows_left_out"] = 0
     t = a.table
     n = len(t)
     t0 = a.span_ns[0] if n else 0
@@ -163,6 +171,9 @@ def chrome_events(a: Analysis) -> Iterator[dict]:
         s, r = m.send, m.recv
         s_ts = t.start_ns[s]
         f_ts = min(max(t.start_ns[r], s_ts), ends[r])  # where data can first flow: inside the recv slice
+        if f_ts < s_ts:
+            stats["flows_left_out"] += 1
+            continue
         fid += 1
         yield from _flow(fid, "p2p", f"send {m.src}->{m.dst}", t.rank[s], tids[s], us(s_ts),
                          t.rank[r], tids[r], us(f_ts))
@@ -175,8 +186,11 @@ def chrome_events(a: Analysis) -> Iterator[dict]:
         for rank, row in sorted(c.events.items()):
             if rank == last:
                 continue
-            fid += 1
             f_ts = min(max(latest, t.start_ns[row]), ends[row])
+            if f_ts < latest:
+                stats["flows_left_out"] += 1
+                continue
+            fid += 1
             yield from _flow(fid, "collective", f"{c.op} #{c.group_seq}: last arrival", last, tids[src], us(latest),
                              rank, tids[row], us(f_ts))
 
