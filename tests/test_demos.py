@@ -235,7 +235,7 @@ def test_allreduce_three_ways_records_each_approach(demos):
     phi = 2**20 * 4
     assert {e["bytes"] for e in d.events("all_reduce")} == {phi}
     assert {e["bytes"] for e in d.events("reduce_scatter")} == {phi}
-    assert {e["out"]["numel"] for e in d.events("reduce_scatter")} == {2**19}
+    assert all(e["in"] is None for e in d.rows)           # timed demo: no summaries, they would cost time
     assert {e["bytes"] for e in d.events("all_gather")} == {phi // 2}
     for op in ("all_reduce", "reduce", "broadcast", "reduce_scatter", "all_gather"):
         assert len(d.events(op, rank=0)) == 3, op       # 3 rounds each
