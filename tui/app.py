@@ -63,6 +63,7 @@ class DisttraceApp(App[int]):
         self.store = store
         self.narration = narration
         self.error: str | None = None
+        self.title = "disttrace"
         self.sub_title = " ".join(self.paths)
 
     def on_mount(self) -> None:
@@ -94,6 +95,8 @@ class DisttraceApp(App[int]):
         screen = self.call_from_thread(self._show, bare, narration)
         target[0] = screen
         last[0] = -1.0
+        # meanwhile the timeline is there to look at (on a huge trace keys answer slowly until this is done:
+        # the analysis holds the GIL for long stretches)
         full = loading.build_store(table, progress)
         self.call_from_thread(screen.adopt_analysis, full)
 
@@ -103,8 +106,9 @@ class DisttraceApp(App[int]):
 
     def _show(self, store: TraceStore, narration: Narration | None) -> ViewerScreen:
         self.store = store
-        start = 0 if (self.step_mode or narration is not None or store.n_events) else -1
-        screen = ViewerScreen(store, narration, start_row=start if store.n_events else -1)
+        # stepping (a demo's narration, --step) starts on the first event; browsing starts before it, with the hint
+        start = 0 if (self.step_mode or narration is not None) else -1
+        screen = ViewerScreen(store, narration, start_row=start)
         if narration is not None and narration.title:
             self.sub_title = narration.title
         if isinstance(self.screen, LoadingScreen):
@@ -126,7 +130,6 @@ class DisttraceApp(App[int]):
 def open_viewer(paths: list[str], step_mode: bool = False) -> int:
     """Open the viewer on trace dirs / events files; returns the exit code (2 with a message on bad input)."""
     try:
-        table = None
         store = narration = None
         if loading.input_size(paths) < PRELOAD_BYTES:
             store, narration = loading.load_store(paths)
@@ -137,7 +140,7 @@ def open_viewer(paths: list[str], step_mode: bool = False) -> int:
     except TraceError as e:
         sys.stderr.write(f"disttrace view: error: {e}\n")
         return 2
-    app = DisttraceApp(paths, step_mode=step_mode, table=table, store=store, narration=narration)
+    app = DisttraceApp(paths, step_mode=step_mode, store=store, narration=narration)
     app.run()
     if app.error:
         sys.stderr.write(f"disttrace view: error: {app.error}\n")

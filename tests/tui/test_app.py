@@ -23,8 +23,8 @@ HANG = DATA / "hang.jsonl"
 SIZE = (120, 40)
 
 
-def app_on(path=TUI_JOB, **kw) -> DisttraceApp:
-    return DisttraceApp([str(path)], store=fixture_store(path), **kw)
+def app_on(path=TUI_JOB, step_mode=True, **kw) -> DisttraceApp:
+    return DisttraceApp([str(path)], store=fixture_store(path), step_mode=step_mode, **kw)
 
 
 async def viewer(pilot) -> ViewerScreen:
@@ -53,6 +53,14 @@ async def test_stepping_by_event_and_by_collective():
         assert t.op[v.playhead] == "broadcast"
         # the focused rank follows the playhead
         assert v.store.rows[v.focused_rank].rank == t.rank[v.playhead]
+
+
+async def test_browsing_starts_before_the_first_event():
+    async with app_on(step_mode=False).run_test(size=SIZE) as pilot:
+        v = await viewer(pilot)
+        assert v.playhead == -1 and v.selection == -1
+        await pilot.press("n")
+        assert v.playhead == 0 and v.selection == 0
 
 
 async def test_same_collective_on_other_ranks_and_matching_recv():
@@ -278,7 +286,7 @@ async def test_loads_in_the_worker_then_shows_the_analysis():
         v = app.screen
         assert isinstance(v, ViewerScreen) and v.store.analysed and v.analysis_label == ""
         assert v.query("WaitsView") and v.query("RingView")
-        await pilot.press("N")
+        await pilot.press("N", "N")  # from before the first event: the all_reduce, then the all_gather
         assert v.store.table.op[v.playhead] == "all_gather"
 
 

@@ -10,7 +10,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.reactive import reactive
 from textual.screen import Screen
 from textual.timer import Timer
-from textual.widgets import Footer, Static, TabbedContent, TabPane
+from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
 
 from disttrace.tracer.analysis import describe
 
@@ -136,6 +136,7 @@ class ViewerScreen(Screen):
 
     def compose(self) -> ComposeResult:
         s = self.store
+        yield Header(icon="◆")
         with TabbedContent(initial="timeline"):
             with TabPane("1 Timeline", id="timeline"):
                 with Vertical():
