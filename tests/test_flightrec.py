@@ -78,13 +78,13 @@ def test_fr_import_matches_what_disttrace_recorded(fr_run):
                 assert op_a == op_b, (a, b)
     # Ground truth of the job itself, seen through Flight Recorder
     r0 = theirs[0]
-    world = [c for c in r0 if c[0] == (0, 1) and c[1] == "0"]
+    world = [c for c in r0 if c[0] == (0, 1) and c[1] == "world"]
     ddp = [c for c in ours[0] if c[7] == "ddp.reducer_allreduce"]
     assert len(ddp) == J.STEPS
     assert [c[2] for c in world] == list(range(len(world)))  # group_seq is 0-based and dense
     plain = [c for c in r0 if c[4] == J.PLAIN_ELEMS * 4 and c[3] == "all_reduce"]
     assert len(plain) == 1
-    sub = [c for c in r0 if c[1] != "0"]
+    sub = [c for c in r0 if c[1] != "world"]
     assert [(c[3], c[2], c[4]) for c in sub] == [("broadcast", 0, J.PLAIN_ELEMS * 4)]
     # every op finished; its end is the lower bound (gloo records no end time): never before a peer's start
     for i in range(len(fr_table)):

@@ -278,8 +278,12 @@ def _limit_child():
 
 
 def _run_cli(args: list[str]) -> subprocess.CompletedProcess:
-    return subprocess.run(disttrace_cmd(*args), capture_output=True, text=True, timeout=CLI_TIMEOUT,
-                          preexec_fn=_limit_child, env={**os.environ, "COLUMNS": "120"})
+    """`disttrace ARGS` under the address-space limit; a hang comes back as exit code 124."""
+    try:
+        return subprocess.run(disttrace_cmd(*args), capture_output=True, text=True, timeout=CLI_TIMEOUT,
+                              preexec_fn=_limit_child, env={**os.environ, "COLUMNS": "120"})
+    except subprocess.TimeoutExpired:
+        return subprocess.CompletedProcess(args, 124, "", f"hung: no answer in {CLI_TIMEOUT} s")
 
 
 @pytest.mark.slow

@@ -406,8 +406,9 @@ def _event(e: dict, rank: int, members: dict[str, tuple[int, ...]], cache: dict)
     if op is None:
         raise _Unmapped(parts[0] or prof)
     assert op in OPS
-    group, _desc = _pg(e)
-    ranks = members.get(group, ())
+    pg_name, desc = _pg(e)
+    ranks = members.get(pg_name, ())
+    group = "world" if desc == "default_pg" else pg_name  # as the reader names torch's default group
     peer = None
     if op in ("send", "recv") and len(parts) > 1:
         a, sep, b = parts[1].partition("->" if op == "send" else "<-")
