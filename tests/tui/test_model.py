@@ -10,7 +10,7 @@ from disttrace.tracer.events import TraceError
 from disttrace.tui.model import viewport
 from disttrace.tui.model.narration import load_narration
 from disttrace.tui.model.replay import parse_goto, row_at_time, search, step_collective, step_event
-from disttrace.tui.model.ring import p2p_steps, ring_plan
+from disttrace.tui.model.ring import p2p_steps, ranks_in, ring_plan
 from disttrace.tui.model.store import CAT_BARRIER, CAT_COLLECTIVE, CAT_P2P
 
 from tui_helpers import ev, fixture_store, store_of
@@ -112,24 +112,34 @@ def test_goto_and_search():
 def test_ring_all_reduce_schedule_and_bytes():
     n, k = 4, 4096
     plan = ring_plan("all_reduce", k, n)
-    assert len(plan.steps) == 2 * (n - 1) and plan.chunk_bytes == k // n
+    assert plan.n_steps == 2 * (n - 1) and plan.chunk_bytes == k // n
     assert plan.per_rank_bytes == 2 * (n - 1) * k // n
-    rs_end = plan.steps[n - 2].contrib  # after reduce-scatter, rank r owns the fully reduced chunk r+1
+    everyone = (1 << n) - 1
+    rs_end = plan.state(n - 2)  # after reduce-scatter, rank r owns the fully reduced chunk r+1
     for r in range(n):
-        assert rs_end[r][(r + 1) % n] == frozenset(range(n))
-    assert all(c == frozenset(range(n)) for row in plan.steps[-1].contrib for c in row)
-    # step 0: rank r sends its chunk r to r+1, which then holds {r, r+1} in it
-    assert [(t.src, t.dst, t.chunk) for t in plan.steps[0].transfers] == [(r, (r + 1) % n, r) for r in range(n)]
-    assert plan.steps[0].contrib[1][0] == frozenset({0, 1})
+        assert rs_end[r][(r + 1) % n] == everyone
+        assert sum(1 for c in range(n) if rs_end[r][c] == everyone) == 1
+    assert all(c == everyone for row in plan.state(plan.n_steps - 1) for c in row)
+    # step 0: rank r sends its chunk r to r+1, which then holds ranks {r, r+1} in it
+    assert [(t.src, t.dst, t.chunk) for t in plan.step(0).transfers] == [(r, (r + 1) % n, r) for r in range(n)]
+    assert ranks_in(plan.state(0)[1][0]) == [0, 1]
+    assert plan.step(n - 1).phase == "all-gather" and not plan.step(n - 1).transfers[0].reduce
+    with pytest.raises(IndexError):
+        plan.step(plan.n_steps)
 
 
 def test_ring_reduce_scatter_and_all_gather():
     rs = ring_plan("reduce_scatter", 4096, 4)
-    assert len(rs.steps) == 3 and rs.per_rank_bytes == 3 * 1024
-    assert all(rs.steps[-1].contrib[r][r] == frozenset(range(4)) for r in range(4))
+    assert rs.n_steps == 3 and rs.per_rank_bytes == 3 * 1024
+    assert all(rs.state(2)[r][r] == 0b1111 for r in range(4))
     ag = ring_plan("all_gather", 1024, 4)
-    assert len(ag.steps) == 3 and ag.chunk_bytes == 1024 and ag.per_rank_bytes == 3 * 1024
-    assert all(len(c) == 1 for row in ag.steps[-1].contrib for c in row)
+    assert ag.n_steps == 3 and ag.chunk_bytes == 1024 and ag.per_rank_bytes == 3 * 1024
+    final = ag.state(2)
+    assert all(final[r][c] == 1 << c for r in range(4) for c in range(4))  # everyone has every rank's chunk
+    assert ag.state(-1)[2] == [0, 0, 1 << 2, 0]
+    big = ring_plan("all_reduce", 64 << 20, 64)  # a 64-rank ring: 126 steps, computed on demand
+    assert big.n_steps == 126 and big.per_rank_bytes == 126 * (1 << 20)
+    assert all(c == (1 << 64) - 1 for c in big.state(125)[17])
     with pytest.raises(ValueError):
         ring_plan("broadcast", 10, 4)
 

@@ -4,13 +4,14 @@ For a collective of K bytes (each rank's input) over N ranks in a ring r -> r+1:
 - all_reduce = reduce-scatter then all-gather: 2(N-1) steps, chunks of K/N, each rank sends 2(N-1)K/N in total;
 - reduce_scatter: N-1 steps of K/N (rank r ends owning the reduced chunk r): (N-1)K/N per rank;
 - all_gather: N-1 steps, each rank's K-byte input is one chunk: (N-1)K per rank.
-`contrib[r][c]` is the set of ranks whose data is already summed into rank r's copy of chunk c.
-For a ring written by hand with send/recv, `p2p_steps` builds the same picture from the recorded messages.
+`state(k)[r][c]` is a bitmask of the ranks whose data is already summed into rank r's copy of chunk c after step k
+(computed on demand: a 64-rank all_reduce has 126 steps of 64x64 chunk copies). For a ring written by hand with
+send/recv, `p2p_steps` builds the same picture from the recorded messages.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 RING_OPS = ("all_reduce", "all_gather", "reduce_scatter")
 
@@ -29,58 +30,69 @@ class RingStep:
     index: int  # 0-based
     phase: str  # "reduce-scatter", "all-gather" or "p2p"
     transfers: list[Transfer]
-    contrib: list[list[frozenset]] = field(default_factory=list)  # state after this step
 
 
-@dataclass
 class RingPlan:
-    op: str
-    n: int
-    total_bytes: int  # K: each rank's input
-    chunk_bytes: int
-    steps: list[RingStep]
-    initial: list[list[frozenset]]
+    """The textbook ring schedule of op for n ranks and K=total_bytes per rank."""
+
+    def __init__(self, op: str, total_bytes: int, n: int):
+        if op not in RING_OPS:
+            raise ValueError(f"{op} is not a ring collective")
+        if n < 1:
+            raise ValueError("a ring needs at least one rank")
+        self.op, self.n, self.total_bytes = op, n, total_bytes
+        self.chunk_bytes = total_bytes if op == "all_gather" else total_bytes // n
+        self.n_steps = (2 if op == "all_reduce" else 1) * (n - 1)
+
+    def step(self, k: int) -> RingStep:
+        n = self.n
+        if not 0 <= k < self.n_steps:
+            raise IndexError(k)
+        if self.op == "all_reduce":
+            if k < n - 1:
+                phase, reduce, chunk_of = "reduce-scatter", True, (lambda r: (r - k) % n)
+            else:
+                s = k - (n - 1)
+                phase, reduce, chunk_of = "all-gather", False, (lambda r: (r + 1 - s) % n)
+        elif self.op == "reduce_scatter":
+            phase, reduce, chunk_of = "reduce-scatter", True, (lambda r: (r - k - 1) % n)
+        else:
+            phase, reduce, chunk_of = "all-gather", False, (lambda r: (r - k) % n)
+        return RingStep(k, phase, [Transfer(r, (r + 1) % n, chunk_of(r), self.chunk_bytes, reduce) for r in range(n)])
+
+    @property
+    def steps(self) -> list[RingStep]:
+        return [self.step(k) for k in range(self.n_steps)]
+
+    def initial(self) -> list[list[int]]:
+        n = self.n
+        if self.op == "all_gather":
+            return [[(1 << r) if c == r else 0 for c in range(n)] for r in range(n)]
+        return [[1 << r] * n for r in range(n)]
+
+    def state(self, k: int) -> list[list[int]]:
+        """Bitmasks of contributions after step k (k = -1: before the first step)."""
+        state = self.initial()
+        for s in range(k + 1):
+            new = [row[:] for row in state]
+            for t in self.step(s).transfers:
+                got = state[t.src][t.chunk]
+                new[t.dst][t.chunk] = (new[t.dst][t.chunk] | got) if t.reduce else got
+            state = new
+        return state
 
     @property
     def per_rank_bytes(self) -> int:
         """Bytes each rank sends over the whole algorithm."""
-        return sum(t.bytes for s in self.steps for t in s.transfers if t.src == 0)
+        return self.n_steps * self.chunk_bytes
 
 
 def ring_plan(op: str, total_bytes: int, n: int) -> RingPlan:
-    """The textbook ring schedule of op for n ranks and K=total_bytes per rank."""
-    if op not in RING_OPS:
-        raise ValueError(f"{op} is not a ring collective")
-    if n < 1:
-        raise ValueError("a ring needs at least one rank")
-    if op == "all_gather":
-        chunk = total_bytes
-        state = [[frozenset({r}) if c == r else frozenset() for c in range(n)] for r in range(n)]
-    else:
-        chunk = total_bytes // n
-        state = [[frozenset({r}) for _ in range(n)] for r in range(n)]
-    initial = [row[:] for row in state]
-    steps: list[RingStep] = []
+    return RingPlan(op, total_bytes, n)
 
-    def run(phase: str, count: int, chunk_of, reduce: bool):
-        nonlocal state
-        for s in range(count):
-            transfers = [Transfer(r, (r + 1) % n, chunk_of(r, s), chunk, reduce) for r in range(n)]
-            new = [row[:] for row in state]
-            for t in transfers:
-                got = state[t.src][t.chunk]
-                new[t.dst][t.chunk] = (new[t.dst][t.chunk] | got) if reduce else got
-            state = new
-            steps.append(RingStep(len(steps), phase, transfers, [row[:] for row in state]))
 
-    if op == "all_reduce":
-        run("reduce-scatter", n - 1, lambda r, s: (r - s) % n, True)
-        run("all-gather", n - 1, lambda r, s: (r + 1 - s) % n, False)
-    elif op == "reduce_scatter":
-        run("reduce-scatter", n - 1, lambda r, s: (r - s - 1) % n, True)
-    else:
-        run("all-gather", n - 1, lambda r, s: (r - s) % n, False)
-    return RingPlan(op, n, total_bytes, chunk, steps, initial)
+def ranks_in(mask: int) -> list[int]:
+    return [r for r in range(mask.bit_length()) if mask >> r & 1]
 
 
 def p2p_steps(matches, ranks: list[int]) -> list[RingStep]:

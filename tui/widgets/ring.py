@@ -31,12 +31,14 @@ class RingView(Widget, can_focus=False):
         super().__init__(**kwargs)
         self.store = store
         self._p2p_cache: dict = {}
+        self._plan_key: tuple | None = None
+        self._plan: RingPlan | None = None
 
     @property
     def n_steps(self) -> int:
         plan = self.plan()
         if isinstance(plan, RingPlan):
-            return len(plan.steps)
+            return plan.n_steps
         return len(plan[1]) if plan else 0
 
     def plan(self):
@@ -47,7 +49,10 @@ class RingView(Widget, can_focus=False):
             return None
         inst = self.store.instance(row)
         if inst is not None and inst.op in RING_OPS:
-            return ring_plan(inst.op, inst.bytes, len(inst.group_ranks))
+            key = (inst.op, inst.bytes, len(inst.group_ranks))
+            if self._plan_key != key:
+                self._plan_key, self._plan = key, ring_plan(*key)
+            return self._plan
         m = self.store.p2p_match(row)
         if m is not None:
             t = self.store.table
@@ -86,17 +91,17 @@ class RingView(Widget, can_focus=False):
         head = Text.assemble(
             (f"{plan.op} #{inst.group_seq}", f"bold {OP_COLORS[plan.op]}"), f" of group {g}:  K = {format_bytes(k_bytes)}"
             f" per rank, N = {n} ranks\n",
-            f"{steps_word} = {len(plan.steps)} steps; each transfer is {per} = {format_bytes(plan.chunk_bytes)}; "
+            f"{steps_word} = {plan.n_steps} steps; each transfer is {per} = {format_bytes(plan.chunk_bytes)}; "
             f"each rank sends {total} = {format_bytes(plan.per_rank_bytes)} in all.\n")
         k = self.ring_step
+        state = plan.state(k)
         if k < 0:
-            state, step = plan.initial, None
+            step = None
             head.append("Before the first step: every rank holds only its own data.   ] next step, [ back\n",
                         style="italic")
         else:
-            step = plan.steps[k]
-            state = step.contrib
-            head.append(f"Step {k + 1} of {len(plan.steps)} ({step.phase}): each rank sends one chunk to the next "
+            step = plan.step(k)
+            head.append(f"Step {k + 1} of {plan.n_steps} ({step.phase}): each rank sends one chunk to the next "
                         f"rank in the ring" + (", which adds it to its own copy" if step.transfers[0].reduce
                                                   else ", which keeps it (it is already complete)") + ".\n",
                         style="bold")
@@ -131,14 +136,13 @@ class RingView(Widget, can_focus=False):
         for p, r in enumerate(ranks[:MAX_DRAWN]):
             cells = []
             for c in range(cols):
-                have = state[p][c]
-                frac = len(have) / n
+                have = state[p][c].bit_count()
                 if not have:
                     txt, style = "·", "#505050"
-                elif frac >= 1:
-                    txt, style = f"{len(have)}/{n} ✓", "bold #4fcf7a"
+                elif have >= n:
+                    txt, style = f"{have}/{n} ✓", "bold #4fcf7a"
                 else:
-                    txt, style = f"{len(have)}/{n}", "#e8d040" if frac > 1 / n else "#a0a0a0"
+                    txt, style = f"{have}/{n}", "#e8d040" if have > 1 else "#a0a0a0"
                 if sending.get(p) == c:
                     txt, style = f"▶{txt}", style + " underline"
                 if receiving.get(p) == c:
