@@ -165,7 +165,7 @@ def reduce_scatter(run: DemoRun) -> dict:
         received = ", ".join(f"{show(slices[k][r])} from rank {k}" for k in sorted(slices) if k != r)
         after = values(ev["out"])
         results.setdefault(label, {})[r] = after
-        text = (f"[{label}] Rank {r}'s input {show(values(ev['in']))} is {run.nproc} slices: "
+        text = (f"{label[0].upper()}{label[1:]}: rank {r}'s input {show(values(ev['in']))} is {run.nproc} slices: "
                 f"{', '.join(show(s) for s in mine)}. It sends {sent}, and receives "
                 f"{received}. It keeps slice {r} summed over all ranks: "
                 f"{_plus([slices[k][r] for k in sorted(slices)])} = {show(after)}.")

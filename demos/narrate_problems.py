@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
+import re
+
 from .narrate_common import DemoRun, Narration, duration, ms
+
+
+def plain_error(error: str) -> str:
+    """The first line of an error, without gloo's '[/path/to/source.cc:78] ' prefix."""
+    first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    return re.sub(r"\[/[^\]]*\]\s*", "", first)[:160]
 
 
 def straggler(run: DemoRun) -> dict:
@@ -58,7 +66,7 @@ def hang(run: DemoRun) -> dict:
         if ev["status"] == "ok":
             n.say(row, f"Step {step}: rank {r} in the all-reduce for {ms(duration(ev))}; every rank came, it completed.")
         else:
-            err = (ev["error"] or "").strip().splitlines()[0][:160] if ev["error"] else "none recorded"
+            err = plain_error(ev["error"]) if ev["error"] else "none recorded"
             waited = f"{ms(duration(ev))}" if duration(ev) is not None else "until the end of the trace"
             n.say(row, f"Step {step}: rank {r} enters the all-reduce and waits for rank {hang_rank}, which never "
                        f"comes. It waits {waited}; status: {ev['status']}; error: {err}.")

@@ -342,3 +342,7 @@ def test_hang_shows_the_missing_rank(demos):
     hangs = [p for p in analyze(d.table).problems if p.kind == "hang"]
     assert hangs and hangs[0].ranks == [1] and hangs[0].group_seq == 2
     assert "rank 1 never did" in d.summary
+    stuck_text = next(s["text"] for s in d.narration["steps"] if s["match"].get("id") == stuck["id"]
+                      and s["match"].get("rank") == 0)
+    assert "waits for rank 1, which never comes" in stuck_text and "Timed out" in stuck_text
+    assert "[/" not in stuck_text    # gloo's "[/path.cc:78]" prefix reads as a closing markup tag in the viewer

@@ -39,7 +39,7 @@ def test_reduce_scatter_narration_uses_the_recorded_values(tmp_path):
     assert "[2, 2] + [4, 1] = [6, 3]" in texts[1]
     # The viewer's reader finds the step of each event, and the summary at the last one.
     narration = load_narration([str(tmp_path)])
-    assert narration.text_for(t, 0).startswith("[seed 000's example] Rank 0")
+    assert narration.text_for(t, 0).startswith("Seed 000's example: rank 0")
     assert narration.text_for(t, 1).endswith(data["summary"])
 
 
