@@ -112,7 +112,8 @@ class EventTable:
 
     def append(self, ev: dict) -> None:
         """Append one normalized event dict (missing optional keys are null). Raises KeyError/TypeError/ValueError on
-        an event that lacks the required keys or has wrong types: readers turn that into a warning."""
+        an event that lacks the required keys or has wrong types, before changing anything: readers turn that
+        into a warning and the columns stay the same length."""
         intern = sys.intern
         op = ev["op"]
         if op not in OPS:
@@ -122,37 +123,35 @@ class EventTable:
         if rank < 0 or start < 0:
             raise ValueError("negative rank or time")
         ranks = ev.get("group_ranks") or ()
-        if not isinstance(ranks, (list, tuple)):
-            raise TypeError("group_ranks must be a list")
-        self.rank.append(rank)
-        self.gid.append(self.group_id(ev.get("group") or _default_group_name(ranks), ranks))
-        self.group_seq.append(_opt_int(ev.get("group_seq")))
-        self.peer.append(_opt_int(ev.get("peer")))
-        self.root.append(_opt_int(ev.get("root")))
-        self.bytes.append(_opt_int(ev.get("bytes"), 0))
-        self.start_ns.append(start)
-        self.end_ns.append(_opt_int(ev.get("end_ns")))
-        self.wait_start_ns.append(_opt_int(ev.get("wait_start_ns")))
-        self.wait_end_ns.append(_opt_int(ev.get("wait_end_ns")))
-        self.seq.append(_opt_int(ev.get("seq")))
-        self.tag.append(_opt_int(ev.get("tag")))
-        self.id.append(_opt_int(ev.get("id")))
-        self.op.append(intern(op))
-        self.api.append(intern(str(ev.get("api") or op)))
-        self.dtype.append(intern(str(ev.get("dtype") or "")))
+        if not isinstance(ranks, (list, tuple)) or not all(type(r) is int for r in ranks):
+            raise TypeError("group_ranks must be a list of integers")
+        ints = (_opt_int(ev.get("group_seq")), _opt_int(ev.get("peer")), _opt_int(ev.get("root")),
+                _opt_int(ev.get("bytes"), 0), _opt_int(ev.get("end_ns")), _opt_int(ev.get("wait_start_ns")),
+                _opt_int(ev.get("wait_end_ns")), _opt_int(ev.get("seq")), _opt_int(ev.get("tag")),
+                _opt_int(ev.get("id")))
         status = ev.get("status") or ("ok" if ev.get("end_ns") is not None else "unfinished")
-        self.status.append(intern(str(status)))
-        self.site.append(intern(str(ev.get("site") or "")))
-        self.host.append(intern(str(ev.get("host") or "")))
+        texts = (intern(_text(ev.get("api")) or op), intern(_text(ev.get("dtype"))), intern(_text(status)),
+                 intern(_text(ev.get("site"))), intern(_text(ev.get("host"))))
+        group = _text(ev.get("group")) or _default_group_name(ranks)
+        extra = {k: v for k, v in ev.items() if k not in _KNOWN_KEYS}
+        # everything is checked: from here on nothing raises, so all columns grow together
+        self.rank.append(rank)
+        self.gid.append(self.group_id(group, ranks))
+        for col, v in zip((self.group_seq, self.peer, self.root, self.bytes, self.end_ns, self.wait_start_ns,
+                           self.wait_end_ns, self.seq, self.tag, self.id), ints):
+            col.append(v)
+        self.start_ns.append(start)
+        self.op.append(intern(op))
+        for col, v in zip((self.api, self.dtype, self.status, self.site, self.host), texts):
+            col.append(v)
         self.shape.append(ev.get("shape"))
         self.in_.append(ev.get("in"))
         self.out.append(ev.get("out"))
         self.error.append(ev.get("error"))
-        extra = {k: v for k, v in ev.items() if k not in _KNOWN_KEYS}
         self.extra.append(extra or None)
         self.async_op.append(1 if ev.get("async_op") else 0)
         if rank not in self.ranks:
-            self.ranks[rank] = RankInfo(rank=rank, host=str(ev.get("host") or ""))
+            self.ranks[rank] = RankInfo(rank=rank, host=texts[4])
 
     def sort(self) -> None:
         """Sort rows by (start_ns, rank, id) in place."""
@@ -231,9 +230,18 @@ def _default_group_name(ranks) -> str:
 def _int(v: Any) -> int:
     if type(v) is not int:
         raise TypeError(f"expected an integer, got {type(v).__name__}")
-    if not -(2 ** 63) < v < 2 ** 63:
+    if not -2 < v < 2 ** 63:
         raise ValueError("integer out of range")
     return v
+
+
+def _text(v: Any) -> str:
+    """A string field as a string: numbers are spelled out, anything else (lists, objects) is dropped."""
+    if type(v) is str:
+        return v
+    if type(v) in (int, float, bool):
+        return str(v)
+    return ""
 
 
 def _opt_int(v: Any, default: int = NONE) -> int:
@@ -250,7 +258,16 @@ def iter_jsonl(table: EventTable) -> Iterator[bytes]:
     """Each event as one JSON line (bytes, newline included), in table order."""
     dumps = orjson.dumps
     for i in range(len(table)):
-        yield dumps(table.row(i)) + b"\n"
+        row = table.row(i)
+        try:
+            yield dumps(row) + b"\n"
+        except (orjson.JSONEncodeError, TypeError):
+            for key in ("in", "out", "shape", "error") + tuple(table.extra[i] or ()):
+                try:
+                    dumps(row[key])
+                except (orjson.JSONEncodeError, TypeError):
+                    row[key] = "<unprintable: nested too deeply>"
+            yield dumps(row) + b"\n"
 
 
 def write_jsonl(table: EventTable, out) -> None:
@@ -341,7 +358,10 @@ def _columns(table: EventTable, evs: list) -> dict:
     intern = sys.intern
 
     def ints(key, default=NONE):
-        out = array("q", [default if (v := e.get(key)) is None else v for e in evs])
+        values = [default if (v := e.get(key)) is None else v for e in evs]
+        if not all(type(v) is int for v in values):  # array() would take floats and bools
+            raise TypeError(f"{key} must be an integer")
+        out = array("q", values)  # OverflowError past 2**63
         if min(out, default=0) < -1:
             raise ValueError(f"negative {key}")
         return out
@@ -361,17 +381,18 @@ def _columns(table: EventTable, evs: list) -> dict:
     for e in evs:
         name = e.get("group")
         ranks = e.get("group_ranks") or ()
-        hit = cache.get(name)
+        hit = cache.get(name) if type(name) is str else None
         if hit is not None and hit[0] == ranks:
             gid.append(hit[1])
             continue
-        if not isinstance(ranks, (list, tuple)):
-            raise TypeError("group_ranks must be a list")
-        g = table.group_id(name or _default_group_name(ranks), ranks)
-        cache[name] = (ranks, g)
+        if not isinstance(ranks, (list, tuple)) or not all(type(r) is int for r in ranks):
+            raise TypeError("group_ranks must be a list of integers")
+        g = table.group_id(_text(name) or _default_group_name(ranks), ranks)
+        if type(name) is str:
+            cache[name] = (ranks, g)
         gid.append(g)
     end = ints("end_ns")
-    status = [intern(str(st)) if (st := e.get("status")) else ("ok" if e.get("end_ns") is not None else "unfinished")
+    status = [intern(_text(st)) if (st := e.get("status")) else ("ok" if e.get("end_ns") is not None else "unfinished")
               for e in evs]
     known = _KNOWN_KEYS
     return {
@@ -379,11 +400,11 @@ def _columns(table: EventTable, evs: list) -> dict:
         "bytes": ints("bytes", 0), "start_ns": start, "end_ns": end, "wait_start_ns": ints("wait_start_ns"),
         "wait_end_ns": ints("wait_end_ns"), "seq": ints("seq"), "tag": ints("tag"), "id": ints("id"),
         "op": [intern(o) for o in ops],
-        "api": [intern(str(a)) if (a := e.get("api")) else o for e, o in zip(evs, ops)],
-        "dtype": [intern(str(d)) if (d := e.get("dtype")) else "" for e in evs],
+        "api": [intern(a) if type(a := e.get("api")) is str and a else intern(_text(a) or o) for e, o in zip(evs, ops)],
+        "dtype": [intern(d) if type(d := e.get("dtype")) is str else intern(_text(d)) for e in evs],
         "status": status,
-        "site": [intern(str(x)) if (x := e.get("site")) else "" for e in evs],
-        "host": [intern(str(h)) if (h := e.get("host")) else "" for e in evs],
+        "site": [intern(x) if type(x := e.get("site")) is str else intern(_text(x)) for e in evs],
+        "host": [intern(h) if type(h := e.get("host")) is str else intern(_text(h)) for e in evs],
         "shape": [e.get("shape") for e in evs],
         "in_": [e.get("in") for e in evs],
         "out": [e.get("out") for e in evs],

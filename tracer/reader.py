@@ -18,7 +18,7 @@ from typing import Callable
 
 import orjson
 
-from .events import NONE, OPS, EventTable, RankInfo, TraceError, read_jsonl
+from .events import NONE, OPS, EventTable, RankInfo, TraceError, _text, read_jsonl
 
 FORMAT_VERSION = 1  # on-disk format version this reader understands (the "v" of the meta record)
 _INT = int
@@ -116,8 +116,11 @@ def _parse_file(path: str) -> _RankFile:
                 rf.late.setdefault(r["i"], {})[r["which"]] = r.get("s")
             elif k == "group":
                 # torch names the default group "0", which reads like a rank in messages: call it "world"
-                name = "world" if r.get("desc") == "default_pg" else str(r.get("name") or r.get("desc") or "")
-                rf.groups[r["g"]] = (name, tuple(r["ranks"]))
+                name = "world" if r.get("desc") == "default_pg" else _text(r.get("name")) or _text(r.get("desc"))
+                ranks = tuple(r["ranks"])
+                if not all(type(x) is int and 0 <= x < 2 ** 31 for x in ranks):
+                    raise TypeError("group ranks must be integers")
+                rf.groups[r["g"]] = (name, ranks)
             elif k == "meta":
                 rf.meta = r
             elif k == "clock":
@@ -133,15 +136,20 @@ def _parse_file(path: str) -> _RankFile:
     return rf
 
 
+def _ns(record: dict | None, key: str) -> int | None:
+    v = record.get(key) if isinstance(record, dict) else None
+    return v if type(v) is int and abs(v) < 2 ** 62 else None
+
+
 def _offset_fn(rf: _RankFile):
     """raw ns -> aligned ns for this rank: start offset plus linearly interpolated drift."""
     start, end = rf.clock.get("start"), rf.clock.get("end")
-    if not start or "offset_ns" not in start:
+    o0 = _ns(start, "offset_ns")
+    if o0 is None:
         return (lambda t: t), 0, 0, None
-    o0 = _INT(start["offset_ns"])
-    unc = _INT(start.get("uncertainty_ns", 0))
-    if end and "offset_ns" in end and end.get("mono_ns") and start.get("mono_ns") and end["mono_ns"] > start["mono_ns"]:
-        o1, t0, t1 = _INT(end["offset_ns"]), _INT(start["mono_ns"]), _INT(end["mono_ns"])
+    unc = _ns(start, "uncertainty_ns") or 0
+    o1, t0, t1 = _ns(end, "offset_ns"), _ns(start, "mono_ns"), _ns(end, "mono_ns")
+    if o1 is not None and t0 is not None and t1 is not None and t1 > t0:
         slope = (o1 - o0) / (t1 - t0)
         return (lambda t: t + o0 + round((t - t0) * slope)), o0, unc, o1 - o0
     return (lambda t: t + o0), o0, unc, None
@@ -179,8 +187,8 @@ def _latest_per_rank(parsed: list[_RankFile], table: EventTable) -> list[_RankFi
     for rf in parsed:
         r = rf.meta["rank"]
         cur = best.get(r)
-        key = (rf.meta.get("restart", 0), rf.meta.get("wall_ns", 0))
-        if cur is None or key > (cur.meta.get("restart", 0), cur.meta.get("wall_ns", 0)):
+        key = (_ns(rf.meta, "restart") or 0, _ns(rf.meta, "wall_ns") or 0)
+        if cur is None or key > (_ns(cur.meta, "restart") or 0, _ns(cur.meta, "wall_ns") or 0):
             if cur is not None:
                 table.warnings.append(f"rank {r}: several files (restarts?); using {os.path.basename(rf.path)}")
             best[r] = rf
@@ -190,10 +198,10 @@ def _latest_per_rank(parsed: list[_RankFile], table: EventTable) -> list[_RankFi
 def _append_rank(rf: _RankFile, table: EventTable) -> None:
     meta = rf.meta
     rank = meta["rank"]
-    host = str(meta.get("host", ""))
+    host = _text(meta.get("host"))
     align, offset, unc, drift = _offset_fn(rf)
-    table.ranks[rank] = RankInfo(rank=rank, host=host, pid=int(meta.get("pid", 0) or 0),
-                                 world_size=int(meta.get("world_size", 0) or 0), backend=str(meta.get("backend", "")),
+    table.ranks[rank] = RankInfo(rank=rank, host=host, pid=_ns(meta, "pid") or 0,
+                                 world_size=_ns(meta, "world_size") or 0, backend=_text(meta.get("backend")),
                                  clock_offset_ns=offset, clock_uncertainty_ns=unc, clock_drift_ns=drift,
                                  source=rf.path)
     if rf.bad:
@@ -226,24 +234,25 @@ def _append_rank(rf: _RankFile, table: EventTable) -> None:
                       align(_INT(w["t1"])) if w else NONE, (e or b).get("seq", NONE), b.get("tag", NONE), i)
             # validate all before appending any, so that columns stay the same length
             for v in values:
-                if type(v) is not int:
-                    raise TypeError("not an integer")
+                if type(v) is not int or not -2 < v < 2 ** 63:
+                    raise TypeError("not an integer in range")
+            texts = (_text(b.get("api")) or op, _text(b.get("dtype")), _text(b.get("site")))
         except Exception:  # noqa: BLE001
             skipped += 1
             continue
         for col, v in zip(cols_int.values(), values):
             col.append(v)
         table.op.append(op)
-        table.api.append(str(b.get("api") or op))
-        table.dtype.append(str(b.get("dtype") or ""))
+        table.api.append(texts[0])
+        table.dtype.append(texts[1])
         table.status.append(("error" if e.get("st") == "error" else "ok") if e else "unfinished")
-        table.site.append(str(b.get("site") or ""))
+        table.site.append(texts[2])
         table.host.append(host)
         table.shape.append(b.get("shape"))
         lt = late.get(i)
         table.in_.append(b.get("in") if lt is None or "in" not in lt else lt["in"])
         table.out.append((e.get("out") if e else None) if lt is None or "out" not in lt else lt["out"])
-        table.error.append(e.get("err") if e else None)
+        table.error.append(_text(e.get("err")) or None if e else None)
         extra = None
         if "origin" in b or "th" in b:
             extra = {k: b[k] for k in ("origin", "th") if k in b}
@@ -253,7 +262,7 @@ def _append_rank(rf: _RankFile, table: EventTable) -> None:
         table.async_op.append(1 if b.get("async") else 0)
     if skipped:
         table.warnings.append(f"{rf.path}: skipped {skipped} malformed event(s)")
-    orphan = len(set(ends) - {b.get("i") for b in rf.begins})
+    orphan = len(set(ends) - {i for b in rf.begins if type(i := b.get("i")) is int})
     if orphan:
         table.warnings.append(f"{rf.path}: {orphan} end record(s) without a begin")
 

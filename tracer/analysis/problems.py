@@ -51,7 +51,9 @@ def _mismatches(t: EventTable, c: CollectiveInstance) -> list[str]:
         vals = {r: t.bytes[i] for r, i in rows.items()}
         if len(set(vals.values())) > 1:
             what.append(_describe_values("bytes", vals, fmt_bytes))
-        shapes = {r: tuple(t.shape[i]) for r, i in rows.items() if isinstance(t.shape[i], list)}
+        # a shape is a list of ints; anything else in a damaged trace is not compared
+        shapes = {r: tuple(t.shape[i]) for r, i in rows.items()
+                  if isinstance(t.shape[i], list) and all(type(d) is int for d in t.shape[i])}
         if len(shapes) == len(rows) and len(set(shapes.values())) > 1:
             what.append(_describe_values("shape", {r: list(s) for r, s in shapes.items()}))
     return what
