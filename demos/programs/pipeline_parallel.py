@@ -42,6 +42,13 @@ def main():
     # Each rank gets a subset of layers
     local_params = [get_init_params(num_dim, num_dim, world.device) for i in range(local_num_layers)]
 
+    # Warm-up, not part of the lecture: the first backward pass in a process loads parts of torch lazily (about
+    # a second on a small CPU), which would show in the timeline as a huge stall. Pay it before the schedule.
+    warm = torch.zeros(1, num_dim, device=world.device, requires_grad=True)
+    F.gelu(warm @ local_params[0]).backward(torch.ones(1, num_dim, device=world.device))
+    for param in local_params:
+        param.grad = None
+
     # Forward pass
 
     # Break up into micro batches to minimize the bubble
