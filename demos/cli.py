@@ -13,7 +13,7 @@ from .registry import DEMOS, START_HERE
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.usage = "disttrace demo [NAME] [--nproc N] [--backend gloo|nccl] [--size N] [--out DIR] [--no-view] [--program-args '...']"
+    p.usage = "disttrace demo [NAME] [--nproc N] [--backend gloo|nccl] [--size N] [--out DIR] [--no-view] [--program-args='...']"
     p.description = ("Run a small torch.distributed program on several processes (gloo on the CPU by default), "
                      "record it, and open it in the viewer one operation at a time, with a narration of what "
                      "each operation did to the real recorded tensors. With no NAME: the list of demos.")
@@ -26,8 +26,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", metavar="DIR", help="trace directory (default: a new temporary directory)")
     p.add_argument("--no-view", action="store_true", help="run and keep the trace, do not open the viewer")
     p.add_argument("--program-args", default="", metavar="'OPTIONS'",
-                   help="options for the demo program itself, in one quoted string, e.g. --program-args "
-                        "'--delay-ms 500' (see the program's source for its options)")
+                   help="options for the demo program itself, in one quoted string, e.g. "
+                        "--program-args='--delay-ms 500' (see the program's source for its options)")
 
 
 def listing() -> str:

@@ -119,7 +119,7 @@ def pipeline_parallel(run: DemoRun) -> dict:
               f"GPipe's (P-1)/(M+P-1) = ({p}-1)/({m}+{p}-1) = {stats.expected_fraction:.0%} counts compute only; at this "
               "toy size the messages and their waits add to the idle time." if stats else
               f"GPipe's bubble is (P-1)/(M+P-1) = ({p}-1)/({m}+{p}-1) = {(p - 1) / (m + p - 1):.0%} of the time.")
-    return n.write(f"{_check(run)} {bubble} More micro-batches shrink the bubble (try --program-args "
+    return n.write(f"{_check(run)} {bubble} More micro-batches shrink the bubble (try --program-args="
                    "'--num-micro-batches 8 --batch-size 16'); 1F1B schedules also cut the activation memory.")
 
 
