@@ -30,6 +30,20 @@ _PLAYHEAD = Style(bgcolor=BG_PLAYHEAD)
 _GLYPHS: dict[tuple, tuple[str, Style]] = {}
 
 
+_MARKED: dict[tuple[int, int], Style] = {}
+
+
+def _mark(ch: str, style: Style, bg: Style) -> tuple[str, Style]:
+    """A cell under the playhead or the selection: its background changes, a gap shows a thin line."""
+    key = (id(style), id(bg))
+    marked = _MARKED.get(key)
+    if marked is None:
+        marked = _MARKED[key] = style + bg
+    if ch == " " or ch == "─":
+        ch = "│" if bg is _PLAYHEAD else "▏"
+    return ch, marked
+
+
 def _glyph(op: str, waiting: bool, level: int) -> tuple[str, Style]:
     """Character and style of a cell: full (█, or ▒ when waiting dominates) or a partial block by busy eighths."""
     ch = ("▒" if waiting else "█") if level == 8 else _EIGHTHS[level]
@@ -131,17 +145,16 @@ class Timeline(ScrollView, can_focus=False):
             self._cells[key] = cells
         return cells
 
-    def base_strip(self, k: int, width: int) -> Strip:
-        """The lane of display rank k in the current window, before the playhead and selection are laid over."""
+    def base_cells(self, k: int, width: int) -> tuple[list[str], list[Style]]:
+        """Character and style of every cell of display rank k's lane in the current window (cached)."""
         key = (k, self.zoom, self.offset_ns, width)
-        strip = self._strips.get(key)
-        if strip is not None:
-            return strip
+        base = self._strips.get(key)
+        if base is not None:
+            return base
         ops = self.store.table.op
         glyphs = _GLYPHS
-        segs = []
-        run_chars: list[str] = []
-        run_style = None
+        chars: list[str] = []
+        styles: list[Style] = []
         for cell in self.lane_cells(k, width):
             if cell.row < 0:
                 ch, style = _GAP if cell.inside else _BLANK
@@ -152,16 +165,10 @@ class Timeline(ScrollView, can_focus=False):
                 if g is None:
                     g = glyphs[gk] = _glyph(*gk)
                 ch, style = g
-            if style is run_style:
-                run_chars.append(ch)
-            else:
-                if run_chars:
-                    segs.append(Segment("".join(run_chars), run_style))
-                run_chars, run_style = [ch], style
-        if run_chars:
-            segs.append(Segment("".join(run_chars), run_style))
-        strip = self._strips[key] = Strip(segs, width)
-        return strip
+            chars.append(ch)
+            styles.append(style)
+        base = self._strips[key] = (chars, styles)
+        return base
 
     def _highlight_rows(self) -> dict[int, list[int]]:
         """Rows to highlight (the selection, its collective on every rank, its matching send/recv) by rank."""
@@ -192,25 +199,26 @@ class Timeline(ScrollView, can_focus=False):
         k = self.rank_indices[idx]
         rr = self.store.rows[k]
         label = _label(rr.rank, rr.host)[: self.label_w - 1].ljust(self.label_w)
-        strip = self.base_strip(k, width)
+        chars, styles = self.base_cells(k, width)
+        chars, styles = chars[:], styles[:]
         table = self.store.table
-        marks: list[tuple[int, int, Style]] = []  # (first col, last col, background)
         for row in self._highlight_rows().get(rr.rank, ()):
             c0 = max(0, self.col_of(table.start_ns[row]))
             c1 = min(width - 1, max(c0, self.col_of(self.store.end_of(row) - 1)))
-            if c0 < width and c1 >= 0:
-                marks.append((c0, c1, _SELECTED))
+            for x in range(c0, c1 + 1):
+                chars[x], styles[x] = _mark(chars[x], styles[x], _SELECTED)
         if self.playhead >= 0:
-            c = self.col_of(table.start_ns[self.playhead])
-            if 0 <= c < width:
-                marks.append((c, c, _PLAYHEAD))
-        for c0, c1, bg in sorted(marks, key=lambda m: m[2] is _PLAYHEAD):
-            left, mid, right = strip.crop(0, c0), strip.crop(c0, c1 + 1), strip.crop(c1 + 1, width)
-            mid_segs = [Segment(seg.text.replace(" ", "▏" if bg is _SELECTED else "│").replace(
-                "─", "▏" if bg is _SELECTED else "│"), (seg.style or Style()) + bg) for seg in mid]
-            strip = Strip.join([left, Strip(mid_segs), right])
-        label_seg = Segment(label, FOCUS_STYLE if k == self.focused_rank else LABEL_STYLE)
-        return Strip.join([Strip([label_seg], self.label_w), strip])
+            x = self.col_of(table.start_ns[self.playhead])
+            if 0 <= x < width:
+                chars[x], styles[x] = _mark(chars[x], styles[x], _PLAYHEAD)
+        # one segment per run of equal style; every glyph is one cell wide, so the strip's length is known
+        segs = [Segment(label, FOCUS_STYLE if k == self.focused_rank else LABEL_STYLE)]
+        run_start = 0
+        for x in range(1, width + 1):
+            if x == width or styles[x] is not styles[run_start]:
+                segs.append(Segment("".join(chars[run_start:x]), styles[run_start]))
+                run_start = x
+        return Strip(segs, self.label_w + width)
 
     # -- mouse ------------------------------------------------------------------------------------
     def _on_click(self, event: Click) -> None:
