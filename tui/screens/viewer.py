@@ -168,7 +168,8 @@ class ViewerScreen(Screen):
         if pane_id == "ring":
             return RingView(s).data_bind(ViewerScreen.playhead, ViewerScreen.ring_step)
         if pane_id == "pipeline":
-            return PipelineView(s).data_bind(ViewerScreen.playhead, ViewerScreen.selection)
+            return PipelineView(s).data_bind(ViewerScreen.playhead, ViewerScreen.selection, ViewerScreen.zoom,
+                                             ViewerScreen.offset_ns)
         if pane_id == "charts":
             return ChartsView(s).data_bind(ViewerScreen.playhead)
         return {"waits": WaitsView, "links": LinksView, "problems": ProblemsView}[pane_id](s)
@@ -378,8 +379,7 @@ class ViewerScreen(Screen):
         event.stop()
         if event.move_playhead:
             self.playhead = event.row
-        else:
-            self.selection = event.row
+        self.selection = event.row
         if event.row >= 0:
             self.focused_rank = self.store.rank_index[self.store.table.rank[event.row]]
 

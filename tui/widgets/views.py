@@ -17,7 +17,7 @@ from ..model.store import TraceStore
 from .palette import OP_COLORS
 from .plot import PlotChart
 from .ring import RingView
-from .timeline import Timeline
+from .timeline import Ruler, Timeline
 
 __all__ = ["RingView", "PipelineView", "WaitsView", "LinksView", "ChartsView", "ProblemsView"]
 
@@ -41,6 +41,10 @@ class PipelineView(Vertical):
     """Event row of the replay playhead."""
     selection: reactive[int] = reactive(-1)
     """Selected event row."""
+    zoom: reactive[int] = reactive(0)
+    """Zoom level of the timeline (the same window as the main timeline)."""
+    offset_ns: reactive[int] = reactive(0)
+    """Window start of the timeline."""
 
     def __init__(self, store: TraceStore, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -57,7 +61,10 @@ class PipelineView(Vertical):
             ("Pipeline: ", "bold"), f"{len(p.stages)} stages, {p.micro_batches} micro-batches.  Bubble fraction ",
             (f"{p.bubble_fraction:.1%}", "bold"), " measured vs ", (f"{p.expected_fraction:.1%}", "bold"),
             " expected from (P−1)/(M+P−1).  ─ compute, █ send/recv, ▒ waiting in them (the bubble)."))
-        yield Timeline(self.store, rank_indices=stages).data_bind(PipelineView.playhead, PipelineView.selection)
+        yield Ruler(self.store, timeline := Timeline(self.store, rank_indices=stages)).data_bind(
+            PipelineView.zoom, PipelineView.offset_ns)
+        yield timeline.data_bind(PipelineView.playhead, PipelineView.selection, PipelineView.zoom,
+                                 PipelineView.offset_ns)
         table = Table(box=None, padding=(0, 2))
         for col in ("stage", "rank", "window", "blocked", "bubble", ""):
             table.add_column(col, justify="right" if col not in ("", "stage") else "left")
