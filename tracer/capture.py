@@ -157,6 +157,7 @@ class Tracer:
         self.pending: dict[int, Event] = {}   # id(python Work) -> event, for async ops the user may wait on
         self.by_ptr: dict[int, Event] = {}    # output data_ptr -> event, for functional collectives' wait_tensor
         self.watchdog = None
+        self.backward_site = None  # the user's backward() line while a backward pass runs (hooks.py sets it)
         self.tls = threading.local()
         self.lock = threading.Lock()
         self.in_flight: dict[int, tuple] = {}  # event id -> (op, group, group_seq, start, thread) for the watchdog
@@ -198,10 +199,13 @@ class Tracer:
         g = self.group(args[spec.pg])
         n = len(args)
         site, api, origin = callsite.walk(3)
+        if site is None:
+            # no Python frame of the user's: an autograd device thread (CUDA) runs this backward
+            site = self.backward_site
         if api is None:
             api = origin or _C10D_TO_API[spec.name]
-            if spec.name == "allreduce_" and origin and origin.startswith("autograd.") and \
-                    "torch.nn.parallel.distributed" in sys.modules:
+            in_backward = (origin or "").startswith("autograd.") or (origin is None and self.backward_site)
+            if spec.name == "allreduce_" and in_backward and "torch.nn.parallel.distributed" in sys.modules:
                 api = origin = "ddp.reducer_allreduce"  # DDP's C++ reducer, launched from backward()
         if spec.async_arg is not None:
             is_async = bool(args[spec.async_arg]) if spec.async_arg < n else True
@@ -299,6 +303,12 @@ class Tracer:
         self.pending[id(w)] = ev
         if ev.out_ptr:
             self.by_ptr[ev.out_ptr] = ev  # functional collectives complete through wait_tensor(output)
+        if ev.cuda:
+            # A CUDA Work's future completes on the host as soon as the op is enqueued, so its callback says
+            # nothing about the device. Work.is_completed() queries the op's CUDA events without blocking: a
+            # watcher thread polls it (resolution: the polling interval, about a millisecond).
+            _cuda_watcher().add(self, ev, w)
+            return
         try:
             fut = w.get_future()
         except Exception:  # noqa: BLE001 - gloo send/recv have no future: they end at wait()
@@ -477,6 +487,56 @@ class _Resolver(threading.Thread):
 
 
 _RESOLVER: _Resolver | None = None
+
+
+class _CudaWatcher(threading.Thread):
+    """Ends CUDA ops when their Work reports completion (non-blocking event queries, never a device sync)."""
+
+    def __init__(self):
+        super().__init__(name="disttrace-cuda-watch", daemon=True)
+        self.items: list = []
+        self.lock = threading.Lock()
+        self.wake = threading.Event()
+
+    def add(self, tracer, ev, work) -> None:
+        with self.lock:
+            self.items.append((tracer, ev, work))
+        self.wake.set()
+
+    def run(self) -> None:
+        while True:
+            if not self.items:
+                self.wake.wait()
+                self.wake.clear()
+            with self.lock:
+                items, self.items = self.items, []
+            keep = []
+            now = time.monotonic_ns()
+            for tracer, ev, work in items:
+                try:
+                    if ev.ended:
+                        continue
+                    if work.is_completed():
+                        tracer.complete(ev, None, now)  # a failure surfaces at wait() or in the watchdog
+                    else:
+                        keep.append((tracer, ev, work))
+                except Exception as e:  # noqa: BLE001 - e.g. the process group is gone: stop watching it
+                    tracer.complete(ev, e, now)
+            if keep:
+                with self.lock:
+                    self.items[:0] = keep
+                time.sleep(0.0005 if len(keep) < 64 else 0.002)
+
+
+_WATCHER: _CudaWatcher | None = None
+
+
+def _cuda_watcher() -> _CudaWatcher:
+    global _WATCHER
+    if _WATCHER is None:
+        _WATCHER = _CudaWatcher()
+        _WATCHER.start()
+    return _WATCHER
 
 
 def _resolver() -> _Resolver:

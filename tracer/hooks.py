@@ -26,7 +26,7 @@ import torch
 import torch.distributed as dist
 from torch._C import DispatchKey
 
-from . import clock
+from . import callsite, clock
 from .capture import SPECS, Tracer
 
 ENV_OUT = "DISTTRACE_OUT"
@@ -69,6 +69,9 @@ def uninstall() -> None:
     orig = getattr(Work.wait, "_disttrace_orig", None)
     if orig is not None:
         Work.wait = orig
+    orig = getattr(torch.autograd.backward, "_disttrace_orig", None)
+    if orig is not None:
+        torch.autograd.backward = orig
     c10d = dist.distributed_c10d
     for name in ("init_process_group", "destroy_process_group"):
         orig = getattr(getattr(c10d, name), "_disttrace_orig", None)
@@ -117,6 +120,7 @@ def _start() -> None:
         _align_clock("start")
         _register_kernels()
         _patch_work_wait()
+        _patch_backward()
         atexit.register(stop)
         if _config.get("hang_timeout"):
             from .watchdog import start_watchdog
@@ -228,6 +232,34 @@ def _safe(fn, *args) -> None:
         t = _tracer
         if t is not None:
             t.fail(e)
+
+
+# -- backward(): the call site for collectives that autograd's device threads issue ------------------------------
+def _patch_backward() -> None:
+    """Remember the user's backward() line while it runs: on CUDA, DDP's gradient all-reduces are issued from
+    autograd's device threads, where no Python frame of the user's is on the stack."""
+    autograd = torch.autograd
+    orig = autograd.backward
+    if getattr(orig, "_disttrace_orig", None) is not None:
+        return
+
+    @functools.wraps(orig)
+    def backward(*args, **kwargs):
+        t = _tracer
+        if t is None:
+            return orig(*args, **kwargs)
+        prev = t.backward_site
+        try:
+            t.backward_site = callsite.walk(2)[0]
+        except Exception:  # noqa: BLE001
+            pass
+        try:
+            return orig(*args, **kwargs)
+        finally:
+            t.backward_site = prev
+
+    backward._disttrace_orig = orig  # type: ignore[attr-defined]
+    autograd.backward = backward
 
 
 # -- Work.wait -----------------------------------------------------------------------------------

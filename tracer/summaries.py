@@ -115,7 +115,8 @@ def summarize(obj, full: bool):
         return None
     small = full and sum(t.numel() for t in tensors) <= MAX_VALUES
     if tensors[0].device.type == "cuda":
-        with torch.no_grad():
+        # on the tensors' device: a completion thread's current device is cuda:0 whatever the op's was
+        with torch.no_grad(), torch.cuda.device(tensors[0].device):
             stats = _stats_tensor(tensors)
             host = torch.empty(stats.shape, dtype=stats.dtype, pin_memory=True)
             host.copy_(stats, non_blocking=True)
