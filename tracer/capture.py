@@ -431,7 +431,7 @@ class Tracer:
                     self.complete(ev, bound=True)
             except Exception:  # noqa: BLE001
                 pass
-        r = _RESOLVER
+        r = _THREADS.get(_Resolver)
         if r is not None:
             r.drain()
         self.rec.close()
@@ -486,9 +486,6 @@ class _Resolver(threading.Thread):
             time.sleep(0.01)
 
 
-_RESOLVER: _Resolver | None = None
-
-
 class _CudaWatcher(threading.Thread):
     """Ends CUDA ops when their Work reports completion (non-blocking event queries, never a device sync)."""
 
@@ -528,20 +525,20 @@ class _CudaWatcher(threading.Thread):
                 time.sleep(0.0005 if len(keep) < 64 else 0.002)
 
 
-_WATCHER: _CudaWatcher | None = None
-
-
 def _cuda_watcher() -> _CudaWatcher:
-    global _WATCHER
-    if _WATCHER is None:
-        _WATCHER = _CudaWatcher()
-        _WATCHER.start()
-    return _WATCHER
+    return _background(_CudaWatcher)
+
+
+_THREADS: dict = {}  # the one background thread of each kind, started on first use
+
+
+def _background(kind):
+    thread = _THREADS.get(kind)
+    if thread is None:
+        thread = _THREADS[kind] = kind()
+        thread.start()
+    return thread
 
 
 def _resolver() -> _Resolver:
-    global _RESOLVER
-    if _RESOLVER is None:
-        _RESOLVER = _Resolver()
-        _RESOLVER.start()
-    return _RESOLVER
+    return _background(_Resolver)

@@ -58,14 +58,10 @@ class Recorder:
             return
         try:
             line = orjson.dumps(obj, option=orjson.OPT_APPEND_NEWLINE, default=str)
-            with self._lock:
-                end = self._pos + len(line)
-                if end > self._size:
-                    self._grow(len(line))
-                self._map[self._pos:end] = line
-                self._pos = end
         except Exception as e:  # noqa: BLE001 - tracing must never break the job
-            self.disable(f"cannot write {self.path}: {e}")
+            self.disable(f"cannot encode a record: {e}")
+            return
+        self.write_raw(line)
 
     def write_raw(self, line: bytes) -> None:
         """Append a line that is already JSON with its newline (the hot path's small end records)."""
