@@ -41,7 +41,7 @@ class LoadingScreen(Screen):
             yield Label(f"disttrace: opening {self.what}", id="what")
             with Center():
                 yield ProgressBar(total=100, id="bar", show_eta=False)
-            yield Label("", id="stage")
+            yield Label("reading…", id="stage")
 
     def on_load_progress(self, message: LoadProgress) -> None:
         self.query_one(ProgressBar).update(progress=int(message.fraction * 100))
