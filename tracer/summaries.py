@@ -37,36 +37,59 @@ def _values(obj):
 
 
 def _stats_tensor(tensors: list) -> torch.Tensor:
-    """[min, max, sum, sumsq, nan, inf, checksum, numel] as one float64 tensor on the tensors' device."""
+    """[min, max, sum, sumsq, nan, inf, checksum, numel] as one float64 tensor on the tensors' device.
+
+    Few passes over the data, in its own dtype with float64 accumulation: on CPU the common all-finite case
+    takes four (sum, min/max, norm, bits); on CUDA nothing branches on a value (that would synchronize)."""
     parts = []
     for t in tensors:
         t = t.detach()
-        if t.numel() == 0:
+        n = t.numel()
+        if n == 0:
             continue
         flat = t.reshape(-1)
         if flat.is_complex():
             flat = torch.view_as_real(flat).reshape(-1)
-        f = flat.to(torch.float64)
-        finite = torch.isfinite(f)
-        inf = float("inf")
+        if flat.dtype == torch.bool:
+            flat = flat.to(torch.uint8)
         view_dtype = _INT_VIEW.get(flat.element_size())
         if view_dtype is not None and flat.is_contiguous():
-            bits = flat.view(view_dtype).to(torch.int64).sum()
+            bits = flat.view(view_dtype).sum(dtype=torch.int64)
         else:
-            bits = torch.zeros((), dtype=torch.int64, device=f.device)
-        zeroed = torch.where(finite, f, 0.0)
+            bits = torch.zeros((), dtype=torch.int64, device=flat.device)
+        zero = torch.zeros((), dtype=torch.float64, device=flat.device)
+        if flat.is_floating_point():
+            total = flat.sum(dtype=torch.float64)
+            # A NaN or Inf anywhere makes the float64 sum NaN or Inf, so on CPU one sum tells whether the
+            # masking passes are needed (on CUDA, reading it would synchronize: always mask there).
+            if flat.device.type == "cpu" and bool(torch.isfinite(total)):
+                lo, hi = torch.aminmax(flat)
+                sumsq = torch.linalg.vector_norm(flat, dtype=torch.float64) ** 2
+                nan_f = inf_f = zero
+            else:  # min/max over finite values (+inf/-inf when there are none), sums without them
+                finite = torch.isfinite(flat)
+                nonfinite = n - finite.sum()
+                nan = torch.isnan(flat).sum()
+                lo = torch.where(finite, flat, float("inf")).amin()
+                hi = torch.where(finite, flat, float("-inf")).amax()
+                vals = torch.where(finite, flat, 0.0)
+                total = vals.sum(dtype=torch.float64)
+                sumsq = torch.linalg.vector_norm(vals, dtype=torch.float64) ** 2
+                nan_f, inf_f = nan.to(torch.float64), (nonfinite - nan).to(torch.float64)
+        else:
+            lo, hi = torch.aminmax(flat)
+            total = flat.sum(dtype=torch.float64)
+            sumsq = (flat.to(torch.float64) ** 2).sum()
+            nan_f = inf_f = zero
         parts.append(torch.stack([
-            torch.where(finite, f, inf).min(),    # +inf when nothing is finite
-            torch.where(finite, f, -inf).max(),
-            zeroed.sum(),
-            (zeroed * zeroed).sum(),
-            torch.isnan(f).sum().to(torch.float64),
-            torch.isinf(f).sum().to(torch.float64),
+            lo.to(torch.float64), hi.to(torch.float64), total, sumsq, nan_f, inf_f,
             torch.remainder(bits, 1 << 48).to(torch.float64),  # exact in float64
-            f.new_tensor(float(f.numel())),
+            zero + n,
         ]))
     if not parts:
         return torch.zeros(0, dtype=torch.float64)
+    if len(parts) == 1:
+        return parts[0]
     p = torch.stack(parts)
     return torch.stack([p[:, 0].min(), p[:, 1].max(), p[:, 2].sum(), p[:, 3].sum(), p[:, 4].sum(), p[:, 5].sum(),
                         p[:, 6].sum(), p[:, 7].sum()])

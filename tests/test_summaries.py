@@ -1,0 +1,50 @@
+"""Tensor summaries: exact statistics on known tensors, NaN/Inf handling, and checksums that tell bits apart."""
+
+import math
+
+import pytest
+import torch
+
+from disttrace.tracer.summaries import MAX_VALUES, summarize
+
+
+def test_known_values_and_statistics():
+    s = summarize(torch.tensor([[-1.0, 5.0], [2.0, 2.0]]), full=True)
+    assert s["values"] == [[-1.0, 5.0], [2.0, 2.0]]
+    assert (s["numel"], s["min"], s["max"], s["mean"], s["nan"], s["inf"]) == (4, -1.0, 5.0, 2.0, 0, 0)
+    assert s["norm"] == pytest.approx(math.sqrt(1 + 25 + 4 + 4))
+
+
+def test_nan_and_inf_are_counted_and_left_out_of_the_statistics():
+    s = summarize([torch.tensor([1.0, float("nan")]), torch.tensor([float("inf"), 3.0, -float("inf")])], full=False)
+    assert (s["numel"], s["nan"], s["inf"], s["min"], s["max"], s["mean"]) == (5, 1, 2, 1.0, 3.0, 2.0)
+    assert "values" not in s
+    none_finite = summarize(torch.tensor([float("nan")]), full=True)
+    assert none_finite["min"] is None and none_finite["max"] is None and none_finite["mean"] is None
+
+
+def test_checksum_equal_bits_equal_sums_and_one_bit_differs():
+    a = torch.randn(1000)
+    b = a.clone()
+    assert summarize(a, False)["checksum"] == summarize(b, False)["checksum"]
+    b.view(torch.int32)[17] ^= 1  # the last bit of one mantissa
+    assert summarize(a, False)["checksum"] != summarize(b, False)["checksum"]
+
+
+@pytest.mark.parametrize("t, lo, hi", [
+    (torch.tensor([3, -7, 2], dtype=torch.int64), -7, 3),
+    (torch.tensor([True, False, True]), 0, 1),
+    (torch.tensor([1.5, -2.5], dtype=torch.bfloat16), -2.5, 1.5),
+    (torch.tensor([1.0 + 2.0j]), 1.0, 2.0),
+])
+def test_dtypes(t, lo, hi):
+    s = summarize(t, full=True)
+    assert (s["min"], s["max"]) == (lo, hi)
+
+
+def test_values_only_for_small_tensors_and_lists_keep_their_shape():
+    assert "values" not in summarize(torch.zeros(MAX_VALUES + 1), full=True)
+    s = summarize([[torch.ones(2)], [torch.zeros(2)]], full=True)
+    assert s["values"] == [[[1.0, 1.0]], [[0.0, 0.0]]] and s["numel"] == 4
+    assert summarize([torch.ones(3)], full=True)["values"] == [1.0, 1.0, 1.0]  # c10d's [tensor] shows as the tensor
+    assert summarize([], full=True) is None
