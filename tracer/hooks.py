@@ -196,7 +196,8 @@ def _make_wait_tensor_kernel(overload):
 
 
 def _make_kernel(overload, spec):
-    redispatch = overload.redispatch
+    # the handle's method itself: OpOverload.redispatch is a Python method around it (a frame saved per op)
+    redispatch = getattr(getattr(overload, "_handle", None), "redispatch_boxed", None) or overload.redispatch
     backend_select = DispatchKey.BackendSelect
 
     def kernel(keyset, *args, **kwargs):
@@ -219,7 +220,10 @@ def _make_kernel(overload, spec):
             raise
         _nesting.depth = 0
         if ev is not None:
-            _safe(t.issued, ev, result)
+            try:
+                t.issued(ev, result)
+            except Exception as e:  # noqa: BLE001
+                t.fail(e)
         return result
 
     return kernel
@@ -283,7 +287,10 @@ def _patch_work_wait() -> None:
         except BaseException as e:
             _safe(t.waited, self, t0, time.monotonic_ns(), e)
             raise
-        _safe(t.waited, self, t0, time.monotonic_ns(), None)
+        try:
+            t.waited(self, t0, time.monotonic_ns(), None)
+        except Exception as e:  # noqa: BLE001
+            t.fail(e)
         return result
 
     wait._disttrace = True  # type: ignore[attr-defined]
