@@ -302,3 +302,21 @@ async def test_command_palette_lists_the_viewer_actions():
             await result
         await pilot.pause()
         assert v.playhead == 1
+
+
+async def test_playing_in_the_ring_view_animates_its_steps():
+    async with app_on().run_test(size=SIZE) as pilot:
+        v = await viewer(pilot)
+        await pilot.press("2", ">")  # 10 steps a second
+        first = v.playhead
+        await pilot.press("space")
+        seen = set()
+        for _ in range(300):
+            await pilot.pause(0.02)
+            if v.playhead == first:
+                seen.add(v.ring_step)
+            else:
+                break
+        await pilot.press("space")
+        assert {0, 1, 2, 3, 4, 5} <= seen  # the 6 steps of the 4-rank all_reduce, one after the other
+        assert v.store.instance(v.playhead) is not v.store.instance(first)  # then the next collective

@@ -234,6 +234,17 @@ class ViewerScreen(Screen):
             self.watch_playing(True)
 
     def _tick(self) -> None:
+        # in the ring view, playing animates the ring's steps, then moves on to the next collective
+        if self.query_one(TabbedContent).active == "ring" and self.query(RingView):
+            ring = self.query_one(RingView)
+            if self.ring_step < ring.n_steps - 1:
+                self.ring_step += 1
+                return
+            nxt = step_collective(self.store, self.playhead, 1)
+            if nxt == self.playhead:
+                self.playing = False
+            self.playhead = nxt
+            return
         if self.playhead >= self.store.n_events - 1:
             self.playing = False
         else:
