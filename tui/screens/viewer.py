@@ -62,6 +62,8 @@ class PlayheadLine(Static):
 class ViewerScreen(Screen):
     """Timeline, event list, detail, and the other views in tabs."""
 
+    AUTO_FOCUS = ""  # nothing takes the keys on the timeline tab: they are the viewer's
+
     DEFAULT_CSS = """
     ViewerScreen #lower { height: 1fr; min-height: 6; }
     ViewerScreen #timeline Timeline { max-height: 60%; }
@@ -200,6 +202,8 @@ class ViewerScreen(Screen):
     def on_mount(self) -> None:
         for tabs in self.query("Tabs"):
             tabs.can_focus = False
+        # the keys belong to the viewer (up/down move between ranks): the detail pane scrolls with the mouse
+        self.query_one("#detail-scroll").can_focus = False
         self.set_focus(None)
         if not self.store.analysed:
             self.analysis_label = "starting"
@@ -334,6 +338,8 @@ class ViewerScreen(Screen):
         self.call_after_refresh(self._focus_view, name)
 
     def _focus_view(self, name: str) -> None:
+        if self.query_one(TabbedContent).active != name:
+            return
         pane = self.query_one(f"#{name}", TabPane)
         focusable = [w for w in pane.query("*") if w.focusable]
         self.set_focus(focusable[0] if focusable else None)
