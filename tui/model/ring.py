@@ -60,10 +60,6 @@ class RingPlan:
             phase, reduce, chunk_of = "all-gather", False, (lambda r: (r - k) % n)
         return RingStep(k, phase, [Transfer(r, (r + 1) % n, chunk_of(r), self.chunk_bytes, reduce) for r in range(n)])
 
-    @property
-    def steps(self) -> list[RingStep]:
-        return [self.step(k) for k in range(self.n_steps)]
-
     def initial(self) -> list[list[int]]:
         n = self.n
         if self.op == "all_gather":

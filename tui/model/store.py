@@ -184,17 +184,3 @@ class TraceStore:
             return None
         inst = self.analysis.collectives[self.coll_order[k]]
         return min(inst.events.values(), key=lambda i: (self.table.start_ns[i], i))
-
-    def next_on_rank(self, row: int, rank_k: int, direction: int) -> int | None:
-        """Next/previous event on the rank at display index rank_k, relative to row's start time."""
-        lane = self.rows[rank_k].lane
-        if not lane.rows:
-            return None
-        t = self.table.start_ns[row] if row >= 0 else -1
-        if direction > 0:
-            j = bisect_right(lane.starts, t)
-            while j < len(lane.rows) and lane.rows[j] <= row and lane.starts[j] == t:
-                j += 1
-        else:
-            j = bisect_left(lane.starts, t) - 1
-        return lane.rows[j] if 0 <= j < len(lane.rows) else None
