@@ -55,6 +55,23 @@ def test_lod_cell_standing_for_many_events_still_shows_communication():
     assert all(0.005 < c.busy < 0.02 for c in cells)  # 1% busy, not rounded away
 
 
+def test_overlapping_async_ops_on_one_rank():
+    # an async all_reduce [0, 1000) waited on later, with two sends issued meanwhile on the same rank
+    s = store_of([
+        ev(0, "all_reduce", 0, 1000, group_seq=0, group_ranks=[0], async_op=True, wait_start_ns=900,
+           wait_end_ns=1000),
+        ev(0, "send", 100, 200, peer=1),
+        ev(0, "send", 300, 400, peer=1),
+        ev(1, "recv", 100, 200, peer=0),
+        ev(1, "recv", 300, 400, peer=0),
+    ])
+    lane = s.rows[s.rank_index[0]].lane
+    cells = lane.cells(s.t0, 50, 20)  # 50 ns cells over [0, 1000)
+    assert all(c.row >= 0 for c in cells)  # the async op covers every cell, even after the sends ended
+    late = cells[12]  # [600, 650): only the all_reduce runs there
+    assert s.table.op[late.row] == "all_reduce" and late.busy > 0
+
+
 def test_viewport_zoom_keeps_anchor_and_clamps():
     span = 1_000_000
     assert viewport.window_ns(span, 0) == span and viewport.window_ns(span, 3) == span / 8

@@ -18,6 +18,7 @@ from operator import mul, sub
 from disttrace.tracer.events import NONE, EventTable
 
 N_CATS = 4  # index 0: waiting; 1 collective, 2 barrier, 3 p2p (no event: compute)
+_LOOK_BACK = 64  # events looked back for async ops still running (beyond that, a long async op is approximate)
 
 
 @dataclass
@@ -38,7 +39,7 @@ EMPTY = Cell(0.0, 0, False, -1, False)
 class Lane:
     """One rank's events in start order with prefix sums for window coverage in O(log n)."""
 
-    __slots__ = ("rows", "starts", "ends", "waits", "cats", "cum")
+    __slots__ = ("rows", "starts", "ends", "waits", "cats", "cum", "maxend")
 
     def __init__(self, rows, starts, ends, waits, cats, cum):
         self.rows = rows
@@ -47,6 +48,9 @@ class Lane:
         self.waits = waits
         self.cats = cats
         self.cum = cum  # cum[c][i]: time in category c (c=0: waiting) over events [0, i)
+        # maxend[i]: latest end among events [0, i). Async ops overlap later ones on the same rank: when an event
+        # before j still runs at t, the prefix sum at j over-counts it, and maxend says to look back for it.
+        self.maxend = array("q", accumulate(ends, max, initial=0))
 
     @classmethod
     def build(cls, rows, table: EventTable, cats_of_row: bytes, wait_ns, t_end: int) -> "Lane":
@@ -65,20 +69,21 @@ class Lane:
             cum.append(array("q", accumulate(map(mul, durs, mask), initial=0)))
         return cls(rows, starts, ends, waits, cats, cum)
 
-    def before(self, t: int) -> tuple[int, int, int, int]:
+    def before(self, t: int) -> tuple[int, int, int, int, int]:
         """Time in (waiting, collective, barrier, p2p) before time t, and the index of the first event starting at
         or after t."""
         j = bisect_left(self.starts, t)
         cum = self.cum
         f = [cum[0][j], cum[1][j], cum[2][j], cum[3][j]]
-        p = j - 1
-        if p >= 0:
-            over = self.ends[p] - t
-            if over > 0:  # event p straddles t: take off its part after t
-                f[self.cats[p]] -= over
-                wover = self.starts[p] + self.waits[p] - t
+        q, maxend, ends = j - 1, self.maxend, self.ends
+        while q >= 0 and maxend[q + 1] > t and q > j - _LOOK_BACK:
+            over = ends[q] - t
+            if over > 0:  # event q straddles t: take off its part after t
+                f[self.cats[q]] -= over
+                wover = self.starts[q] + self.waits[q] - t
                 if wover > 0:
                     f[0] -= wover
+            q -= 1
         return f[0], f[1], f[2], f[3], j
 
     def coverage(self, a: int, b: int) -> list[int]:
@@ -94,7 +99,8 @@ class Lane:
             return [EMPTY] * width
         starts, ends, waits, cats, rows = self.starts, self.ends, self.waits, self.cats, self.rows
         cw, c1, c2, c3 = self.cum
-        first, last = starts[0], ends[-1]
+        maxend = self.maxend
+        first, last = starts[0], self.maxend[-1]
         # prefix sums at every cell boundary (the body of before(), inlined: this is the hot loop of a frame)
         bounds = []
         fw, f1, f2, f3, js = [], [], [], [], []
@@ -108,7 +114,7 @@ class Lane:
             j = bisect_left(starts, t)
             a, b1, b2, b3 = cw[j], c1[j], c2[j], c3[j]
             p = j - 1
-            if p >= 0:
+            while p >= 0 and maxend[p + 1] > t and p > j - _LOOK_BACK:
                 over = ends[p] - t
                 if over > 0:
                     c = cats[p]
@@ -121,6 +127,7 @@ class Lane:
                     wover = starts[p] + waits[p] - t
                     if wover > 0:
                         a -= wover
+                p -= 1
             fw.append(a)
             f1.append(b1)
             f2.append(b2)
@@ -139,9 +146,13 @@ class Lane:
                 out.append(inside)
                 continue
             cat = 1 if d1 >= d2 and d1 >= d3 else (2 if d2 >= d3 else 3)
-            p = js[x + 1] - 1  # the last event starting before b: it overlaps the cell when any does
-            if ends[p] <= a:
-                p = js[x]
+            p = js[x + 1] - 1  # the last event starting before b: it overlaps the cell unless events overlap
+            if ends[p] <= a:  # an async op still running under later ones: look back for it
+                q = p - 1
+                while q > p - 16 and q >= 0 and ends[q] <= a:
+                    q -= 1
+                if q >= 0 and ends[q] > a:
+                    p = q
             out.append(Cell(min(1.0, busy / (b - a)), cat, (fw[x + 1] - fw[x]) * 2 > busy, rows[p], True))
         return out
 
