@@ -6,7 +6,7 @@ from __future__ import annotations
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.containers import Horizontal, Vertical
 from textual.reactive import reactive
 from textual.screen import Screen
 from textual.timer import Timer
@@ -68,7 +68,7 @@ class ViewerScreen(Screen):
     ViewerScreen #lower { height: 1fr; min-height: 6; }
     ViewerScreen #timeline Timeline { max-height: 60%; }
     ViewerScreen EventList { width: 1fr; }
-        ViewerScreen #detail-scroll { width: 56; max-width: 45%; height: 1fr; border-left: solid $primary-darken-2; }
+        ViewerScreen #detail { width: 56; max-width: 45%; height: 1fr; border-left: solid $primary-darken-2; }
     ViewerScreen TabPane { padding: 0; }
     """
 
@@ -151,8 +151,7 @@ class ViewerScreen(Screen):
                     yield timeline
                     with Horizontal(id="lower"):
                         yield EventList(s).data_bind(ViewerScreen.playhead, ViewerScreen.selection)
-                        with VerticalScroll(id="detail-scroll"):
-                            yield DetailPane(s).data_bind(ViewerScreen.selection)
+                        yield DetailPane(s, id="detail").data_bind(ViewerScreen.selection)
             for pane_id, title in (("ring", "2 Ring"), ("pipeline", "3 Pipeline"), ("waits", "4 Waits"),
                                    ("links", "5 Links"), ("charts", "6 Charts"), ("problems", "7 Problems")):
                 with TabPane(title, id=pane_id):
@@ -192,7 +191,7 @@ class ViewerScreen(Screen):
         for w in self.query(EventList):
             w.clear_caches()
         for w in self.query(DetailPane):
-            w.watch_selection(self.selection)
+            w.rerender()
         self.query_one(PlayheadLine).refresh()
         self.analysis_label = ""
 
@@ -202,8 +201,6 @@ class ViewerScreen(Screen):
     def on_mount(self) -> None:
         for tabs in self.query("Tabs"):
             tabs.can_focus = False
-        # the keys belong to the viewer (up/down move between ranks): the detail pane scrolls with the mouse
-        self.query_one("#detail-scroll").can_focus = False
         self.set_focus(None)
         if not self.store.analysed:
             self.analysis_label = "starting"

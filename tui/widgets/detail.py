@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from rich.table import Table
 from rich.text import Text
+from textual.geometry import Size
 from textual.reactive import reactive
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
 from textual.widgets import Static
 
 from disttrace.tracer.events import NONE
@@ -110,11 +113,12 @@ def _ranks(rs: list[int]) -> str:
     return ",".join(map(str, rs)) if len(rs) <= 12 else f"{rs[0]}…{rs[-1]} ({len(rs)})"
 
 
-class DetailPane(Static):
-    """Shows the selected event."""
+class DetailPane(ScrollView, can_focus=False):
+    """Shows the selected event. Line API: the fields are rendered once per selection into strips, so a new
+    selection scrolls and repaints this pane alone instead of laying out the screen again."""
 
     DEFAULT_CSS = """
-    DetailPane { height: auto; padding: 0 1; }
+    DetailPane { padding: 0 1; scrollbar-size-vertical: 1; }
     """
 
     selection: reactive[int] = reactive(-1)
@@ -123,9 +127,34 @@ class DetailPane(Static):
     def __init__(self, store: TraceStore, **kwargs) -> None:
         super().__init__(**kwargs)
         self.store = store
+        self._lines: list[Strip] = []
+        self._width = 0
 
-    def watch_selection(self, row: int) -> None:
-        self.update(detail_table(self.store, row))
+    def watch_selection(self) -> None:
+        self.rerender()
+
+    def on_resize(self) -> None:
+        if self.scrollable_content_region.width != self._width:
+            self.rerender()
+
+    def rerender(self) -> None:
+        """Render the selected event's fields into lines at the current width."""
+        width = max(10, self.scrollable_content_region.width)
+        self._width = width
+        console = self.app.console
+        lines = console.render_lines(detail_table(self.store, self.selection), console.options.update_width(width),
+                                     pad=False)
+        self._lines = [Strip(line) for line in lines]
+        self.virtual_size = Size(width, len(self._lines))
+        self.scroll_to(y=0, animate=False)
+        self.refresh()
+
+    def render_line(self, y: int) -> Strip:
+        idx = y + int(self.scroll_y)
+        width = self.scrollable_content_region.width
+        if idx >= len(self._lines):
+            return Strip.blank(width)
+        return self._lines[idx].crop_extend(0, width, None)
 
 
 class NarrationPane(Static):
