@@ -72,7 +72,7 @@ def test_view_a_real_trace_in_tmux(traced, tmp_path):
         screen = term.wait_for("Step 1 of 6")
         assert "K/N = 1KiB" in screen
         term.keys("?")
-        term.wait_for("same collective, next rank")
+        term.wait_for("next collective")
         term.keys("Escape", "q")
         deadline = time.monotonic() + 15
         while not done.exists() and time.monotonic() < deadline:
