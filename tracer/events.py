@@ -10,6 +10,8 @@ and `write_jsonl` convert to and from the JSON Lines form that `disttrace events
 
 from __future__ import annotations
 
+import gc
+import os
 import sys
 from array import array
 from dataclasses import dataclass, field
@@ -282,20 +284,39 @@ def read_jsonl(path: str, table: EventTable | None = None, progress=None) -> Eve
     now and then on large files."""
     table = table if table is not None else EventTable()
     try:
-        with open(path, "rb") as fh:
-            data = fh.read()
+        fh = open(path, "rb")
+        size = max(os.fstat(fh.fileno()).st_size, 1)
     except OSError as e:
         raise TraceError(f"cannot read {path}: {e.strerror or e}") from None
+    with fh, gc_paused():
+        return _read_lines(path, fh, size, table, progress)
+
+
+class gc_paused:
+    """Pause the cyclic garbage collector while millions of acyclic objects are made: left on, it walks
+    everything alive again and again as the allocations pile up (the reading then takes several times longer)."""
+
+    def __enter__(self):
+        self.was = gc.isenabled()
+        gc.disable()
+
+    def __exit__(self, *exc):
+        if self.was:
+            gc.enable()
+        return False
+
+
+def _read_lines(path, fh, size, table, progress):
     loads = orjson.loads
     bad = 0
     first_bad = ""
     events: list = []
-    lines = data.splitlines()
-    del data
-    step = max(len(lines) // 20, 50_000)
-    for lineno, line in enumerate(lines, 1):
-        if progress is not None and lineno % step == 0:
-            progress(0.7 * lineno / len(lines), "parsing")
+    n_before = len(table)
+    done = 0
+    for lineno, line in enumerate(fh, 1):  # streamed: the file is never held whole in memory
+        done += len(line)
+        if progress is not None and lineno % 50_000 == 0:
+            progress(done / size, "reading events")
         try:
             ev = loads(line)
         except orjson.JSONDecodeError as e:
@@ -312,8 +333,12 @@ def read_jsonl(path: str, table: EventTable | None = None, progress=None) -> Eve
             raise TraceError(f"{path}: written by a newer disttrace (events format v{v}, this reads "
                              f"v{EVENTS_VERSION}); upgrade disttrace")
         events.append(ev)
-    del lines
-    n_before = len(table)
+        if len(events) == _BATCH:
+            # columns a batch at a time: the parsed dicts (a KB or more each) never pile up for the whole file
+            skipped, why = extend(table, events)
+            bad += skipped
+            first_bad = first_bad or why
+            events = []
     skipped, why = extend(table, events)
     bad += skipped
     first_bad = first_bad or why
@@ -327,6 +352,9 @@ def read_jsonl(path: str, table: EventTable | None = None, progress=None) -> Eve
     if progress is not None:
         progress(1.0, "parsed")
     return table
+
+
+_BATCH = 65536
 
 
 def extend(table: EventTable, events: list) -> tuple[int, str]:
@@ -358,10 +386,8 @@ def _columns(table: EventTable, evs: list) -> dict:
     intern = sys.intern
 
     def ints(key, default=NONE):
-        values = [default if (v := e.get(key)) is None else v for e in evs]
-        if not all(type(v) is int for v in values):  # array() would take floats and bools
-            raise TypeError(f"{key} must be an integer")
-        out = array("q", values)  # OverflowError past 2**63
+        # array() raises TypeError on anything but an int (a bool passes as 0/1) and OverflowError past 2**63
+        out = array("q", [default if (v := e.get(key)) is None else v for e in evs])
         if min(out, default=0) < -1:
             raise ValueError(f"negative {key}")
         return out
@@ -381,15 +407,19 @@ def _columns(table: EventTable, evs: list) -> dict:
     for e in evs:
         name = e.get("group")
         ranks = e.get("group_ranks") or ()
-        hit = cache.get(name) if type(name) is str else None
+        # groups of the same name (every rank's "tp") differ by their ranks: key by name, first rank and size
+        key = None
+        if (name is None or type(name) is str) and type(ranks) in (list, tuple):
+            key = (name, ranks[0] if ranks else -1, len(ranks))
+        hit = cache.get(key)
         if hit is not None and hit[0] == ranks:
             gid.append(hit[1])
             continue
         if not isinstance(ranks, (list, tuple)) or not all(type(r) is int for r in ranks):
             raise TypeError("group_ranks must be a list of integers")
         g = table.group_id(_text(name) or _default_group_name(ranks), ranks)
-        if type(name) is str:
-            cache[name] = (ranks, g)
+        if key is not None:
+            cache[key] = (ranks, g)
         gid.append(g)
     end = ints("end_ns")
     status = [intern(_text(st)) if (st := e.get("status")) else ("ok" if e.get("end_ns") is not None else "unfinished")
