@@ -18,7 +18,7 @@ from typing import Callable
 
 import orjson
 
-from .events import NONE, OPS, EventTable, RankInfo, TraceError, _text, read_jsonl
+from .events import NONE, OPS, EventTable, RankInfo, TraceError, _text, gc_paused, read_jsonl
 
 FORMAT_VERSION = 1  # on-disk format version this reader understands (the "v" of the meta record)
 _INT = int
@@ -61,7 +61,8 @@ def load_trace(paths: list[str] | str, progress: Progress | None = None) -> Even
         else:
             raise TraceError(f"{p}: not a trace directory or events file")
     if rank_files:
-        _load_rank_files(rank_files, table, progress)
+        with gc_paused():
+            _load_rank_files(rank_files, table, progress)
     if len(table) == 0:
         raise TraceError(f"{', '.join(paths)}: the trace holds no events (did the job call torch.distributed?)")
     table.sort()
@@ -287,6 +288,17 @@ def written_size(path: str, tail: int = 16 << 20) -> int:
         return 0
     zero = data.find(b"\0")
     return size if zero < 0 else start + zero
+
+
+def trace_size(paths) -> int:
+    """Bytes written so far into trace dirs and events files: grows while a job runs (for --follow)."""
+    total = 0
+    for p in paths:
+        if os.path.isdir(p):
+            total += sum(written_size(f) for f in find_rank_files(p))
+        elif os.path.isfile(p):
+            total += os.path.getsize(p)
+    return total
 
 
 def run_info(path: str) -> dict | None:

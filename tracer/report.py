@@ -19,7 +19,7 @@ from .analysis import analyze, to_json
 from .analysis.model import Analysis
 from .analysis.units import fmt_bytes, fmt_gbps, fmt_ns, fmt_ranks
 from .events import TraceError
-from .reader import find_rank_files, load_trace, run_info, written_size
+from .reader import load_trace, run_info, trace_size
 
 PROBLEM_STYLE = {"hang": "bold red", "mismatch": "bold red", "divergence": "bold magenta", "unmatched": "yellow",
                  "clock": "yellow"}
@@ -66,7 +66,7 @@ def follow(args) -> int:
     try:
         while True:
             ended = all(not os.path.isdir(p) or run_info(p) is not None for p in args.trace)
-            size = _trace_size(args.trace)
+            size = trace_size(args.trace)
             if size != last_size or ended:
                 try:
                     a = analyze(load_trace(args.trace))
@@ -92,16 +92,6 @@ def follow(args) -> int:
             time.sleep(args.interval)
     except KeyboardInterrupt:
         return rc
-
-
-def _trace_size(paths) -> int:
-    total = 0
-    for p in paths:
-        if os.path.isdir(p):
-            total += sum(written_size(f) for f in find_rank_files(p))
-        elif os.path.isfile(p):
-            total += os.path.getsize(p)
-    return total
 
 
 class _progress:

@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 
 from textual import work
 from textual.app import App, ComposeResult, SystemCommand
+from textual.binding import Binding
 from textual.containers import Center, Middle
 from textual.screen import Screen
-from textual.widgets import Label, ProgressBar
+from textual.widgets import Label, ProgressBar, TabbedContent
 
 from disttrace.tracer.events import EventTable, TraceError
+from disttrace.tracer.reader import trace_size
 
 from . import loading
 from .model.narration import Narration, load_narration
@@ -54,9 +57,17 @@ class DisttraceApp(App[int]):
     CSS_PATH = "app.tcss"
     TITLE = "disttrace"
 
+    BINDINGS = [Binding("F", "follow_newest", "follow newest", show=False,
+                        tooltip="--follow: keep the playhead on the newest event")]
+
+    FOLLOW_INTERVAL_S = 2.0
+
     def __init__(self, paths: list[str], step_mode: bool = False, table: EventTable | None = None,
-                 store: TraceStore | None = None, narration: Narration | None = None) -> None:
+                 store: TraceStore | None = None, narration: Narration | None = None, follow: bool = False) -> None:
         super().__init__()
+        self.follow = follow
+        self.follow_newest = False
+        self._seen_size = -1
         self.paths = list(paths)
         self.step_mode = step_mode
         self.table = table
@@ -67,11 +78,62 @@ class DisttraceApp(App[int]):
         self.sub_title = " ".join(self.paths)
 
     def on_mount(self) -> None:
+        if self.follow:
+            self._seen_size = trace_size(self.paths)
+            self.set_interval(self.FOLLOW_INTERVAL_S, self._poll_follow)
         if self.store is not None:
             self._show(self.store, self.narration)
             return
         self.push_screen(LoadingScreen(" ".join(self.paths)))
         self._load()
+
+    # -- --follow: a trace still being written ---------------------------------------------------------------
+    def _poll_follow(self) -> None:
+        size = trace_size(self.paths)
+        if size != self._seen_size:
+            self._seen_size = size
+            if isinstance(self.screen, ViewerScreen):
+                self._reload()
+
+    @work(thread=True, exclusive=True, group="follow")
+    def _reload(self) -> None:
+        """Read the grown trace again (with its analysis) and swap it in on the UI thread."""
+        try:
+            store, narration = loading.load_store(self.paths)
+        except TraceError:
+            return  # not readable yet (the job has not written its first events): try at the next poll
+        self.call_from_thread(self._swap, store, narration)
+
+    def _swap(self, store: TraceStore, narration: Narration | None) -> None:
+        old = self.screen if isinstance(self.screen, ViewerScreen) else None
+        if old is None:  # the first view is on its way to the screen: take this one at the next poll
+            self._seen_size = -1
+            return
+        if not old.ready:  # the previous view is still being put on screen: take this one at the next poll
+            self._seen_size = -1
+            return
+        t = store.table
+        if self.follow_newest:
+            start = len(t) - 1
+        else:  # the same event as before, found by (rank, id) in the new, longer table
+            start = -1
+            if old.playhead >= 0:
+                key = (old.store.table.rank[old.playhead], old.store.table.id[old.playhead])
+                start = next((i for i in range(len(t)) if (t.rank[i], t.id[i]) == key), -1)
+        screen = ViewerScreen(store, narration, start_row=start)
+        screen.initial_view = old.query_one(TabbedContent).active or "timeline"
+        self.store = store
+        self.switch_screen(screen)
+
+    def action_follow_newest(self) -> None:
+        if not self.follow:
+            self.notify("start the viewer with --follow to follow a running job", severity="warning")
+            return
+        self.follow_newest = not self.follow_newest
+        self.notify("following the newest event" if self.follow_newest else "stopped following the newest event")
+        if self.follow_newest:
+            self._seen_size = -1  # jump now
+            self._poll_follow()
 
     @work(thread=True, exclusive=True)
     def _load(self) -> None:
@@ -127,11 +189,30 @@ class DisttraceApp(App[int]):
                                         lambda action=b.action: self.run_action(action, screen))
 
 
-def open_viewer(paths: list[str], step_mode: bool = False) -> int:
-    """Open the viewer on trace dirs / events files; returns the exit code (2 with a message on bad input)."""
+def _wait_for_first_events(paths: list[str]) -> tuple[TraceStore, Narration | None]:
+    """--follow on a job that has not written its first events yet: wait for them (Ctrl-C gives up)."""
+    said = False
+    while True:
+        for p in paths:
+            if not os.path.exists(p):
+                raise TraceError(f"{p}: no such file or directory")
+        try:
+            return loading.load_store(paths)
+        except TraceError as e:
+            if not said:
+                sys.stderr.write(f"disttrace view: waiting for the job to write its trace ({e}); Ctrl-C to stop\n")
+                said = True
+        time.sleep(DisttraceApp.FOLLOW_INTERVAL_S / 2)
+
+
+def open_viewer(paths: list[str], step_mode: bool = False, follow: bool = False) -> int:
+    """Open the viewer on trace dirs / events files; returns the exit code (2 with a message on bad input).
+    With follow, the trace may still be being written (or not be there yet): the viewer keeps reading it."""
     try:
         store = narration = None
-        if loading.input_size(paths) < PRELOAD_BYTES:
+        if follow:
+            store, narration = _wait_for_first_events(paths)
+        elif loading.input_size(paths) < PRELOAD_BYTES:
             store, narration = loading.load_store(paths)
         else:
             for p in paths:
@@ -140,7 +221,9 @@ def open_viewer(paths: list[str], step_mode: bool = False) -> int:
     except TraceError as e:
         sys.stderr.write(f"disttrace view: error: {e}\n")
         return 2
-    app = DisttraceApp(paths, step_mode=step_mode, store=store, narration=narration)
+    except KeyboardInterrupt:
+        return 130
+    app = DisttraceApp(paths, step_mode=step_mode, store=store, narration=narration, follow=follow)
     app.run()
     if app.error:
         sys.stderr.write(f"disttrace view: error: {app.error}\n")

@@ -11,9 +11,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "events .jsonl file (`disttrace events` output)")
     parser.add_argument("--step", action="store_true",
                         help="start in step-through mode at the first event (n/N step, space plays)")
+    parser.add_argument("--follow", action="store_true",
+                        help="keep reading a trace that is still being written: new events appear as the job runs; "
+                             "F moves the playhead to the newest event and keeps it there")
 
 
 def main(args: argparse.Namespace) -> int:
     from .app import open_viewer
 
-    return open_viewer(list(args.traces), step_mode=args.step)
+    return open_viewer(list(args.traces), step_mode=args.step, follow=args.follow)

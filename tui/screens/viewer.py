@@ -131,6 +131,8 @@ class ViewerScreen(Screen):
         self.store = store
         self.narration = narration
         self.start_row = start_row
+        self.initial_view = "timeline"
+        self.ready = False
         self._timer: Timer | None = None
         self.title_text = title
         self.last_search = ""
@@ -207,6 +209,9 @@ class ViewerScreen(Screen):
         self.playhead = self.start_row
         if self.start_row < 0:
             self.selection = -1
+        if self.initial_view != "timeline":  # a --follow reload keeps the view the user was on
+            self.call_after_refresh(self.action_view, self.initial_view)
+        self.call_after_refresh(setattr, self, "ready", True)  # fully on screen: a --follow reload may replace it
 
     # -- state changes ------------------------------------------------------------------------------
     def watch_playhead(self, row: int) -> None:
