@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import queue
 import re
 import subprocess
+import threading
 import time
 
 import pytest
@@ -19,20 +21,28 @@ def test_hang_diagnosis_names_the_missing_rank_and_its_line(tmp_path):
                         *torchrun_cmd("rec_hang.py", 2))
     started = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    lines, seen_at = [], None
+    lines: queue.Queue = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in proc.stderr], daemon=True).start()
+    got, seen_at = [], None
     try:
-        for line in proc.stderr:
-            lines.append(line.rstrip())
+        while time.monotonic() - started < TIMEOUT_S + 90:  # never wait forever on a job that hangs by design
+            try:
+                line = lines.get(timeout=1)
+            except queue.Empty:
+                continue
+            got.append(line.rstrip())
             if line.startswith("disttrace: HANG"):
                 seen_at = time.monotonic() - started
             if "--kill-on-hang: stopping the job" in line:
                 break
-    finally:
         try:
             proc.wait(timeout=60)  # --kill-on-hang ends the job once diagnosed
-        finally:
-            proc.kill()
-    text = "\n".join(lines)
+        except subprocess.TimeoutExpired:
+            pass
+    finally:
+        proc.kill()
+        subprocess.run(["pkill", "-f", str(JOBS / "rec_hang.py")], capture_output=True)
+    text = "\n".join(got)
     assert seen_at is not None, text
     # torch's start-up takes a few seconds on this machine; the diagnosis follows the timeout within seconds
     assert seen_at < TIMEOUT_S + 25, seen_at
