@@ -15,10 +15,9 @@ import tempfile
 import time
 from pathlib import Path
 
-import orjson
 
 sys.path.insert(0, str(Path(__file__).parent))
-from synth import write_synthetic  # noqa: E402
+from synth import ensure_synthetic, time_parse  # noqa: E402
 
 from disttrace.tracer.analysis import analyze, to_json  # noqa: E402
 from disttrace.tracer.reader import load_trace  # noqa: E402
@@ -31,19 +30,8 @@ def main() -> None:
     ap.add_argument("--file", help="use (or create) this .jsonl instead of a temporary one")
     ns = ap.parse_args()
     path = ns.file or os.path.join(tempfile.gettempdir(), f"disttrace_synth_{ns.events}_{ns.ranks}.jsonl")
-    if not os.path.exists(path):
-        t = time.perf_counter()
-        n = write_synthetic(path, ns.events, ns.ranks)
-        print(f"wrote {n:,} events to {path} in {time.perf_counter() - t:.1f} s")
-
-    gc.collect()
-    t0 = time.perf_counter()
-    with open(path, "rb") as f:
-        parsed = [orjson.loads(line) for line in f]
-    parse = time.perf_counter() - t0
-    n = len(parsed)
-    del parsed
-    gc.collect()
+    ensure_synthetic(path, ns.events, ns.ranks)
+    parse, n = time_parse(path)
 
     t0 = time.perf_counter()
     table = load_trace([path])

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import json
 import os
 import statistics
@@ -27,7 +26,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import orjson
 
 sys.path.insert(0, str(Path(__file__).parent))
 
@@ -135,21 +133,10 @@ def main() -> None:
     if ns.child == "stages":
         print(json.dumps(_stages(path)))
         return
-    if not os.path.exists(path):
-        from synth import write_synthetic
+    from synth import ensure_synthetic, time_parse
 
-        t = time.perf_counter()
-        n = write_synthetic(path, ns.events, ns.ranks)
-        print(f"wrote {n:,} events to {path} in {time.perf_counter() - t:.1f} s")
-
-    gc.collect()
-    t0 = time.perf_counter()
-    with open(path, "rb") as f:
-        parsed = [orjson.loads(line) for line in f]
-    parse = time.perf_counter() - t0
-    n = len(parsed)
-    del parsed
-    gc.collect()
+    ensure_synthetic(path, ns.events, ns.ranks)
+    parse, n = time_parse(path)
 
     def child(kind: str) -> dict:
         cmd = [sys.executable, __file__, "--file", path, "--size", ns.size, "--child", kind]

@@ -118,3 +118,32 @@ if __name__ == "__main__":
     out = sys.argv[1] if len(sys.argv) > 1 else "synthetic.jsonl"
     n = int(sys.argv[2]) if len(sys.argv) > 2 else 1_000_000
     print(write_synthetic(out, n), "events written to", out)
+
+
+def ensure_synthetic(path, n_events: int, n_ranks: int) -> None:
+    """Write the synthetic trace to `path` unless it is already there."""
+    import os
+    import time
+
+    if not os.path.exists(path):
+        t = time.perf_counter()
+        n = write_synthetic(path, n_events, n_ranks)
+        print(f"wrote {n:,} events to {path} in {time.perf_counter() - t:.1f} s")
+
+
+def time_parse(path) -> tuple[float, int]:
+    """The yardstick of the benchmarks: seconds to orjson.loads every line (kept, as a reader would), and the
+    number of lines."""
+    import gc
+    import time
+
+    gc.collect()
+    t0 = time.perf_counter()
+    with open(path, "rb") as f:
+        parsed = [orjson.loads(line) for line in f]
+    seconds = time.perf_counter() - t0
+    n = len(parsed)
+    del parsed
+    gc.collect()
+    return seconds, n
+

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .narrate_common import DemoRun, Narration, add, chunks, duration, flat, ms, show, values
+from .narrate_common import DemoRun, Narration, chunks, duration, flat, ms, show, values
 
 def _seed_note(run: DemoRun, default_n: int, seed: str = "seed 002") -> str:
     return f"These are the numbers of {seed}'s worked example." if run.nproc == default_n else \

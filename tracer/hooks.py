@@ -18,7 +18,6 @@ from __future__ import annotations
 import atexit
 import functools
 import os
-import sys
 import threading
 import time
 
