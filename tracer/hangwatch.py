@@ -20,7 +20,7 @@ import orjson
 
 from .reader import find_rank_files
 
-GRACE_S = 2.0  # how long to wait for the other ranks' stacks after the first report
+GRACE_S = 3.0  # how long to wait for the other ranks' stacks after the first report (they look every 1.5 s)
 
 
 class HangMonitor(threading.Thread):
