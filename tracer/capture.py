@@ -31,6 +31,7 @@ from . import callsite, summaries
 from .recorder import Recorder
 
 FORMAT_VERSION = 1
+PENDING_LIMIT = 4096  # finished async ops kept for a wait() that may still come
 SYNC_P2P_APIS = frozenset({"send", "recv"})
 
 
@@ -237,7 +238,7 @@ class Tracer:
         ev = Event(next(self._ids), None, not is_async, cuda, g)
         if ev.id == self._fault_at:
             raise RuntimeError("injected fault (DISTTRACE_TEST_FAULT_AT)")
-        if is_async and op != "send":
+        if is_async and api.startswith("funcol."):  # completed by wait_tensor(output), found by address
             t = _first_tensor(out if out is not None else inp if inplace else None)
             if t is not None:
                 ev.out_ptr = t.data_ptr()
@@ -323,10 +324,11 @@ class Tracer:
             except Exception as e:  # noqa: BLE001
                 err = e
             self.complete(ev, err)
-            if ev.work is not None and not ev.sync:
-                pass  # keep it in pending until the user waits (or never): wait() records its times
-            else:
-                self.pending.pop(id(ev.work), None)
+            # It stays in `pending` so that a later wait() is timed; but DDP's reducer and others never wait
+            # from Python: past a bound, forget the finished ones (their Work objects would pile up for ever).
+            if len(self.pending) > PENDING_LIMIT:
+                for key in [k for k, e in list(self.pending.items()) if e.ended]:
+                    self.pending.pop(key, None)
         except Exception as e:  # noqa: BLE001
             self.fail(e)
 
