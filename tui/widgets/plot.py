@@ -12,6 +12,9 @@ def render_figure(draw: Callable, width: int, height: int) -> Text:
     """Run draw(fig) on plotext's figure sized width x height and return the result as rich Text."""
     import plotext as plt
 
+    # plotext keeps global state: not limiting plots to the real terminal's size makes the chart the widget's
+    # size whatever terminal (or test runner) we run in, and whatever `disttrace report` set before
+    plt.terminal.limit(False, False)
     fig = plt.figure
     fig.clear.all()
     fig.theme("dark")
