@@ -22,6 +22,15 @@ SEL_STYLE = Style(bgcolor="#4a4a78", bold=True)
 PLAY_STYLE = Style(color="#ff8080", bold=True)
 
 
+def short_site(site: str) -> str:
+    """"/long/path/train.py:42 in main" as "train.py:42 main": the list column is narrow, the detail pane has it all."""
+    head, _, func = site.partition(" in ")
+    path, _, line = head.rpartition(":")
+    if not path:
+        return site
+    return f"{path.rsplit('/', 1)[-1]}:{line} {func}".rstrip()
+
+
 class EventList(ScrollView, can_focus=False):
     """All events; the selection is highlighted and kept in view, the playhead marked with ▶."""
 
@@ -67,7 +76,8 @@ class EventList(ScrollView, can_focus=False):
         w = self.store.wait_ns[row]
         return (f"{row:>7} {format_ns(t.start_ns[row] - self.store.t0):>8} r{t.rank[row]:<4}{t.op[row]:<15}"
                 f"{'' if seq < 0 else seq:>4} {format_bytes(t.bytes[row]):>7} "
-                f"{format_ns(dur) if dur is not None else 'never':>7} {format_ns(w) if w else '':>7}  {t.site[row]}")
+                f"{format_ns(dur) if dur is not None else 'never':>7} {format_ns(w) if w else '':>7}  "
+                f"{short_site(t.site[row])}")
 
     def render_line(self, y: int) -> Strip:
         width = self.scrollable_content_region.width
