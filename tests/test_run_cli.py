@@ -145,3 +145,15 @@ def test_two_nodes_each_with_its_own_dir_merge(tmp_path):
     proc = run_disttrace("events", tmp_path / "node0", tmp_path / "node1")
     starts = [__import__("orjson").loads(l)["start_ns"] for l in proc.stdout.splitlines()]
     assert starts == sorted(starts) and len(starts) == 6
+
+
+def test_the_users_own_sitecustomize_still_runs(tmp_path):
+    """disttrace's bootstrap shadows sitecustomize on PYTHONPATH; it must load the one it shadows."""
+    mine = tmp_path / "site"
+    mine.mkdir()
+    marker = tmp_path / "ran"
+    (mine / "sitecustomize.py").write_text(f"open({str(marker)!r}, 'w').write('yes')\n")
+    proc = run_disttrace("run", "--out", tmp_path / "t", sys.executable, "-c", "pass",
+                         env={"PYTHONPATH": str(mine)})
+    assert proc.returncode == 0, proc.stderr
+    assert marker.read_text() == "yes"
