@@ -23,6 +23,7 @@ class Transfer:
     chunk: int | None
     bytes: int
     reduce: bool  # the receiver adds it to its copy (reduce-scatter) rather than overwriting (all-gather)
+    send_row: int | None = None  # a recorded message: the send's event row (its values, when recorded)
 
 
 @dataclass
@@ -98,5 +99,5 @@ def p2p_steps(matches, ranks: list[int]) -> list[RingStep]:
     by_order: dict[int, list[Transfer]] = {}
     for m in matches:
         if m.src in pos and m.dst in pos:
-            by_order.setdefault(m.order, []).append(Transfer(pos[m.src], pos[m.dst], None, m.bytes, False))
+            by_order.setdefault(m.order, []).append(Transfer(pos[m.src], pos[m.dst], None, m.bytes, False, m.send))
     return [RingStep(k, "p2p", sorted(by_order[o], key=lambda t: t.src)) for k, o in enumerate(sorted(by_order))]

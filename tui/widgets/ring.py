@@ -161,10 +161,30 @@ class RingView(Widget, can_focus=False):
                              f": step {k + 1} of {len(steps)} (the {k + 1}. message on every link), "
                              f"{len(step.transfers)} messages, {format_bytes(total)} in all.   ] / [ other steps\n")
         lines = Text()
+        table = self.store.table
         for t in step.transfers:
             lines.append(f" r{ranks[t.src]} ", style="bold reverse")
-            lines.append(f" ─ {format_bytes(t.bytes)} ─▶ ", style="#ffd75f")
+            # what was sent, when the trace recorded the values (--summaries full): the chunk itself
+            sent = table.in_[t.send_row] if t.send_row is not None else None
+            values = sent.get("values") if isinstance(sent, dict) else None
+            what = f"{_short(values)} ({format_bytes(t.bytes)})" if values is not None else format_bytes(t.bytes)
+            lines.append(f" ─ {what} ─▶ ", style="#ffd75f")
             lines.append(f" r{ranks[t.dst]} ", style="bold reverse")
             ring = (t.dst - t.src) % len(ranks) == 1
             lines.append("  (next in the ring)\n" if ring else "\n", style="dim")
         return Group(head, lines)
+
+
+def _short(values, limit: int = 40) -> str:
+    """Recorded values as a compact list, cut to `limit` characters."""
+    text = "[" + ", ".join(f"{v:g}" if isinstance(v, float) else str(v) for v in _flat(values)) + "]"
+    return text if len(text) <= limit else text[: limit - 2] + "…]"
+
+
+def _flat(values):
+    for v in values if isinstance(values, list) else [values]:
+        if isinstance(v, list):
+            yield from _flat(v)
+        else:
+            yield v
+
