@@ -94,12 +94,14 @@ class Group:
 class Event:
     """An op in flight. `sync`: ends at the next wait() on this thread; `waited`: the user called wait()."""
 
-    __slots__ = ("id", "tensors", "sync", "ended", "cuda", "work", "peer_any", "group", "seq", "out_ptr", "info")
+    __slots__ = ("id", "tensors", "sync", "ended", "cuda", "work", "peer_any", "group", "seq", "out_ptr", "info",
+                 "watched")
 
     def __init__(self, id, tensors, sync, cuda, group):
         self.id, self.tensors, self.sync, self.cuda, self.group = id, tensors, sync, cuda, group
         self.seq = None
         self.out_ptr = 0
+        self.watched = False  # something will tell us when it completes (a future callback, the CUDA watcher)
         self.ended = False
         self.work = None
         self.peer_any = False
@@ -160,7 +162,6 @@ class Tracer:
         self.watchdog = None
         self.backward_site = None  # the user's backward() line while a backward pass runs (hooks.py sets it)
         self.tls = threading.local()
-        self.lock = threading.Lock()
         self.in_flight: dict[int, tuple] = {}  # event id -> (op, group, group_seq, start, thread) for the watchdog
         # Fault injection for the tests that prove an internal failure never reaches the job
         fault = os.environ.get("DISTTRACE_TEST_FAULT_AT")
@@ -305,6 +306,7 @@ class Tracer:
         if ev.out_ptr:
             self.by_ptr[ev.out_ptr] = ev  # functional collectives complete through wait_tensor(output)
         if ev.cuda:
+            ev.watched = True
             # A CUDA Work's future completes on the host as soon as the op is enqueued, so its callback says
             # nothing about the device. Work.is_completed() queries the op's CUDA events without blocking: a
             # watcher thread polls it (resolution: the polling interval, about a millisecond).
@@ -314,6 +316,7 @@ class Tracer:
             fut = w.get_future()
         except Exception:  # noqa: BLE001 - gloo send/recv have no future: they end at wait()
             return
+        ev.watched = True
         fut.add_done_callback(lambda f, ev=ev: self._future_done(ev, f))
 
     def _future_done(self, ev: Event, fut) -> None:
@@ -337,11 +340,11 @@ class Tracer:
             return
         ev.ended = True
         t = t or time.monotonic_ns()
+        self.in_flight.pop(ev.id, None)
+        if ev.out_ptr and self.by_ptr.get(ev.out_ptr) is ev and ev.work is None:
+            del self.by_ptr[ev.out_ptr]
         if err is None and not bound and not ev.peer_any and ev.tensors is None:
             # the common case, formatted directly: a third of the cost of a dict through orjson
-            self.in_flight.pop(ev.id, None)
-            if ev.out_ptr and self.by_ptr.get(ev.out_ptr) is ev and ev.work is None:
-                del self.by_ptr[ev.out_ptr]
             if type(ev.seq) is int:
                 self.rec.write_raw(b'{"k":"e","i":%d,"t":%d,"seq":%d}\n' % (ev.id, t, ev.seq))
             else:
@@ -363,9 +366,6 @@ class Tracer:
         if ev.tensors is not None and err is None:
             self._summary(rec, ev.id, "out", summaries.summarize(ev.tensors, self.mode == "full"))
             ev.tensors = None
-        self.in_flight.pop(ev.id, None)
-        if ev.out_ptr and self.by_ptr.get(ev.out_ptr) is ev and ev.work is None:
-            del self.by_ptr[ev.out_ptr]
         self.rec.write(rec)
 
     def wait_begins(self, work, t0: int) -> None:
@@ -385,7 +385,7 @@ class Tracer:
             return
         self.in_flight.pop(ev.id, None)
         self.rec.write({"k": "w", "i": ev.id, "t0": t0, "t1": t1})
-        if not ev.ended and (ev.work is None or not _has_future(ev.work) or err is not None):
+        if not ev.ended and (not ev.watched or err is not None):
             self.complete(ev, err, t1)
         ev.work = None
 
@@ -441,14 +441,6 @@ class Tracer:
 
 _MAIN_THREAD = threading.main_thread().ident
 _DTYPES: dict = {}  # torch.dtype -> "float32"
-
-
-def _has_future(work) -> bool:
-    try:
-        work.get_future()
-        return True
-    except Exception:  # noqa: BLE001
-        return False
 
 
 def _backend_name(pg) -> str:

@@ -51,10 +51,6 @@ def install(out_dir: str, summaries: str = "off", hang_timeout: float = 0.0) -> 
         _start()
 
 
-def active() -> Tracer | None:
-    return _tracer
-
-
 def uninstall() -> None:
     """Stop tracing and take every hook out again (the programmatic trace() block ends)."""
     global _lib, _funcol_lib, _installed

@@ -77,14 +77,6 @@ class Recorder:
         except Exception as e:  # noqa: BLE001 - tracing must never break the job
             self.disable(f"cannot write {self.path}: {e}")
 
-    def flush(self) -> None:
-        with self._lock:
-            if self._map is not None:
-                try:
-                    self._map.flush()
-                except (OSError, ValueError):
-                    pass
-
     def close(self) -> None:
         """Unmap and cut the file to the bytes written. Safe to call twice."""
         with self._lock:
