@@ -1,12 +1,12 @@
 """Recording overhead, measured side by side in one run: traced / untraced time per op.
 
-    python benchmarks/bench_recorder.py [--iters 2000] [--rounds 5]
+    python benchmarks/bench_recorder.py [--iters 2000] [--rounds 20] [--case '4 KiB']
 
 Starts 2 ranks on gloo with torchrun (this file is also the worker). Each round runs the same loop untraced and
-traced in every summaries mode, alternating, so that the machine's noise hits all of them alike. Every op (or
-step) is timed on its own and the median is taken: on 2 shared cores a gloo op is ~0.3 ms when both ranks are
-scheduled and several ms when one is not, and a mean would measure the scheduler. Printed: the median over
-rounds of the per-op medians, and traced / untraced. Cases:
+traced in every summaries mode, in short interleaved blocks (--rounds of them, the order rotated each time), so
+that the machine's noise hits all of them alike. Every op (or step) is timed on its own and the median of all
+of a mode's ops is taken: on 2 shared cores a gloo op is ~0.4 ms when both ranks are scheduled and several ms
+when one is not, and a mean would measure the scheduler. Printed: that median, and traced / untraced. Cases:
 - 2000 all_reduces of 4 KiB (goal: default mode <= 1.05x), and of 1 MiB;
 - a DDP training step of a small MLP (goal <= 1.03x);
 - a compute-only step, forward/backward with no collective (goal <= 1.01x): the dispatcher hooks are on
@@ -24,7 +24,7 @@ import tempfile
 import time
 
 
-def _worker(iters: int, rounds: int) -> None:
+def _worker(iters: int, rounds: int, only: str) -> None:
     import torch
     import torch.distributed as dist
 
@@ -46,7 +46,7 @@ def _worker(iters: int, rounds: int) -> None:
                 t0 = clock()
                 dist.all_reduce(t)
                 times.append(clock() - t0)
-            return statistics.median(times)
+            return times
         return run
 
     model = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.GELU(), torch.nn.Linear(1024, 256))
@@ -63,7 +63,7 @@ def _worker(iters: int, rounds: int) -> None:
                 ddp(x).square().mean().backward()
                 opt.step()
                 times.append(clock() - t0)
-            return statistics.median(times)
+            return times
         return run
 
     local = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.GELU(), torch.nn.Linear(1024, 256))
@@ -75,55 +75,60 @@ def _worker(iters: int, rounds: int) -> None:
                 t0 = clock()
                 local(x).square().mean().backward()
                 times.append(clock() - t0)
-            return statistics.median(times)
+            return times
         return run
 
+    blocks = rounds
     cases = [
-        ("all_reduce 4 KiB", allreduce_loop(1024, iters), iters),
-        ("all_reduce 1 MiB", allreduce_loop(256 * 1024, max(iters // 10, 20)), max(iters // 10, 20)),
-        ("DDP training step", ddp_loop(max(iters // 20, 20)), max(iters // 20, 20)),
-        ("compute only (no collective)", compute_loop(max(iters // 20, 20)), max(iters // 20, 20)),
+        ("all_reduce 4 KiB", allreduce_loop(1024, iters // blocks), iters),
+        ("all_reduce 1 MiB", allreduce_loop(256 * 1024, max(iters // 10 // blocks, 2)), max(iters // 10, 2 * blocks)),
+        ("DDP training step", ddp_loop(max(iters // 20 // blocks, 2)), max(iters // 20, 2 * blocks)),
+        ("compute only (no collective)", compute_loop(max(iters // 20 // blocks, 2)), max(iters // 20, 2 * blocks)),
     ]
+    cases = [c for c in cases if only.lower() in c[0].lower()]
     modes = ["untraced", "off", "stats", "full"]
     results: dict = {}
     for name, run, n in cases:
         run()  # warm up
         times = {m: [] for m in modes}
-        for r in range(rounds):
-            for m in modes:
+        for b in range(blocks):
+            # a short block of each mode in turn, the order rotated each time: the machine's slow phases
+            # (seconds long on a shared VM) then fall on every mode alike
+            for m in modes[b % len(modes):] + modes[:b % len(modes)]:
                 dist.barrier()
                 if m == "untraced":
-                    times[m].append(run())
+                    times[m] += run()
                 else:
-                    with trace(out=os.path.join(tmp, f"{name[:3]}-{m}-{r}"), summaries=m):
+                    with trace(out=os.path.join(tmp, f"{name[:3]}-{m}-{b}"), summaries=m):
                         dist.barrier()
-                        times[m].append(run())
+                        times[m] += run()
         results[name] = ({m: statistics.median(v) * 1e6 for m, v in times.items()}, n)
     if rank == 0:
         goals = {"all_reduce 4 KiB": 1.05, "DDP training step": 1.03, "compute only (no collective)": 1.01}
         print(f"{'case':32} {'untraced':>11} {'off':>14} {'stats':>14} {'full':>14}   goal (default mode)")
         for name, (us, n) in results.items():
             base = us["untraced"]
-            cells = [f"{us[m]:9.1f} µs"] + [f"{us[m] / base:6.3f}x ({us[m] - base:+.1f})" for m in modes[1:]]
+            cells = [f"{base:9.1f} µs"] + [f"{us[m] / base:6.3f}x ({us[m] - base:+.1f})" for m in modes[1:]]
             goal = goals.get(name)
             verdict = "" if goal is None else (f"<= {goal:.2f}x " + ("met" if us["off"] / base <= goal else "MISSED"))
             print(f"{name:32} {cells[0]:>11} {cells[1]:>14} {cells[2]:>14} {cells[3]:>14}   {verdict}")
-        print(f"(median time per op or per step; median over {rounds} alternating rounds; ratio = traced / untraced; "
-              f"in parentheses the µs added)")
+        print(f"(median time per op or per step, over {blocks} interleaved blocks of each mode; ratio = traced / "
+              f"untraced; in parentheses the µs added)")
     dist.destroy_process_group()
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--iters", type=int, default=2000)
-    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--rounds", type=int, default=20, help="interleaved blocks per mode")
+    p.add_argument("--case", default="", help="run only the cases whose name contains this (e.g. '4 KiB', 'DDP')")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.worker:
-        _worker(a.iters, a.rounds)
+        _worker(a.iters, a.rounds, a.case)
         return 0
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", __file__,
-           "--worker", "--iters", str(a.iters), "--rounds", str(a.rounds)]
+           "--worker", "--iters", str(a.iters), "--rounds", str(a.rounds), "--case", a.case]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     return subprocess.call(cmd, env=env)
 

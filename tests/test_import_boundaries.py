@@ -31,7 +31,8 @@ def test_readers_and_analysis_import_neither_torch_nor_textual(module):
 def test_viewer_never_imports_torch_nor_the_hooks(module):
     mods = loaded_after_import(module)
     assert "torch" not in mods
-    assert not {"disttrace.tracer.hooks", "disttrace.tracer.capture", "disttrace.tracer.summaries"} & mods
+    assert not {"disttrace.tracer.hooks", "disttrace.tracer.fastpath", "disttrace.tracer.capture",
+                "disttrace.tracer.summaries"} & mods
 
 
 def test_recording_never_imports_the_viewer():

@@ -45,12 +45,14 @@ USER, OWN, C10D, TORCH = 0, 1, 2, 3
 # frames too generic to name an origin: the next one out says more
 _GENERIC = frozenset({"<listcomp>", "<genexpr>", "<dictcomp>", "<lambda>", "wrapper", "inner", "decorate_context",
                       "_fn", "fn"})
+# A tensor subclass's or mode's handler passes the op on; the line that called the collective is further out
+_HANDLERS = frozenset({"__torch_dispatch__", "__torch_function__"})
 _cache: dict = {}
 
 
 def _classify(code) -> tuple[int, str | None]:
     path = code.co_filename
-    if path.startswith(_OWN_DIR):
+    if path.startswith(_OWN_DIR) or code.co_name in _HANDLERS:
         return OWN, None
     if not path.startswith(_TORCH_DIR):
         in_stdlib = path.startswith(_SKIP_DIRS) and "site-packages" not in path and "dist-packages" not in path

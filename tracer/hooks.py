@@ -18,6 +18,7 @@ from __future__ import annotations
 import atexit
 import functools
 import os
+import sys
 import threading
 import time
 
@@ -25,7 +26,7 @@ import torch
 import torch.distributed as dist
 from torch._C import DispatchKey
 
-from . import callsite, clock
+from . import callsite, clock, fastpath
 from .capture import SPECS, Tracer
 
 ENV_OUT = "DISTTRACE_OUT"
@@ -60,6 +61,7 @@ def uninstall() -> None:
         if lib is not None:
             lib._destroy()
     _lib = _funcol_lib = None
+    fastpath.uninstall()
     Work = dist.distributed_c10d.Work
     orig = getattr(Work.wait, "_disttrace_orig", None)
     if orig is not None:
@@ -114,6 +116,7 @@ def _start() -> None:
     try:
         _align_clock("start")
         _register_kernels()
+        fastpath.install(sys.modules[__name__])
         _patch_work_wait()
         _patch_backward()
         atexit.register(stop)

@@ -1,0 +1,96 @@
+"""The same Python-API ops twice: first as a user calls them (fastpath.py records them in ProcessGroup's
+methods, skipping the dispatcher kernel), then under a pass-through TorchDispatchMode, which sends them the
+kernel's way (hooks.py). tests/test_record_paths.py checks that both ways record the same fields and that
+the values are right either way. 2 ranks, gloo."""
+
+import sys
+
+import torch
+import torch.distributed as dist
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from disttrace.tracer import capture
+
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+assert world == 2
+other = 1 - rank
+paths = {"kernel": 0, "python": 0}
+_begin, _begin_python = capture.Tracer.begin, capture.Tracer.begin_python
+
+
+def counting(name, fn):
+    def wrapped(self, *args):
+        paths[name] += 1
+        return fn(self, *args)
+    return wrapped
+
+
+capture.Tracer.begin = counting("kernel", _begin)
+capture.Tracer.begin_python = counting("python", _begin_python)
+
+
+class PassThrough(TorchDispatchMode):
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
+def ops():
+    got = []
+    t = torch.full((4,), float(rank + 1))
+    dist.all_reduce(t)                                           # [3, 3, 3, 3]
+    got.append(t.tolist())
+    b = torch.full((2,), float(rank))
+    dist.broadcast(b, src=1)                                     # [1, 1]
+    got.append(b.tolist())
+    r = torch.full((3,), float(rank + 1))
+    dist.reduce(r, dst=0)                                        # rank 0: [3, 3, 3]
+    got.append(r.tolist() if rank == 0 else None)
+    ag = [torch.empty(2) for _ in range(world)]
+    dist.all_gather(ag, torch.full((2,), float(rank)))           # [[0, 0], [1, 1]]
+    got.append([x.tolist() for x in ag])
+    agt = torch.empty(2 * world)
+    dist.all_gather_into_tensor(agt, torch.full((2,), float(rank + 5)))
+    got.append(agt.tolist())                                     # [5, 5, 6, 6]
+    rs = torch.empty(2)
+    dist.reduce_scatter_tensor(rs, torch.arange(4, dtype=torch.float32))
+    got.append(rs.tolist())                                      # rank 0: [0, 2]; rank 1: [4, 6]
+    a2a = torch.empty(2)
+    dist.all_to_all_single(a2a, torch.tensor([10.0 * rank, 10.0 * rank + 1]))
+    got.append(a2a.tolist())                                     # rank 0: [0, 10]; rank 1: [1, 11]
+    gl = [torch.empty(1) for _ in range(world)] if rank == 0 else None
+    dist.gather(torch.tensor([float(rank + 7)]), gl, dst=0)      # rank 0: [[7], [8]]
+    got.append([x.tolist() for x in gl] if rank == 0 else None)
+    sc = torch.empty(1)
+    dist.scatter(sc, [torch.tensor([4.0]), torch.tensor([9.0])] if rank == 1 else None, src=1)
+    got.append(sc.tolist())                                      # rank 0: [4]; rank 1: [9]
+    p = torch.full((3,), float(rank))
+    if rank == 0:
+        dist.send(p, dst=1)
+        dist.recv(p, src=1)
+    else:
+        q = torch.empty(3)
+        dist.recv(q, src=0)
+        dist.send(p, dst=0)
+        p = q
+    got.append(p.tolist())                                       # rank 0: [1, 1, 1]; rank 1: [0, 0, 0]
+    buf = torch.empty(2)
+    reqs = [dist.isend(torch.full((2,), float(rank + 20)), other), dist.irecv(buf, other)]
+    for req in reqs:
+        req.wait()
+    got.append(buf.tolist())                                     # the other's rank + 20
+    return got
+
+
+first = ops()
+python_only = dict(paths)
+with PassThrough():
+    second = ops()
+assert first == second, (first, second)
+expected_a2a = [[0.0, 10.0], [1.0, 11.0]][rank]
+assert first[0] == [3.0] * 4 and first[1] == [1.0, 1.0] and first[4] == [5.0, 5.0, 6.0, 6.0], first
+assert first[5] == [[0.0, 2.0], [4.0, 6.0]][rank] and first[6] == expected_a2a, first
+assert first[-1] == [other + 20.0] * 2, first
+print(f"PATHS {rank} first={python_only} second={ {k: paths[k] - python_only[k] for k in paths} }", flush=True)
+sys.stdout.flush()
+dist.destroy_process_group()
