@@ -1,8 +1,9 @@
 """The normalized event table: the contract between the reader and everything that reads traces.
 
 One row per torch.distributed operation on one rank, columns stored as arrays (not a dict per event) so
-that a million-event trace fits in tens of MB and analyses can loop over plain ints. This module imports
-neither torch nor textual.
+that a million-event trace fits in about a hundred MB and analyses can loop over plain ints: integers in typed
+arrays, texts and shapes dictionary-encoded, fields most events lack kept sparse (tracer/columns.py). This
+module imports neither torch nor textual.
 
 `EventTable.row(i)` gives one event as the normalized dict documented in docs/FORMAT.md; `iter_jsonl`
 and `write_jsonl` convert to and from the JSON Lines form that `disttrace events` prints.
@@ -12,12 +13,13 @@ from __future__ import annotations
 
 import gc
 import os
-import sys
 from array import array
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator
 
 import orjson
+
+from .columns import CodedColumn, SparseColumn, json_key
 
 #: Version of the normalized event format (the "v" key of each event line).
 EVENTS_VERSION = 1
@@ -36,6 +38,7 @@ _INT_COLUMNS = ("rank", "gid", "group_seq", "peer", "root", "bytes", "start_ns",
                 "wait_start_ns", "wait_end_ns", "seq", "tag", "id")
 _STR_COLUMNS = ("op", "api", "dtype", "status", "site", "host")
 _OBJ_COLUMNS = ("shape", "in_", "out", "error", "extra")
+RANK_LIMIT = 2 ** 31  # ranks (rank, peer, root) and group indexes are 4-byte columns
 
 
 class TraceError(Exception):
@@ -69,11 +72,11 @@ class RankInfo:
 class EventTable:
     """Columnar events, sorted by start_ns (ties by rank). Integer nulls are stored as NONE (-1)."""
 
-    rank: array = field(default_factory=lambda: array("q"))
-    gid: array = field(default_factory=lambda: array("q"))          # index into groups
+    rank: array = field(default_factory=lambda: array("i"))
+    gid: array = field(default_factory=lambda: array("i"))          # index into groups
     group_seq: array = field(default_factory=lambda: array("q"))
-    peer: array = field(default_factory=lambda: array("q"))
-    root: array = field(default_factory=lambda: array("q"))
+    peer: array = field(default_factory=lambda: array("i"))
+    root: array = field(default_factory=lambda: array("i"))
     bytes: array = field(default_factory=lambda: array("q"))
     start_ns: array = field(default_factory=lambda: array("q"))
     end_ns: array = field(default_factory=lambda: array("q"))
@@ -82,17 +85,17 @@ class EventTable:
     seq: array = field(default_factory=lambda: array("q"))            # backend sequence number (Flight Recorder's id)
     tag: array = field(default_factory=lambda: array("q"))
     id: array = field(default_factory=lambda: array("q"))             # per-rank event number
-    op: list = field(default_factory=list)
-    api: list = field(default_factory=list)
-    dtype: list = field(default_factory=list)
-    status: list = field(default_factory=list)
-    site: list = field(default_factory=list)
-    host: list = field(default_factory=list)
-    shape: list = field(default_factory=list)
-    in_: list = field(default_factory=list)
-    out: list = field(default_factory=list)
-    error: list = field(default_factory=list)
-    extra: list = field(default_factory=list)   # any other keys of the event, or None
+    op: CodedColumn = field(default_factory=CodedColumn)
+    api: CodedColumn = field(default_factory=CodedColumn)
+    dtype: CodedColumn = field(default_factory=CodedColumn)
+    status: CodedColumn = field(default_factory=CodedColumn)
+    site: CodedColumn = field(default_factory=CodedColumn)
+    host: CodedColumn = field(default_factory=CodedColumn)
+    shape: CodedColumn = field(default_factory=lambda: CodedColumn(key=json_key))
+    in_: SparseColumn = field(default_factory=SparseColumn)
+    out: SparseColumn = field(default_factory=SparseColumn)
+    error: SparseColumn = field(default_factory=SparseColumn)
+    extra: SparseColumn = field(default_factory=SparseColumn)   # any other keys of the event, or None
     async_op: bytearray = field(default_factory=bytearray)
     groups: list = field(default_factory=list)  # list[Group]
     ranks: dict = field(default_factory=dict)   # rank -> RankInfo
@@ -116,7 +119,6 @@ class EventTable:
         """Append one normalized event dict (missing optional keys are null). Raises KeyError/TypeError/ValueError on
         an event that lacks the required keys or has wrong types, before changing anything: readers turn that
         into a warning and the columns stay the same length."""
-        intern = sys.intern
         op = ev["op"]
         if op not in OPS:
             raise ValueError(f"unknown op {op!r}")
@@ -124,6 +126,9 @@ class EventTable:
         start = _int(ev["start_ns"])
         if rank < 0 or start < 0:
             raise ValueError("negative rank or time")
+        for key in ("rank", "peer", "root"):
+            if type(v := ev.get(key)) is int and v >= RANK_LIMIT:
+                raise ValueError(f"{key} out of range")
         ranks = ev.get("group_ranks") or ()
         if not isinstance(ranks, (list, tuple)) or not all(type(r) is int for r in ranks):
             raise TypeError("group_ranks must be a list of integers")
@@ -132,8 +137,8 @@ class EventTable:
                 _opt_int(ev.get("wait_end_ns")), _opt_int(ev.get("seq")), _opt_int(ev.get("tag")),
                 _opt_int(ev.get("id")))
         status = ev.get("status") or ("ok" if ev.get("end_ns") is not None else "unfinished")
-        texts = (intern(_text(ev.get("api")) or op), intern(_text(ev.get("dtype"))), intern(_text(status)),
-                 intern(_text(ev.get("site"))), intern(_text(ev.get("host"))))
+        texts = (_text(ev.get("api")) or op, _text(ev.get("dtype")), _text(status), _text(ev.get("site")),
+                 _text(ev.get("host")))
         group = _text(ev.get("group")) or _default_group_name(ranks)
         extra = {k: v for k, v in ev.items() if k not in _KNOWN_KEYS}
         # everything is checked: from here on nothing raises, so all columns grow together
@@ -143,7 +148,7 @@ class EventTable:
                            self.wait_end_ns, self.seq, self.tag, self.id), ints):
             col.append(v)
         self.start_ns.append(start)
-        self.op.append(intern(op))
+        self.op.append(op)
         for col, v in zip((self.api, self.dtype, self.status, self.site, self.host), texts):
             col.append(v)
         self.shape.append(ev.get("shape"))
@@ -165,10 +170,9 @@ class EventTable:
         order = sorted(range(n), key=lambda i: (start[i], rank[i], ident[i]))
         for name in _INT_COLUMNS:
             col = getattr(self, name)
-            setattr(self, name, array("q", [col[i] for i in order]))
+            setattr(self, name, array(col.typecode, map(col.__getitem__, order)))
         for name in _STR_COLUMNS + _OBJ_COLUMNS:
-            col = getattr(self, name)
-            setattr(self, name, [col[i] for i in order])
+            setattr(self, name, getattr(self, name).take(order))
         self.async_op = bytearray(self.async_op[i] for i in order)
 
     # -- reading ------------------------------------------------------------------------------
@@ -383,11 +387,9 @@ def extend(table: EventTable, events: list) -> tuple[int, str]:
 
 def _columns(table: EventTable, evs: list) -> dict:
     """Every column of `evs`, validated; raises on the first malformed event (nothing is appended then)."""
-    intern = sys.intern
-
-    def ints(key, default=NONE):
-        # array() raises TypeError on anything but an int (a bool passes as 0/1) and OverflowError past 2**63
-        out = array("q", [default if (v := e.get(key)) is None else v for e in evs])
+    def ints(key, default=NONE, typecode="q"):
+        # array() raises TypeError on anything but an int (a bool passes as 0/1) and OverflowError past its range
+        out = array(typecode, [default if (v := e.get(key)) is None else v for e in evs])
         if min(out, default=0) < -1:
             raise ValueError(f"negative {key}")
         return out
@@ -395,7 +397,7 @@ def _columns(table: EventTable, evs: list) -> dict:
     ops = [e["op"] for e in evs]
     if not set(ops) <= set(OPS):
         raise ValueError(f"unknown op in {set(ops) - set(OPS)}")
-    rank = array("q", [e["rank"] for e in evs])
+    rank = array("i", [e["rank"] for e in evs])
     start = array("q", [e["start_ns"] for e in evs])
     if min(rank) < 0 or min(start) < 0:
         raise ValueError("negative rank or time")
@@ -403,7 +405,7 @@ def _columns(table: EventTable, evs: list) -> dict:
         if type(e["rank"]) is not int or type(e["start_ns"]) is not int:
             raise TypeError("rank and start_ns must be integers")
     cache: dict = {}
-    gid = array("q")
+    gid = array("i")
     for e in evs:
         name = e.get("group")
         ranks = e.get("group_ranks") or ()
@@ -422,19 +424,20 @@ def _columns(table: EventTable, evs: list) -> dict:
             cache[key] = (ranks, g)
         gid.append(g)
     end = ints("end_ns")
-    status = [intern(_text(st)) if (st := e.get("status")) else ("ok" if e.get("end_ns") is not None else "unfinished")
+    status = [_text(st) if (st := e.get("status")) else ("ok" if e.get("end_ns") is not None else "unfinished")
               for e in evs]
     known = _KNOWN_KEYS
     return {
-        "rank": rank, "gid": gid, "group_seq": ints("group_seq"), "peer": ints("peer"), "root": ints("root"),
+        "rank": rank, "gid": gid, "group_seq": ints("group_seq"), "peer": ints("peer", typecode="i"),
+        "root": ints("root", typecode="i"),
         "bytes": ints("bytes", 0), "start_ns": start, "end_ns": end, "wait_start_ns": ints("wait_start_ns"),
         "wait_end_ns": ints("wait_end_ns"), "seq": ints("seq"), "tag": ints("tag"), "id": ints("id"),
-        "op": [intern(o) for o in ops],
-        "api": [intern(a) if type(a := e.get("api")) is str and a else intern(_text(a) or o) for e, o in zip(evs, ops)],
-        "dtype": [intern(d) if type(d := e.get("dtype")) is str else intern(_text(d)) for e in evs],
+        "op": ops,
+        "api": [a if type(a := e.get("api")) is str and a else _text(a) or o for e, o in zip(evs, ops)],
+        "dtype": [d if type(d := e.get("dtype")) is str else _text(d) for e in evs],
         "status": status,
-        "site": [intern(x) if type(x := e.get("site")) is str else intern(_text(x)) for e in evs],
-        "host": [intern(h) if type(h := e.get("host")) is str else intern(_text(h)) for e in evs],
+        "site": [x if type(x := e.get("site")) is str else _text(x) for e in evs],
+        "host": [h if type(h := e.get("host")) is str else _text(h) for e in evs],
         "shape": [e.get("shape") for e in evs],
         "in_": [e.get("in") for e in evs],
         "out": [e.get("out") for e in evs],

@@ -285,7 +285,7 @@ class _Args:
         k = a.instance_of[i] if i < self.n_inst else -1
         if k >= 0:
             c = a.collectives[k]
-            args["wait_ns"] = c.wait_ns.get(t.rank[i], 0)
+            args["wait_ns"] = c.wait_of(t.rank[i])
             args["wait_kind"] = c.wait_kind
             args["last_arrival"] = c.last_arrival
             if c.duration_ns is not None:

@@ -217,6 +217,7 @@ def _append_rank(rf: _RankFile, table: EventTable) -> None:
     cols_int = {name: getattr(table, name) for name in ("rank", "gid", "group_seq", "peer", "root", "bytes",
                                                         "start_ns", "end_ns", "wait_start_ns", "wait_end_ns",
                                                         "seq", "tag", "id")}
+    limits = [2 ** 31 if col.typecode == "i" else 2 ** 63 for col in cols_int.values()]  # what each column holds
     skipped = 0
     for b in rf.begins:
         try:
@@ -234,8 +235,8 @@ def _append_rank(rf: _RankFile, table: EventTable) -> None:
                       align(_INT(e["t"])) if e else NONE, align(_INT(w["t0"])) if w else NONE,
                       align(_INT(w["t1"])) if w else NONE, (e or b).get("seq", NONE), b.get("tag", NONE), i)
             # validate all before appending any, so that columns stay the same length
-            for v in values:
-                if type(v) is not int or not -2 < v < 2 ** 63:
+            for v, limit in zip(values, limits):
+                if type(v) is not int or not -2 < v < limit:
                     raise TypeError("not an integer in range")
             texts = (_text(b.get("api")) or op, _text(b.get("dtype")), _text(b.get("site")))
         except Exception:  # noqa: BLE001

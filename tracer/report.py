@@ -218,8 +218,8 @@ def _collectives(console, a: Analysis, top: int) -> None:
                       fmt_ns(median(durs)) if durs else "-", fmt_gbps(median(bws)) if bws else "-",
                       fmt_ns(median(models)) if models else "-", str(sum(c.slow for c in cs)))
     console.print(table)
-    waited = sorted((c for c in a.collectives if c.wait_ns), key=lambda c: -sum(c.wait_ns.values()))
-    waited = [c for c in waited[:top] if sum(c.wait_ns.values()) > 0]
+    waited = sorted((c for c in a.collectives if c.per_rank), key=lambda c: -sum(c.waits))
+    waited = [c for c in waited[:top] if sum(c.waits) > 0]
     if waited:
         table = _table("Collectives that made ranks wait most", "op", "group", "size", "skew", "last to arrive",
                        "total wait", "time", "busbw")

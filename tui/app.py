@@ -99,7 +99,8 @@ class DisttraceApp(App[int]):
     def _reload(self) -> None:
         """Read the grown trace again (with its analysis) and swap it in on the UI thread."""
         try:
-            store, narration = loading.load_store(self.paths)
+            with loading.background_work():
+                store, narration = loading.load_store(self.paths)
         except TraceError:
             return  # not readable yet (the job has not written its first events): try at the next poll
         self.call_from_thread(self._swap, store, narration)
@@ -157,9 +158,9 @@ class DisttraceApp(App[int]):
         screen = self.call_from_thread(self._show, bare, narration)
         target[0] = screen
         last[0] = -1.0
-        # meanwhile the timeline is there to look at (on a huge trace keys answer slowly until this is done:
-        # the analysis holds the GIL for long stretches)
-        full = loading.build_store(table, progress)
+        # meanwhile the timeline is there to look at
+        with loading.background_work():
+            full = loading.analysed_store(bare, progress)
         self.call_from_thread(screen.adopt_analysis, full)
 
     def _fail(self, message: str) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gc
 import os
+import sys
 from typing import Callable
 
 from disttrace.tracer.events import EventTable, TraceError
@@ -49,6 +50,22 @@ def bare_store(table: EventTable) -> TraceStore:
     return store
 
 
+class background_work:
+    """While a worker thread computes, let the UI thread take the GIL back within 0.5 ms rather than the default
+    5 ms: every turn of the UI's event loop waits that long for it, and a key takes dozens of turns (a key pressed
+    during the analysis of a million events took 2 s)."""
+
+    INTERVAL_S = 0.0005
+
+    def __enter__(self):
+        self.was = sys.getswitchinterval()
+        sys.setswitchinterval(min(self.was, self.INTERVAL_S))
+
+    def __exit__(self, *exc):
+        sys.setswitchinterval(self.was)
+        return False
+
+
 def settle() -> None:
     """Move everything loaded so far out of the garbage collector's sight: a big trace is millions of objects
     without cycles, and a full collection walking them would stall the UI for seconds now and then."""
@@ -68,6 +85,15 @@ def build_store(table: EventTable, progress: Progress | None = None) -> TraceSto
         raise TraceError("the trace has no events")
     analysis = analyze(table, progress=sub(0.0, 0.8))
     store = TraceStore(table, analysis, progress=sub(0.8, 1.0))
+    settle()
+    return store
+
+
+def analysed_store(bare: TraceStore, progress: Progress | None = None) -> TraceStore:
+    """The bare store with its analysis (the lanes are kept; only their waits change)."""
+    from disttrace.tracer.analysis import analyze
+
+    store = bare.with_analysis(analyze(bare.table, progress=progress))
     settle()
     return store
 

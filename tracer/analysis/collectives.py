@@ -5,6 +5,7 @@ cost a few seconds, not minutes."""
 
 from __future__ import annotations
 
+from array import array
 from collections import Counter
 
 from ..events import NONE, EventTable
@@ -20,11 +21,13 @@ def build_collectives(t: EventTable, buckets: list[list[int]], traced: set[int],
                       ) -> tuple[list[CollectiveInstance], list[int], list[int | None], list[int]]:
     """Instances, event row -> instance index (or -1), per instance the rank that caused its waits, and the
     instances whose ranks disagree on some argument (candidates for a mismatch)."""
-    rank_c, start_c, end_c, bytes_c, root_c, op_c, status_c, dtype_c, shape_c = (
-        t.rank, t.start_ns, t.end_ns, t.bytes, t.root, t.op, t.status, t.dtype, t.shape)
+    rank_c, start_c, end_c, bytes_c, root_c = t.rank, t.start_ns, t.end_ns, t.bytes, t.root
+    # the text and shape columns are dictionary-encoded: their codes compare as the values do, and faster
+    op_c, status_c, dtype_c, shape_c = t.op.codes, t.status.codes, t.dtype.codes, t.shape.codes
+    op_names, status_names = t.op.values, t.status.values
     wait_end_c, async_c = t.wait_end_ns, t.async_op
     groups = t.groups
-    instance_of = [-1] * len(t)
+    instance_of = array("i", [-1]) * len(t)  # 4 bytes a row, not a pointer and an int object
     out: list[CollectiveInstance] = []
     culprits: list[int | None] = []
     suspects: list[int] = []
@@ -45,15 +48,16 @@ def build_collectives(t: EventTable, buckets: list[list[int]], traced: set[int],
         shapes = [shape_c[i] for i in rows]
         if len(sig) == 1:
             op, status, is_async, _, _, nbytes = next(iter(sig))
-            all_ok = status == "ok"
-            if shapes.count(shapes[0]) != len(shapes):  # list equality, compared in C
+            op = op_names[op]
+            all_ok = status_names[status] == "ok"
+            if shapes.count(shapes[0]) != len(shapes):
                 suspects.append(n_inst)
         else:
             suspects.append(n_inst)
-            op = op_c[i0]
+            op = op_names[op_c[i0]]
             if len({x[0] for x in sig}) > 1:  # a mismatch: take the majority's op
-                op = Counter(op_c[j] for j in rows).most_common(1)[0][0]
-            all_ok = {x[1] for x in sig} == _OK
+                op = op_names[Counter(op_c[j] for j in rows).most_common(1)[0][0]]
+            all_ok = {status_names[x[1]] for x in sig} == _OK
             is_async = any(x[2] for x in sig)
             nbytes = max([bytes_c[i] for i in rows])
         ranks = [rank_c[i] for i in rows]
@@ -86,12 +90,13 @@ def build_collectives(t: EventTable, buckets: list[list[int]], traced: set[int],
                 busbw = algbw * factor
         for i in rows:
             instance_of[i] = n_inst
-        end_d = dict(zip(ranks, ends))
-        if not finished:
-            end_d = {r: (None if e == NONE else e) for r, e in end_d.items()}
+        per_rank = ranks + rows + starts + ends + waits
+        if len(set(ranks)) < len(ranks):  # a rank twice (a damaged trace): as in a dict keyed by rank, the last wins
+            last = {r: k for k, r in enumerate(ranks)}.values()
+            per_rank = [col[k] for col in (ranks, rows, starts, ends, waits) for k in last]
         out.append(CollectiveInstance(
-            op, g, grp.ranks, t.group_seq[i0], dict(zip(ranks, rows)), nbytes, dict(zip(ranks, starts)),
-            end_d, dict(zip(ranks, waits)), kind, latest - min(starts), duration, algbw, busbw, None, False, root,
-            complete, ranks[starts.index(latest)], int(s * factor), missing))
+            op, g, grp.ranks, t.group_seq[i0], array("q", per_rank), nbytes, kind,
+            latest - min(starts), duration, algbw, busbw, None, False, root, complete, ranks[starts.index(latest)],
+            int(s * factor), missing))
         culprits.append(culprit)
     return out, instance_of, culprits, suspects

@@ -48,7 +48,7 @@ def _analyze(table: EventTable, progress) -> Analysis:
     flag_slow(collectives, models)
     waits = dict.fromkeys(sorted(traced), 0)
     for c in collectives:
-        for r, w in c.wait_ns.items():
+        for r, w in zip(c.ranks, c.waits):
             if w:
                 waits[r] += w
     for m in p2p:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
+from ..events import NONE
 from .model import Analysis
 
 
@@ -15,13 +16,14 @@ def to_json(a: Analysis) -> dict:
     key = {r: str(r) for g in groups for r in g.ranks}  # rank -> its JSON key, made once
     key.update((r, str(r)) for r in t.ranks)
     for c in a.collectives:
-        keys = [key[r] for r in c.start_ns]  # the three dicts share their key order
+        keys = [key[r] for r in c.ranks]
+        ends = c.ends
         append({
             "op": c.op, "group": groups[c.gid].name, "group_ranks": list(c.group_ranks), "group_seq": c.group_seq,
             "bytes": c.bytes, "volume_bytes": c.volume_bytes,
-            "start_ns": dict(zip(keys, c.start_ns.values())),
-            "end_ns": dict(zip(keys, c.end_ns.values())),
-            "wait_ns": dict(zip(keys, c.wait_ns.values())),
+            "start_ns": dict(zip(keys, c.starts)),
+            "end_ns": dict(zip(keys, ends if NONE not in ends else [None if e == NONE else e for e in ends])),
+            "wait_ns": dict(zip(keys, c.waits)),
             "wait_kind": c.wait_kind, "skew_ns": c.skew_ns, "duration_ns": c.duration_ns,
             "algbw_gbps": c.algbw_gbps, "busbw_gbps": c.busbw_gbps, "model_ns": c.model_ns, "slow": c.slow,
             "root": c.root, "complete": c.complete, "last_arrival": c.last_arrival, "missing": list(c.missing),

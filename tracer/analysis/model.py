@@ -7,9 +7,10 @@ row numbers in the EventTable the analysis was run on. Times are integer ns on t
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass, field
 
-from ..events import EventTable
+from ..events import NONE, EventTable
 
 # Wait-state kinds (Scalasca's patterns, in PyTorch's words)
 WAIT_NXN = "wait_at_nxn"            # all_reduce, all_gather, reduce_scatter, all_to_all: latest start - own start
@@ -22,17 +23,19 @@ LATE_RECEIVER = "late_receiver"     # send started before its recv was posted: t
 
 @dataclass(slots=True)  # slots: a 1M-event trace makes ~10^5 of these
 class CollectiveInstance:
-    """One collective matched across the ranks of its group by (group, group_seq)."""
+    """One collective matched across the ranks of its group by (group, group_seq).
+
+    What each rank did is read as dicts keyed by rank (`events`, `start_ns`, `end_ns`, `wait_ns`: made on each
+    access) or as arrays in arrival order (`ranks`, `rows`, `starts`, `ends`, `waits`: slices, for loops over
+    every instance). Both come from `per_rank`: four dicts per instance were most of a big trace's analysis."""
 
     op: str
     gid: int                       # index into EventTable.groups
     group_ranks: tuple[int, ...]
     group_seq: int
-    events: dict[int, int]         # rank -> event row, for the ranks that entered it
+    per_rank: array                # ranks that entered it, then their rows, starts, ends (NONE: never finished)
+                                   # and waits: five runs of equal length, in arrival (table) order
     bytes: int                     # per-rank input size (nccl-tests' S is derived from it per op)
-    start_ns: dict[int, int]       # rank -> start
-    end_ns: dict[int, int | None]  # rank -> end (None: never finished)
-    wait_ns: dict[int, int]        # rank -> wait caused by late arrivals (pattern of wait_kind)
     wait_kind: str
     skew_ns: int                   # latest start - earliest start
     duration_ns: int | None        # completion: latest end - latest start (the part after everyone arrived)
@@ -45,6 +48,60 @@ class CollectiveInstance:
     last_arrival: int | None = None  # the rank that arrived last (the one others waited for)
     volume_bytes: int = 0          # bytes each rank must move (ring algorithms): nccl-tests' busbw factor x S
     missing: tuple[int, ...] = ()  # group ranks that never entered it
+
+    def _run(self, k: int) -> array:
+        n = len(self.per_rank) // 5
+        return self.per_rank[k * n:(k + 1) * n]
+
+    @property
+    def ranks(self) -> array:
+        return self._run(0)
+
+    @property
+    def rows(self) -> array:
+        return self._run(1)
+
+    @property
+    def starts(self) -> array:
+        return self._run(2)
+
+    @property
+    def ends(self) -> array:
+        """Ends, NONE where a rank never finished (an async op's end is when its wait() returned)."""
+        return self._run(3)
+
+    @property
+    def waits(self) -> array:
+        """Wait caused by late arrivals (pattern of wait_kind), per rank."""
+        return self._run(4)
+
+    @property
+    def events(self) -> dict[int, int]:
+        """rank -> event row, for the ranks that entered it."""
+        return dict(zip(self._run(0), self._run(1)))
+
+    @property
+    def start_ns(self) -> dict[int, int]:
+        return dict(zip(self._run(0), self._run(2)))
+
+    @property
+    def end_ns(self) -> dict[int, int | None]:
+        """rank -> end (None: never finished)."""
+        return {r: None if e == NONE else e for r, e in zip(self._run(0), self._run(3))}
+
+    @property
+    def wait_ns(self) -> dict[int, int]:
+        """rank -> wait caused by late arrivals (pattern of wait_kind)."""
+        return dict(zip(self._run(0), self._run(4)))
+
+    def row_of(self, rank: int) -> int | None:
+        """The event row of `rank` in this instance, or None."""
+        ranks = self._run(0)
+        return self._run(1)[ranks.index(rank)] if rank in ranks else None
+
+    def wait_of(self, rank: int) -> int:
+        ranks = self._run(0)
+        return self._run(4)[ranks.index(rank)] if rank in ranks else 0
 
 
 @dataclass(slots=True)
@@ -127,9 +184,9 @@ class Straggler:
 class Analysis:
     table: EventTable
     collectives: list[CollectiveInstance]
-    instance_of: list[int]         # event row -> index in collectives, or -1
+    instance_of: array             # event row -> index in collectives, or -1 (array of "i")
     p2p: list[P2PMatch]
-    p2p_of: list[int]              # event row -> index in p2p, or -1
+    p2p_of: array                  # event row -> index in p2p, or -1 (array of "i")
     waits: dict[int, int]          # rank -> total wait ns
     stragglers: list[Straggler]    # worst first
     links: list[Link]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from array import array
+
 from ..events import NONE, EventTable
 from .matching import finished_at, match_p2p
 from .model import P2PMatch
@@ -10,7 +12,7 @@ from .waits import p2p_waits
 
 def build_p2p(t: EventTable) -> tuple[list[P2PMatch], list[int]]:
     p2p: list[P2PMatch] = []
-    p2p_of = [-1] * len(t)
+    p2p_of = array("i", [-1]) * len(t)
     start, nbytes, end_c, asy = t.start_ns, t.bytes, t.end_ns, t.async_op
     for src, dst, _tag, order, s, r in match_p2p(t):
         ls = lr = 0

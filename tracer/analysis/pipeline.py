@@ -95,23 +95,24 @@ def pipeline_stats(t: EventTable, p2p: list[P2PMatch], collectives: list[Collect
         row_starts = {r: [t.start_ns[i] for i in rr] for r, rr in rows.items()}
         # global synchronizations: blocking barriers and N×N collectives over all the pipeline's ranks
         syncs = [c for g, grp in enumerate(t.groups) if members <= set(grp.ranks) for c in by_group.get(g, ())
-                 if not any(t.async_op[i] for i in c.events.values())]
-        syncs.sort(key=lambda c: max(c.start_ns.values()))
+                 if not any(t.async_op[i] for i in c.rows)]
+        syncs.sort(key=lambda c: max(c.starts))
         windows = 0
         stage_acc = {r: [0, 0] for r in path}
         if len(syncs) >= 2:
             for open_, close in zip(syncs, syncs[1:]):
-                latest = max(close.start_ns.values())
+                latest = max(close.starts)
+                open_end = open_.end_ns
                 used = False
                 for r in path:
-                    a, b = open_.end_ns[r], latest
+                    a, b = open_end[r], latest
                     rr, starts = rows[r], row_starts[r]
                     lo, hi = bisect_left(starts, a), bisect_left(starts, b)
                     if hi == lo:
                         continue
                     used = True
                     blocked = sum(blocked_in(t, i, a, b) for i in rr[lo:hi])
-                    blocked += close.wait_ns.get(r, 0)
+                    blocked += close.wait_of(r)
                     stage_acc[r][0] += blocked
                     stage_acc[r][1] += b - a
                 windows += used

@@ -74,7 +74,7 @@ def find_problems(t: EventTable, collectives: list[CollectiveInstance], p2p: lis
     last = None
     cascade: dict[int, Problem] = {}  # group -> its first op mismatch; later ones only counted
     cascade_n: Counter = Counter()
-    has_out = any(o is not None for o in t.out)  # no summaries recorded: no divergence to look for
+    has_out = t.out.any()  # no summaries recorded: no divergence to look for
     for k, c in enumerate(collectives):
         rows = c.events
         if len(rows) > 1 and (suspects is None or k in suspects):
@@ -220,12 +220,13 @@ def _clock_violations(t: EventTable, collectives: list[CollectiveInstance], p2p:
     for c in collectives:
         if not c.complete or c.wait_kind not in ("wait_at_nxn", "wait_at_barrier") or len(c.events) < 2:
             continue
-        latest = max(c.start_ns.values())
-        if min(c.end_ns.values()) >= latest:
+        latest = max(c.starts)
+        ends = c.ends  # complete: every rank finished
+        if min(ends) >= latest:
             continue
-        for r, e in c.end_ns.items():
-            if e is not None and e < latest:
-                note(r, c.last_arrival, latest - e, [c.events[r], c.events[c.last_arrival]])
+        for r, e, i in zip(c.ranks, ends, c.rows):
+            if e < latest:
+                note(r, c.last_arrival, latest - e, [i, c.row_of(c.last_arrival)])
     out = []
     for (early, late), (n, by, rows) in sorted(worst.items()):
         out.append(Problem("clock", None, (early, late), None, [early, late],

@@ -100,7 +100,7 @@ def stragglers_of(collectives: list[CollectiveInstance], p2p: list[P2PMatch], cu
     for c, culprit in zip(collectives, culprits):
         if culprit is None:
             continue
-        caused = sum(c.wait_ns.values())
+        caused = sum(c.waits)
         if caused > 0:
             cost[culprit] = cost.get(culprit, 0) + caused
             late[culprit] = late.get(culprit, 0) + 1

@@ -41,7 +41,7 @@ class Lane:
 
     __slots__ = ("rows", "starts", "ends", "waits", "cats", "cum", "maxend")
 
-    def __init__(self, rows, starts, ends, waits, cats, cum):
+    def __init__(self, rows, starts, ends, waits, cats, cum, maxend=None):
         self.rows = rows
         self.starts = starts
         self.ends = ends
@@ -50,7 +50,7 @@ class Lane:
         self.cum = cum  # cum[c][i]: time in category c (c=0: waiting) over events [0, i)
         # maxend[i]: latest end among events [0, i). Async ops overlap later ones on the same rank: when an event
         # before j still runs at t, the prefix sum at j over-counts it, and maxend says to look back for it.
-        self.maxend = array("q", accumulate(ends, max, initial=0))
+        self.maxend = array("q", accumulate(ends, max, initial=0)) if maxend is None else maxend
 
     @classmethod
     def build(cls, rows, table: EventTable, cats_of_row: bytes, wait_ns, t_end: int) -> "Lane":
@@ -68,6 +68,12 @@ class Lane:
             mask = cats.translate(_MASKS[c])
             cum.append(array("q", accumulate(map(mul, durs, mask), initial=0)))
         return cls(rows, starts, ends, waits, cats, cum)
+
+    def with_waits(self, wait_ns) -> "Lane":
+        """The same lane with other waits (the analysis arrived): everything else is shared."""
+        waits = array("q", map(min, map(wait_ns.__getitem__, self.rows), map(sub, self.ends, self.starts)))
+        cum = [array("q", accumulate(waits, initial=0)), *self.cum[1:]]
+        return Lane(self.rows, self.starts, self.ends, waits, self.cats, cum, self.maxend)
 
     def before(self, t: int) -> tuple[int, int, int, int, int]:
         """Time in (waiting, collective, barrier, p2p) before time t, and the index of the first event starting at

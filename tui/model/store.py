@@ -43,7 +43,8 @@ class RankRow:
 def pending_analysis(table: EventTable) -> Analysis:
     """An empty Analysis standing in until the real one is computed (no matches, no waits, nothing found)."""
     n = len(table)
-    return Analysis(table=table, collectives=[], instance_of=[-1] * n, p2p=[], p2p_of=[-1] * n, waits={},
+    no_match = array("i", [-1]) * n
+    return Analysis(table=table, collectives=[], instance_of=no_match, p2p=[], p2p_of=no_match, waits={},
                     stragglers=[], links=[], pipeline=None, problems=[], models={})
 
 
@@ -62,6 +63,16 @@ class TraceStore:
             if enabled:
                 gc.enable()
 
+    def with_analysis(self, analysis: Analysis) -> "TraceStore":
+        """A store of the same table that has the analysis. The lanes keep their rows and category sums and only
+        take the waits: quicker than building them again, and no long stretch of C code holding the GIL (a big
+        sort) while the UI thread waits to answer a key."""
+        new = object.__new__(TraceStore)
+        new.__dict__.update(self.__dict__)
+        new._take_analysis(analysis)
+        new.rows = [RankRow(rr.rank, rr.host, rr.lane.with_waits(new.wait_ns)) for rr in self.rows]
+        return new
+
     def adopt(self, other: "TraceStore") -> None:
         """Take over everything another store of the same table holds (its analysis, waits, lanes): one
         assignment on the UI thread, so widgets never see half of it."""
@@ -69,52 +80,53 @@ class TraceStore:
 
     def _build(self, table: EventTable, analysis: Analysis | None, progress) -> None:
         self.table = table
-        self.analysed = analysis is not None
-        if analysis is None:
-            analysis = pending_analysis(table)
-        self.analysis = analysis
         n = len(table)
         self.n_events = n
         self.t0 = min(table.start_ns) if n else 0
         self.t1 = max(self.t0 + 1, max(table.end_ns, default=0), max(table.start_ns, default=0))
-        # wait part of each event (the time it spent waiting for a late peer), from the analysis
-        self.wait_ns = array("q", bytes(8 * n))
-        for inst in analysis.collectives:
-            for r, w in inst.wait_ns.items():
-                row = inst.events.get(r)
-                if row is not None and w > 0:
-                    self.wait_ns[row] = w
-        for m in analysis.p2p:
-            if m.send is not None and m.late_receiver_ns > 0:
-                self.wait_ns[m.send] = m.late_receiver_ns
-            if m.recv is not None and m.late_sender_ns > 0:
-                self.wait_ns[m.recv] = m.late_sender_ns
+        self._take_analysis(analysis)
         if progress:
             progress(0.2, "indexing ranks")
-        # per-rank rows in start order: a stable sort by rank keeps each rank's rows in table (start) order
-        rank_col = table.rank
-        order = sorted(range(n), key=rank_col.__getitem__)
-        cat_of = {op: category(op) for op in set(table.op)}
-        cats = bytes(map(cat_of.__getitem__, table.op))
-        by_rank: dict[int, array] = {}
-        i = 0
-        while i < n:
-            r = rank_col[order[i]]
-            j = bisect_right(order, r, lo=i, key=rank_col.__getitem__)
-            by_rank[r] = array("q", order[i:j])
-            i = j
-        ranks = sorted(set(table.ranks) | set(by_rank))
+        # per-rank rows in start order: table order is start order; one pass, 4 bytes a row
+        by_rank: dict[int, array] = {r: array("i") for r in table.ranks}
+        for i, r in enumerate(table.rank):
+            rows = by_rank.get(r)
+            if rows is None:
+                rows = by_rank[r] = array("i")
+            rows.append(i)
+        cat_of_code = [category(op) for op in table.op.values]  # the op column is dictionary-encoded
+        cats = bytes(map(cat_of_code.__getitem__, table.op.codes))
+        ranks = sorted(by_rank)
         self.rows: list[RankRow] = []
         for k, r in enumerate(ranks):
             info = table.ranks.get(r)
-            lane = Lane.build(by_rank.get(r, array("q")), table, cats, self.wait_ns, self.t1)
+            lane = Lane.build(by_rank[r], table, cats, self.wait_ns, self.t1)
             self.rows.append(RankRow(r, info.host if info else "", lane))
             if progress and k % 8 == 0:
                 progress(0.2 + 0.8 * (k + 1) / max(1, len(ranks)), "indexing ranks")
         self.rank_index = {rr.rank: k for k, rr in enumerate(self.rows)}
+
+    def _take_analysis(self, analysis: Analysis | None) -> None:
+        """The analysis, the wait part of every event, and the order of the collectives."""
+        table = self.table
+        self.analysed = analysis is not None
+        if analysis is None:
+            analysis = pending_analysis(table)
+        self.analysis = analysis
+        # wait part of each event (the time it spent waiting for a late peer), from the analysis
+        wait_ns = self.wait_ns = array("q", bytes(8 * len(table)))
+        for inst in analysis.collectives:
+            for row, w in zip(inst.rows, inst.waits):
+                if w > 0:
+                    wait_ns[row] = w
+        for m in analysis.p2p:
+            if m.send is not None and m.late_receiver_ns > 0:
+                wait_ns[m.send] = m.late_receiver_ns
+            if m.recv is not None and m.late_sender_ns > 0:
+                wait_ns[m.recv] = m.late_sender_ns
         # collectives in order of their first arrival
         colls = analysis.collectives
-        first = [min(c.start_ns.values(), default=0) for c in colls]
+        first = [min(c.starts, default=0) for c in colls]
         self.coll_order = sorted(range(len(colls)), key=first.__getitem__)
         self.coll_pos = {c: k for k, c in enumerate(self.coll_order)}
         self.coll_first_start = array("q", map(first.__getitem__, self.coll_order))

@@ -105,8 +105,7 @@ class WaitsView(Horizontal):
             yield Static("Collectives by total wait (enter: show in the timeline)")
             t = DataTable(id="wait-table", cursor_type="row", zebra_stripes=True)
             t.add_columns("op", "group", "#", "total wait", "skew", "last", "who waited longest")
-            colls = sorted((c for c in a.collectives if sum(c.wait_ns.values()) > 0),
-                           key=lambda c: -sum(c.wait_ns.values()))[:MAX_ROWS]
+            colls = sorted((c for c in a.collectives if sum(c.waits) > 0), key=lambda c: -sum(c.waits))[:MAX_ROWS]
             groups = self.store.table.groups
             for c in colls:
                 worst = max(c.wait_ns, key=lambda r: c.wait_ns[r])
@@ -126,10 +125,10 @@ class WaitsView(Horizontal):
             _jump(self, self._rows[event.cursor_row])
         elif event.data_table.id == "straggler-table":
             s = self.store.analysis.stragglers[event.cursor_row]
-            late = [c for c in self.store.analysis.collectives if c.last_arrival == s.rank and s.rank in c.events]
+            late = [c for c in self.store.analysis.collectives if c.last_arrival == s.rank and s.rank in c.ranks]
             if late:
-                worst = max(late, key=lambda c: sum(c.wait_ns.values()))
-                _jump(self, worst.events[s.rank])
+                worst = max(late, key=lambda c: sum(c.waits))
+                _jump(self, worst.row_of(s.rank))
 
 
 def _heat(v: float, vmax: float) -> str:

@@ -1,0 +1,148 @@
+"""Compact columns for the EventTable's text and object fields, read like lists (`col[i]`, `len`, iteration).
+
+A million events hold a few dozen distinct sites, apis, dtypes and shapes: a list would spend a pointer per row
+and, for shapes, a list object per row (~100 bytes); `CodedColumn` keeps each distinct value once and a 1-byte
+code per row (widened to 2 or 4 bytes when the values outgrow it). Summaries, errors and unknown keys are
+absent from most events: `SparseColumn` keeps only the rows that have one.
+"""
+
+from __future__ import annotations
+
+from array import array
+from itertools import repeat
+from typing import Any, Callable, Iterable
+
+import orjson
+
+_WIDER = {"B": ("H", 1 << 16), "H": ("i", 1 << 31)}
+
+
+#: The dictionary key of a JSON value: its encoding (lists are not hashable, and 1 == 1.0 == True).
+json_key = orjson.dumps
+
+
+class CodedColumn:
+    """Dictionary-encoded values: `codes[i]` indexes `values`. Values are shared between rows: never mutate one."""
+
+    __slots__ = ("codes", "values", "_index", "_key", "_limit")
+
+    def __init__(self, values: Iterable = (), key: Callable[[Any], Any] | None = None):
+        self.codes = array("B")
+        self._limit = 1 << 8
+        self.values: list = []
+        self._index: dict = {}
+        self._key = key  # None: the values are hashable and compare exactly (strings)
+        self.extend(values)
+
+    def _add(self, k, v) -> int:
+        code = self._index[k] = len(self.values)
+        self.values.append(v)
+        if code >= self._limit:  # one value more than the codes can say: widen them
+            typecode, self._limit = _WIDER[self.codes.typecode]
+            self.codes = array(typecode, self.codes)
+        return code
+
+    def append(self, v) -> None:
+        k = v if self._key is None else self._safe_key(v)
+        code = self._index.get(k)
+        if code is None:
+            code = self._add(k, v)
+        self.codes.append(code)
+
+    def extend(self, vs: Iterable) -> None:
+        vs = vs if isinstance(vs, list) else list(vs)
+        keys = vs if self._key is None else self._keys(vs)
+        codes = list(map(self._index.get, keys))  # C speed for the common case: every value seen before
+        if None in codes:
+            index = self._index
+            for k, c in enumerate(codes):
+                if c is None:
+                    c = index.get(keys[k])
+                    codes[k] = c if c is not None else self._add(keys[k], vs[k])
+        self.codes.extend(codes)  # after the loop: _add may have replaced self.codes with wider ones
+
+    def _keys(self, vs: list) -> list:
+        try:
+            return list(map(self._key, vs))
+        except (TypeError, ValueError):  # a value the key cannot encode (nested too deeply): stored on its own
+            return [self._safe_key(v) for v in vs]
+
+    def _safe_key(self, v):
+        try:
+            return self._key(v)
+        except (TypeError, ValueError):
+            return ("unencodable", id(v))  # unique while the column holds v
+
+    def take(self, order: Iterable[int]) -> "CodedColumn":
+        """The rows in `order` (a permutation), as a new column sharing the values."""
+        out = CodedColumn(key=self._key)
+        out.values, out._index, out._limit = self.values, self._index, self._limit
+        out.codes = array(self.codes.typecode, map(self.codes.__getitem__, order))
+        return out
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return list(map(self.values.__getitem__, self.codes[i]))
+        return self.values[self.codes[i]]
+
+    def __len__(self) -> int:
+        return len(self.codes)
+
+    def __iter__(self):
+        return map(self.values.__getitem__, self.codes)
+
+    def distinct(self) -> list:
+        """Every value that some row holds or held (cheap: no pass over the rows)."""
+        return list(self.values)
+
+
+class SparseColumn:
+    """Values that most rows lack (None): kept by row number."""
+
+    __slots__ = ("_values", "_n")
+
+    def __init__(self, values: Iterable = ()):
+        self._values: dict[int, Any] = {}
+        self._n = 0
+        self.extend(values)
+
+    def append(self, v) -> None:
+        if v is not None:
+            self._values[self._n] = v
+        self._n += 1
+
+    def extend(self, vs: Iterable) -> None:
+        vs = vs if isinstance(vs, list) else list(vs)
+        n0 = self._n
+        self._n += len(vs)
+        if vs.count(None) != len(vs):  # C-speed test for the common case: nothing to keep
+            self._values.update((n0 + k, v) for k, v in enumerate(vs) if v is not None)
+
+    def take(self, order: Iterable[int]) -> "SparseColumn":
+        out = SparseColumn()
+        out._n = self._n
+        if self._values:
+            get = self._values.get
+            out._values = {k: v for k, i in enumerate(order) if (v := get(i)) is not None}
+        return out
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(self._n))]
+        if i < 0:
+            i += self._n
+        if not 0 <= i < self._n:
+            raise IndexError("row out of range")
+        return self._values.get(i)
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __iter__(self):
+        if not self._values:
+            return repeat(None, self._n)
+        return map(self._values.get, range(self._n))
+
+    def any(self) -> bool:
+        """Whether any row has a value."""
+        return bool(self._values)
