@@ -48,3 +48,22 @@ def test_values_only_for_small_tensors_and_lists_keep_their_shape():
     assert s["values"] == [[[1.0, 1.0]], [[0.0, 0.0]]] and s["numel"] == 4
     assert summarize([torch.ones(3)], full=True)["values"] == [1.0, 1.0, 1.0]  # c10d's [tensor] shows as the tensor
     assert summarize([], full=True) is None
+
+
+@pytest.mark.parametrize("t", [
+    torch.randn(1000), torch.tensor([1.0, float("nan"), float("inf"), -2.0]), torch.arange(7),
+    torch.tensor([3e38, 3e38]), torch.randn(6).half(), torch.tensor([True, False]),
+    torch.randn(3, dtype=torch.complex64), torch.randn(10)[1:], torch.randn(4, 6).t(), torch.tensor([float("nan")]),
+])
+def test_the_device_path_computes_what_the_cpu_path_does(t):
+    """CUDA summaries come from _stats_tensor (branch-free, float64 sums); run here on CPU tensors, it must
+    agree with the CPU path (float32 sums) to float32 precision, and exactly on the counts and checksum."""
+    from disttrace.tracer import summaries
+
+    cpu = summaries._as_dict(summaries._stats_cpu([t, t[:2]]))
+    dev = summaries._as_dict(summaries._stats_tensor([t, t[:2]]).tolist())
+    assert cpu.keys() == dev.keys()
+    for k in ("numel", "nan", "inf", "checksum", "min", "max"):
+        assert cpu[k] == dev[k], k
+    for k in ("mean", "norm"):
+        assert cpu[k] == pytest.approx(dev[k], rel=1e-5) if dev[k] is not None else cpu[k] is None
