@@ -82,8 +82,8 @@ def _worker(iters: int, rounds: int, only: str) -> None:
     cases = [
         ("all_reduce 4 KiB", allreduce_loop(1024, iters // blocks), iters),
         ("all_reduce 1 MiB", allreduce_loop(256 * 1024, max(iters // 10 // blocks, 2)), max(iters // 10, 2 * blocks)),
-        ("DDP training step", ddp_loop(max(iters // 20 // blocks, 2)), max(iters // 20, 2 * blocks)),
-        ("compute only (no collective)", compute_loop(max(iters // 20 // blocks, 2)), max(iters // 20, 2 * blocks)),
+        ("DDP training step", ddp_loop(max(iters // 8 // blocks, 2)), max(iters // 8, 2 * blocks)),
+        ("compute only (no collective)", compute_loop(max(iters // 8 // blocks, 2)), max(iters // 8, 2 * blocks)),
     ]
     cases = [c for c in cases if only.lower() in c[0].lower()]
     modes = ["untraced", "off", "stats", "full"]

@@ -85,11 +85,19 @@ _C10D_TO_API = {
 
 
 class Group:
-    __slots__ = ("gidx", "name", "ranks", "next_seq", "pg")
+    __slots__ = ("gidx", "name", "ranks", "next_seq", "pg", "cpu_gloo")
 
     def __init__(self, gidx, name, ranks, pg):
         self.gidx, self.name, self.ranks, self.pg = gidx, name, ranks, pg
         self.next_seq = 0
+        self.cpu_gloo = _cpu_backend_is_gloo(pg)  # fastpath.py may take this group's CPU ops
+
+
+def _cpu_backend_is_gloo(pg) -> bool:
+    try:
+        return isinstance(pg._get_backend(torch.device("cpu")), dist.ProcessGroupGloo)
+    except Exception:  # noqa: BLE001 - no CPU backend, no gloo in this build, an older torch
+        return False
 
 
 class Event:
@@ -210,11 +218,13 @@ class Tracer:
                            args[spec.peer] if spec.peer is not None else None,
                            args[spec.tag] if spec.tag is not None and spec.tag < n else None, is_async, 4)
 
-    def begin_python(self, spec: Spec, pg, inp, out, root, peer, tag, is_async) -> Event:
-        """An op seen by fastpath.py's ProcessGroup method wrapper: the same fields, from the method's arguments."""
+    def group_of(self, pg) -> Group:
+        """The Group of a Python ProcessGroup object."""
         g = self.groups.get(id(pg))
-        if g is None:
-            g = self._new_group(pg)
+        return g if g is not None else self._new_group(pg)
+
+    def begin_python(self, spec: Spec, g: Group, inp, out, root, peer, tag, is_async) -> Event:
+        """An op seen by fastpath.py's ProcessGroup method wrapper: the same fields, from the method's arguments."""
         return self._begin(spec, g, inp, out, root, peer, tag, is_async, 4)
 
     def _begin(self, spec: Spec, g: Group, inp, out, root, peer, tag, is_async, depth: int) -> Event:

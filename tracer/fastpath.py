@@ -10,9 +10,10 @@ BackendSelect key excluded on this thread, so the dispatcher goes straight to th
 Excluding BackendSelect also takes it from factory functions that the backend runs on this thread (gloo's
 gather calls at::empty), which then would find no backend; so the wrapper includes the CPU key for the same
 span, which is what BackendSelect would have computed for them. That is only true of a CPU backend working on
-CPU tensors, so the fast path is taken only when the op's tensors are plain dense CPU tensors and no Python
+CPU tensors, so the fast path is taken only when the op's tensors are plain dense CPU tensors, the group's CPU
+backend is gloo (a backend written in Python would run its own code under our dispatch keys) and no Python
 dispatch mode is active (FakeTensorMode must not produce records); everything else (CUDA, barriers, tensor
-subclasses, other overloads of a method) takes the kernel's path, which records the same fields.
+subclasses, other backends, other overloads of a method) takes the kernel's path, which records the same fields.
 """
 
 from __future__ import annotations
@@ -125,7 +126,9 @@ def _wrap(hooks, orig, spec, decode):
             if fields is not None:
                 inp, out, root, peer, tag, is_async = fields
                 if _plain_cpu(inp if inp is not None else out) and (out is None or _plain_cpu(out)):
-                    ev = t.begin_python(spec, self, inp, out, root, peer, tag, is_async)
+                    g = t.group_of(self)
+                    if g.cpu_gloo:
+                        ev = t.begin_python(spec, g, inp, out, root, peer, tag, is_async)
         except Exception as e:  # noqa: BLE001
             t.fail(e)
         if ev is None:
