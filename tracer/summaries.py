@@ -40,6 +40,16 @@ def _values(obj):
     return [_values(x) for x in obj]
 
 
+def _flat(t: torch.Tensor) -> torch.Tensor:
+    """t as one contiguous row of real numbers (complex as pairs, bool as uint8)."""
+    flat = t.detach().reshape(-1)
+    if flat.is_complex():
+        flat = torch.view_as_real(flat).reshape(-1)
+    if flat.dtype == torch.bool:
+        flat = flat.to(torch.uint8)
+    return flat if flat.is_contiguous() else flat.contiguous()
+
+
 def _words_sum(flat: torch.Tensor) -> torch.Tensor:
     """The sum (mod 2**64) of flat's bytes read as 64-bit words, or as words of its element size when they do
     not divide into 64-bit ones. Widening smaller words to int64 is some 20x slower on CPU than this."""
@@ -60,17 +70,10 @@ def _stats_tensor(tensors: list) -> torch.Tensor:
     with the device: NaN and Inf are always masked out, and sums are taken in float64."""
     parts = []
     for t in tensors:
-        t = t.detach()
         n = t.numel()
         if n == 0:
             continue
-        flat = t.reshape(-1)
-        if flat.is_complex():
-            flat = torch.view_as_real(flat).reshape(-1)
-        if flat.dtype == torch.bool:
-            flat = flat.to(torch.uint8)
-        if not flat.is_contiguous():
-            flat = flat.contiguous()
+        flat = _flat(t)
         words = _words_sum(flat)
         zero = torch.zeros((), dtype=torch.float64, device=flat.device)
         if flat.is_floating_point():
@@ -111,13 +114,7 @@ def _stats_cpu(tensors: list) -> list:
         n = t.numel()
         if n == 0:
             continue
-        flat = t.detach().reshape(-1)
-        if flat.is_complex():
-            flat = torch.view_as_real(flat).reshape(-1)
-        if flat.dtype == torch.bool:
-            flat = flat.to(torch.uint8)
-        if not flat.is_contiguous():
-            flat = flat.contiguous()
+        flat = _flat(t)
         numel += n
         words += _words_sum(flat).item()
         if flat.is_floating_point():
