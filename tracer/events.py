@@ -358,7 +358,7 @@ def _read_lines(path, fh, size, table, progress):
     return table
 
 
-_BATCH = 65536
+_BATCH = 8192
 
 
 def extend(table: EventTable, events: list) -> tuple[int, str]:
