@@ -179,11 +179,12 @@ def chrome_events(a: Analysis, stats: dict | None = None) -> Iterator[dict]:
                          t.rank[r], tids[r], us(f_ts))
     for c in a.collectives:
         last = c.last_arrival
-        if last is None or last not in c.events or len(c.events) < 2:
+        events = c.events  # made on each read: once here
+        if last is None or last not in events or len(events) < 2:
             continue
-        src = c.events[last]
+        src = events[last]
         latest = t.start_ns[src]
-        for rank, row in sorted(c.events.items()):
+        for rank, row in sorted(events.items()):
             if rank == last:
                 continue
             f_ts = min(max(latest, t.start_ns[row]), ends[row])
