@@ -12,7 +12,7 @@ from __future__ import annotations
 from array import array
 from bisect import bisect_left
 from dataclasses import dataclass
-from itertools import accumulate, repeat
+from itertools import accumulate
 from operator import mul, sub
 
 from disttrace.tracer.events import NONE, EventTable
@@ -107,35 +107,38 @@ class Lane:
         cw, c1, c2, c3 = self.cum
         maxend = self.maxend
         first, last = starts[0], self.maxend[-1]
-        # prefix sums at every cell boundary: the bisects and lookups run in C (map), Python only corrects the
-        # boundaries that fall inside an event (the body of before(); this is the hot loop of a frame)
-        bounds = [t_start + int(x * ns_per_cell) for x in range(width + 1)]
-        if ns_per_cell < 1:  # deeper than a ns a cell: keep the boundaries strictly increasing
-            for x in range(1, width + 1):
-                if bounds[x] <= bounds[x - 1]:
-                    bounds[x] = bounds[x - 1] + 1
-        js = list(map(bisect_left, repeat(starts), bounds))
-        fw, f1, f2, f3 = (list(map(c.__getitem__, js)) for c in (cw, c1, c2, c3))
-        for x, m in enumerate(map(maxend.__getitem__, js)):
-            t = bounds[x]
-            if m <= t:
-                continue  # every event before the boundary has ended: the prefix sums are exact
-            j = js[x]
+        # prefix sums at every cell boundary (the body of before(), inlined: this is the hot loop of a frame)
+        bounds = []
+        fw, f1, f2, f3, js = [], [], [], [], []
+        prev_t = None
+        for x in range(width + 1):
+            t = t_start + int(x * ns_per_cell)
+            if prev_t is not None and t <= prev_t:
+                t = prev_t + 1
+            prev_t = t
+            bounds.append(t)
+            j = bisect_left(starts, t)
+            a, b1, b2, b3 = cw[j], c1[j], c2[j], c3[j]
             p = j - 1
             while p >= 0 and maxend[p + 1] > t and p > j - _LOOK_BACK:
                 over = ends[p] - t
-                if over > 0:  # event p straddles the boundary: take off its part after it
+                if over > 0:
                     c = cats[p]
                     if c == 1:
-                        f1[x] -= over
+                        b1 -= over
                     elif c == 2:
-                        f2[x] -= over
+                        b2 -= over
                     else:
-                        f3[x] -= over
+                        b3 -= over
                     wover = starts[p] + waits[p] - t
                     if wover > 0:
-                        fw[x] -= wover
+                        a -= wover
                 p -= 1
+            fw.append(a)
+            f1.append(b1)
+            f2.append(b2)
+            f3.append(b3)
+            js.append(j)
         out = []
         inside = Cell(0.0, 0, False, -1, True)
         for x in range(width):
