@@ -197,7 +197,7 @@ def summarize(obj, full: bool):
     if not tensors:
         return None
     small = full and sum(t.numel() for t in tensors) <= MAX_VALUES
-    if tensors[0].device.type == "cuda":
+    if tensors[0].is_cuda:
         # on the tensors' device: a completion thread's current device is cuda:0 whatever the op's was
         with torch.no_grad(), torch.cuda.device(tensors[0].device):
             stats = _stats_tensor(tensors)
@@ -207,8 +207,7 @@ def summarize(obj, full: bool):
             event = torch.cuda.Event()
             event.record()
         return Pending(host, event, values)
-    with torch.no_grad():
-        d = _as_dict(_stats_cpu(tensors))
+    d = _as_dict(_stats_cpu(tensors))  # on detached tensors: no autograd state to switch off
     if d is not None and small:
         d["values"] = _values(obj)
     return d
