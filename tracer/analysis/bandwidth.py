@@ -7,7 +7,13 @@ Bytes per ns is GB/s (1e9 bytes per second)."""
 
 from __future__ import annotations
 
-from .model import Link, P2PMatch
+from typing import TYPE_CHECKING
+
+from ..events import NONE
+from .model import Link
+
+if TYPE_CHECKING:
+    from .tables import P2PTable
 
 _TOTAL_IS_N_INPUTS = frozenset({"all_gather", "gather"})  # each rank puts in S/n
 
@@ -29,16 +35,16 @@ def busbw_factor(op: str, n: int) -> float:
     return 1.0  # broadcast, reduce, send, recv
 
 
-def links_of(p2p: list[P2PMatch]) -> list[Link]:
+def links_of(p2p: P2PTable) -> list[Link]:
     """The communication matrix: per (src, dst), matched messages, their bytes and transfer time."""
     acc: dict[tuple[int, int], list[int]] = {}
-    for m in p2p:
-        if m.send is None or m.recv is None:
+    for src, dst, s, r, b, tr in zip(p2p.src, p2p.dst, p2p.send, p2p.recv, p2p.bytes, p2p.transfer_ns):
+        if s == NONE or r == NONE:
             continue
-        a = acc.setdefault((m.src, m.dst), [0, 0, 0])
-        a[0] += m.bytes
+        a = acc.setdefault((src, dst), [0, 0, 0])
+        a[0] += b
         a[1] += 1
-        if m.transfer_ns:
-            a[2] += m.transfer_ns
+        if tr != NONE:
+            a[2] += tr
     return [Link(src, dst, b, n, tns, (b / tns) if tns > 0 and b > 0 else None)
             for (src, dst), (b, n, tns) in sorted(acc.items())]

@@ -10,7 +10,8 @@ from collections import Counter
 
 from ..events import NONE, EventTable
 from .bandwidth import busbw_factor, size_s
-from .model import WAIT_BARRIER, WAIT_NXN, CollectiveInstance
+from .model import WAIT_BARRIER, WAIT_NXN
+from .tables import CollectiveTable
 from .waits import WAIT_KIND, collective_waits
 
 _OK = {"ok"}
@@ -18,7 +19,7 @@ _ROOT_INPUT_IS_S = frozenset({"broadcast", "scatter"})  # the root's input is th
 
 
 def build_collectives(t: EventTable, buckets: list[list[int]], traced: set[int], progress=None
-                      ) -> tuple[list[CollectiveInstance], list[int], list[int | None], list[int]]:
+                      ) -> tuple[CollectiveTable, array, list[int | None], list[int]]:
     """Instances, event row -> instance index (or -1), per instance the rank that caused its waits, and the
     instances whose ranks disagree on some argument (candidates for a mismatch)."""
     rank_c, start_c, end_c, bytes_c, root_c = t.rank, t.start_ns, t.end_ns, t.bytes, t.root
@@ -28,7 +29,7 @@ def build_collectives(t: EventTable, buckets: list[list[int]], traced: set[int],
     wait_end_c, async_c = t.wait_end_ns, t.async_op
     groups = t.groups
     instance_of = array("i", [-1]) * len(t)  # 4 bytes a row, not a pointer and an int object
-    out: list[CollectiveInstance] = []
+    out = CollectiveTable(t)
     culprits: list[int | None] = []
     suspects: list[int] = []
     expected_cache: dict[int, tuple[int, ...]] = {}
@@ -90,13 +91,10 @@ def build_collectives(t: EventTable, buckets: list[list[int]], traced: set[int],
                 busbw = algbw * factor
         for i in rows:
             instance_of[i] = n_inst
-        per_rank = ranks + rows + starts + ends + waits
         if len(set(ranks)) < len(ranks):  # a rank twice (a damaged trace): as in a dict keyed by rank, the last wins
             last = {r: k for k, r in enumerate(ranks)}.values()
-            per_rank = [col[k] for col in (ranks, rows, starts, ends, waits) for k in last]
-        out.append(CollectiveInstance(
-            op, g, grp.ranks, t.group_seq[i0], array("q", per_rank), nbytes, kind,
-            latest - min(starts), duration, algbw, busbw, None, False, root, complete, ranks[starts.index(latest)],
-            int(s * factor), missing))
+            rows, waits = [rows[k] for k in last], [waits[k] for k in last]
+        out.append(op, g, t.group_seq[i0], rows, waits, nbytes, kind, latest - min(starts), duration, algbw, busbw,
+                   root, complete, is_async, ranks[starts.index(latest)], int(s * factor), missing)
         culprits.append(culprit)
     return out, instance_of, culprits, suspects

@@ -47,15 +47,16 @@ def _analyze(table: EventTable, progress) -> Analysis:
     models = fit_models(collectives, p2p)
     flag_slow(collectives, models)
     waits = dict.fromkeys(sorted(traced), 0)
-    for c in collectives:
-        for r, w in zip(c.ranks, c.waits):
-            if w:
-                waits[r] += w
-    for m in p2p:
-        if m.late_sender_ns:
-            waits[m.dst] += m.late_sender_ns
-        if m.late_receiver_ns:
-            waits[m.src] += m.late_receiver_ns
+    rank_c = t.rank
+    for row, w in zip(collectives.rows, collectives.waits):
+        if w:
+            waits[rank_c[row]] += w
+    for dst, w in zip(p2p.dst, p2p.late_sender_ns):
+        if w:
+            waits[dst] += w
+    for src, w in zip(p2p.src, p2p.late_receiver_ns):
+        if w:
+            waits[src] += w
     say(0.85, "pipeline")
     pipeline = pipeline_stats(t, p2p, collectives)
     say(0.9, "problems")

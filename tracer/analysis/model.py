@@ -1,4 +1,5 @@
-"""The results of the analysis: plain dataclasses shared by `disttrace report` and the viewer.
+"""The results of the analysis, shared by `disttrace report` and the viewer: dataclasses, and CollectiveInstance,
+a view of the analysis' CollectiveTable (tables.py).
 
 This is a contract: the viewer (tui/) reads these fields, `to_json` turns them into the report's --json
 keys. Add fields freely; do not rename or remove them. Event indices (`events`, `send`, `recv`, ...) are
@@ -9,8 +10,13 @@ from __future__ import annotations
 
 from array import array
 from dataclasses import dataclass, field
+from math import isnan, nan
+from typing import TYPE_CHECKING
 
 from ..events import NONE, EventTable
+
+if TYPE_CHECKING:
+    from .tables import CollectiveTable, P2PTable
 
 # Wait-state kinds (Scalasca's patterns, in PyTorch's words)
 WAIT_NXN = "wait_at_nxn"            # all_reduce, all_gather, reduce_scatter, all_to_all: latest start - own start
@@ -21,87 +27,178 @@ LATE_SENDER = "late_sender"         # recv posted before its send started: the r
 LATE_RECEIVER = "late_receiver"     # send started before its recv was posted: the sender waits
 
 
-@dataclass(slots=True)  # slots: a 1M-event trace makes ~10^5 of these
 class CollectiveInstance:
-    """One collective matched across the ranks of its group by (group, group_seq).
+    """One collective matched across the ranks of its group by (group, group_seq): a view of row k of the
+    analysis' CollectiveTable (tables.py), made on demand. Fields read (and model_ns / slow write) its columns.
 
-    What each rank did is read as dicts keyed by rank (`events`, `start_ns`, `end_ns`, `wait_ns`: made on each
-    access) or as arrays in arrival order (`ranks`, `rows`, `starts`, `ends`, `waits`: slices, for loops over
-    every instance). Both come from `per_rank`: four dicts per instance were most of a big trace's analysis."""
+    What each rank did is read as dicts keyed by rank (`events`, `start_ns`, `end_ns`, `wait_ns`) or as arrays in
+    arrival order (`ranks`, `rows`, `starts`, `ends`, `waits`); both are made on each access: loops over every
+    instance read the table's columns instead."""
 
-    op: str
-    gid: int                       # index into EventTable.groups
-    group_ranks: tuple[int, ...]
-    group_seq: int
-    per_rank: array                # ranks that entered it, then their rows, starts, ends (NONE: never finished)
-                                   # and waits: five runs of equal length, in arrival (table) order
-    bytes: int                     # per-rank input size (nccl-tests' S is derived from it per op)
-    wait_kind: str
-    skew_ns: int                   # latest start - earliest start
-    duration_ns: int | None        # completion: latest end - latest start (the part after everyone arrived)
-    algbw_gbps: float | None
-    busbw_gbps: float | None
-    model_ns: float | None = None  # alpha-beta model time for this op and size
-    slow: bool = False             # far slower than the model
-    root: int | None = None
-    complete: bool = True          # every rank of the group entered and finished it
-    last_arrival: int | None = None  # the rank that arrived last (the one others waited for)
-    volume_bytes: int = 0          # bytes each rank must move (ring algorithms): nccl-tests' busbw factor x S
-    missing: tuple[int, ...] = ()  # group ranks that never entered it
+    __slots__ = ("_t", "_k", "__weakref__")  # weakref: the table hands out one view per instance at a time
 
-    def _run(self, k: int) -> array:
-        n = len(self.per_rank) // 5
-        return self.per_rank[k * n:(k + 1) * n]
+    def __init__(self, table, k: int):
+        self._t = table
+        self._k = k
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, CollectiveInstance) and self._t is other._t and self._k == other._k
+
+    def __hash__(self) -> int:
+        return hash((id(self._t), self._k))
+
+    def __repr__(self) -> str:
+        return f"CollectiveInstance({self.op} #{self.group_seq} of group {self.gid}, ranks {list(self.ranks)})"
+
+    @property
+    def op(self) -> str:
+        return self._t.op[self._k]
+
+    @property
+    def gid(self) -> int:
+        """Index into EventTable.groups."""
+        return self._t.gid[self._k]
+
+    @property
+    def group_ranks(self) -> tuple[int, ...]:
+        return self._t.events.groups[self._t.gid[self._k]].ranks
+
+    @property
+    def group_seq(self) -> int:
+        return self._t.group_seq[self._k]
+
+    @property
+    def bytes(self) -> int:
+        """Per-rank input size (nccl-tests' S is derived from it per op)."""
+        return self._t.bytes[self._k]
+
+    @property
+    def wait_kind(self) -> str:
+        return self._t.wait_kind[self._k]
+
+    @property
+    def skew_ns(self) -> int:
+        """Latest start - earliest start."""
+        return self._t.skew_ns[self._k]
+
+    @property
+    def duration_ns(self) -> int | None:
+        """Completion: latest end - latest start (the part after everyone arrived); None if incomplete."""
+        d = self._t.duration_ns[self._k]
+        return None if d == NULL else d
+
+    @property
+    def algbw_gbps(self) -> float | None:
+        return _optional(self._t.algbw_gbps[self._k])
+
+    @property
+    def busbw_gbps(self) -> float | None:
+        return _optional(self._t.busbw_gbps[self._k])
+
+    @property
+    def model_ns(self) -> float | None:
+        """Alpha-beta model time for this op and size."""
+        return _optional(self._t.model_ns[self._k])
+
+    @model_ns.setter
+    def model_ns(self, v: float | None) -> None:
+        self._t.model_ns[self._k] = nan if v is None else v
+
+    @property
+    def slow(self) -> bool:
+        """Far slower than the model."""
+        return bool(self._t.slow[self._k])
+
+    @slow.setter
+    def slow(self, v: bool) -> None:
+        self._t.slow[self._k] = bool(v)
+
+    @property
+    def root(self) -> int | None:
+        r = self._t.root[self._k]
+        return None if r == NONE else r
+
+    @property
+    def complete(self) -> bool:
+        """Every rank of the group entered and finished it."""
+        return bool(self._t.complete[self._k])
+
+    @property
+    def last_arrival(self) -> int:
+        """The rank that arrived last (the one others waited for)."""
+        return self._t.last_arrival[self._k]
+
+    @property
+    def volume_bytes(self) -> int:
+        """Bytes each rank must move (ring algorithms): nccl-tests' busbw factor x S."""
+        return self._t.volume_bytes[self._k]
+
+    @property
+    def missing(self) -> tuple[int, ...]:
+        """Group ranks that never entered it."""
+        return self._t.missing.get(self._k, ())
 
     @property
     def ranks(self) -> array:
-        return self._run(0)
+        return self._t.ranks_of(self._k)
 
     @property
     def rows(self) -> array:
-        return self._run(1)
+        return self._t.rows_of(self._k)
 
     @property
     def starts(self) -> array:
-        return self._run(2)
+        return self._t.starts_of(self._k)
 
     @property
     def ends(self) -> array:
         """Ends, NONE where a rank never finished (an async op's end is when its wait() returned)."""
-        return self._run(3)
+        return self._t.ends_of(self._k)
 
     @property
     def waits(self) -> array:
         """Wait caused by late arrivals (pattern of wait_kind), per rank."""
-        return self._run(4)
+        return self._t.waits_of(self._k)
+
+    @property
+    def per_rank(self) -> array:
+        """ranks, rows, starts, ends and waits: five runs of equal length, in arrival (table) order."""
+        return self.ranks + array("q", self.rows) + self.starts + self.ends + self.waits
 
     @property
     def events(self) -> dict[int, int]:
         """rank -> event row, for the ranks that entered it."""
-        return dict(zip(self._run(0), self._run(1)))
+        return dict(zip(self.ranks, self.rows))
 
     @property
     def start_ns(self) -> dict[int, int]:
-        return dict(zip(self._run(0), self._run(2)))
+        return dict(zip(self.ranks, self.starts))
 
     @property
     def end_ns(self) -> dict[int, int | None]:
         """rank -> end (None: never finished)."""
-        return {r: None if e == NONE else e for r, e in zip(self._run(0), self._run(3))}
+        return {r: None if e == NONE else e for r, e in zip(self.ranks, self.ends)}
 
     @property
     def wait_ns(self) -> dict[int, int]:
         """rank -> wait caused by late arrivals (pattern of wait_kind)."""
-        return dict(zip(self._run(0), self._run(4)))
+        return dict(zip(self.ranks, self.waits))
 
     def row_of(self, rank: int) -> int | None:
         """The event row of `rank` in this instance, or None."""
-        ranks = self._run(0)
-        return self._run(1)[ranks.index(rank)] if rank in ranks else None
+        ranks = self.ranks
+        return self.rows[ranks.index(rank)] if rank in ranks else None
 
     def wait_of(self, rank: int) -> int:
-        ranks = self._run(0)
-        return self._run(4)[ranks.index(rank)] if rank in ranks else 0
+        ranks = self.ranks
+        return self.waits[ranks.index(rank)] if rank in ranks else 0
+
+
+NULL = -(1 << 63)  # None in the integer columns whose values may be negative (a duration across skewed clocks)
+
+
+def _optional(v: float) -> float | None:
+    return None if isnan(v) else v
 
 
 @dataclass(slots=True)
@@ -183,9 +280,9 @@ class Straggler:
 @dataclass
 class Analysis:
     table: EventTable
-    collectives: list[CollectiveInstance]
+    collectives: CollectiveTable   # reads like a list of CollectiveInstance
     instance_of: array             # event row -> index in collectives, or -1 (array of "i")
-    p2p: list[P2PMatch]
+    p2p: P2PTable                  # reads like a list of P2PMatch
     p2p_of: array                  # event row -> index in p2p, or -1 (array of "i")
     waits: dict[int, int]          # rank -> total wait ns
     stragglers: list[Straggler]    # worst first

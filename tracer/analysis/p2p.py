@@ -1,4 +1,4 @@
-"""Build P2PMatch records: Late Sender / Late Receiver waits and the transfer time of each message."""
+"""Build the matched messages (a P2PTable): Late Sender / Late Receiver waits and the transfer time of each message."""
 
 from __future__ import annotations
 
@@ -6,12 +6,12 @@ from array import array
 
 from ..events import NONE, EventTable
 from .matching import finished_at, match_p2p
-from .model import P2PMatch
+from .tables import P2PTable
 from .waits import p2p_waits
 
 
-def build_p2p(t: EventTable) -> tuple[list[P2PMatch], list[int]]:
-    p2p: list[P2PMatch] = []
+def build_p2p(t: EventTable) -> tuple[P2PTable, array]:
+    p2p = P2PTable()
     p2p_of = array("i", [-1]) * len(t)
     start, nbytes, end_c, asy = t.start_ns, t.bytes, t.end_ns, t.async_op
     for src, dst, _tag, order, s, r in match_p2p(t):
@@ -36,7 +36,7 @@ def build_p2p(t: EventTable) -> tuple[list[P2PMatch], list[int]]:
         else:
             b = nbytes[s if s is not None else r]
         idx = len(p2p)
-        p2p.append(P2PMatch(src, dst, order, s, r, b, ls, lr, transfer))
+        p2p.append(src, dst, order, s, r, b, ls, lr, transfer)
         if s is not None:
             p2p_of[s] = idx
         if r is not None:

@@ -5,11 +5,15 @@ Each names the op, group and group_seq, the ranks concerned, and says in one sen
 from __future__ import annotations
 
 from collections import Counter
+from typing import TYPE_CHECKING
 
 from ..events import NONE, EventTable
 from .matching import finished_at, last_event_of_rank
 from .model import CollectiveInstance, P2PMatch, Problem
 from .units import fmt_bytes, fmt_ns, fmt_ranks
+
+if TYPE_CHECKING:
+    from .tables import CollectiveTable, P2PTable
 
 # ops whose every rank must pass the same dtype / byte count / shape
 _SAME_INPUT = frozenset({"all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "gather"})
@@ -67,7 +71,7 @@ def _describe_values(name: str, vals: dict, fmt=str) -> str:
     return "; ".join(parts)
 
 
-def find_problems(t: EventTable, collectives: list[CollectiveInstance], p2p: list[P2PMatch],
+def find_problems(t: EventTable, collectives: CollectiveTable, p2p: P2PTable,
                   suspects: set[int] | None = None) -> list[Problem]:
     """suspects: indices of the instances whose ranks' arguments differ (None: check every instance)."""
     problems: list[Problem] = []
@@ -75,7 +79,12 @@ def find_problems(t: EventTable, collectives: list[CollectiveInstance], p2p: lis
     cascade: dict[int, Problem] = {}  # group -> its first op mismatch; later ones only counted
     cascade_n: Counter = Counter()
     has_out = t.out.any()  # no summaries recorded: no divergence to look for
-    for k, c in enumerate(collectives):
+    complete_c, op_c = collectives.complete, collectives.op
+    for k in range(len(collectives)):
+        # most instances have nothing to look at: no view is made for them
+        if complete_c[k] and suspects is not None and k not in suspects and not (has_out and op_c[k] in _SAME_OUTPUT):
+            continue
+        c = collectives[k]
         rows = c.events
         if len(rows) > 1 and (suspects is None or k in suspects):
             what = _mismatches(t, c)
@@ -163,7 +172,7 @@ def _divergence(t: EventTable, c: CollectiveInstance) -> Problem | None:
                    sorted(c.events.values()), max(c.start_ns.values()))
 
 
-def _p2p_problems(t: EventTable, p2p: list[P2PMatch]) -> list[Problem]:
+def _p2p_problems(t: EventTable, p2p: P2PTable) -> list[Problem]:
     unmatched: dict[tuple[int, int], list[P2PMatch]] = {}
     out = []
     for m in p2p:
@@ -198,7 +207,7 @@ def _p2p_problems(t: EventTable, p2p: list[P2PMatch]) -> list[Problem]:
     return out
 
 
-def _clock_violations(t: EventTable, collectives: list[CollectiveInstance], p2p: list[P2PMatch]) -> list[Problem]:
+def _clock_violations(t: EventTable, collectives: CollectiveTable, p2p: P2PTable) -> list[Problem]:
     """Effects before causes: a recv done before its send began, a collective done before its last rank arrived.
     The tolerance is the clock alignment's own uncertainty."""
     unc = {r: info.clock_uncertainty_ns for r, info in t.ranks.items()}
@@ -217,14 +226,19 @@ def _clock_violations(t: EventTable, collectives: list[CollectiveInstance], p2p:
             end = finished_at(t, m.recv)
             if end != NONE and end < t.start_ns[m.send]:
                 note(m.dst, m.src, t.start_ns[m.send] - end, [m.send, m.recv])
-    for c in collectives:
-        if not c.complete or c.wait_kind not in ("wait_at_nxn", "wait_at_barrier") or len(c.events) < 2:
+    kinds, complete_c, offset, row_c = collectives.wait_kind, collectives.complete, collectives.offset, collectives.rows
+    nxn = {code for code, kind in enumerate(kinds.values) if kind in ("wait_at_nxn", "wait_at_barrier")}
+    start_c = t.start_ns
+    for k, code in enumerate(kinds.codes):
+        if not complete_c[k] or code not in nxn or offset[k + 1] - offset[k] < 2:
             continue
-        latest = max(c.starts)
-        ends = c.ends  # complete: every rank finished
+        rows = row_c[offset[k]:offset[k + 1]]
+        latest = max(map(start_c.__getitem__, rows))
+        ends = collectives.ends_of(k)  # complete: every rank finished
         if min(ends) >= latest:
             continue
-        for r, e, i in zip(c.ranks, ends, c.rows):
+        c = collectives[k]
+        for r, e, i in zip(c.ranks, ends, rows):
             if e < latest:
                 note(r, c.last_arrival, latest - e, [i, c.row_of(c.last_arrival)])
     out = []

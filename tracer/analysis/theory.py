@@ -8,8 +8,10 @@ without interference), then least squares over the buckets. An instance far abov
 
 from __future__ import annotations
 
+from ..events import NONE
 from .bandwidth import busbw_factor
-from .model import AlphaBeta, CollectiveInstance, P2PMatch
+from .model import NULL, AlphaBeta
+from .tables import CollectiveTable, P2PTable
 
 SLOW_FACTOR = 4.0       # slower than 4x the model...
 SLOW_MIN_NS = 1_000_000  # ...and by more than 1 ms (scheduler noise on a loaded box is that large)
@@ -44,14 +46,15 @@ def _fit(points: list[tuple[int, int]]) -> tuple[float, float]:
     return alpha, beta
 
 
-def fit_models(collectives: list[CollectiveInstance], p2p: list[P2PMatch]) -> dict[str, AlphaBeta]:
+def fit_models(collectives: CollectiveTable, p2p: P2PTable) -> dict[str, AlphaBeta]:
     points: dict[str, list[tuple[int, int]]] = {}
-    for c in collectives:
-        if c.duration_ns is not None:
-            points.setdefault(c.op, []).append((c.volume_bytes, c.duration_ns))
-    for m in p2p:
-        if m.transfer_ns is not None:
-            points.setdefault("send", []).append((m.bytes, m.transfer_ns))
+    ops = collectives.op.values
+    for code, volume, d in zip(collectives.op.codes, collectives.volume_bytes, collectives.duration_ns):
+        if d != NULL:
+            points.setdefault(ops[code], []).append((volume, d))
+    for b, tr in zip(p2p.bytes, p2p.transfer_ns):
+        if tr != NONE:
+            points.setdefault("send", []).append((b, tr))
     models = {}
     for op, pts in points.items():
         alpha, beta = _fit(pts)
@@ -59,11 +62,13 @@ def fit_models(collectives: list[CollectiveInstance], p2p: list[P2PMatch]) -> di
     return models
 
 
-def flag_slow(collectives: list[CollectiveInstance], models: dict[str, AlphaBeta]) -> None:
-    for c in collectives:
-        m = models.get(c.op)
+def flag_slow(collectives: CollectiveTable, models: dict[str, AlphaBeta]) -> None:
+    """Fill the model_ns and slow columns."""
+    ops, model_c, slow_c = collectives.op.values, collectives.model_ns, collectives.slow
+    for k, (code, volume, d) in enumerate(zip(collectives.op.codes, collectives.volume_bytes,
+                                              collectives.duration_ns)):
+        m = models.get(ops[code])
         if m is None:
             continue
-        c.model_ns = model = m.alpha_ns + m.beta_ns_per_byte * c.volume_bytes
-        d = c.duration_ns
-        c.slow = d is not None and d > SLOW_FACTOR * model and d - model > SLOW_MIN_NS
+        model_c[k] = model = m.alpha_ns + m.beta_ns_per_byte * volume
+        slow_c[k] = d != NULL and d > SLOW_FACTOR * model and d - model > SLOW_MIN_NS

@@ -6,9 +6,13 @@ Wait at N×N) with the time the rank was blocked in the op."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..events import NONE, EventTable
-from .model import (EARLY_REDUCE, LATE_BROADCAST, WAIT_BARRIER, WAIT_NXN, CollectiveInstance, P2PMatch,
-                    Straggler)
+from .model import EARLY_REDUCE, LATE_BROADCAST, WAIT_BARRIER, WAIT_NXN, Straggler
+
+if TYPE_CHECKING:
+    from .tables import CollectiveTable, P2PTable
 
 WAIT_KIND = {
     "all_reduce": WAIT_NXN, "all_gather": WAIT_NXN, "reduce_scatter": WAIT_NXN, "all_to_all": WAIT_NXN,
@@ -92,23 +96,25 @@ def p2p_waits(t: EventTable, send: int, recv: int) -> tuple[int, int]:
     return 0, 0
 
 
-def stragglers_of(collectives: list[CollectiveInstance], p2p: list[P2PMatch], culprits: list[int | None],
+def stragglers_of(collectives: CollectiveTable, p2p: P2PTable, culprits: list[int | None],
                   ranks: list[int]) -> list[Straggler]:
     """Per rank, the waiting it caused others (its delay cost) and how often it arrived last; worst first."""
     cost = dict.fromkeys(ranks, 0)
     late = dict.fromkeys(ranks, 0)
-    for c, culprit in zip(collectives, culprits):
+    waits, offset = collectives.waits, collectives.offset
+    for k, culprit in enumerate(culprits):
         if culprit is None:
             continue
-        caused = sum(c.waits)
+        caused = sum(waits[offset[k]:offset[k + 1]])
         if caused > 0:
             cost[culprit] = cost.get(culprit, 0) + caused
             late[culprit] = late.get(culprit, 0) + 1
-    for m in p2p:
-        if m.late_sender_ns:
-            cost[m.src] = cost.get(m.src, 0) + m.late_sender_ns
-        if m.late_receiver_ns:
-            cost[m.dst] = cost.get(m.dst, 0) + m.late_receiver_ns
+    for src, w in zip(p2p.src, p2p.late_sender_ns):
+        if w:
+            cost[src] = cost.get(src, 0) + w
+    for dst, w in zip(p2p.dst, p2p.late_receiver_ns):
+        if w:
+            cost[dst] = cost.get(dst, 0) + w
     out = [Straggler(r, cost[r], late.get(r, 0)) for r in cost]
     out.sort(key=lambda s: (-s.delay_cost_ns, -s.late_count, s.rank))
     return out

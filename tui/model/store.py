@@ -13,6 +13,7 @@ from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 
 from disttrace.tracer.analysis.model import Analysis
+from disttrace.tracer.analysis.tables import CollectiveTable, P2PTable
 from disttrace.tracer.events import NONE, P2P_OPS, EventTable
 
 from .lod import Lane
@@ -44,8 +45,8 @@ def pending_analysis(table: EventTable) -> Analysis:
     """An empty Analysis standing in until the real one is computed (no matches, no waits, nothing found)."""
     n = len(table)
     no_match = array("i", [-1]) * n
-    return Analysis(table=table, collectives=[], instance_of=no_match, p2p=[], p2p_of=no_match, waits={},
-                    stragglers=[], links=[], pipeline=None, problems=[], models={})
+    return Analysis(table=table, collectives=CollectiveTable(table), instance_of=no_match, p2p=P2PTable(),
+                    p2p_of=no_match, waits={}, stragglers=[], links=[], pipeline=None, problems=[], models={})
 
 
 class TraceStore:
@@ -115,18 +116,18 @@ class TraceStore:
         self.analysis = analysis
         # wait part of each event (the time it spent waiting for a late peer), from the analysis
         wait_ns = self.wait_ns = array("q", bytes(8 * len(table)))
-        for inst in analysis.collectives:
-            for row, w in zip(inst.rows, inst.waits):
-                if w > 0:
-                    wait_ns[row] = w
-        for m in analysis.p2p:
-            if m.send is not None and m.late_receiver_ns > 0:
-                wait_ns[m.send] = m.late_receiver_ns
-            if m.recv is not None and m.late_sender_ns > 0:
-                wait_ns[m.recv] = m.late_sender_ns
+        colls, p2p = analysis.collectives, analysis.p2p
+        for row, w in zip(colls.rows, colls.waits):
+            if w > 0:
+                wait_ns[row] = w
+        for send, w in zip(p2p.send, p2p.late_receiver_ns):
+            if w > 0 and send != NONE:
+                wait_ns[send] = w
+        for recv, w in zip(p2p.recv, p2p.late_sender_ns):
+            if w > 0 and recv != NONE:
+                wait_ns[recv] = w
         # collectives in order of their first arrival
-        colls = analysis.collectives
-        first = [min(c.starts, default=0) for c in colls]
+        first = colls.first_starts()
         self.coll_order = sorted(range(len(colls)), key=first.__getitem__)
         self.coll_pos = {c: k for k, c in enumerate(self.coll_order)}
         self.coll_first_start = array("q", map(first.__getitem__, self.coll_order))

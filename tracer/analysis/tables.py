@@ -1,0 +1,168 @@
+"""The analysis' collectives and messages as columns, read like lists of CollectiveInstance / P2PMatch.
+
+A million-event trace has ~10^5 collectives and ~10^5 messages; an object for each, with its numbers boxed and
+its per-rank data, cost ~150 MB. Here each field is one typed array; `table[k]` and iteration make the object
+on demand (a CollectiveInstance is a view that reads and writes these columns, a P2PMatch a small copy). Loops
+over every instance or message inside the analysis read the columns directly.
+"""
+
+from __future__ import annotations
+
+from array import array
+from itertools import repeat
+from math import nan
+from typing import Iterator
+from weakref import WeakValueDictionary
+
+from ..columns import CodedColumn
+from ..events import NONE, EventTable
+from .model import NULL, CollectiveInstance, P2PMatch
+
+
+def _opt_float(v: float | None) -> float:
+    return nan if v is None else v
+
+
+class CollectiveTable:
+    """Collective instances, k = 0..n-1. The rows of instance k (in arrival order) are
+    `rows[offset[k]:offset[k + 1]]`, with their waits at the same positions of `waits`; ranks, starts and ends
+    are read from the event table (`ends`: an async op's wait() end where its own end is unknown)."""
+
+    def __init__(self, events: EventTable):
+        self.events = events
+        self.op = CodedColumn()
+        self.wait_kind = CodedColumn()
+        self.gid = array("i")
+        self.group_seq = array("q")
+        self.offset = array("q", [0])
+        self.rows = array("i")
+        self.waits = array("q")
+        self.bytes = array("q")
+        self.skew_ns = array("q")
+        self.duration_ns = array("q")    # NULL: incomplete
+        self.algbw_gbps = array("d")     # NaN: none
+        self.busbw_gbps = array("d")
+        self.model_ns = array("d")
+        self.slow = bytearray()
+        self.root = array("q")           # NONE: no root
+        self.complete = bytearray()
+        self.is_async = bytearray()
+        self.last_arrival = array("q")
+        self.volume_bytes = array("q")
+        self.missing: dict[int, tuple[int, ...]] = {}  # only the instances with missing ranks
+        # the view of an instance while someone holds it: reading the same instance twice gives the same object
+        self._views: WeakValueDictionary[int, CollectiveInstance] = WeakValueDictionary()
+
+    def append(self, op: str, gid: int, group_seq: int, rows: list[int], waits: list[int], nbytes: int,
+               wait_kind: str, skew_ns: int, duration_ns: int | None, algbw: float | None, busbw: float | None,
+               root: int | None, complete: bool, is_async: bool, last_arrival: int, volume_bytes: int,
+               missing: tuple[int, ...]) -> None:
+        k = len(self.gid)
+        self.op.append(op)
+        self.wait_kind.append(wait_kind)
+        self.gid.append(gid)
+        self.group_seq.append(group_seq)
+        self.rows.extend(rows)
+        self.waits.extend(waits)
+        self.offset.append(len(self.rows))
+        self.bytes.append(nbytes)
+        self.skew_ns.append(skew_ns)
+        self.duration_ns.append(NULL if duration_ns is None else duration_ns)
+        self.algbw_gbps.append(_opt_float(algbw))
+        self.busbw_gbps.append(_opt_float(busbw))
+        self.model_ns.append(nan)
+        self.slow.append(0)
+        self.root.append(NONE if root is None else root)
+        self.complete.append(complete)
+        self.is_async.append(is_async)
+        self.last_arrival.append(last_arrival)
+        self.volume_bytes.append(volume_bytes)
+        if missing:
+            self.missing[k] = missing
+
+    def __len__(self) -> int:
+        return len(self.gid)
+
+    def __getitem__(self, k: int) -> CollectiveInstance:
+        n = len(self.gid)
+        if k < 0:
+            k += n
+        if not 0 <= k < n:
+            raise IndexError("collective index out of range")
+        view = self._views.get(k)
+        if view is None:
+            view = self._views[k] = CollectiveInstance(self, k)
+        return view
+
+    def __iter__(self) -> Iterator[CollectiveInstance]:
+        return map(CollectiveInstance, repeat(self), range(len(self.gid)))
+
+    # -- per-instance reads (CollectiveInstance's properties) ----------------------------------------------------
+    def rows_of(self, k: int) -> array:
+        return self.rows[self.offset[k]:self.offset[k + 1]]
+
+    def waits_of(self, k: int) -> array:
+        return self.waits[self.offset[k]:self.offset[k + 1]]
+
+    def ranks_of(self, k: int) -> array:
+        return array("q", map(self.events.rank.__getitem__, self.rows_of(k)))
+
+    def starts_of(self, k: int) -> array:
+        return array("q", map(self.events.start_ns.__getitem__, self.rows_of(k)))
+
+    def ends_of(self, k: int) -> array:
+        t = self.events
+        ends = array("q", map(t.end_ns.__getitem__, self.rows_of(k)))
+        if self.is_async[k] and NONE in ends:
+            wait_end = t.wait_end_ns
+            ends = array("q", [e if e != NONE else wait_end[i] for e, i in zip(ends, self.rows_of(k))])
+        return ends
+
+    def first_starts(self) -> array:
+        """The earliest arrival of every instance, in one pass over the rows."""
+        start, rows, offset = self.events.start_ns, self.rows, self.offset
+        return array("q", [min(map(start.__getitem__, rows[offset[k]:offset[k + 1]]), default=0)
+                           for k in range(len(self.gid))])
+
+
+class P2PTable:
+    """Matched messages, k = 0..n-1; a missing side's row is -1 in `send`/`recv` (None in the P2PMatch)."""
+
+    def __init__(self):
+        self.src = array("i")
+        self.dst = array("i")
+        self.order = array("i")
+        self.send = array("i")
+        self.recv = array("i")
+        self.bytes = array("q")
+        self.late_sender_ns = array("q")
+        self.late_receiver_ns = array("q")
+        self.transfer_ns = array("q")  # NONE: unknown (transfers are positive)
+
+    def append(self, src: int, dst: int, order: int, send: int | None, recv: int | None, nbytes: int,
+               late_sender_ns: int, late_receiver_ns: int, transfer_ns: int | None) -> None:
+        self.src.append(src)
+        self.dst.append(dst)
+        self.order.append(order)
+        self.send.append(NONE if send is None else send)
+        self.recv.append(NONE if recv is None else recv)
+        self.bytes.append(nbytes)
+        self.late_sender_ns.append(late_sender_ns)
+        self.late_receiver_ns.append(late_receiver_ns)
+        self.transfer_ns.append(NONE if transfer_ns is None else transfer_ns)
+
+    def __len__(self) -> int:
+        return len(self.src)
+
+    def __getitem__(self, k: int) -> P2PMatch:
+        return _match(self.src[k], self.dst[k], self.order[k], self.send[k], self.recv[k], self.bytes[k],
+                      self.late_sender_ns[k], self.late_receiver_ns[k], self.transfer_ns[k])
+
+    def __iter__(self) -> Iterator[P2PMatch]:
+        return map(_match, self.src, self.dst, self.order, self.send, self.recv, self.bytes, self.late_sender_ns,
+                   self.late_receiver_ns, self.transfer_ns)
+
+
+def _match(src, dst, order, send, recv, nbytes, ls, lr, transfer) -> P2PMatch:
+    return P2PMatch(src, dst, order, None if send == NONE else send, None if recv == NONE else recv, nbytes, ls, lr,
+                    None if transfer == NONE else transfer)
