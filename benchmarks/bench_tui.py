@@ -97,6 +97,7 @@ async def _app_run(path: str, size: tuple[int, int]) -> dict:
         for _ in range(5):
             timeline._cells.clear()
             timeline._strips.clear()
+            timeline._segments.clear()
             t = time.process_time()
             for y in range(timeline.size.height):
                 timeline.render_line(y)

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_left
-from dataclasses import dataclass
-from itertools import accumulate
-from operator import mul, sub
+from functools import partial
+from itertools import accumulate, compress, repeat
+from operator import gt, mul, sub
+from typing import NamedTuple
 
 from disttrace.tracer.events import NONE, EventTable
 
@@ -21,16 +22,18 @@ N_CATS = 4  # index 0: waiting; 1 collective, 2 barrier, 3 p2p (no event: comput
 _LOOK_BACK = 64  # events looked back for async ops still running (beyond that, a long async op is approximate)
 
 
-@dataclass
-class Cell:
+class Cell(NamedTuple):
     """What a timeline cell shows: busy fraction, dominant category, whether waiting dominates, and the event
-    row that stands for the cell (for its colour and for clicks)."""
+    row that stands for the cell (for its colour and for clicks). A tuple: a frame makes thousands of them."""
 
     busy: float
     cat: int
     waiting: bool
     row: int  # -1 when no event touches the cell
     inside: bool  # between the rank's first and last event (a compute gap rather than nothing)
+
+
+_new_cell = partial(tuple.__new__, Cell)  # Cell from a tuple, without a Python-level __new__ call
 
 
 EMPTY = Cell(0.0, 0, False, -1, False)
@@ -107,38 +110,33 @@ class Lane:
         cw, c1, c2, c3 = self.cum
         maxend = self.maxend
         first, last = starts[0], self.maxend[-1]
-        # prefix sums at every cell boundary (the body of before(), inlined: this is the hot loop of a frame)
-        bounds = []
-        fw, f1, f2, f3, js = [], [], [], [], []
-        prev_t = None
-        for x in range(width + 1):
-            t = t_start + int(x * ns_per_cell)
-            if prev_t is not None and t <= prev_t:
-                t = prev_t + 1
-            prev_t = t
-            bounds.append(t)
-            j = bisect_left(starts, t)
-            a, b1, b2, b3 = cw[j], c1[j], c2[j], c3[j]
+        # cell boundaries (strictly increasing: below 1 ns a cell, int() repeats them), the first event at or
+        # after each and the prefix sums there, through map (C); Python only corrects the boundaries that fall
+        # inside an earlier event still running (before()'s look-back, inlined: this is the hot part of a frame)
+        bounds = [t_start + int(x * ns_per_cell) for x in range(width + 1)]
+        if ns_per_cell < 1:
+            for x in range(1, width + 1):
+                if bounds[x] <= bounds[x - 1]:
+                    bounds[x] = bounds[x - 1] + 1
+        js = list(map(bisect_left, repeat(starts), bounds))
+        fw, f1, f2, f3 = (list(map(c.__getitem__, js)) for c in (cw, c1, c2, c3))
+        for x in compress(range(width + 1), map(gt, map(maxend.__getitem__, js), bounds)):
+            t, j = bounds[x], js[x]
             p = j - 1
             while p >= 0 and maxend[p + 1] > t and p > j - _LOOK_BACK:
                 over = ends[p] - t
                 if over > 0:
                     c = cats[p]
                     if c == 1:
-                        b1 -= over
+                        f1[x] -= over
                     elif c == 2:
-                        b2 -= over
+                        f2[x] -= over
                     else:
-                        b3 -= over
+                        f3[x] -= over
                     wover = starts[p] + waits[p] - t
                     if wover > 0:
-                        a -= wover
+                        fw[x] -= wover
                 p -= 1
-            fw.append(a)
-            f1.append(b1)
-            f2.append(b2)
-            f3.append(b3)
-            js.append(j)
         out = []
         inside = Cell(0.0, 0, False, -1, True)
         for x in range(width):
@@ -159,7 +157,7 @@ class Lane:
                     q -= 1
                 if q >= 0 and ends[q] > a:
                     p = q
-            out.append(Cell(min(1.0, busy / (b - a)), cat, (fw[x + 1] - fw[x]) * 2 > busy, rows[p], True))
+            out.append(_new_cell((min(1.0, busy / (b - a)), cat, (fw[x + 1] - fw[x]) * 2 > busy, rows[p], True)))
         return out
 
 

@@ -27,7 +27,6 @@ _GAP = ("─", GAP)
 _BLANK = (" ", Style())
 _SELECTED = Style(bgcolor=BG_SELECTED)
 _PLAYHEAD = Style(bgcolor=BG_PLAYHEAD)
-_GLYPHS: dict[tuple, tuple[str, Style]] = {}
 
 
 _MARKED: dict[tuple[int, int], Style] = {}
@@ -85,6 +84,8 @@ class Timeline(ScrollView, can_focus=False):
         self.label_w = label_width(store)
         self._cells: LRUCache = LRUCache(1024)
         self._strips: LRUCache = LRUCache(1024)
+        self._segments: LRUCache = LRUCache(1024)
+        self._glyphs: dict[tuple, tuple[str, Style]] = {}  # (op code in the store's table, waiting, level)
         self._hl_key: tuple | None = None
         self._hl: dict[int, list[int]] = {}
         self.virtual_size = Size(0, len(self.rank_indices))
@@ -93,6 +94,7 @@ class Timeline(ScrollView, can_focus=False):
         """Forget drawn lanes (the store's lanes changed: the analysis arrived)."""
         self._cells.clear()
         self._strips.clear()
+        self._segments.clear()
         self._hl_key = None
         self.refresh()
 
@@ -151,19 +153,19 @@ class Timeline(ScrollView, can_focus=False):
         base = self._strips.get(key)
         if base is not None:
             return base
-        ops = self.store.table.op
-        glyphs = _GLYPHS
+        op_codes, op_names = self.store.table.op.codes, self.store.table.op.values
+        glyphs = self._glyphs
         chars: list[str] = []
         styles: list[Style] = []
-        for cell in self.lane_cells(k, width):
-            if cell.row < 0:
-                ch, style = _GAP if cell.inside else _BLANK
+        for busy, _, waiting, row, inside in self.lane_cells(k, width):
+            if row < 0:
+                ch, style = _GAP if inside else _BLANK
             else:
-                level = 8 if cell.busy >= 0.8 else max(1, min(7, int(cell.busy * 8 + 0.999)))
-                gk = (ops[cell.row], cell.waiting, level)
+                level = 8 if busy >= 0.8 else max(1, min(7, int(busy * 8 + 0.999)))
+                gk = (op_codes[row], waiting, level)
                 g = glyphs.get(gk)
                 if g is None:
-                    g = glyphs[gk] = _glyph(*gk)
+                    g = glyphs[gk] = _glyph(op_names[gk[0]], waiting, level)
                 ch, style = g
             chars.append(ch)
             styles.append(style)
@@ -199,26 +201,41 @@ class Timeline(ScrollView, can_focus=False):
         k = self.rank_indices[idx]
         rr = self.store.rows[k]
         label = _label(rr.rank, rr.host)[: self.label_w - 1].ljust(self.label_w)
+        segs = self._lane_segments(k, rr.rank, width)
+        return Strip([Segment(label, FOCUS_STYLE if k == self.focused_rank else LABEL_STYLE), *segs],
+                     self.label_w + width)
+
+    def _lane_segments(self, k: int, rank: int, width: int) -> list[Segment]:
+        """Display rank k's lane with the selection and the playhead laid over, one segment per run of equal
+        style (cached by what is marked: moving the focus or the selection redraws only what changed)."""
+        table = self.store.table
+        spans = []
+        for row in self._highlight_rows().get(rank, ()):
+            c0 = max(0, self.col_of(table.start_ns[row]))
+            spans.append((c0, min(width - 1, max(c0, self.col_of(self.store.end_of(row) - 1)))))
+        px = self.col_of(table.start_ns[self.playhead]) if self.playhead >= 0 else -1
+        if not 0 <= px < width:
+            px = -1
+        key = (k, self.zoom, self.offset_ns, width, tuple(spans), px)
+        segs = self._segments.get(key)
+        if segs is not None:
+            return segs
         chars, styles = self.base_cells(k, width)
         chars, styles = chars[:], styles[:]
-        table = self.store.table
-        for row in self._highlight_rows().get(rr.rank, ()):
-            c0 = max(0, self.col_of(table.start_ns[row]))
-            c1 = min(width - 1, max(c0, self.col_of(self.store.end_of(row) - 1)))
+        for c0, c1 in spans:
             for x in range(c0, c1 + 1):
                 chars[x], styles[x] = _mark(chars[x], styles[x], _SELECTED)
-        if self.playhead >= 0:
-            x = self.col_of(table.start_ns[self.playhead])
-            if 0 <= x < width:
-                chars[x], styles[x] = _mark(chars[x], styles[x], _PLAYHEAD)
-        # one segment per run of equal style; every glyph is one cell wide, so the strip's length is known
-        segs = [Segment(label, FOCUS_STYLE if k == self.focused_rank else LABEL_STYLE)]
+        if px >= 0:
+            chars[px], styles[px] = _mark(chars[px], styles[px], _PLAYHEAD)
+        # every glyph is one cell wide, so the strip's length is known
+        segs = []
         run_start = 0
         for x in range(1, width + 1):
             if x == width or styles[x] is not styles[run_start]:
                 segs.append(Segment("".join(chars[run_start:x]), styles[run_start]))
                 run_start = x
-        return Strip(segs, self.label_w + width)
+        self._segments[key] = segs
+        return segs
 
     # -- mouse ------------------------------------------------------------------------------------
     def _on_click(self, event: Click) -> None:
