@@ -3,32 +3,20 @@
 from __future__ import annotations
 
 from dataclasses import asdict
+from math import isnan
 
 from ..events import NONE
-from .model import Analysis
+from .model import NULL, Analysis
+from .tables import CollectiveTable
 
 
 def to_json(a: Analysis) -> dict:
     t = a.table
     groups = t.groups
-    colls = []
-    append = colls.append
     key = {r: str(r) for g in groups for r in g.ranks}  # rank -> its JSON key, made once
     key.update((r, str(r)) for r in t.ranks)
-    for c in a.collectives:
-        keys = [key[r] for r in c.ranks]
-        ends = c.ends
-        append({
-            "op": c.op, "group": groups[c.gid].name, "group_ranks": list(c.group_ranks), "group_seq": c.group_seq,
-            "bytes": c.bytes, "volume_bytes": c.volume_bytes,
-            "start_ns": dict(zip(keys, c.starts)),
-            "end_ns": dict(zip(keys, ends if NONE not in ends else [None if e == NONE else e for e in ends])),
-            "wait_ns": dict(zip(keys, c.waits)),
-            "wait_kind": c.wait_kind, "skew_ns": c.skew_ns, "duration_ns": c.duration_ns,
-            "algbw_gbps": c.algbw_gbps, "busbw_gbps": c.busbw_gbps, "model_ns": c.model_ns, "slow": c.slow,
-            "root": c.root, "complete": c.complete, "last_arrival": c.last_arrival, "missing": list(c.missing),
-        })
-    p = a.pipeline
+    colls = _collectives(a.collectives, key)
+    p, m = a.pipeline, a.p2p
     return {
         "summary": {"events": len(t), "ranks": t.world_ranks(), "groups": [
             {"name": g.name, "ranks": list(g.ranks)} for g in groups],
@@ -37,9 +25,8 @@ def to_json(a: Analysis) -> dict:
         "waits": {str(r): w for r, w in sorted(a.waits.items())},
         "stragglers": [asdict(s) for s in a.stragglers],
         "links": [asdict(link) for link in a.links],
-        "p2p": {"messages": len(a.p2p), "unmatched": sum(1 for m in a.p2p if m.send is None or m.recv is None),
-                "late_sender_ns": sum(m.late_sender_ns for m in a.p2p),
-                "late_receiver_ns": sum(m.late_receiver_ns for m in a.p2p)},
+        "p2p": {"messages": len(m), "unmatched": sum(1 for s, r in zip(m.send, m.recv) if s == NONE or r == NONE),
+                "late_sender_ns": sum(m.late_sender_ns), "late_receiver_ns": sum(m.late_receiver_ns)},
         "pipeline": None if p is None else {
             "stages": p.stages, "micro_batches": p.micro_batches, "bubble_fraction": p.bubble_fraction,
             "expected_fraction": p.expected_fraction, "per_stage": [asdict(s) for s in p.per_stage]},
@@ -48,3 +35,38 @@ def to_json(a: Analysis) -> dict:
                      for q in a.problems],
         "models": {op: asdict(m) for op, m in a.models.items()},
     }
+
+
+def _collectives(ct: CollectiveTable, key: dict[int, str]) -> list[dict]:
+    """One dict per instance, read from the table's columns (a view per instance would cost ~20 property reads)."""
+    t = ct.events
+    groups, rank_c, start_c, end_c, wait_end_c = t.groups, t.rank, t.start_ns, t.end_ns, t.wait_end_ns
+    ops, kinds = ct.op.values, ct.wait_kind.values
+    rows_c, waits_c, offset, missing = ct.rows, ct.waits, ct.offset, ct.missing
+    out = []
+    append = out.append
+    for k, (op, kind, g, seq, nbytes, volume, skew, dur, algbw, busbw, model, slow, root, complete, is_async,
+            last) in enumerate(zip(ct.op.codes, ct.wait_kind.codes, ct.gid, ct.group_seq, ct.bytes, ct.volume_bytes,
+                                   ct.skew_ns, ct.duration_ns, ct.algbw_gbps, ct.busbw_gbps, ct.model_ns, ct.slow,
+                                   ct.root, ct.complete, ct.is_async, ct.last_arrival)):
+        rows = rows_c[offset[k]:offset[k + 1]]
+        keys = [key[rank_c[i]] for i in rows]
+        ends = list(map(end_c.__getitem__, rows))
+        if NONE in ends:
+            if is_async:
+                ends = [e if e != NONE else wait_end_c[i] for e, i in zip(ends, rows)]
+            ends = [None if e == NONE else e for e in ends]
+        grp = groups[g]
+        append({
+            "op": ops[op], "group": grp.name, "group_ranks": list(grp.ranks), "group_seq": seq,
+            "bytes": nbytes, "volume_bytes": volume,
+            "start_ns": dict(zip(keys, map(start_c.__getitem__, rows))),
+            "end_ns": dict(zip(keys, ends)),
+            "wait_ns": dict(zip(keys, waits_c[offset[k]:offset[k + 1]])),
+            "wait_kind": kinds[kind], "skew_ns": skew, "duration_ns": None if dur == NULL else dur,
+            "algbw_gbps": None if isnan(algbw) else algbw, "busbw_gbps": None if isnan(busbw) else busbw,
+            "model_ns": None if isnan(model) else model, "slow": bool(slow),
+            "root": None if root == NONE else root, "complete": bool(complete), "last_arrival": last,
+            "missing": list(missing.get(k, ())),
+        })
+    return out
