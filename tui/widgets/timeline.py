@@ -1,7 +1,7 @@
 """The timeline: one line per rank, time across, drawn with the Line API from the store's lanes.
 
 Nothing here is a widget per event: `render_line` asks the rank's Lane for the cells of the visible
-window (cached per window in an LRU cache), then lays the playhead and selection over them.
+window, then lays the playhead and selection over them (both cached per window in LRU caches).
 """
 
 from __future__ import annotations
@@ -82,9 +82,11 @@ class Timeline(ScrollView, can_focus=False):
         self.store = store
         self.rank_indices = list(range(len(store.rows))) if rank_indices is None else rank_indices
         self.label_w = label_width(store)
-        self._cells: LRUCache = LRUCache(1024)
+        # What a frame makes lives here only as strings, shared styles and segments, and few of the latter: every
+        # object held is one more that each full garbage collection walks (the Cells, 100k of them in a cache,
+        # made those take 40-80 ms, a stall every few keys). A lane's Cells are garbage as soon as drawn.
         self._strips: LRUCache = LRUCache(1024)
-        self._segments: LRUCache = LRUCache(1024)
+        self._segments: LRUCache = LRUCache(256)
         self._glyphs: dict[tuple, tuple[str, Style]] = {}  # (op code in the store's table, waiting, level)
         self._hl_key: tuple | None = None
         self._hl: dict[int, list[int]] = {}
@@ -92,7 +94,6 @@ class Timeline(ScrollView, can_focus=False):
 
     def clear_caches(self) -> None:
         """Forget drawn lanes (the store's lanes changed: the analysis arrived)."""
-        self._cells.clear()
         self._strips.clear()
         self._segments.clear()
         self._hl_key = None
@@ -139,13 +140,8 @@ class Timeline(ScrollView, can_focus=False):
 
     # -- rendering ------------------------------------------------------------------------------------
     def lane_cells(self, k: int, width: int):
-        key = (k, self.zoom, self.offset_ns, width)
-        cells = self._cells.get(key)
-        if cells is None:
-            ns = viewport.window_ns(self.store.span_ns, self.zoom) / width
-            cells = self.store.rows[k].lane.cells(self.store.t0 + self.offset_ns, ns, width)
-            self._cells[key] = cells
-        return cells
+        ns = viewport.window_ns(self.store.span_ns, self.zoom) / width
+        return self.store.rows[k].lane.cells(self.store.t0 + self.offset_ns, ns, width)
 
     def base_cells(self, k: int, width: int) -> tuple[list[str], list[Style]]:
         """Character and style of every cell of display rank k's lane in the current window (cached)."""
