@@ -14,6 +14,7 @@ from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
 
 from disttrace.tracer.analysis import describe
 
+from ..loading import settle
 from ..model import viewport
 from ..model.replay import SPEEDS, format_ns, parse_goto, search, step_collective, step_event
 from ..model.store import TraceStore
@@ -196,6 +197,8 @@ class ViewerScreen(Screen):
             w.rerender()
         self.query_one(PlayheadLine).refresh()
         self.analysis_label = ""
+        # the views' widgets and rows are built now: keep the collector from walking them on every full collection
+        self.call_after_refresh(settle)
 
     def on_load_progress(self, message: LoadProgress) -> None:
         self.analysis_label = f"{message.label} {message.fraction:.0%}"
