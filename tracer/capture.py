@@ -185,11 +185,13 @@ class Tracer:
 
     # -- groups ----------------------------------------------------------------------------------
     def group(self, pg_script_obj) -> Group:
-        pg = dist.ProcessGroup.unbox(pg_script_obj)
+        """The Group of a c10d op's process-group argument (a ScriptObject)."""
+        return self.group_of(dist.ProcessGroup.unbox(pg_script_obj))
+
+    def group_of(self, pg) -> Group:
+        """The Group of a Python ProcessGroup object."""
         g = self.groups.get(id(pg))
-        if g is None:
-            g = self._new_group(pg)
-        return g
+        return g if g is not None else self._new_group(pg)
 
     def _new_group(self, pg) -> Group:
         try:
@@ -211,25 +213,17 @@ class Tracer:
         is_async = None
         if spec.async_arg is not None:
             is_async = bool(args[spec.async_arg]) if spec.async_arg < n else True
-        return self._begin(spec, self.group(args[spec.pg]),
-                           args[spec.inp] if spec.inp is not None else None,
-                           args[spec.out] if spec.out is not None else None,
-                           args[spec.root] if spec.root is not None else None,
-                           args[spec.peer] if spec.peer is not None else None,
-                           args[spec.tag] if spec.tag is not None and spec.tag < n else None, is_async, 4)
+        return self.begin_fields(spec, self.group(args[spec.pg]),
+                                 args[spec.inp] if spec.inp is not None else None,
+                                 args[spec.out] if spec.out is not None else None,
+                                 args[spec.root] if spec.root is not None else None,
+                                 args[spec.peer] if spec.peer is not None else None,
+                                 args[spec.tag] if spec.tag is not None and spec.tag < n else None, is_async)
 
-    def group_of(self, pg) -> Group:
-        """The Group of a Python ProcessGroup object."""
-        g = self.groups.get(id(pg))
-        return g if g is not None else self._new_group(pg)
-
-    def begin_python(self, spec: Spec, g: Group, inp, out, root, peer, tag, is_async) -> Event:
-        """An op seen by fastpath.py's ProcessGroup method wrapper: the same fields, from the method's arguments."""
-        return self._begin(spec, g, inp, out, root, peer, tag, is_async, 4)
-
-    def _begin(self, spec: Spec, g: Group, inp, out, root, peer, tag, is_async, depth: int) -> Event:
-        """root, peer: group-local; is_async: the op's async flag (None: it has none)."""
-        site, api, origin = callsite.walk(depth)
+    def begin_fields(self, spec: Spec, g: Group, inp, out, root, peer, tag, is_async) -> Event:
+        """An op read from its arguments, by begin() or by fastpath.py's ProcessGroup method wrapper.
+        root, peer: group-local; is_async: the op's async flag (None: it has none)."""
+        site, api, origin = callsite.walk(3)  # from the kernel or the wrapper outwards
         if site is None:
             # no Python frame of the user's: an autograd device thread (CUDA) runs this backward
             site = self.backward_site
@@ -294,11 +288,9 @@ class Tracer:
             parts.append(b',"th":%d' % tid)
         if self.mode != "off":
             full = self.mode == "full"
-            if inp is not None:
-                summary = {}
-                self._summary(summary, ev.id, "in", summaries.summarize(inp, full))
-                if summary:
-                    parts.append(b',"in":' + orjson.dumps(summary["in"], default=str))
+            summary = self._summary(ev.id, "in", summaries.summarize(inp, full)) if inp is not None else None
+            if summary is not None:
+                parts.append(b',"in":' + orjson.dumps(summary, default=str))
             ev.tensors = out if out is not None else (inp if inplace else None)
         t = time.monotonic_ns()  # last: everything above is our own cost, not the op's
         parts.append(b',"t":%d}\n' % t)
@@ -396,7 +388,9 @@ class Tracer:
             except Exception:  # noqa: BLE001
                 pass
         if ev.tensors is not None and err is None:
-            self._summary(rec, ev.id, "out", summaries.summarize(ev.tensors, self.mode == "full"))
+            summary = self._summary(ev.id, "out", summaries.summarize(ev.tensors, self.mode == "full"))
+            if summary is not None:
+                rec["out"] = summary
             ev.tensors = None
         self.rec.write(rec)
 
@@ -439,13 +433,12 @@ class Tracer:
         self.complete(ev, err)
 
     # -- summaries ------------------------------------------------------------------------------
-    def _summary(self, rec: dict, ev_id: int, which: str, s) -> None:
-        if s is None:
-            return
+    def _summary(self, ev_id: int, which: str, s) -> dict | None:
+        """The summary to put in the record now; a CUDA one is resolved later and written as an "s" record."""
         if isinstance(s, summaries.Pending):
             _resolver().add(self, ev_id, which, s)
-        else:
-            rec[which] = s
+            return None
+        return s
 
     # -- lifecycle ------------------------------------------------------------------------------
     def write(self, obj) -> None:

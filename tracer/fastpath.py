@@ -125,10 +125,10 @@ def _wrap(hooks, orig, spec, decode):
             fields = decode(args)
             if fields is not None:
                 inp, out, root, peer, tag, is_async = fields
-                if _plain_cpu(inp if inp is not None else out) and (out is None or _plain_cpu(out)):
+                if (inp is None or _plain_cpu(inp)) and (out is None or _plain_cpu(out)):
                     g = t.group_of(self)
                     if g.cpu_gloo:
-                        ev = t.begin_python(spec, g, inp, out, root, peer, tag, is_async)
+                        ev = t.begin_fields(spec, g, inp, out, root, peer, tag, is_async)
         except Exception as e:  # noqa: BLE001
             t.fail(e)
         if ev is None:
@@ -138,16 +138,15 @@ def _wrap(hooks, orig, spec, decode):
         set_included(_CPU, True)
         nesting.depth = 1  # should the kernel still be reached, it records nothing a second time
         try:
-            work = orig(self, *args)
+            try:
+                work = orig(self, *args)
+            finally:  # the keys are this thread's own again before anything else runs
+                nesting.depth = 0
+                set_excluded(_BACKEND_SELECT, was_excluded)
+                set_included(_CPU, was_included)
         except BaseException as e:
-            nesting.depth = 0
-            set_excluded(_BACKEND_SELECT, was_excluded)
-            set_included(_CPU, was_included)
             hooks._safe(t.error, ev, e)
             raise
-        nesting.depth = 0
-        set_excluded(_BACKEND_SELECT, was_excluded)
-        set_included(_CPU, was_included)
         try:
             t.issued_work(ev, work)
         except Exception as e:  # noqa: BLE001
