@@ -61,7 +61,7 @@ def test_the_device_path_computes_what_the_cpu_path_does(t):
     from disttrace.tracer import summaries
 
     cpu = summaries._as_dict(summaries._stats_cpu([t, t[:2]]))
-    dev = summaries._as_dict(summaries._stats_tensor([t, t[:2]]).tolist())
+    dev = summaries._as_dict(summaries._from_device(summaries._stats_tensor([t, t[:2]]).tolist()))
     assert cpu.keys() == dev.keys()
     for k in ("numel", "nan", "inf", "checksum", "min", "max"):
         assert cpu[k] == dev[k], k

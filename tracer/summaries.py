@@ -65,7 +65,7 @@ def _words_sum(flat: torch.Tensor) -> torch.Tensor:
 
 
 def _stats_tensor(tensors: list) -> torch.Tensor:
-    """[min, max, sum, sumsq, nan, inf, checksum low 32 bits, high 32 bits, numel] as one float64 tensor on the
+    """[min, max, sum, sumsq, nan, inf, words' sum low 32 bits, high 32 bits, numel] as one float64 tensor on the
     tensors' device (CUDA: see _stats_cpu for CPU tensors). Nothing branches on a value, which would synchronize
     with the device: NaN and Inf are always masked out, and sums are taken in float64."""
     parts = []
@@ -146,19 +146,26 @@ def _stats_cpu(tensors: list) -> list:
             sumsq += torch.dot(wide, wide).item()
     if not numel:
         return []
-    words &= (1 << 64) - 1
-    return [mn, mx, total, sumsq, nan, inf, words & 0xFFFFFFFF, words >> 32, numel]
+    return [mn, mx, total, sumsq, nan, inf, words, numel]
 
 
 _MASK48 = (1 << 48) - 1
 
 
+def _from_device(vals: list) -> list:
+    """_stats_tensor's values (read back from the device) as _stats_cpu gives them: the words' sum in one int."""
+    if not vals:
+        return []
+    return vals[:6] + [(int(vals[7]) << 32) + int(vals[6]), vals[8]]
+
+
 def _as_dict(vals: list) -> dict | None:
+    """[min, max, sum, sumsq, nan, inf, words' sum, numel] as the summary dict."""
     if not vals:
         return None
-    mn, mx, s, ss, nan, inf, words_lo, words_hi, n = vals
+    mn, mx, s, ss, nan, inf, words, n = vals
     n = int(n)
-    words = ((int(words_hi) << 32) + int(words_lo)) & ((1 << 64) - 1)
+    words &= (1 << 64) - 1
     finite = mn <= mx  # min is +inf and max -inf when no element is finite
     return {
         "numel": n,
@@ -183,7 +190,7 @@ class Pending:
 
     def resolve(self) -> dict | None:
         self.event.synchronize()
-        d = _as_dict(self.host.tolist())
+        d = _as_dict(_from_device(self.host.tolist()))
         if d is not None and self.values is not None:
             d["values"] = _values(self.values)
         return d
