@@ -3,9 +3,7 @@ matching -> collectives (waits, bandwidth) and P2P -> theory -> stragglers, link
 
 from __future__ import annotations
 
-import gc
-
-from ..events import NONE, EventTable
+from ..events import NONE, EventTable, gc_paused
 from .bandwidth import links_of
 from .collectives import build_collectives
 from .matching import group_collectives
@@ -20,13 +18,8 @@ from .waits import stragglers_of
 def analyze(table: EventTable, progress=None) -> Analysis:
     # The analysis makes ~10^5-10^6 small acyclic objects; the cyclic collector would rescan the whole table
     # again and again while they are made (half the time on a 1M-event trace), so it pauses meanwhile.
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with gc_paused():
         return _analyze(table, progress)
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _analyze(table: EventTable, progress) -> Analysis:

@@ -7,14 +7,13 @@ in a worker thread.
 
 from __future__ import annotations
 
-import gc
 from array import array
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 
 from disttrace.tracer.analysis.model import Analysis
 from disttrace.tracer.analysis.tables import CollectiveTable, P2PTable
-from disttrace.tracer.events import NONE, P2P_OPS, EventTable
+from disttrace.tracer.events import NONE, P2P_OPS, EventTable, gc_paused
 
 from .lod import Lane
 
@@ -56,13 +55,8 @@ class TraceStore:
     def __init__(self, table: EventTable, analysis: Analysis | None, progress=None):
         # a big table holds millions of objects: a garbage collection pass in the middle of building these
         # arrays would walk all of them (seconds); nothing built here has reference cycles
-        enabled = gc.isenabled()
-        gc.disable()
-        try:
+        with gc_paused():
             self._build(table, analysis, progress)
-        finally:
-            if enabled:
-                gc.enable()
 
     def with_analysis(self, analysis: Analysis) -> "TraceStore":
         """A store of the same table that has the analysis. The lanes keep their rows and category sums and only
