@@ -31,7 +31,7 @@ import torch.distributed as dist
 from . import callsite, summaries
 from .recorder import Recorder
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 PENDING_LIMIT = 4096  # finished async ops kept for a wait() that may still come
 SYNC_P2P_APIS = frozenset({"send", "recv"})
 

@@ -22,7 +22,7 @@ import orjson
 from .columns import CodedColumn, SparseColumn, json_key
 
 #: Version of the normalized event format (the "v" key of each event line).
-EVENTS_VERSION = 1
+EVENTS_VERSION = 2
 
 #: The canonical op names; every API variant maps onto one of these.
 OPS = (

@@ -20,7 +20,7 @@ import orjson
 
 from .events import NONE, OPS, EventTable, RankInfo, TraceError, _text, gc_paused, read_jsonl
 
-FORMAT_VERSION = 1  # on-disk format version this reader understands (the "v" of the meta record)
+FORMAT_VERSION = 2  # on-disk format version this reader understands (the "v" of the meta record)
 _INT = int
 
 Progress = Callable[[float, str], None]
