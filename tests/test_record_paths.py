@@ -35,12 +35,18 @@ def test_python_api_ops_take_the_fast_path_and_a_dispatch_mode_takes_the_kernel(
         assert eval(second) == {"kernel": N_OPS, "python": 0}
 
 
+def test_under_the_profiler_the_op_takes_the_dispatcher_and_the_profile_sees_it(run):
+    _, proc = run
+    lines = re.findall(r"PROFILED (\d) kernel=(\d+) python=(\d+) c10d_op_in_profile=(\w+)", proc.stdout)
+    assert sorted(lines) == [("0", "1", "0", "True"), ("1", "1", "0", "True")], proc.stdout[-2000:]
+
+
 def test_both_paths_record_the_same_fields(run):
     table = load_trace([str(run[0])])
     for rank in (0, 1):
         evs = [table.row(i) for i in range(len(table)) if table.rank[i] == rank]
-        assert len(evs) == 2 * N_OPS
-        fast, kernel = evs[:N_OPS], evs[N_OPS:]
+        assert len(evs) == 2 * N_OPS + 1  # and the profiled all_reduce
+        fast, kernel = evs[:N_OPS], evs[N_OPS:2 * N_OPS]
         for a, b in zip(fast, kernel):
             assert {k: a[k] for k in FIELDS} == {k: b[k] for k in FIELDS}, (a, b)
             if a["group_seq"] is not None:

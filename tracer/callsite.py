@@ -47,7 +47,8 @@ _GENERIC = frozenset({"<listcomp>", "<genexpr>", "<dictcomp>", "<lambda>", "wrap
                       "_fn", "fn"})
 # A tensor subclass's or mode's handler passes the op on; the line that called the collective is further out
 _HANDLERS = frozenset({"__torch_dispatch__", "__torch_function__"})
-_cache: dict = {}
+_cache: dict = {}   # code object -> (kind, name): the api a C10D frame names, the origin a component's frame names
+_sites: dict = {}   # (code object, instruction offset) -> "file:line in function"
 
 
 def _classify(code) -> tuple[int, str | None]:
@@ -60,12 +61,19 @@ def _classify(code) -> tuple[int, str | None]:
             return OWN, None  # neither the user's line nor torch
         return USER, None
     rel = path[len(_TORCH_DIR):].replace(os.sep, "/")
-    if rel in _C10D_FILES:
-        return C10D, None
+    if rel in _C10D_FILES:  # a public function of distributed_c10d names the api (not its helpers or decorators)
+        return C10D, code.co_name if code.co_name[0] != "_" and code.co_name != "wrapper" else None
     for fragment, component in _COMPONENTS:
         if rel.startswith(fragment):
-            return TORCH, component
+            return TORCH, None if code.co_name in _GENERIC else f"{component}.{code.co_qualname}"
     return TORCH, None
+
+
+def _site(f, code) -> str:
+    if len(_sites) > 50000:  # a job has few distinct lines; a generated-code pathology is cut
+        _sites.clear()
+    site = _sites[(code, f.f_lasti)] = f"{code.co_filename}:{f.f_lineno} in {code.co_name}"
+    return site
 
 
 def walk(depth: int = 2) -> tuple[str | None, str | None, str | None]:
@@ -78,13 +86,15 @@ def walk(depth: int = 2) -> tuple[str | None, str | None, str | None]:
         kind = cache.get(code)
         if kind is None:
             kind = cache[code] = _classify(code)
-        k, component = kind
+        k, name = kind
         if k == USER:
-            return f"{code.co_filename}:{f.f_lineno} in {code.co_name}", api, origin
-        if k == C10D:
-            if code.co_name[0] != "_" and code.co_name != "wrapper":
-                api = code.co_name
-        elif component is not None and origin is None and code.co_name not in _GENERIC:
-            origin = f"{component}.{code.co_qualname}"
+            # keyed by the instruction offset: the line number is computed from it by scanning a table
+            site = _sites.get((code, f.f_lasti))
+            return site if site is not None else _site(f, code), api, origin
+        if name is not None:
+            if k == C10D:
+                api = name  # the outermost one wins
+            elif origin is None:
+                origin = name  # the innermost one wins
         f = f.f_back
     return None, api, origin

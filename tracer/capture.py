@@ -23,6 +23,8 @@ import socket
 import sys
 import threading
 import time
+from threading import get_ident
+from time import monotonic_ns
 
 import orjson
 import torch
@@ -30,6 +32,8 @@ import torch.distributed as dist
 
 from . import callsite, summaries
 from .recorder import Recorder
+
+_Tensor = torch.Tensor
 
 FORMAT_VERSION = 2
 PENDING_LIMIT = 4096  # finished async ops kept for a wait() that may still come
@@ -85,35 +89,42 @@ _C10D_TO_API = {
 
 
 class Group:
-    __slots__ = ("gidx", "name", "ranks", "next_seq", "pg", "cpu_gloo")
+    __slots__ = ("gidx", "name", "ranks", "next_seq", "pg", "gloo")
 
-    def __init__(self, gidx, name, ranks, pg):
+    def __init__(self, gidx, name, ranks, pg, gloo):
         self.gidx, self.name, self.ranks, self.pg = gidx, name, ranks, pg
         self.next_seq = 0
-        self.cpu_gloo = _cpu_backend_is_gloo(pg)  # fastpath.py may take this group's CPU ops
+        self.gloo = gloo  # the CPU backend whose methods fastpath.py calls for this group's CPU ops, or None
 
 
-def _cpu_backend_is_gloo(pg) -> bool:
+def _gloo_backend(pg):
+    """The group's CPU backend if it is exactly ProcessGroupGloo (a subclass may override the methods that
+    fastpath.py calls), else None."""
     try:
-        return isinstance(pg._get_backend(torch.device("cpu")), dist.ProcessGroupGloo)
-    except Exception:  # noqa: BLE001 - no CPU backend, no gloo in this build, an older torch
-        return False
+        backend = pg._get_backend(torch.device("cpu"))
+    except Exception:  # noqa: BLE001 - no CPU backend, or an older torch
+        return None
+    gloo = getattr(dist, "ProcessGroupGloo", None)
+    return backend if gloo is not None and type(backend) is gloo else None
 
 
 class Event:
-    """An op in flight. `sync`: ends at the next wait() on this thread; `waited`: the user called wait()."""
+    """An op in flight. `sync`: ends at the next wait() on this thread; `waited`: the user called wait().
 
-    __slots__ = ("id", "tensors", "sync", "ended", "cuda", "work", "peer_any", "group", "seq", "out_ptr", "info",
-                 "watched")
+    Defaults live on the class: an op sets only what differs (one Event per op is made on the hot path)."""
 
-    def __init__(self, id, tensors, sync, cuda, group):
-        self.id, self.tensors, self.sync, self.cuda, self.group = id, tensors, sync, cuda, group
-        self.seq = None
-        self.out_ptr = 0
-        self.watched = False  # something will tell us when it completes (a future callback, the CUDA watcher)
-        self.ended = False
-        self.work = None
-        self.peer_any = False
+    tensors = None      # what to summarize at the end (summaries on)
+    ended = False
+    cuda = False
+    work = None         # the Python Work, while someone may wait on it
+    peer_any = False    # a recv from any source: the end record says which
+    seq = None          # the backend's sequence number for the op
+    out_ptr = 0         # output data_ptr, for functional collectives' wait_tensor
+    watched = False     # something will tell us when it completes (a future callback, the CUDA watcher)
+    info = None         # (op, group, group_seq, start, thread) for the watchdog
+
+    def __init__(self, id, sync, group):
+        self.id, self.sync, self.group = id, sync, group
 
 
 def _global(g: Group, local: int) -> int:
@@ -165,6 +176,7 @@ class Tracer:
         self.rec = Recorder(self.path)
         self._ids = itertools.count()
         self._gidx = itertools.count()
+        self._fixed: dict = {}  # start() key -> the fixed part of its begin record (see _fixed_part)
         self.groups: dict[int, Group] = {}
         self.pending: dict[int, Event] = {}   # id(python Work) -> event, for async ops the user may wait on
         self.by_ptr: dict[int, Event] = {}    # output data_ptr -> event, for functional collectives' wait_tensor
@@ -200,7 +212,7 @@ class Tracer:
             ranks = tuple(range(pg.size()))
         name = str(getattr(pg, "group_name", "") or "")
         desc = str(getattr(pg, "group_desc", "") or "")
-        g = Group(next(self._gidx), name, ranks, pg)  # keep pg alive: its id() is our key
+        g = Group(next(self._gidx), name, ranks, pg, _gloo_backend(pg))  # keep pg alive: its id() is our key
         self.groups[id(pg)] = g
         self.rec.write({"k": "group", "g": g.gidx, "name": name, "desc": desc, "ranks": list(ranks),
                         "backend": _backend_name(pg)})
@@ -243,7 +255,10 @@ class Tracer:
     def start(self, op: str, api: str, origin, site, g: Group, inp, out, root, peer, tag, is_async: bool,
               inplace: bool) -> Event:
         """Write the begin record of an op about to be issued, and return its Event (root, peer: global ranks)."""
-        if inp is not None:
+        if type(inp) is list and len(inp) == 1 and type(inp[0]) is _Tensor:  # the usual [tensor]
+            first = inp[0]
+            nbytes = first.nbytes
+        elif inp is not None:
             nbytes, first = _nbytes(inp)
         else:
             nbytes, first = 0, None
@@ -251,56 +266,94 @@ class Tracer:
             out_bytes, first = _nbytes(out)
             if op == "recv":
                 nbytes = out_bytes
-        cuda = first is not None and first.is_cuda
-        ev = Event(next(self._ids), None, not is_async, cuda, g)
+        tid = get_ident()
+        # Everything but the op's id, group_seq and time repeats from one call of a line to the next: that part
+        # of the record is formatted once per distinct key (a third of the cost of formatting it each time).
+        if first is None:
+            key = (op, api, origin, site, g, root, peer, tag, nbytes, None, None, False, is_async, tid)
+        else:
+            key = (op, api, origin, site, g, root, peer, tag, nbytes, first.dtype, first.shape, first.is_cuda,
+                   is_async, tid)
+        fixed = self._fixed.get(key)
+        if fixed is None:
+            fixed = self._fixed_part(key)
+        head, collective, special = fixed
+        ev = Event(next(self._ids), not is_async, g)
         if ev.id == self._fault_at:
             raise RuntimeError("injected fault (DISTTRACE_TEST_FAULT_AT)")
+        if special:
+            self._special(ev, key, inp, out, inplace)
+        gs = None
+        if collective:
+            gs = g.next_seq
+            g.next_seq = gs + 1
+        if self.mode == "off":
+            t = monotonic_ns()  # last: everything above is our own cost, not the op's
+            if collective:
+                line = b'%b%d,"gs":%d,"t":%d}\n' % (head, ev.id, gs, t)
+            else:
+                line = b'%b%d,"t":%d}\n' % (head, ev.id, t)
+        else:
+            line, t = self._with_summary(ev, head, gs, inp, out, inplace)
+        ev.info = (op, g, gs, t, tid)
+        if not is_async or ev.cuda:
+            # what the watchdog watches: ops the program is blocked in (a CPU async op only while waited on;
+            # a CUDA op until the device completes it)
+            self.in_flight[ev.id] = ev.info
+        self.rec.write_raw(line)
+        return ev
+
+    @staticmethod
+    def _special(ev: Event, key, inp, out, inplace) -> None:
+        """What few ops need: a CUDA op, a recv from any source, a functional collective."""
+        op, api, peer, cuda, is_async = key[0], key[1], key[6], key[11], key[12]
+        ev.cuda = cuda
+        ev.peer_any = op == "recv" and peer is None
         if is_async and api.startswith("funcol."):  # completed by wait_tensor(output), found by address
             t = _first_tensor(out if out is not None else inp if inplace else None)
             if t is not None:
                 ev.out_ptr = t.data_ptr()
-        # The record is formatted directly (strings JSON-encoded once and cached): a third of the cost of a
-        # dict through orjson, on the path every op takes before it starts.
-        parts = [b'{"k":"b","i":%d,"op":"%b","api":%b,"g":%d' % (ev.id, _OPS[op], _json(api), g.gidx)]
-        gs = None
-        if op != "send" and op != "recv":
-            gs = g.next_seq
-            g.next_seq += 1
-            parts.append(b',"gs":%d' % gs)
+
+    def _with_summary(self, ev: Event, head: bytes, gs, inp, out, inplace) -> tuple[bytes, int]:
+        """The begin record with the input's summary (summaries on), and its time."""
+        summary = b""
+        s = self._summary(ev.id, "in", summaries.summarize(inp, self.mode == "full")) if inp is not None else None
+        if s is not None:
+            summary = b',"in":' + orjson.dumps(s, default=str)
+        ev.tensors = out if out is not None else (inp if inplace else None)
+        t = monotonic_ns()
+        if gs is not None:
+            return b'%b%d,"gs":%d%b,"t":%d}\n' % (head, ev.id, gs, summary, t), t
+        return b'%b%d%b,"t":%d}\n' % (head, ev.id, summary, t), t
+
+    def _fixed_part(self, key) -> tuple[bytes, bool, bool]:
+        """(the begin record up to its id, is it a collective, does it need _special) for a start() key."""
+        op, api, origin, site, g, root, peer, tag, nbytes, dtype, shape, cuda, is_async, tid = key
+        parts = [b'{"k":"b","op":"%b","api":%b,"g":%d' % (_OPS[op], orjson.dumps(api), g.gidx)]
         if root is not None:
             parts.append(b',"root":%d' % root)
         if peer is not None:
             parts.append(b',"peer":%d' % peer)
-        elif op == "recv":
-            ev.peer_any = True
         if tag is not None:
             parts.append(b',"tag":%d' % tag)
         parts.append(b',"bytes":%d' % nbytes)
-        if first is not None:
-            parts.append(b',"dtype":%b,"shape":%b' % (_dtype(first.dtype), _shape(first.shape)))
+        if dtype is not None:
+            parts.append(b',"dtype":%b,"shape":%b' % (orjson.dumps(str(dtype).removeprefix("torch.")),
+                                                    orjson.dumps(list(shape))))
         parts.append(b',"async":true' if is_async else b',"async":false')
         if site:
-            parts.append(b',"site":' + _json(site))
+            parts.append(b',"site":' + orjson.dumps(site))
         if origin and origin != api:
-            parts.append(b',"origin":' + _json(origin))
-        tid = threading.get_ident()
+            parts.append(b',"origin":' + orjson.dumps(origin))
         if tid != _MAIN_THREAD:
             parts.append(b',"th":%d' % tid)
-        if self.mode != "off":
-            full = self.mode == "full"
-            summary = self._summary(ev.id, "in", summaries.summarize(inp, full)) if inp is not None else None
-            if summary is not None:
-                parts.append(b',"in":' + orjson.dumps(summary, default=str))
-            ev.tensors = out if out is not None else (inp if inplace else None)
-        t = time.monotonic_ns()  # last: everything above is our own cost, not the op's
-        parts.append(b',"t":%d}\n' % t)
-        ev.info = (op, g, gs, t, tid)
-        if not is_async or cuda:
-            # what the watchdog watches: ops the program is blocked in (a CPU async op only while waited on;
-            # a CUDA op until the device completes it)
-            self.in_flight[ev.id] = ev.info
-        self.rec.write_raw(b"".join(parts))
-        return ev
+        parts.append(b',"i":')
+        special = cuda or (op == "recv" and peer is None) or (is_async and api.startswith("funcol."))
+        fixed = (b"".join(parts), op != "send" and op != "recv", special)
+        if len(self._fixed) > _CACHE_LIMIT:  # a job has few distinct lines and shapes; a pathological one is cut
+            self._fixed.clear()
+        self._fixed[key] = fixed
+        return fixed
 
     def issued(self, ev: Event, result) -> None:
         """The backend accepted the op; `result` is what the c10d op returned (Work, or (tensors, Work))."""
@@ -400,12 +453,7 @@ class Tracer:
             self.in_flight[ev.id] = ev.info[:3] + (t0,) + ev.info[4:]
 
     def waited(self, work, t0: int, t1: int, err: BaseException | None) -> None:
-        """The user's (or distributed_c10d's) wait() on `work` ran from t0 to t1."""
-        ev = getattr(self.tls, "sync", None)
-        if ev is not None:
-            self.tls.sync = None
-            self.complete(ev, err, t1)
-            return
+        """The user's (or a library's) wait() on an async op's `work` ran from t0 to t1."""
         ev = self.pending.pop(id(work), None)
         if ev is None:
             return
@@ -467,35 +515,7 @@ class Tracer:
 _MAIN_THREAD = threading.main_thread().ident
 _OPS = {op: op.encode() for op in ("broadcast", "reduce", "all_reduce", "gather", "all_gather", "scatter",
                                    "reduce_scatter", "all_to_all", "barrier", "send", "recv")}
-_JSON: dict = {}    # str -> its JSON encoding (api names, origins, call sites)
-_DTYPES: dict = {}  # torch.dtype -> b'"float32"'
-_SHAPES: dict = {}  # torch.Size -> b'[1024]'
-_CACHE_LIMIT = 20000  # entries per cache: a job has few distinct sites and shapes; a pathological one is cut
-
-
-def _json(s: str) -> bytes:
-    b = _JSON.get(s)
-    if b is None:
-        if len(_JSON) > _CACHE_LIMIT:
-            _JSON.clear()
-        b = _JSON[s] = orjson.dumps(s)
-    return b
-
-
-def _dtype(dt) -> bytes:
-    b = _DTYPES.get(dt)
-    if b is None:
-        b = _DTYPES[dt] = orjson.dumps(str(dt).removeprefix("torch."))
-    return b
-
-
-def _shape(shape) -> bytes:
-    b = _SHAPES.get(shape)
-    if b is None:
-        if len(_SHAPES) > _CACHE_LIMIT:
-            _SHAPES.clear()
-        b = _SHAPES[shape] = orjson.dumps(list(shape))
-    return b
+_CACHE_LIMIT = 20000  # begin-record heads kept per tracer
 
 
 def _backend_name(pg) -> str:

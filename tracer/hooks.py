@@ -37,7 +37,13 @@ _tracer: Tracer | None = None
 _config: dict = {}
 _lib = None
 _funcol_lib = None
-_nesting = threading.local()
+
+
+class _Nesting(threading.local):
+    depth = 0  # > 0 while a recorded op runs on this thread: ops it issues inside are not recorded again
+
+
+_nesting = _Nesting()
 _installed = False
 
 
@@ -201,7 +207,7 @@ def _make_kernel(overload, spec):
     def kernel(keyset, *args, **kwargs):
         keyset = keyset.remove(backend_select)
         t = _tracer
-        if t is None or kwargs or getattr(_nesting, "depth", 0):
+        if t is None or kwargs or _nesting.depth:
             return redispatch(keyset, *args, **kwargs)
         ev = None
         try:
@@ -275,11 +281,25 @@ def _patch_work_wait() -> None:
         t = _tracer
         if t is None:
             return orig(self, *args, **kwargs)
-        if not t.pending and getattr(t.tls, "sync", None) is None:
+        ev = getattr(t.tls, "sync", None)
+        if ev is not None:
+            # the synchronous op just issued on this thread (distributed_c10d waits on it next): it ends when
+            # this wait returns
+            t.tls.sync = None
+            try:
+                result = orig(self, *args, **kwargs)
+            except BaseException as e:
+                _safe(t.complete, ev, e)
+                raise
+            try:
+                t.complete(ev, None, time.monotonic_ns())
+            except Exception as e:  # noqa: BLE001
+                t.fail(e)
+            return result
+        if not t.pending:
             return orig(self, *args, **kwargs)  # nothing of ours to time
         t0 = time.monotonic_ns()
-        if t.pending:
-            _safe(t.wait_begins, self, t0)
+        _safe(t.wait_begins, self, t0)
         try:
             result = orig(self, *args, **kwargs)
         except BaseException as e:

@@ -6,7 +6,8 @@ cache at once, so they reach the file even if the process dies the next instant,
 a write() system call. The file grows in chunks; unused space past the last record stays zero bytes, which the
 reader skips (a torn last line is tolerated too). close() truncates the file to what was written.
 
-Thread-safe: one lock around the append (ops complete on gloo's and NCCL's worker threads). This module never
+Thread-safe: records are appended with mmap.write, one C call under the GIL (ops complete on gloo's and NCCL's
+worker threads); growing the map takes a lock. This module never
 raises into the traced program: on any I/O failure it disables itself with one warning on stderr.
 """
 
@@ -31,7 +32,7 @@ class Recorder:
         self._lock = threading.Lock()
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, mode)
         self._size = 0          # mapped (and file) size
-        self._pos = 0           # bytes written
+        self._end = 0           # bytes written, once the map is closed (while open: its position)
         self._map: mmap.mmap | None = None
         self.enabled = True
         self._grow(CHUNK)
@@ -45,12 +46,19 @@ class Recorder:
             try:
                 os.posix_fallocate(self._fd, old, new_size - old)
             except OSError as e:
-                os.ftruncate(self._fd, max(old, self._pos))
+                os.ftruncate(self._fd, max(old, self._pos()))
                 raise OSError(e.errno, f"no space left for the trace ({e.strerror})") from None
-        if self._map is not None:
-            self._map.close()
-        self._map = mmap.mmap(self._fd, new_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        if self._map is None:
+            self._map = mmap.mmap(self._fd, new_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        else:
+            # one call (mremap) that keeps the map's position: a writer on another thread, which takes no lock,
+            # sees the old size or the new one, never a map without its records
+            self._map.resize(new_size)
         self._size = new_size
+
+    def _pos(self) -> int:
+        """Bytes written: the map's own position."""
+        return self._map.tell() if self._map is not None and not self._map.closed else self._end
 
     def write(self, obj) -> None:
         """Append obj as one JSON line. Never raises."""
@@ -68,12 +76,22 @@ class Recorder:
         if not self.enabled:
             return
         try:
+            # mmap.write copies at the map's position and advances it in one call that holds the GIL: records
+            # from several threads never interleave, without a lock of ours on the hot path.
+            self._map.write(line)
+        except (ValueError, AttributeError):  # the map is full (or was just replaced, or is closed)
+            self._write_growing(line)
+        except Exception as e:  # noqa: BLE001 - tracing must never break the job
+            self.disable(f"cannot write {self.path}: {e}")
+
+    def _write_growing(self, line: bytes) -> None:
+        try:
             with self._lock:
-                end = self._pos + len(line)
-                if end > self._size:
+                if self._map is None:
+                    return  # closed
+                if self._pos() + len(line) > self._size:
                     self._grow(len(line))
-                self._map[self._pos:end] = line
-                self._pos = end
+                self._map.write(line)
         except Exception as e:  # noqa: BLE001 - tracing must never break the job
             self.disable(f"cannot write {self.path}: {e}")
 
@@ -83,8 +101,9 @@ class Recorder:
             if self._map is None:
                 return
             try:
+                self._end = self._map.tell()
                 self._map.close()
-                os.ftruncate(self._fd, self._pos)
+                os.ftruncate(self._fd, self._end)
                 os.close(self._fd)
             except OSError:
                 pass

@@ -1,7 +1,8 @@
 """The same Python-API ops twice: first as a user calls them (fastpath.py records them in ProcessGroup's
 methods, skipping the dispatcher kernel), then under a pass-through TorchDispatchMode, which sends them the
 kernel's way (hooks.py). tests/test_record_paths.py checks that both ways record the same fields and that
-the values are right either way. 2 ranks, gloo."""
+the values are right either way; then one all_reduce under the profiler, which must see the c10d op as it does
+untraced. 2 ranks, gloo."""
 
 import sys
 
@@ -94,5 +95,13 @@ assert first[0] == [3.0] * 4 and first[1] == [1.0, 1.0] and first[4] == [5.0, 5.
 assert first[5] == [[0.0, 2.0], [4.0, 6.0]][rank] and first[6] == expected_a2a, first
 assert first[-1] == [other + 20.0] * 2, first
 print(f"PATHS {rank} first={python_only} second={ {k: paths[k] - python_only[k] for k in paths} }", flush=True)
+# Under the profiler the fast path steps aside: the dispatcher records c10d::allreduce_ for the profile, as it does
+# in an untraced job
+before = dict(paths)
+with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+    dist.all_reduce(torch.ones(2))
+profiled = "c10d::allreduce_" in {e.name for e in prof.events()}
+print(f"PROFILED {rank} kernel={paths['kernel'] - before['kernel']} python={paths['python'] - before['python']} "
+      f"c10d_op_in_profile={profiled}", flush=True)
 sys.stdout.flush()
 dist.destroy_process_group()
