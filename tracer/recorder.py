@@ -87,11 +87,12 @@ class Recorder:
     def _write_growing(self, line: bytes) -> None:
         try:
             with self._lock:
-                if self._map is None:
-                    return  # closed
-                if self._pos() + len(line) > self._size:
-                    self._grow(len(line))
-                self._map.write(line)
+                while self._map is not None and not self._map.closed:
+                    try:
+                        self._map.write(line)
+                        return
+                    except ValueError:  # full: another thread's write may have just taken the room we saw
+                        self._grow(len(line))
         except Exception as e:  # noqa: BLE001 - tracing must never break the job
             self.disable(f"cannot write {self.path}: {e}")
 
