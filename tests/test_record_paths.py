@@ -45,7 +45,7 @@ def test_both_paths_record_the_same_fields(run):
     table = load_trace([str(run[0])])
     for rank in (0, 1):
         evs = [table.row(i) for i in range(len(table)) if table.rank[i] == rank]
-        assert len(evs) == 2 * N_OPS + 1  # and the profiled all_reduce
+        assert len(evs) == 2 * N_OPS + 1  # and the profiled all_reduce; not the FakeTensorMode one
         fast, kernel = evs[:N_OPS], evs[N_OPS:2 * N_OPS]
         for a, b in zip(fast, kernel):
             assert {k: a[k] for k in FIELDS} == {k: b[k] for k in FIELDS}, (a, b)

@@ -220,14 +220,18 @@ class Tracer:
 
     # -- the hot path ------------------------------------------------------------------------------
     def begin(self, spec: Spec, args: tuple) -> Event | None:
-        """An op seen by the dispatcher kernel (c10d schema arguments; group-local root and peer)."""
+        """An op seen by the dispatcher kernel (c10d schema arguments; group-local root and peer); None when
+        nothing is communicated: tensors without data (FakeTensorMode, the meta device) are not an op to record."""
         n = len(args)
+        inp = args[spec.inp] if spec.inp is not None else None
+        out = args[spec.out] if spec.out is not None else None
+        first = _first_tensor(inp if inp is not None else out)
+        if first is not None and first.is_meta:
+            return None
         is_async = None
         if spec.async_arg is not None:
             is_async = bool(args[spec.async_arg]) if spec.async_arg < n else True
-        return self.begin_fields(spec, self.group(args[spec.pg]),
-                                 args[spec.inp] if spec.inp is not None else None,
-                                 args[spec.out] if spec.out is not None else None,
+        return self.begin_fields(spec, self.group(args[spec.pg]), inp, out,
                                  args[spec.root] if spec.root is not None else None,
                                  args[spec.peer] if spec.peer is not None else None,
                                  args[spec.tag] if spec.tag is not None and spec.tag < n else None, is_async)

@@ -2,12 +2,13 @@
 methods, skipping the dispatcher kernel), then under a pass-through TorchDispatchMode, which sends them the
 kernel's way (hooks.py). tests/test_record_paths.py checks that both ways record the same fields and that
 the values are right either way; then one all_reduce under the profiler, which must see the c10d op as it does
-untraced. 2 ranks, gloo."""
+untraced, and one under FakeTensorMode, which must record nothing. 2 ranks, gloo."""
 
 import sys
 
 import torch
 import torch.distributed as dist
+from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from disttrace.tracer import capture
@@ -103,5 +104,8 @@ with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as
 profiled = "c10d::allreduce_" in {e.name for e in prof.events()}
 print(f"PROFILED {rank} kernel={paths['kernel'] - before['kernel']} python={paths['python'] - before['python']} "
       f"c10d_op_in_profile={profiled}", flush=True)
+# Fake tensors communicate nothing: the kernel sees the op (FakeTensorMode sends it there) and records nothing
+with FakeTensorMode():
+    dist.all_reduce(torch.ones(2))
 sys.stdout.flush()
 dist.destroy_process_group()
