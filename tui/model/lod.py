@@ -104,6 +104,13 @@ class Lane:
         return self.cells(a, b - a, 1)[0]
 
     def cells(self, t_start: int, ns_per_cell: float, width: int) -> list[Cell]:
+        """The width cells of ns_per_cell each from t_start."""
+        return self.columns(t_start, ns_per_cell, 0, width)
+
+    def columns(self, origin: int, ns_per_cell: float, first_cell: int, width: int) -> list[Cell]:
+        """Cells first_cell .. first_cell + width - 1 of the grid whose cell x covers [origin + int(x * ns_per_cell),
+        origin + int((x + 1) * ns_per_cell)): cells computed apart from each other are the same cells, so a
+        pan reuses the ones already drawn."""
         if not self.rows:
             return [EMPTY] * width
         starts, ends, waits, cats, rows = self.starts, self.ends, self.waits, self.cats, self.rows
@@ -113,7 +120,7 @@ class Lane:
         # cell boundaries (strictly increasing: below 1 ns a cell, int() repeats them), the first event at or
         # after each and the prefix sums there, through map (C); Python only corrects the boundaries that fall
         # inside an earlier event still running (before()'s look-back, inlined: this is the hot part of a frame)
-        bounds = [t_start + int(x * ns_per_cell) for x in range(width + 1)]
+        bounds = [origin + int(x * ns_per_cell) for x in range(first_cell, first_cell + width + 1)]
         if ns_per_cell < 1:
             for x in range(1, width + 1):
                 if bounds[x] <= bounds[x - 1]:

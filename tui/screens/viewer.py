@@ -7,7 +7,7 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
-from textual.reactive import reactive
+from textual.reactive import reactive, var
 from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
@@ -108,23 +108,23 @@ class ViewerScreen(Screen):
         Binding("q", "app.quit", "quit"),
     ]
 
-    playhead: reactive[int] = reactive(-1, init=False)
+    playhead: var[int] = var(-1, init=False)
     """Event row of the replay playhead; -1 is before the first event."""
-    selection: reactive[int] = reactive(-1, init=False)
+    selection: var[int] = var(-1, init=False)
     """Event row shown in the detail pane (follows the playhead; clicks and o/m move it alone)."""
-    zoom: reactive[int] = reactive(0, init=False)
+    zoom: var[int] = var(0, init=False)
     """Timeline zoom level: the window is span / 2**zoom."""
-    offset_ns: reactive[int] = reactive(0, init=False)
+    offset_ns: var[int] = var(0, init=False)
     """Timeline window start, ns after the trace start."""
-    focused_rank: reactive[int] = reactive(0, init=False)
+    focused_rank: var[int] = var(0, init=False)
     """Display index of the focused rank (j/k)."""
-    playing: reactive[bool] = reactive(False, init=False)
+    playing: var[bool] = var(False, init=False)
     """Whether the replay is running."""
-    speed: reactive[int] = reactive(5, init=False)
+    speed: var[int] = var(5, init=False)
     """Replay speed in events per second."""
-    ring_step: reactive[int] = reactive(-1, init=False)
+    ring_step: var[int] = var(-1, init=False)
     """Step shown in the ring view (-1: before the first step)."""
-    analysis_label: reactive[str] = reactive("", init=False)
+    analysis_label: var[str] = var("", init=False)
     """Progress of the analysis while it runs in the background ("" once done)."""
 
     def __init__(self, store: TraceStore, narration=None, start_row: int = 0, title: str = "") -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rich.table import Table
 from rich.text import Text
+from textual.cache import LRUCache
 from textual.geometry import Size
 from textual.reactive import reactive
 from textual.scroll_view import ScrollView
@@ -115,7 +116,10 @@ def _ranks(rs: list[int]) -> str:
 
 class DetailPane(ScrollView, can_focus=False):
     """Shows the selected event. Line API: the fields are rendered once per selection into strips, so a new
-    selection scrolls and repaints this pane alone instead of laying out the screen again."""
+    selection scrolls and repaints this pane alone instead of laying out the screen again. The strips are
+    made after the frame that the key which changed the selection causes (rendering the Rich table takes
+    8-16 ms: the timeline shows the key's effect first), and kept for the last few selections (j/k back and
+    forth)."""
 
     DEFAULT_CSS = """
     DetailPane { padding: 0 1; scrollbar-size-vertical: 1; }
@@ -129,22 +133,41 @@ class DetailPane(ScrollView, can_focus=False):
         self.store = store
         self._lines: list[Strip] = []
         self._width = 0
+        self._shown = (-2, 0)  # (selection, width) that _lines show
+        self._cache: LRUCache[tuple[int, int], list[Strip]] = LRUCache(16)
+        self._pending = False
 
     def watch_selection(self) -> None:
-        self.rerender()
+        if not self._pending:  # several changes before the next frame: one rendering, of the last
+            self._pending = True
+            self.call_after_refresh(self._show_selection)
+
+    def _show_selection(self) -> None:
+        self._pending = False
+        self.show()
 
     def on_resize(self) -> None:
         if self.scrollable_content_region.width != self._width:
-            self.rerender()
+            self.show()
 
     def rerender(self) -> None:
-        """Render the selected event's fields into lines at the current width."""
+        """Render the selected event's fields again (the store changed: the analysis arrived)."""
+        self._cache.clear()
+        self._shown = (-2, 0)
+        self.show()
+
+    def show(self) -> None:
+        """Show the selected event's fields at the current width."""
         width = max(10, self.scrollable_content_region.width)
-        self._width = width
-        console = self.app.console
-        lines = console.render_lines(detail_table(self.store, self.selection), console.options.update_width(width),
-                                     pad=False)
-        self._lines = [Strip(line) for line in lines]
+        key = (self.selection, width)
+        if key == self._shown:
+            return
+        lines = self._cache.get(key)
+        if lines is None:
+            console = self.app.console
+            lines = self._cache[key] = [Strip(line) for line in console.render_lines(
+                detail_table(self.store, self.selection), console.options.update_width(width), pad=False)]
+        self._width, self._shown, self._lines = width, key, lines
         self.virtual_size = Size(width, len(self._lines))
         self.scroll_to(y=0, animate=False)
         self.refresh()

@@ -1,7 +1,9 @@
 """The timeline: one line per rank, time across, drawn with the Line API from the store's lanes.
 
 Nothing here is a widget per event: `render_line` asks the rank's Lane for the cells of the visible
-window, then lays the playhead and selection over them (both cached per window in LRU caches).
+window, then lays the playhead and selection over them. Cells sit on a fixed grid per zoom level (cell i
+covers [i, i + 1) cell widths from the trace start, the window starts at a whole cell), and are drawn and
+cached CHUNK cells at a time: a pan draws only the chunks it brings into view.
 """
 
 from __future__ import annotations
@@ -30,6 +32,10 @@ _PLAYHEAD = Style(bgcolor=BG_PLAYHEAD)
 
 
 _MARKED: dict[tuple[int, int], Style] = {}
+
+CHUNK = 32
+"""Cells drawn and cached together: a pan of an eighth of the window (~18 cells of 142) draws one chunk a lane,
+not the whole lane."""
 
 
 def _mark(ch: str, style: Style, bg: Style) -> tuple[str, Style]:
@@ -85,7 +91,7 @@ class Timeline(ScrollView, can_focus=False):
         # What a frame makes lives here only as strings, shared styles and segments, and few of the latter: every
         # object held is one more that each full garbage collection walks (the Cells, 100k of them in a cache,
         # made those take 40-80 ms, a stall every few keys). A lane's Cells are garbage as soon as drawn.
-        self._strips: LRUCache = LRUCache(1024)
+        self._chunks: LRUCache = LRUCache(8192)  # (rank index, zoom, width, chunk) -> (chars, styles)
         self._segments: LRUCache = LRUCache(256)
         self._glyphs: dict[tuple, tuple[str, Style]] = {}  # (op code in the store's table, waiting, level)
         self._hl_key: tuple | None = None
@@ -94,7 +100,7 @@ class Timeline(ScrollView, can_focus=False):
 
     def clear_caches(self) -> None:
         """Forget drawn lanes (the store's lanes changed: the analysis arrived)."""
-        self._strips.clear()
+        self._chunks.clear()
         self._segments.clear()
         self._hl_key = None
         self.refresh()
@@ -108,11 +114,16 @@ class Timeline(ScrollView, can_focus=False):
     def ns_per_cell(self) -> float:
         return viewport.window_ns(self.store.span_ns, self.zoom) / self.lane_width
 
+    @property
+    def first_cell(self) -> int:
+        """Grid index of the window's first cell (the window starts at the cell nearest offset_ns)."""
+        return round(self.offset_ns / self.ns_per_cell)
+
     def time_at_x(self, x: int) -> float:
-        return self.store.t0 + self.offset_ns + (x - self.label_w + 0.5) * self.ns_per_cell
+        return self.store.t0 + (self.first_cell + x - self.label_w + 0.5) * self.ns_per_cell
 
     def col_of(self, t_ns: int) -> int:
-        return int((t_ns - self.store.t0 - self.offset_ns) // self.ns_per_cell)
+        return int((t_ns - self.store.t0) // self.ns_per_cell) - self.first_cell
 
     def on_resize(self) -> None:
         self.virtual_size = Size(self.scrollable_content_region.width, len(self.rank_indices))
@@ -139,21 +150,41 @@ class Timeline(ScrollView, can_focus=False):
         self.refresh()
 
     # -- rendering ------------------------------------------------------------------------------------
-    def lane_cells(self, k: int, width: int):
-        ns = viewport.window_ns(self.store.span_ns, self.zoom) / width
-        return self.store.rows[k].lane.cells(self.store.t0 + self.offset_ns, ns, width)
-
     def base_cells(self, k: int, width: int) -> tuple[list[str], list[Style]]:
-        """Character and style of every cell of display rank k's lane in the current window (cached)."""
-        key = (k, self.zoom, self.offset_ns, width)
-        base = self._strips.get(key)
-        if base is not None:
-            return base
+        """Character and style of every cell of display rank k's lane in the current window, from the chunks
+        of the grid already drawn; the missing ones are drawn, each contiguous run in one call to the lane."""
+        first = self.first_cell
+        c_first, c_last = first // CHUNK, (first + width - 1) // CHUNK
+        zoom, chunks = self.zoom, self._chunks
+        got = [chunks.get((k, zoom, width, c)) for c in range(c_first, c_last + 1)]
+        n = 0
+        while n < len(got):
+            if got[n] is not None:
+                n += 1
+                continue
+            end = n
+            while end < len(got) and got[end] is None:
+                end += 1
+            chars, styles = self._draw(k, width, (c_first + n) * CHUNK, (end - n) * CHUNK)
+            for m in range(n, end):
+                a = (m - n) * CHUNK
+                got[m] = chunks[(k, zoom, width, c_first + m)] = (chars[a:a + CHUNK], styles[a:a + CHUNK])
+            n = end
+        chars, styles = [], []
+        for ch, st in got:
+            chars += ch
+            styles += st
+        a = first - c_first * CHUNK
+        return chars[a:a + width], styles[a:a + width]
+
+    def _draw(self, k: int, width: int, first: int, count: int) -> tuple[list[str], list[Style]]:
+        """Character and style of grid cells first .. first + count - 1 of display rank k's lane."""
+        ns = viewport.window_ns(self.store.span_ns, self.zoom) / width
         op_codes, op_names = self.store.table.op.codes, self.store.table.op.values
         glyphs = self._glyphs
         chars: list[str] = []
         styles: list[Style] = []
-        for busy, _, waiting, row, inside in self.lane_cells(k, width):
+        for busy, _, waiting, row, inside in self.store.rows[k].lane.columns(self.store.t0, ns, first, count):
             if row < 0:
                 ch, style = _GAP if inside else _BLANK
             else:
@@ -165,8 +196,7 @@ class Timeline(ScrollView, can_focus=False):
                 ch, style = g
             chars.append(ch)
             styles.append(style)
-        base = self._strips[key] = (chars, styles)
-        return base
+        return chars, styles
 
     def _highlight_rows(self) -> dict[int, list[int]]:
         """Rows to highlight (the selection, its collective on every rank, its matching send/recv) by rank."""
@@ -212,12 +242,11 @@ class Timeline(ScrollView, can_focus=False):
         px = self.col_of(table.start_ns[self.playhead]) if self.playhead >= 0 else -1
         if not 0 <= px < width:
             px = -1
-        key = (k, self.zoom, self.offset_ns, width, tuple(spans), px)
+        key = (k, self.zoom, self.first_cell, width, tuple(spans), px)
         segs = self._segments.get(key)
         if segs is not None:
             return segs
-        chars, styles = self.base_cells(k, width)
-        chars, styles = chars[:], styles[:]
+        chars, styles = self.base_cells(k, width)  # fresh lists: marking them changes no cached chunk
         for c0, c1 in spans:
             for x in range(c0, c1 + 1):
                 chars[x], styles[x] = _mark(chars[x], styles[x], _SELECTED)
@@ -304,14 +333,15 @@ class Ruler(Widget):
         ns = viewport.window_ns(self.store.span_ns, self.zoom) / width
         tick = viewport.nice_tick(ns)
         chars = [" "] * width
-        first = (self.offset_ns // tick + (1 if self.offset_ns % tick else 0)) * tick
-        t = first
+        first_cell = round(self.offset_ns / ns)  # the timeline's grid (Timeline.first_cell)
+        start = int(first_cell * ns)
+        t = (start // tick + (1 if start % tick else 0)) * tick
         while True:
-            x = int((t - self.offset_ns) / ns)
+            x = int(t // ns) - first_cell
             if x >= width:
                 break
             text = "▏" + format_ns(t)
-            if x + len(text) <= width:
+            if 0 <= x and x + len(text) <= width:
                 chars[x:x + len(text)] = list(text)
             t += tick
         head = f"×{2 ** self.zoom}" if self.zoom else "all"
