@@ -42,15 +42,16 @@ EMPTY = Cell(0.0, 0, False, -1, False)
 class Lane:
     """One rank's events in start order with prefix sums for window coverage in O(log n)."""
 
-    __slots__ = ("rows", "starts", "ends", "waits", "cats", "cum", "maxend")
+    __slots__ = ("rows", "starts", "ends", "cats", "cum", "maxend")
 
-    def __init__(self, rows, starts, ends, waits, cats, cum, maxend=None):
+    def __init__(self, rows, starts, ends, cats, cum, maxend=None):
         self.rows = rows
         self.starts = starts
         self.ends = ends
-        self.waits = waits
         self.cats = cats
-        self.cum = cum  # cum[c][i]: time in category c (c=0: waiting) over events [0, i)
+        # cum[c][i]: time in category c (c=0: waiting) over events [0, i); event i's wait is cum[0][i + 1] -
+        # cum[0][i] (not kept apart: 8 bytes an event)
+        self.cum = cum
         # maxend[i]: latest end among events [0, i). Async ops overlap later ones on the same rank: when an event
         # before j still runs at t, the prefix sum at j over-counts it, and maxend says to look back for it.
         self.maxend = array("q", accumulate(ends, max, initial=0)) if maxend is None else maxend
@@ -70,13 +71,13 @@ class Lane:
         for c in (1, 2, 3):
             mask = cats.translate(_MASKS[c])
             cum.append(array("q", accumulate(map(mul, durs, mask), initial=0)))
-        return cls(rows, starts, ends, waits, cats, cum)
+        return cls(rows, starts, ends, cats, cum)
 
     def with_waits(self, wait_ns) -> "Lane":
         """The same lane with other waits (the analysis arrived): everything else is shared."""
         waits = array("q", map(min, map(wait_ns.__getitem__, self.rows), map(sub, self.ends, self.starts)))
         cum = [array("q", accumulate(waits, initial=0)), *self.cum[1:]]
-        return Lane(self.rows, self.starts, self.ends, waits, self.cats, cum, self.maxend)
+        return Lane(self.rows, self.starts, self.ends, self.cats, cum, self.maxend)
 
     def before(self, t: int) -> tuple[int, int, int, int, int]:
         """Time in (waiting, collective, barrier, p2p) before time t, and the index of the first event starting at
@@ -89,7 +90,7 @@ class Lane:
             over = ends[q] - t
             if over > 0:  # event q straddles t: take off its part after t
                 f[self.cats[q]] -= over
-                wover = self.starts[q] + self.waits[q] - t
+                wover = self.starts[q] + cum[0][q + 1] - cum[0][q] - t
                 if wover > 0:
                     f[0] -= wover
             q -= 1
@@ -113,7 +114,7 @@ class Lane:
         pan reuses the ones already drawn."""
         if not self.rows:
             return [EMPTY] * width
-        starts, ends, waits, cats, rows = self.starts, self.ends, self.waits, self.cats, self.rows
+        starts, ends, cats, rows = self.starts, self.ends, self.cats, self.rows
         cw, c1, c2, c3 = self.cum
         maxend = self.maxend
         first, last = starts[0], self.maxend[-1]
@@ -140,7 +141,7 @@ class Lane:
                         f2[x] -= over
                     else:
                         f3[x] -= over
-                    wover = starts[p] + waits[p] - t
+                    wover = starts[p] + cw[p + 1] - cw[p] - t
                     if wover > 0:
                         fw[x] -= wover
                 p -= 1

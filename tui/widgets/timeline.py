@@ -96,6 +96,10 @@ class Timeline(ScrollView, can_focus=False):
         self._glyphs: dict[tuple, tuple[str, Style]] = {}  # (op code in the store's table, waiting, level)
         self._hl_key: tuple | None = None
         self._hl: dict[int, list[int]] = {}
+        self._geometry_key: tuple | None = None
+        self._geometry_value = (1, 1.0, 0)
+        self._ahead: list[tuple[int, int, int, int, int]] = []  # chunks to draw while idle (see draw_ahead)
+        self._ahead_timer = None
         self.virtual_size = Size(0, len(self.rank_indices))
 
     def clear_caches(self) -> None:
@@ -104,20 +108,32 @@ class Timeline(ScrollView, can_focus=False):
         self._segments.clear()
         self._hl_key = None
         self.refresh()
+        self._plan_ahead()
 
     # -- geometry ---------------------------------------------------------------------------------
+    def _geometry(self) -> tuple[int, float, int]:
+        """(lane width, ns a cell, grid index of the window's first cell), worked out once per view: a frame asks
+        hundreds of times, and the content region is a chain of properties."""
+        key = (self.zoom, self.offset_ns, self.size, self.scrollbars_enabled)
+        if self._geometry_key != key:
+            width = max(1, self.scrollable_content_region.width - self.label_w)
+            ns = viewport.window_ns(self.store.span_ns, self.zoom) / width
+            # the window starts at the grid cell nearest offset_ns
+            self._geometry_key, self._geometry_value = key, (width, ns, round(self.offset_ns / ns))
+        return self._geometry_value
+
     @property
     def lane_width(self) -> int:
-        return max(1, self.scrollable_content_region.width - self.label_w)
+        return self._geometry()[0]
 
     @property
     def ns_per_cell(self) -> float:
-        return viewport.window_ns(self.store.span_ns, self.zoom) / self.lane_width
+        return self._geometry()[1]
 
     @property
     def first_cell(self) -> int:
-        """Grid index of the window's first cell (the window starts at the cell nearest offset_ns)."""
-        return round(self.offset_ns / self.ns_per_cell)
+        """Grid index of the window's first cell."""
+        return self._geometry()[2]
 
     def time_at_x(self, x: int) -> float:
         return self.store.t0 + (self.first_cell + x - self.label_w + 0.5) * self.ns_per_cell
@@ -132,9 +148,11 @@ class Timeline(ScrollView, can_focus=False):
     # -- reactivity ---------------------------------------------------------------------------------
     def watch_zoom(self) -> None:
         self.refresh()
+        self._plan_ahead()
 
     def watch_offset_ns(self) -> None:
         self.refresh()
+        self._plan_ahead()
 
     def watch_playhead(self) -> None:
         self.refresh()
@@ -155,7 +173,17 @@ class Timeline(ScrollView, can_focus=False):
         of the grid already drawn; the missing ones are drawn, each contiguous run in one call to the lane."""
         first = self.first_cell
         c_first, c_last = first // CHUNK, (first + width - 1) // CHUNK
-        zoom, chunks = self.zoom, self._chunks
+        got = self._fill(k, self.zoom, width, c_first, c_last)
+        chars, styles = [], []
+        for ch, st in got:
+            chars += ch
+            styles += st
+        a = first - c_first * CHUNK
+        return chars[a:a + width], styles[a:a + width]
+
+    def _fill(self, k: int, zoom: int, width: int, c_first: int, c_last: int) -> list[tuple[list, list]]:
+        """Chunks c_first .. c_last of display rank k's lane at this zoom and width, drawing the missing ones."""
+        chunks = self._chunks
         got = [chunks.get((k, zoom, width, c)) for c in range(c_first, c_last + 1)]
         n = 0
         while n < len(got):
@@ -165,21 +193,16 @@ class Timeline(ScrollView, can_focus=False):
             end = n
             while end < len(got) and got[end] is None:
                 end += 1
-            chars, styles = self._draw(k, width, (c_first + n) * CHUNK, (end - n) * CHUNK)
+            chars, styles = self._draw(k, zoom, width, (c_first + n) * CHUNK, (end - n) * CHUNK)
             for m in range(n, end):
                 a = (m - n) * CHUNK
                 got[m] = chunks[(k, zoom, width, c_first + m)] = (chars[a:a + CHUNK], styles[a:a + CHUNK])
             n = end
-        chars, styles = [], []
-        for ch, st in got:
-            chars += ch
-            styles += st
-        a = first - c_first * CHUNK
-        return chars[a:a + width], styles[a:a + width]
+        return got
 
-    def _draw(self, k: int, width: int, first: int, count: int) -> tuple[list[str], list[Style]]:
+    def _draw(self, k: int, zoom: int, width: int, first: int, count: int) -> tuple[list[str], list[Style]]:
         """Character and style of grid cells first .. first + count - 1 of display rank k's lane."""
-        ns = viewport.window_ns(self.store.span_ns, self.zoom) / width
+        ns = viewport.window_ns(self.store.span_ns, zoom) / width
         op_codes, op_names = self.store.table.op.codes, self.store.table.op.values
         glyphs = self._glyphs
         chars: list[str] = []
@@ -261,6 +284,41 @@ class Timeline(ScrollView, can_focus=False):
                 run_start = x
         self._segments[key] = segs
         return segs
+
+    # -- drawing ahead --------------------------------------------------------------------------------
+    AHEAD_DELAY_S = 0.03
+    """Quiet time after a change of view before drawing ahead (keys held down draw nothing ahead)."""
+
+    def _plan_ahead(self) -> None:
+        """Once the view rests, draw while idle the chunks the next key most likely needs: the neighbours of
+        the window at this zoom (a pan) and the window at one zoom level in and out (a zoom keeps a point of
+        the window in place, so all of it at z+1, and half a window either side at z-1). A zoom key then finds
+        its lanes drawn, as a pan does; one lane's chunks at a time, so a key waits for at most that."""
+        if self._ahead_timer is not None:
+            self._ahead_timer.stop()
+        self._ahead = []
+        if self.is_mounted:
+            self._ahead_timer = self.set_timer(self.AHEAD_DELAY_S, self._start_ahead)
+
+    def _start_ahead(self) -> None:
+        self._ahead_timer = None
+        width, _, first = self._geometry()
+        z, top = self.zoom, int(self.scroll_y)
+        lanes = self.rank_indices[top:top + self.scrollable_content_region.height]
+        ranges = [(z, first - CHUNK, first + width + CHUNK)]  # (zoom, first cell, end cell)
+        if z + 1 <= viewport.max_zoom(self.store.span_ns, width):
+            ranges.append((z + 1, 2 * first, 2 * (first + width)))
+        if z > 0:
+            ranges.append((z - 1, first // 2 - width // 2, (first + width) // 2 + width // 2))
+        self._ahead = [(k, zz, width, max(0, a) // CHUNK, max(0, b - 1) // CHUNK)
+                       for zz, a, b in ranges for k in lanes]
+        self._ahead.reverse()  # popped from the end: pans first, the top lane first
+        self.call_later(self._draw_ahead)
+
+    def _draw_ahead(self) -> None:
+        if self._ahead:
+            self._fill(*self._ahead.pop())
+            self.call_later(self._draw_ahead)
 
     # -- mouse ------------------------------------------------------------------------------------
     def _on_click(self, event: Click) -> None:
