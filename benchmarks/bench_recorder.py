@@ -13,6 +13,9 @@ process's CPU time per op in each mode. Cases:
 - a DDP training step of a small MLP (goal <= 1.03x);
 - a compute-only step, forward/backward with no collective (goal <= 1.01x): the dispatcher hooks are on
   the c10d operators only, so ordinary aten ops must not pay anything.
+And a reference, measured in the same rounds: the 4 KiB loop untraced with 5 µs of pure Python added per op,
+beside the tracer's own CPU time per op measured alone (a world of one): what a given amount of Python on the
+critical path costs on this machine, whoever runs it.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ def _worker(iters: int, rounds: int, only: str) -> None:
 
     clock = time.perf_counter
 
-    def allreduce_loop(numel: int, n: int):
+    def allreduce_loop(numel: int, n: int, pause: int = 0):
         t = torch.ones(numel)
 
         def run():
@@ -47,9 +50,17 @@ def _worker(iters: int, rounds: int, only: str) -> None:
             for _ in range(n):
                 t0 = clock()
                 dist.all_reduce(t)
+                for _ in range(pause):  # the reference mode: this much pure Python, untraced
+                    pass
                 times.append(clock() - t0)
             return times
         return run
+
+    # The reference: how much wall time a few µs of any Python per op costs on this machine, untraced. On a small
+    # VM the ranks' threads share a couple of vCPUs, and a little work on one rank's critical path can miss the
+    # peer's wake-up and cost many times its own duration; this row says how much of the tracer's ratio is that.
+    pause_us = 5.0
+    pause = _iterations_for(pause_us)
 
     model = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.GELU(), torch.nn.Linear(1024, 256))
     ddp = torch.nn.parallel.DistributedDataParallel(model)
@@ -81,6 +92,7 @@ def _worker(iters: int, rounds: int, only: str) -> None:
         return run
 
     blocks = rounds
+    reference = allreduce_loop(1024, iters // blocks, pause)  # the "python" mode of the 4 KiB case
     cases = [
         ("all_reduce 4 KiB", allreduce_loop(1024, iters // blocks), iters),
         ("all_reduce 1 MiB", allreduce_loop(256 * 1024, max(iters // 10 // blocks, 2)), max(iters // 10, 2 * blocks)),
@@ -88,9 +100,9 @@ def _worker(iters: int, rounds: int, only: str) -> None:
         ("compute only (no collective)", compute_loop(max(iters // 8 // blocks, 2)), max(iters // 8, 2 * blocks)),
     ]
     cases = [c for c in cases if only.lower() in c[0].lower()]
-    modes = ["untraced", "off", "stats", "full"]
     results: dict = {}
     for name, run, n in cases:
+        modes = ["untraced", "off", "stats", "full"] + (["python"] if name == "all_reduce 4 KiB" else [])
         run()  # warm up
         med = {m: [] for m in modes}  # per block: the median time of its ops
         cpu = {m: [] for m in modes}  # per block: this process's CPU time (all threads) per op
@@ -99,9 +111,9 @@ def _worker(iters: int, rounds: int, only: str) -> None:
             # (seconds long on a shared VM) then fall on every mode alike
             for m in modes[b % len(modes):] + modes[:b % len(modes)]:
                 dist.barrier()
-                if m == "untraced":
+                if m == "untraced" or m == "python":
                     c0 = time.process_time()
-                    times = run()
+                    times = run() if m == "untraced" else reference()
                 else:
                     with trace(out=os.path.join(tmp, f"{name[:3]}-{m}-{b}"), summaries=m):
                         dist.barrier()
@@ -115,6 +127,7 @@ def _worker(iters: int, rounds: int, only: str) -> None:
         base = statistics.median(med["untraced"]) * 1e6
         cpu_us = {m: statistics.median(v) * 1e6 for m, v in cpu.items()}
         results[name] = (base, ratio, cpu_us)
+    modes = ["untraced", "off", "stats", "full"]
     if rank == 0:
         goals = {"all_reduce 4 KiB": 1.05, "DDP training step": 1.03, "compute only (no collective)": 1.01}
         print(f"{'case':30} {'untraced':>11} {'off':>16} {'stats':>16} {'full':>16}   goal (default mode)")
@@ -131,7 +144,51 @@ def _worker(iters: int, rounds: int, only: str) -> None:
             cells = [f"{u:9.1f} µs"] + [f"{cpu_us[m] / u:6.3f}x ({cpu_us[m] - u:+.0f})" for m in modes[1:]]
             print(f"{name:30} {cells[0]:>11} {cells[1]:>16} {cells[2]:>16} {cells[3]:>16}")
         print("(rank 0's process, all threads: what tracing costs the machine, less sensitive to the scheduler)")
+        if "all_reduce 4 KiB" in results:
+            base, ratio, cpu_us = results["all_reduce 4 KiB"]
+            print(f"\nreference: {pause_us:.0f} µs of pure Python per op, untraced (a loop timed alone): "
+                  f"{ratio['python']:.3f}x ({(ratio['python'] - 1) * base:+.0f} µs) on all_reduce 4 KiB; "
+                  f"the tracer's own CPU per op alone: {_tracer_cpu_us():.1f} µs")
     dist.destroy_process_group()
+
+
+def _iterations_for(us: float) -> int:
+    """Iterations of an empty Python loop that take `us` µs of this thread's CPU time (best of 5)."""
+    n = 100_000
+    best = min(_thread_time(n) for _ in range(5))
+    return max(1, round(n * us / (best * 1e6)))
+
+
+def _thread_time(n: int) -> float:
+    t0 = time.thread_time()
+    for _ in range(n):
+        pass
+    return time.thread_time() - t0
+
+
+def _tracer_cpu_us() -> float:
+    """The tracer's own CPU time per 4 KiB all_reduce in a world of one (no peer to wait for): this thread's time
+    traced minus untraced, the minimum over alternating blocks. Runs in a process of its own."""
+    code = (
+        "import os, time, tempfile, torch, torch.distributed as dist\n"
+        "from disttrace.tracer import trace\n"
+        "dist.init_process_group('gloo', store=dist.HashStore(), rank=0, world_size=1)\n"
+        "t = torch.ones(1024)\n"
+        "def block(n=2000):\n"
+        "    c0 = time.thread_time_ns()\n"
+        "    for _ in range(n): dist.all_reduce(t)\n"
+        "    return (time.thread_time_ns() - c0) / n / 1e3\n"
+        "out, un, tr = tempfile.mkdtemp(), [], []\n"
+        "for _ in range(10):\n"
+        "    un.append(block())\n"
+        "    with trace(out=out):\n"
+        "        tr.append(block())\n"
+        "print(min(tr) - min(un))\n")
+    try:
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+        return float(out.stdout.strip().splitlines()[-1])
+    except Exception:  # noqa: BLE001 - a reference figure only
+        return float("nan")
 
 
 def main() -> int:
