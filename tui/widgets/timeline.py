@@ -257,15 +257,20 @@ class Timeline(ScrollView, can_focus=False):
     def _lane_segments(self, k: int, rank: int, width: int) -> list[Segment]:
         """Display rank k's lane with the selection and the playhead laid over, one segment per run of equal
         style (cached by what is marked: moving the focus or the selection redraws only what changed)."""
-        table = self.store.table
+        table, t0 = self.store.table, self.store.t0
+        _, ns, first = self._geometry()
+
+        def col_of(t_ns: int) -> int:  # self.col_of, with the geometry looked up once a lane
+            return int((t_ns - t0) // ns) - first
+
         spans = []
         for row in self._highlight_rows().get(rank, ()):
-            c0 = max(0, self.col_of(table.start_ns[row]))
-            spans.append((c0, min(width - 1, max(c0, self.col_of(self.store.end_of(row) - 1)))))
-        px = self.col_of(table.start_ns[self.playhead]) if self.playhead >= 0 else -1
+            c0 = max(0, col_of(table.start_ns[row]))
+            spans.append((c0, min(width - 1, max(c0, col_of(self.store.end_of(row) - 1)))))
+        px = col_of(table.start_ns[self.playhead]) if self.playhead >= 0 else -1
         if not 0 <= px < width:
             px = -1
-        key = (k, self.zoom, self.first_cell, width, tuple(spans), px)
+        key = (k, self.zoom, first, width, tuple(spans), px)
         segs = self._segments.get(key)
         if segs is not None:
             return segs
