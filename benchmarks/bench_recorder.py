@@ -123,31 +123,36 @@ def _worker(iters: int, rounds: int, only: str) -> None:
                 med[m].append(statistics.median(times))
         # Each traced block is compared with the untraced block of the same round (seconds apart), and the
         # median of those ratios is taken: drifts of the machine's speed between rounds cancel out.
-        ratio = {m: statistics.median(t / u for t, u in zip(med[m], med["untraced"])) for m in modes}
+        per_round = {m: sorted(t / u for t, u in zip(med[m], med["untraced"])) for m in modes}
+        ratio = {m: statistics.median(r) for m, r in per_round.items()}
+        spread = {m: (r[len(r) // 4], r[(3 * len(r)) // 4]) for m, r in per_round.items()}
         base = statistics.median(med["untraced"]) * 1e6
         cpu_us = {m: statistics.median(v) * 1e6 for m, v in cpu.items()}
-        results[name] = (base, ratio, cpu_us)
+        results[name] = (base, ratio, cpu_us, spread)
     modes = ["untraced", "off", "stats", "full"]
     if rank == 0:
         goals = {"all_reduce 4 KiB": 1.05, "DDP training step": 1.03, "compute only (no collective)": 1.01}
         print(f"{'case':30} {'untraced':>11} {'off':>16} {'stats':>16} {'full':>16}   goal (default mode)")
-        for name, (base, ratio, cpu_us) in results.items():
+        for name, (base, ratio, cpu_us, _spread) in results.items():
             cells = [f"{base:9.1f} µs"] + [f"{ratio[m]:6.3f}x ({(ratio[m] - 1) * base:+.0f})" for m in modes[1:]]
             goal = goals.get(name)
             verdict = "" if goal is None else (f"<= {goal:.2f}x " + ("met" if ratio["off"] <= goal else "MISSED"))
             print(f"{name:30} {cells[0]:>11} {cells[1]:>16} {cells[2]:>16} {cells[3]:>16}   {verdict}")
         print(f"(wall time per op or step: median over {blocks} rounds of traced / untraced block medians; in "
               f"parentheses the µs added)")
+        print("default mode, the rounds' ratios from the 25th to the 75th percentile: " + ", ".join(
+            f"{name} {sp['off'][0]:.3f}-{sp['off'][1]:.3f}x" for name, (_b, _r, _c, sp) in results.items()))
         print(f"\n{'CPU time per op or step':30} {'untraced':>11} {'off':>16} {'stats':>16} {'full':>16}")
-        for name, (_base, _ratio, cpu_us) in results.items():
+        for name, (_base, _ratio, cpu_us, _spread) in results.items():
             u = cpu_us["untraced"]
             cells = [f"{u:9.1f} µs"] + [f"{cpu_us[m] / u:6.3f}x ({cpu_us[m] - u:+.0f})" for m in modes[1:]]
             print(f"{name:30} {cells[0]:>11} {cells[1]:>16} {cells[2]:>16} {cells[3]:>16}")
         print("(rank 0's process, all threads: what tracing costs the machine, less sensitive to the scheduler)")
         if "all_reduce 4 KiB" in results:
-            base, ratio, cpu_us = results["all_reduce 4 KiB"]
+            base, ratio, cpu_us, spread = results["all_reduce 4 KiB"]
             print(f"\nreference: {pause_us:.0f} µs of pure Python per op, untraced (a loop timed alone): "
-                  f"{ratio['python']:.3f}x ({(ratio['python'] - 1) * base:+.0f} µs) on all_reduce 4 KiB; "
+                  f"{ratio['python']:.3f}x ({(ratio['python'] - 1) * base:+.0f} µs; rounds "
+                  f"{spread['python'][0]:.3f}-{spread['python'][1]:.3f}x) on all_reduce 4 KiB; "
                   f"the tracer's own CPU per op alone: {_tracer_cpu_us():.1f} µs")
     dist.destroy_process_group()
 
