@@ -33,8 +33,9 @@ def _summary(s) -> str:
     for k in ("nan", "inf"):
         if s.get(k):
             parts.append(f"{k}×{s[k]}")
-    if s.get("checksum") is not None:
-        parts.append(f"sum {s['checksum']:.6g}" if isinstance(s["checksum"], float) else f"sum {s['checksum']}")
+    if s.get("checksum") is not None:  # a sum of the raw bytes (docs/FORMAT.md), not of the values: say so
+        c = s["checksum"]
+        parts.append(f"checksum {c:.6g}" if isinstance(c, float) else f"checksum {c}")
     return "  ".join(parts) or "—"
 
 
