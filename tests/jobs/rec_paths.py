@@ -102,8 +102,10 @@ before = dict(paths)
 with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
     dist.all_reduce(torch.ones(2))
 profiled = "c10d::allreduce_" in {e.name for e in prof.events()}
-print(f"PROFILED {rank} kernel={paths['kernel'] - before['kernel']} python={paths['python'] - before['python']} "
-      f"c10d_op_in_profile={profiled}", flush=True)
+# one write per line: the two ranks share the job's stdout
+sys.stdout.write(f"PROFILED {rank} kernel={paths['kernel'] - before['kernel']} "
+                 f"python={paths['python'] - before['python']} c10d_op_in_profile={profiled}\n")
+sys.stdout.flush()
 # Fake tensors communicate nothing: the kernel sees the op (FakeTensorMode sends it there) and records nothing
 with FakeTensorMode():
     dist.all_reduce(torch.ones(2))
