@@ -326,3 +326,38 @@ async def test_playing_in_the_ring_view_animates_its_steps():
         # the steps of the 4-rank all_reduce one after the other, up to the last of its 2(N-1) = 6
         assert seen == sorted(seen) and seen[-1] == 5 and len(seen) >= 3
         assert v.store.instance(v.playhead) is not v.store.instance(first)  # then the next collective
+
+
+async def test_selection_outside_the_window_is_not_marked():
+    """An event selected left of the visible window marks no cell: column 0 keeps its own look (the selection
+    was drawn there as if it were in the window)."""
+    from disttrace.tui.widgets.palette import BG_SELECTED
+
+    def marked_cols(tl: Timeline, y: int) -> list[int]:
+        cols, x = [], 0
+        for seg in list(tl.render_line(y))[1:]:  # the rank label first
+            if seg.style is not None and seg.style.bgcolor == BG_SELECTED:
+                cols.extend(range(x, x + len(seg.text)))
+            x += len(seg.text)
+        return cols
+
+    async with app_on().run_test(size=SIZE) as pilot:
+        v = await viewer(pilot)
+        tl = v.query_one(Timeline)
+        sel = v.selection
+        assert sel >= 0
+        y = v.store.rank_index[v.store.table.rank[sel]]
+        assert marked_cols(tl, y)  # at zoom 0 the selected first event is marked
+        await pilot.press(*["plus"] * 6)
+        # pan right until the selection (and its collective on the other ranks) ends left of the window
+        marked = [row for rows in tl._highlight_rows().values() for row in rows]
+        assert sel in marked
+        end = max(v.store.end_of(row) for row in marked) - v.store.t0
+        while v.offset_ns <= end:
+            before = v.offset_ns
+            await pilot.press("l")
+            assert v.offset_ns > before
+        assert v.selection == sel
+        assert all(tl.col_of(v.store.end_of(row) - 1) < 0 for row in marked)
+        for k in range(len(v.store.rows)):
+            assert 0 not in marked_cols(tl, k), f"lane {k}: column 0 marked for a selection left of the window"

@@ -265,8 +265,11 @@ class Timeline(ScrollView, can_focus=False):
 
         spans = []
         for row in self._highlight_rows().get(rank, ()):
-            c0 = max(0, col_of(table.start_ns[row]))
-            spans.append((c0, min(width - 1, max(c0, col_of(self.store.end_of(row) - 1)))))
+            c0 = col_of(table.start_ns[row])
+            c1 = max(c0, col_of(self.store.end_of(row) - 1))
+            if c1 < 0 or c0 >= width:  # wholly outside the window: nothing of it is on screen to mark
+                continue
+            spans.append((max(0, c0), min(width - 1, c1)))
         px = col_of(table.start_ns[self.playhead]) if self.playhead >= 0 else -1
         if not 0 <= px < width:
             px = -1
