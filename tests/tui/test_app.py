@@ -285,12 +285,18 @@ async def test_loads_in_the_worker_then_shows_the_analysis():
     app = DisttraceApp([str(TUI_JOB)])
     async with app.run_test(size=SIZE) as pilot:
         for _ in range(600):
-            if isinstance(app.screen, ViewerScreen) and app.screen.store.analysed and not app.screen.query(".pending"):
+            if isinstance(app.screen, ViewerScreen) and app.screen.store.analysed and not app.screen.analysis_label:
                 break
             await pilot.pause(0.05)
         v = app.screen
         assert isinstance(v, ViewerScreen) and v.store.analysed and v.analysis_label == ""
-        assert v.query("WaitsView") and v.query("RingView")
+        # each analysis tab gets its view when first shown
+        assert not v.query("WaitsView")
+        await pilot.press("4")
+        assert v.query("WaitsView") and not v.query("#waits .pending")
+        await pilot.press("2")
+        assert v.query("RingView")
+        await pilot.press("1")
         await pilot.press("N", "N")  # from before the first event: the all_reduce, then the all_gather
         assert v.store.table.op[v.playhead] == "all_gather"
 

@@ -185,10 +185,12 @@ class ViewerScreen(Screen):
 
     @on(AnalysisReady)
     async def _analysis_ready(self, event: AnalysisReady) -> None:
-        for pending in list(self.query(".pending")):
-            pane = pending.parent
-            await pending.remove()
-            await pane.mount(self._analysis_view(pane.id))
+        # only the tab on screen gets its view now, the others when first shown: building them all at once (the
+        # waits table of a 1M-event trace measures thousands of rows) held the UI for a third of a second, in
+        # the middle of whatever key came next
+        active = self.query_one(TabbedContent).active
+        if active != "timeline":
+            await self._mount_view(active)
         for w in self.query(Timeline):
             w.clear_caches()
         for w in self.query(EventList):
@@ -349,9 +351,25 @@ class ViewerScreen(Screen):
         focusable = [w for w in pane.query("*") if w.focusable]
         self.set_focus(focusable[0] if focusable else None)
 
+    async def _mount_view(self, pane_id: str) -> bool:
+        """Replace the placeholder of an analysis tab with its view, once the analysis is there (True if it did)."""
+        if not self.store.analysed:
+            return False
+        pane = self.query_one(f"#{pane_id}", TabPane)
+        pending = list(pane.query(".pending"))
+        if not pending:
+            return False
+        for p in pending:
+            await p.remove()
+        await pane.mount(self._analysis_view(pane_id))
+        self.call_after_refresh(settle)  # its widgets and rows stay: out of the collector's sight
+        return True
+
     @on(TabbedContent.TabActivated)
-    def _tab_activated(self, event: TabbedContent.TabActivated) -> None:
+    async def _tab_activated(self, event: TabbedContent.TabActivated) -> None:
         if event.pane is not None and event.pane.id:
+            if await self._mount_view(event.pane.id):
+                self._focus_view(event.pane.id)
             self.call_after_refresh(self._focus_view, event.pane.id)
 
     def action_ring_step(self, direction: int) -> None:

@@ -8,6 +8,8 @@ cached CHUNK cells at a time: a pan draws only the chunks it brings into view.
 
 from __future__ import annotations
 
+import re
+
 from rich.segment import Segment
 from rich.style import Style
 from textual.cache import LRUCache
@@ -19,7 +21,8 @@ from textual.strip import Strip
 from textual.widget import Widget
 
 from ..model import viewport
-from ..model.replay import format_ns
+from ..model.lod import BLANK_KEY, GAP_KEY
+from ..model.replay import format_ns, step_event
 from ..model.store import TraceStore
 from .messages import EventPicked, ViewChanged
 from .palette import BG_PLAYHEAD, BG_SELECTED, GAP, OP_STYLES, WAIT_STYLES
@@ -31,28 +34,48 @@ _SELECTED = Style(bgcolor=BG_SELECTED)
 _PLAYHEAD = Style(bgcolor=BG_PLAYHEAD)
 
 
-_MARKED: dict[tuple[int, int], Style] = {}
-
 CHUNK = 32
 """Cells drawn and cached together: a pan of an eighth of the window (~18 cells of 142) draws one chunk a lane,
 not the whole lane."""
 
-
-def _mark(ch: str, style: Style, bg: Style) -> tuple[str, Style]:
-    """A cell under the playhead or the selection: its background changes, a gap shows a thin line."""
-    key = (id(style), id(bg))
-    marked = _MARKED.get(key)
-    if marked is None:
-        marked = _MARKED[key] = style + bg
-    if ch == " " or ch == "─":
-        ch = "│" if bg is _PLAYHEAD else "▏"
-    return ch, marked
+_RUNS = re.compile(r"(.)\1*", re.S)
+"""Runs of equal style in a lane's style string (one segment each)."""
+_THIN = str.maketrans({" ": "▏", "─": "▏"})
+_THIN_PLAYHEAD = str.maketrans({" ": "│", "─": "│"})
 
 
 def _glyph(op: str, waiting: bool, level: int) -> tuple[str, Style]:
     """Character and style of a cell: full (█, or ▒ when waiting dominates) or a partial block by busy eighths."""
     ch = ("▒" if waiting else "█") if level == 8 else _EIGHTHS[level]
     return ch, (WAIT_STYLES if waiting else OP_STYLES)[op]
+
+
+class _Palette:
+    """The styles a lane is drawn with, each known by one character (chr of its index): a lane's looks are then
+    two strings, its characters and its styles, which the garbage collector never walks (a list of Styles a
+    chunk, 8k chunks cached, made every full collection walk ~30k more objects: 15-60 ms in the middle of a key)
+    and which join, slice and split into runs in C."""
+
+    def __init__(self) -> None:
+        self.styles: list[Style] = []
+        self._index: dict[int, str] = {}  # id(style) -> its character
+        self._marked: dict[tuple[str, int], str] = {}  # (style character, id(background)) -> marked character
+
+    def char(self, style: Style) -> str:
+        c = self._index.get(id(style))
+        if c is None:
+            c = self._index[id(style)] = chr(len(self.styles))
+            self.styles.append(style)
+        return c
+
+    def marked(self, c: str, bg: Style) -> str:
+        """The character of style c with the playhead's or the selection's background."""
+        m = self._marked.get((c, id(bg)))
+        if m is None:
+            m = self._marked[(c, id(bg))] = self.char(self.styles[ord(c)] + bg)
+        return m
+
+
 LABEL_STYLE = Style(color="#c0c0c0")
 FOCUS_STYLE = Style(color="#ffffff", bgcolor="#2a5a8a", bold=True)
 
@@ -63,6 +86,27 @@ def label_width(store: TraceStore) -> int:
 
 def _label(rank: int, host: str) -> str:
     return f"r{rank} {host}" if host else f"r{rank}"
+
+
+class _Chunks(dict):
+    """The drawn chunks, least recently used dropped first (a dict keeps insertion order: a hit moves to the
+    end). Keys are tuples of ints and values tuples of two strs: nothing here for the collector to walk."""
+
+    def __init__(self, maxsize: int) -> None:
+        super().__init__()
+        self.maxsize = maxsize
+
+    def get(self, key, default=None):
+        value = self.pop(key, None)
+        if value is None:
+            return default
+        dict.__setitem__(self, key, value)
+        return value
+
+    def __setitem__(self, key, value) -> None:
+        if len(self) >= self.maxsize and key not in self:
+            del self[next(iter(self))]
+        dict.__setitem__(self, key, value)
 
 
 class Timeline(ScrollView, can_focus=False):
@@ -90,10 +134,11 @@ class Timeline(ScrollView, can_focus=False):
         self.label_w = label_width(store)
         # What a frame makes lives here only as strings, shared styles and segments, and few of the latter: every
         # object held is one more that each full garbage collection walks (the Cells, 100k of them in a cache,
-        # made those take 40-80 ms, a stall every few keys). A lane's Cells are garbage as soon as drawn.
-        self._chunks: LRUCache = LRUCache(8192)  # (rank index, zoom, width, chunk) -> (chars, styles)
+        # made those take 40-80 ms, a stall every few keys). Drawn chunks are strs (see _Palette), nothing else.
+        self._chunks = _Chunks(8192)  # (rank index, zoom, width, chunk) -> (chars, style characters), two strs
         self._segments: LRUCache = LRUCache(256)
-        self._glyphs: dict[tuple, tuple[str, Style]] = {}  # (op code in the store's table, waiting, level)
+        self._palette = _Palette()
+        self._glyph_keys: tuple[dict[int, str], dict[int, str]] | None = None  # lod.glyph_keys -> (char, style)
         self._hl_key: tuple | None = None
         self._hl: dict[int, list[int]] = {}
         self._geometry_key: tuple | None = None
@@ -156,6 +201,7 @@ class Timeline(ScrollView, can_focus=False):
 
     def watch_playhead(self) -> None:
         self.refresh()
+        self._plan_ahead()  # where n / p go next
 
     def watch_selection(self) -> None:
         self.refresh()
@@ -168,20 +214,21 @@ class Timeline(ScrollView, can_focus=False):
         self.refresh()
 
     # -- rendering ------------------------------------------------------------------------------------
-    def base_cells(self, k: int, width: int) -> tuple[list[str], list[Style]]:
-        """Character and style of every cell of display rank k's lane in the current window, from the chunks
-        of the grid already drawn; the missing ones are drawn, each contiguous run in one call to the lane."""
+    def base_cells(self, k: int, width: int) -> tuple[str, str]:
+        """Characters and style characters (see _Palette) of display rank k's lane in the current window, from
+        the chunks of the grid already drawn; the missing ones are drawn, each contiguous run in one call to the
+        lane."""
         first = self.first_cell
         c_first, c_last = first // CHUNK, (first + width - 1) // CHUNK
         got = self._fill(k, self.zoom, width, c_first, c_last)
-        chars, styles = [], []
-        for ch, st in got:
-            chars += ch
-            styles += st
         a = first - c_first * CHUNK
+        if len(got) == 1:
+            chars, styles = got[0]
+        else:
+            chars, styles = "".join([g[0] for g in got]), "".join([g[1] for g in got])
         return chars[a:a + width], styles[a:a + width]
 
-    def _fill(self, k: int, zoom: int, width: int, c_first: int, c_last: int) -> list[tuple[list, list]]:
+    def _fill(self, k: int, zoom: int, width: int, c_first: int, c_last: int) -> list[tuple[str, str]]:
         """Chunks c_first .. c_last of display rank k's lane at this zoom and width, drawing the missing ones."""
         chunks = self._chunks
         got = [chunks.get((k, zoom, width, c)) for c in range(c_first, c_last + 1)]
@@ -200,26 +247,27 @@ class Timeline(ScrollView, can_focus=False):
             n = end
         return got
 
-    def _draw(self, k: int, zoom: int, width: int, first: int, count: int) -> tuple[list[str], list[Style]]:
-        """Character and style of grid cells first .. first + count - 1 of display rank k's lane."""
+    def _glyph_tables(self) -> tuple[dict[int, str], dict[int, str]]:
+        """Character and style character of every value lod.glyph_keys gives for the store's ops."""
+        ops = self.store.table.op.values
+        if self._glyph_keys is None or len(self._glyph_keys[0]) != 16 * len(ops) + 2:  # the op column grew
+            chars, styles = {GAP_KEY: _GAP[0], BLANK_KEY: _BLANK[0]}, {}
+            styles[GAP_KEY], styles[BLANK_KEY] = self._palette.char(_GAP[1]), self._palette.char(_BLANK[1])
+            for code, op in enumerate(ops):
+                for waiting in (False, True):
+                    for level in range(1, 9):
+                        key = code * 18 + waiting * 9 + level
+                        ch, style = _glyph(op, waiting, level)
+                        chars[key], styles[key] = ch, self._palette.char(style)
+            self._glyph_keys = (chars, styles)
+        return self._glyph_keys
+
+    def _draw(self, k: int, zoom: int, width: int, first: int, count: int) -> tuple[str, str]:
+        """Characters and style characters of grid cells first .. first + count - 1 of display rank k's lane."""
         ns = viewport.window_ns(self.store.span_ns, zoom) / width
-        op_codes, op_names = self.store.table.op.codes, self.store.table.op.values
-        glyphs = self._glyphs
-        chars: list[str] = []
-        styles: list[Style] = []
-        for busy, _, waiting, row, inside in self.store.rows[k].lane.columns(self.store.t0, ns, first, count):
-            if row < 0:
-                ch, style = _GAP if inside else _BLANK
-            else:
-                level = 8 if busy >= 0.8 else max(1, min(7, int(busy * 8 + 0.999)))
-                gk = (op_codes[row], waiting, level)
-                g = glyphs.get(gk)
-                if g is None:
-                    g = glyphs[gk] = _glyph(op_names[gk[0]], waiting, level)
-                ch, style = g
-            chars.append(ch)
-            styles.append(style)
-        return chars, styles
+        keys = self.store.rows[k].lane.glyph_keys(self.store.t0, ns, first, count, self.store.table.op.codes)
+        chars, styles = self._glyph_tables()
+        return "".join(map(chars.__getitem__, keys)), "".join(map(styles.__getitem__, keys))
 
     def _highlight_rows(self) -> dict[int, list[int]]:
         """Rows to highlight (the selection, its collective on every rank, its matching send/recv) by rank."""
@@ -277,19 +325,18 @@ class Timeline(ScrollView, can_focus=False):
         segs = self._segments.get(key)
         if segs is not None:
             return segs
-        chars, styles = self.base_cells(k, width)  # fresh lists: marking them changes no cached chunk
+        chars, styles = self.base_cells(k, width)
+        palette = self._palette
         for c0, c1 in spans:
-            for x in range(c0, c1 + 1):
-                chars[x], styles[x] = _mark(chars[x], styles[x], _SELECTED)
+            chars = chars[:c0] + chars[c0:c1 + 1].translate(_THIN) + chars[c1 + 1:]
+            styles = (styles[:c0] + "".join([palette.marked(c, _SELECTED) for c in styles[c0:c1 + 1]])
+                      + styles[c1 + 1:])
         if px >= 0:
-            chars[px], styles[px] = _mark(chars[px], styles[px], _PLAYHEAD)
-        # every glyph is one cell wide, so the strip's length is known
-        segs = []
-        run_start = 0
-        for x in range(1, width + 1):
-            if x == width or styles[x] is not styles[run_start]:
-                segs.append(Segment("".join(chars[run_start:x]), styles[run_start]))
-                run_start = x
+            chars = chars[:px] + chars[px].translate(_THIN_PLAYHEAD) + chars[px + 1:]
+            styles = styles[:px] + palette.marked(styles[px], _PLAYHEAD) + styles[px + 1:]
+        # every glyph is one cell wide, so the strip's length is known; one segment per run of equal style
+        by_char = palette.styles
+        segs = [Segment(chars[m.start():m.end()], by_char[ord(m.group(1))]) for m in _RUNS.finditer(styles)]
         self._segments[key] = segs
         return segs
 
@@ -300,7 +347,8 @@ class Timeline(ScrollView, can_focus=False):
     def _plan_ahead(self) -> None:
         """Once the view rests, draw while idle the chunks the next key most likely needs: the neighbours of
         the window at this zoom (a pan) and the window at one zoom level in and out (a zoom keeps a point of
-        the window in place, so all of it at z+1, and half a window either side at z-1). A zoom key then finds
+        the window in place, so all of it at z+1, and half a window either side at z-1), and the window that n
+        or p moves to when the playhead's next or previous event lies outside this one. A zoom key then finds
         its lanes drawn, as a pan does; one lane's chunks at a time, so a key waits for at most that."""
         if self._ahead_timer is not None:
             self._ahead_timer.stop()
@@ -314,6 +362,14 @@ class Timeline(ScrollView, can_focus=False):
         z, top = self.zoom, int(self.scroll_y)
         lanes = self.rank_indices[top:top + self.scrollable_content_region.height]
         ranges = [(z, first - CHUNK, first + width + CHUNK)]  # (zoom, first cell, end cell)
+        # n / p: where the window goes when the playhead steps to an event outside it
+        span, t0, ns = self.store.span_ns, self.store.t0, self.ns_per_cell
+        for d in (1, -1):
+            row = step_event(self.store, self.playhead, d)
+            if row >= 0 and row != self.playhead:
+                off = viewport.follow(span, z, self.offset_ns, self.store.table.start_ns[row] - t0)
+                if off != self.offset_ns:
+                    ranges.append((z, round(off / ns), round(off / ns) + width))
         if z + 1 <= viewport.max_zoom(self.store.span_ns, width):
             ranges.append((z + 1, 2 * first, 2 * (first + width)))
         if z > 0:
