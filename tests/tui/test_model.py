@@ -13,7 +13,7 @@ from disttrace.tui.model.replay import parse_goto, row_at_time, search, step_col
 from disttrace.tui.model.ring import p2p_steps, ranks_in, ring_plan
 from disttrace.tui.model.store import CAT_BARRIER, CAT_COLLECTIVE, CAT_P2P
 
-from tui_helpers import ev, fixture_store, store_of
+from tui_helpers import PIPELINE_JOB, TUI_JOB, ev, fixture_store, store_of
 
 
 def two_rank_store():
@@ -186,3 +186,26 @@ def test_narration(tmp_path):
     with pytest.raises(TraceError):
         load_narration([str(tmp_path)])
     assert load_narration([str(tmp_path / "missing")]) is None
+
+
+def test_glyph_keys_say_what_columns_say():
+    """The timeline draws from Lane.glyph_keys: the same cells as Lane.columns, one int a cell."""
+    from disttrace.tui.model.lod import BLANK_KEY, GAP_KEY
+
+    for path in (TUI_JOB, PIPELINE_JOB):
+        s = fixture_store(path)
+        codes = s.table.op.codes
+        for rr in s.rows:
+            for cells_across in (7, 50, 333, 4000):
+                ns = s.span_ns / cells_across
+                for first in (0, cells_across // 3):
+                    cells = rr.lane.columns(s.t0, ns, first, 64)
+                    keys = rr.lane.glyph_keys(s.t0, ns, first, 64, codes)
+                    want = []
+                    for c in cells:
+                        if c.row < 0:
+                            want.append(GAP_KEY if c.inside else BLANK_KEY)
+                        else:
+                            level = 8 if c.busy >= 0.8 else max(1, min(7, int(c.busy * 8 + 0.999)))
+                            want.append(codes[c.row] * 18 + c.waiting * 9 + level)
+                    assert keys == want
