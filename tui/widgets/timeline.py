@@ -14,7 +14,7 @@ from rich.segment import Segment
 from rich.style import Style
 from textual.cache import LRUCache
 from textual.events import Click, MouseScrollDown, MouseScrollLeft, MouseScrollRight, MouseScrollUp
-from textual.geometry import Size
+from textual.geometry import Region, Size
 from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
@@ -203,15 +203,34 @@ class Timeline(ScrollView, can_focus=False):
         self.refresh()
         self._plan_ahead()  # where n / p go next
 
-    def watch_selection(self) -> None:
-        self.refresh()
+    def watch_selection(self, old: int, new: int) -> None:
+        # only the lanes whose marks change: Textual's work a repainted line (styles, filters, compositing) is
+        # most of a frame once the lane's segments are cached
+        before = set(self._hl) if self._hl_key == (old,) else None
+        if before is None:
+            self.refresh()
+            return
+        index = self.store.rank_index
+        self._refresh_lanes({index[r] for r in before | set(self._highlight_rows()) if r in index})
 
-    def watch_focused_rank(self, k: int) -> None:
+    def watch_focused_rank(self, old: int, k: int) -> None:
         if k in self.rank_indices:
             y = self.rank_indices.index(k)
             if not self.scroll_y <= y < self.scroll_y + self.scrollable_content_region.height:
                 self.scroll_to(y=max(0, y - self.scrollable_content_region.height // 2), animate=False)
-        self.refresh()
+                self.refresh()
+                return
+        self._refresh_lanes({old, k})  # the two labels
+
+    def _refresh_lanes(self, ks: set[int]) -> None:
+        """Repaint the lines of these display ranks (those on screen)."""
+        top, height, width = int(self.scroll_y), self.scrollable_content_region.height, self.size.width
+        regions = []
+        for y, k in enumerate(self.rank_indices[top:top + height]):
+            if k in ks:
+                regions.append(Region(0, y, width, 1))
+        if regions:
+            self.refresh(*regions)
 
     # -- rendering ------------------------------------------------------------------------------------
     def base_cells(self, k: int, width: int) -> tuple[str, str]:
