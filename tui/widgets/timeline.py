@@ -365,9 +365,10 @@ class Timeline(ScrollView, can_focus=False):
 
     def _plan_ahead(self) -> None:
         """Once the view rests, draw while idle the chunks the next key most likely needs: the neighbours of
-        the window at this zoom (a pan) and the window at one zoom level in and out (a zoom keeps a point of
-        the window in place, so all of it at z+1, and half a window either side at z-1), and the window that n
-        or p moves to when the playhead's next or previous event lies outside this one. A zoom key then finds
+        the window at this zoom (a pan), the windows the zoom keys lead to, the window that n or p moves to when
+        the playhead's next or previous event lies outside this one, then the windows at one zoom level in and
+        out about any point (a zoom keeps a point of the window in place, so all of it at z+1, and half a window
+        either side at z-1). A zoom key then finds
         its lanes drawn, as a pan does; one lane's chunks at a time, so a key waits for at most that."""
         if self._ahead_timer is not None:
             self._ahead_timer.stop()
@@ -381,17 +382,28 @@ class Timeline(ScrollView, can_focus=False):
         z, top = self.zoom, int(self.scroll_y)
         lanes = self.rank_indices[top:top + self.scrollable_content_region.height]
         ranges = [(z, first - CHUNK, first + width + CHUNK)]  # (zoom, first cell, end cell)
-        # n / p: where the window goes when the playhead steps to an event outside it
         span, t0, ns = self.store.span_ns, self.store.t0, self.ns_per_cell
+        zooms = [nz for nz in (z + 1, z - 1) if 0 <= nz <= viewport.max_zoom(span, width)]
+        # the exact windows the + and - keys lead to (the viewer zooms about the playhead when it is in the
+        # window, else about the centre: ViewerScreen.action_zoom), before anything less likely
+        t = self.store.table.start_ns[self.playhead] - t0 if self.playhead >= 0 else None
+        anchor = t if t is not None and self.offset_ns <= t <= self.offset_ns + viewport.window_ns(span, z) else None
+        for nz in zooms:
+            _, off = viewport.zoom_to(span, z, self.offset_ns, nz, anchor)
+            f = round(off / (viewport.window_ns(span, nz) / width))
+            ranges.append((nz, f, f + width))
+        # n / p: where the window goes when the playhead steps to an event outside it
         for d in (1, -1):
             row = step_event(self.store, self.playhead, d)
             if row >= 0 and row != self.playhead:
                 off = viewport.follow(span, z, self.offset_ns, self.store.table.start_ns[row] - t0)
                 if off != self.offset_ns:
                     ranges.append((z, round(off / ns), round(off / ns) + width))
-        if z + 1 <= viewport.max_zoom(self.store.span_ns, width):
+        # zooming about any other point (the mouse wheel's): all of the window at z+1, half a window either side
+        # at z-1 (what is drawn already is skipped)
+        if z + 1 in zooms:
             ranges.append((z + 1, 2 * first, 2 * (first + width)))
-        if z > 0:
+        if z - 1 in zooms:
             ranges.append((z - 1, first // 2 - width // 2, (first + width) // 2 + width // 2))
         self._ahead = [(k, zz, width, max(0, a) // CHUNK, max(0, b - 1) // CHUNK)
                        for zz, a, b in ranges for k in lanes]
