@@ -47,8 +47,12 @@ _GENERIC = frozenset({"<listcomp>", "<genexpr>", "<dictcomp>", "<lambda>", "wrap
                       "_fn", "fn"})
 # A tensor subclass's or mode's handler passes the op on; the line that called the collective is further out
 _HANDLERS = frozenset({"__torch_dispatch__", "__torch_function__"})
-_cache: dict = {}   # code object -> (kind, name): the api a C10D frame names, the origin a component's frame names
-_sites: dict = {}   # (code object, instruction offset) -> "file:line in function"
+# id(code object) -> (kind, name, sites, code): the api a C10D frame names, the origin a component's frame names,
+# and for the user's code its call sites by instruction offset ("file:line in function"). Keyed by id because a
+# code object's own hash is recomputed on every lookup from its name, constants and names (a third of the walk's
+# cost); the entry holds the code, so that no other code object can take its id while the entry exists.
+_cache: dict = {}
+_SITES_LIMIT = 2000  # call sites kept per code object; a generated-code pathology is cut
 
 
 def _classify(code) -> tuple[int, str | None]:
@@ -69,10 +73,17 @@ def _classify(code) -> tuple[int, str | None]:
     return TORCH, None
 
 
-def _site(f, code) -> str:
-    if len(_sites) > 50000:  # a job has few distinct lines; a generated-code pathology is cut
-        _sites.clear()
-    site = _sites[(code, f.f_lasti)] = f"{code.co_filename}:{f.f_lineno} in {code.co_name}"
+def _entry(code) -> tuple:
+    kind, name = _classify(code)
+    entry = _cache[id(code)] = (kind, name, {} if kind == USER else None, code)
+    return entry
+
+
+def _site(f, sites: dict) -> str:
+    if len(sites) > _SITES_LIMIT:
+        sites.clear()
+    code = f.f_code
+    site = sites[f.f_lasti] = f"{code.co_filename}:{f.f_lineno} in {code.co_name}"
     return site
 
 
@@ -82,17 +93,17 @@ def walk(depth: int = 2) -> tuple[str | None, str | None, str | None]:
     f = sys._getframe(depth)
     api = origin = None
     while f is not None:
-        code = f.f_code
-        kind = cache.get(code)
-        if kind is None:
-            kind = cache[code] = _classify(code)
-        k, name = kind
-        if k == USER:
+        entry = cache.get(id(f.f_code))
+        if entry is None:
+            entry = _entry(f.f_code)
+        sites = entry[2]
+        if sites is not None:  # the user's code
             # keyed by the instruction offset: the line number is computed from it by scanning a table
-            site = _sites.get((code, f.f_lasti))
-            return site if site is not None else _site(f, code), api, origin
+            site = sites.get(f.f_lasti)
+            return site if site is not None else _site(f, sites), api, origin
+        name = entry[1]
         if name is not None:
-            if k == C10D:
+            if entry[0] == C10D:
                 api = name  # the outermost one wins
             elif origin is None:
                 origin = name  # the innermost one wins

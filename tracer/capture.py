@@ -108,6 +108,10 @@ def _gloo_backend(pg):
     return backend if gloo is not None and type(backend) is gloo else None
 
 
+class _ThreadSlot(threading.local):
+    sync = None  # the synchronous op this thread issued last and waits on next (Work.wait ends it)
+
+
 class Event:
     """An op in flight. `sync`: ends at the next wait() on this thread; `waited`: the user called wait().
 
@@ -174,19 +178,20 @@ class Tracer:
             n += 1
             self.path = os.path.join(out_dir, f"{name}-s{n}.jsonl")
         self.rec = Recorder(self.path)
-        self._ids = itertools.count()
+        self._ids = itertools.count()  # event ids (with DISTTRACE_TEST_FAULT_AT set: one that fails at that id)
         self._gidx = itertools.count()
-        self._fixed: dict = {}  # start() key -> the fixed part of its begin record (see _fixed_part)
+        self._fixed: dict = {}  # begin_fields() key -> the fixed part of its begin record (see _fixed_part)
         self.groups: dict[int, Group] = {}
         self.pending: dict[int, Event] = {}   # id(python Work) -> event, for async ops the user may wait on
         self.by_ptr: dict[int, Event] = {}    # output data_ptr -> event, for functional collectives' wait_tensor
         self.watchdog = None
         self.backward_site = None  # the user's backward() line while a backward pass runs (hooks.py sets it)
-        self.tls = threading.local()
+        self.tls = _ThreadSlot()
         self.in_flight: dict[int, tuple] = {}  # event id -> (op, group, group_seq, start, thread) for the watchdog
         # Fault injection for the tests that prove an internal failure never reaches the job
         fault = os.environ.get("DISTTRACE_TEST_FAULT_AT")
-        self._fault_at = int(fault) if fault and fault.isdigit() else -1
+        if fault and fault.isdigit():
+            self._ids = _failing_count(int(fault))
         self.rec.write({
             "k": "meta", "v": FORMAT_VERSION, "rank": self.rank, "world_size": self.world_size,
             "local_rank": int(os.environ.get("LOCAL_RANK", -1)), "host": self.host, "pid": self.pid,
@@ -237,8 +242,9 @@ class Tracer:
                                  args[spec.tag] if spec.tag is not None and spec.tag < n else None, is_async)
 
     def begin_fields(self, spec: Spec, g: Group, inp, out, root, peer, tag, is_async) -> Event:
-        """An op read from its arguments, by begin() or by fastpath.py's ProcessGroup method wrapper.
-        root, peer: group-local; is_async: the op's async flag (None: it has none)."""
+        """Write the begin record of an op about to be issued, and return its Event. Called by begin() and by
+        fastpath.py's ProcessGroup method wrapper; root, peer: group-local; is_async: the op's async flag (None:
+        it has none)."""
         site, api, origin = callsite.walk(3)  # from the kernel or the wrapper outwards
         if site is None:
             # no Python frame of the user's: an autograd device thread (CUDA) runs this backward
@@ -250,43 +256,34 @@ class Tracer:
                 api = origin = "ddp.reducer_allreduce"  # DDP's C++ reducer, launched from backward()
         if is_async is None:
             is_async = api not in SYNC_P2P_APIS and spec.name != "monitored_barrier_"
-        else:
+        elif type(is_async) is not bool:
             is_async = bool(is_async)
-        return self.start(spec.op, api, origin, site, g, inp, out,
-                          None if root is None else _global(g, root), None if peer is None else _global(g, peer),
-                          tag, is_async, spec.inplace)
-
-    def start(self, op: str, api: str, origin, site, g: Group, inp, out, root, peer, tag, is_async: bool,
-              inplace: bool) -> Event:
-        """Write the begin record of an op about to be issued, and return its Event (root, peer: global ranks)."""
-        if type(inp) is list and len(inp) == 1 and type(inp[0]) is _Tensor:  # the usual [tensor]
-            first = inp[0]
-            nbytes = first.nbytes
-        elif inp is not None:
-            nbytes, first = _nbytes(inp)
-        else:
-            nbytes, first = 0, None
-        if first is None and out is not None:
-            out_bytes, first = _nbytes(out)
-            if op == "recv":
-                nbytes = out_bytes
-        tid = get_ident()
         # Everything but the op's id, group_seq and time repeats from one call of a line to the next: that part
         # of the record is formatted once per distinct key (a third of the cost of formatting it each time).
-        if first is None:
-            key = (op, api, origin, site, g, root, peer, tag, nbytes, None, None, False, is_async, tid)
+        # The usual [tensor]'s bytes follow from its dtype and shape; other inputs' bytes are part of the key.
+        if type(inp) is list and len(inp) == 1 and type(inp[0]) is _Tensor:
+            first = inp[0]
+            key = (spec, api, origin, site, g, root, peer, tag, first.dtype, first.shape, first.is_cuda, is_async,
+                   get_ident())
+            nbytes = -1
         else:
-            key = (op, api, origin, site, g, root, peer, tag, nbytes, first.dtype, first.shape, first.is_cuda,
-                   is_async, tid)
+            nbytes, first = _nbytes(inp) if inp is not None else (0, None)
+            if first is None and out is not None:
+                out_bytes, first = _nbytes(out)
+                if spec.op == "recv":
+                    nbytes = out_bytes
+            if first is None:
+                key = (spec, api, origin, site, g, root, peer, tag, None, None, False, is_async, get_ident(), nbytes)
+            else:
+                key = (spec, api, origin, site, g, root, peer, tag, first.dtype, first.shape, first.is_cuda,
+                       is_async, get_ident(), nbytes)
         fixed = self._fixed.get(key)
         if fixed is None:
-            fixed = self._fixed_part(key)
+            fixed = self._fixed_part(key, first.nbytes if nbytes < 0 else nbytes)
         head, collective, special = fixed
         ev = Event(next(self._ids), not is_async, g)
-        if ev.id == self._fault_at:
-            raise RuntimeError("injected fault (DISTTRACE_TEST_FAULT_AT)")
         if special:
-            self._special(ev, key, inp, out, inplace)
+            self._special(ev, key, inp, out)
         gs = None
         if collective:
             gs = g.next_seq
@@ -298,8 +295,8 @@ class Tracer:
             else:
                 line = b'%b%d,"t":%d}\n' % (head, ev.id, t)
         else:
-            line, t = self._with_summary(ev, head, gs, inp, out, inplace)
-        ev.info = (op, g, gs, t, tid)
+            line, t = self._with_summary(ev, head, gs, inp, out, spec.inplace)
+        ev.info = (spec.op, g, gs, t, key[12])
         if not is_async or ev.cuda:
             # what the watchdog watches: ops the program is blocked in (a CPU async op only while waited on;
             # a CUDA op until the device completes it)
@@ -308,13 +305,13 @@ class Tracer:
         return ev
 
     @staticmethod
-    def _special(ev: Event, key, inp, out, inplace) -> None:
+    def _special(ev: Event, key, inp, out) -> None:
         """What few ops need: a CUDA op, a recv from any source, a functional collective."""
-        op, api, peer, cuda, is_async = key[0], key[1], key[6], key[11], key[12]
+        spec, api, peer, cuda, is_async = key[0], key[1], key[6], key[10], key[11]
         ev.cuda = cuda
-        ev.peer_any = op == "recv" and peer is None
+        ev.peer_any = spec.op == "recv" and peer is None
         if is_async and api.startswith("funcol."):  # completed by wait_tensor(output), found by address
-            t = _first_tensor(out if out is not None else inp if inplace else None)
+            t = _first_tensor(out if out is not None else inp if spec.inplace else None)
             if t is not None:
                 ev.out_ptr = t.data_ptr()
 
@@ -330,9 +327,12 @@ class Tracer:
             return b'%b%d,"gs":%d%b,"t":%d}\n' % (head, ev.id, gs, summary, t), t
         return b'%b%d%b,"t":%d}\n' % (head, ev.id, summary, t), t
 
-    def _fixed_part(self, key) -> tuple[bytes, bool, bool]:
-        """(the begin record up to its id, is it a collective, does it need _special) for a start() key."""
-        op, api, origin, site, g, root, peer, tag, nbytes, dtype, shape, cuda, is_async, tid = key
+    def _fixed_part(self, key, nbytes: int) -> tuple[bytes, bool, bool]:
+        """(the begin record up to its id, is it a collective, does it need _special) for a begin_fields() key."""
+        spec, api, origin, site, g, root, peer, tag, dtype, shape, cuda, is_async, tid = key[:13]
+        op = spec.op
+        root = None if root is None else _global(g, root)
+        peer = None if peer is None else _global(g, peer)
         parts = [b'{"k":"b","op":"%b","api":%b,"g":%d' % (_OPS[op], orjson.dumps(api), g.gidx)]
         if root is not None:
             parts.append(b',"root":%d' % root)
@@ -480,7 +480,7 @@ class Tracer:
             self.complete(ev, None, t1)  # gloo gives no future for some ops: their end is the wait
 
     def error(self, ev: Event, err: BaseException) -> None:
-        if getattr(self.tls, "sync", None) is ev:
+        if self.tls.sync is ev:
             self.tls.sync = None
         self.complete(ev, err)
 
@@ -514,6 +514,19 @@ class Tracer:
         if r is not None:
             r.drain()
         self.rec.close()
+
+
+class _failing_count:
+    """Event ids whose number `at` raises: that event's begin fails inside the tracer (for the fault tests)."""
+
+    def __init__(self, at: int):
+        self.n, self.at = -1, at
+
+    def __next__(self) -> int:
+        self.n += 1
+        if self.n == self.at:
+            raise RuntimeError("injected fault (DISTTRACE_TEST_FAULT_AT)")
+        return self.n
 
 
 _MAIN_THREAD = threading.main_thread().ident

@@ -36,23 +36,26 @@ _inflight_as_graph_input = getattr(_C._distributed_c10d, "_allow_inflight_collec
 
 # ProcessGroup method -> (c10d op it issues, how its arguments read, the backend's method that takes the same
 # arguments). Only the overloads that distributed_c10d calls: (tensors..., opts) with an options object, or
-# send/recv's (tensors, rank, tag). A decoder returns (inp, out, root, peer, tag, async) or None when the call is
-# another overload.
+# send/recv's (tensors, rank, tag). A decoder returns (inp, out, root, peer, tag, async), or None when the call is
+# another overload or its tensors are not plain dense CPU tensors.
 def _opts(options: str, inp: int | None, out: int | None, at: int, root: bool = False):
     cls = getattr(torch._C._distributed_c10d, options, None)
 
     def decode(args):
         if len(args) != at + 1 or type(args[at]) is not cls:
             return None
-        o = args[at]
-        return (args[inp] if inp is not None else None, args[out] if out is not None else None,
-                o.rootRank if root else None, None, None, o.asyncOp)
+        i = args[inp] if inp is not None else None
+        o = args[out] if out is not None else None
+        if (i is not None and not _plain_cpu(i)) or (o is not None and not _plain_cpu(o)):
+            return None
+        opts = args[at]
+        return i, o, opts.rootRank if root else None, None, None, opts.asyncOp
     return decode if cls is not None and hasattr(cls(), "asyncOp") else None
 
 
 def _p2p(sends: bool):
     def decode(args):
-        if len(args) != 3 or type(args[1]) is not int or type(args[2]) is not int:
+        if len(args) != 3 or type(args[1]) is not int or type(args[2]) is not int or not _plain_cpu(args[0]):
             return None
         return (args[0], None, None, args[1], args[2], None) if sends else (None, args[0], None, args[1], args[2], None)
     return decode
@@ -84,11 +87,13 @@ _METHODS = {
 
 def _plain_cpu(obj) -> bool:
     """Is the first tensor in obj (a tensor, or nested lists of them) a plain dense CPU tensor?"""
-    while type(obj) is list or type(obj) is tuple:
+    cls = type(obj)
+    while cls is list or cls is tuple:
         if not obj:
             return True
         obj = obj[0]
-    return type(obj) is _Tensor and obj.is_cpu and obj.layout is _strided and not obj.is_quantized
+        cls = type(obj)
+    return cls is _Tensor and obj.is_cpu and obj.layout is _strided and not obj.is_quantized
 
 
 def install(hooks) -> None:
@@ -128,13 +133,11 @@ def _wrap(hooks, orig, spec, decode, direct, profiler):
         ev = None
         try:
             fields = decode(args)
-            if fields is not None:
-                inp, out, root, peer, tag, is_async = fields
-                if (inp is None or _plain_cpu(inp)) and (out is None or _plain_cpu(out)):
-                    g = t.groups.get(id(self)) or t.group_of(self)
-                    backend = g.gloo
-                    if backend is not None and not profiler._is_profiler_enabled and not inflight():
-                        ev = t.begin_fields(spec, g, inp, out, root, peer, tag, is_async)
+            if fields is not None and not profiler._is_profiler_enabled and not inflight():
+                g = t.groups.get(id(self)) or t.group_of(self)
+                backend = g.gloo
+                if backend is not None:
+                    ev = t.begin_fields(spec, g, *fields)
         except Exception as e:  # noqa: BLE001
             t.fail(e)
         if ev is None:

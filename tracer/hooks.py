@@ -21,6 +21,7 @@ import os
 import sys
 import threading
 import time
+from time import monotonic_ns
 
 import torch
 import torch.distributed as dist
@@ -281,18 +282,19 @@ def _patch_work_wait() -> None:
         t = _tracer
         if t is None:
             return orig(self, *args, **kwargs)
-        ev = getattr(t.tls, "sync", None)
+        tls = t.tls
+        ev = tls.sync
         if ev is not None:
             # the synchronous op just issued on this thread (distributed_c10d waits on it next): it ends when
             # this wait returns
-            t.tls.sync = None
+            tls.sync = None
             try:
                 result = orig(self, *args, **kwargs)
             except BaseException as e:
                 _safe(t.complete, ev, e)
                 raise
             try:
-                t.complete(ev, None, time.monotonic_ns())
+                t.complete(ev, None, monotonic_ns())
             except Exception as e:  # noqa: BLE001
                 t.fail(e)
             return result

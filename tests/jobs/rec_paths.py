@@ -17,21 +17,22 @@ dist.init_process_group("gloo")
 rank, world = dist.get_rank(), dist.get_world_size()
 assert world == 2
 other = 1 - rank
-# Which way each op came, told by who called Tracer.start: fastpath.py's wrapper or hooks.py's kernel. The counter
-# wraps start(), which runs after the call site is found: a wrapper of ours on the stack then would be the "site".
+# Which way each op came, told by who called Tracer.begin_fields: fastpath.py's wrapper or hooks.py's kernel.
+# begin_fields looks for the call site from its caller's caller outwards, so this wrapper, a frame of a user's
+# file, is never taken for the site.
 paths = {"kernel": 0, "python": 0}
-_start = capture.Tracer.start
+_begin_fields = capture.Tracer.begin_fields
 
 
-def counting_start(self, *args):
+def counting_begin_fields(self, *args):
     f = sys._getframe(1)
     while f is not None and not f.f_code.co_filename.endswith(("fastpath.py", "hooks.py")):
         f = f.f_back
     paths["python" if f is not None and f.f_code.co_filename.endswith("fastpath.py") else "kernel"] += 1
-    return _start(self, *args)
+    return _begin_fields(self, *args)
 
 
-capture.Tracer.start = counting_start
+capture.Tracer.begin_fields = counting_begin_fields
 
 
 class PassThrough(TorchDispatchMode):
