@@ -10,7 +10,7 @@ from textual.containers import Horizontal, Vertical
 from textual.reactive import reactive, var
 from textual.screen import Screen
 from textual.timer import Timer
-from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
+from textual.widgets import Footer, Static, TabbedContent, TabPane
 
 from disttrace.tracer.analysis import describe
 
@@ -20,6 +20,7 @@ from ..model.replay import SPEEDS, format_ns, parse_goto, search, step_collectiv
 from ..model.store import TraceStore
 from ..widgets.detail import DetailPane, NarrationPane
 from ..widgets.event_list import EventList
+from ..widgets.header import ViewerHeader
 from ..widgets.messages import AnalysisReady, EventPicked, LoadProgress, ViewChanged
 from ..widgets.timeline import Ruler, Timeline
 from ..widgets.views import ChartsView, LinksView, PipelineView, ProblemsView, RingView, WaitsView
@@ -141,7 +142,7 @@ class ViewerScreen(Screen):
 
     def compose(self) -> ComposeResult:
         s = self.store
-        yield Header(icon="◆")
+        yield ViewerHeader(icon="◆")
         with TabbedContent(initial="timeline"):
             with TabPane("1 Timeline", id="timeline"):
                 with Vertical():
