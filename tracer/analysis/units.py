@@ -40,3 +40,9 @@ def fmt_ranks(ranks) -> str:
     if len(ranks) > 8:
         return f"ranks {', '.join(map(str, ranks[:8]))} … ({len(ranks)} ranks)"
     return "ranks " + ", ".join(map(str, ranks))
+
+
+def fmt_ordinal(n: int) -> str:
+    """1st, 2nd, 3rd, 4th, ..., 11th, 12th, 13th, 21st, 112th."""
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"

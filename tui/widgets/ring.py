@@ -9,6 +9,8 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
 
+from disttrace.tracer.analysis.units import fmt_ordinal
+
 from ..model.replay import format_bytes
 from ..model.ring import RING_OPS, RingPlan, RingStep, p2p_steps, ring_plan
 from ..model.store import TraceStore
@@ -158,7 +160,7 @@ class RingView(Widget, can_focus=False):
         step = steps[k]
         total = sum(t.bytes for t in step.transfers)
         head = Text.assemble(("Hand-written send/recv exchange", "bold #ff6b6b"),
-                             f": step {k + 1} of {len(steps)} (the {k + 1}. message on every link), "
+                             f": step {k + 1} of {len(steps)} (the {fmt_ordinal(k + 1)} message on every link), "
                              f"{len(step.transfers)} messages, {format_bytes(total)} in all.   ] / [ other steps\n")
         lines = Text()
         table = self.store.table
