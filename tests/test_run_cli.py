@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -94,6 +96,14 @@ def test_tracing_never_changes_the_numbers(traced, tmp_path):
     assert a.keys() == b.keys()
     for k in a:
         assert torch.equal(a[k], b[k]), k  # bit-identical
+    # and its resources: destroy_process_group ends as many of gloo's threads traced as untraced (a tracer that
+    # held the groups kept them to the interpreter's exit, where gloo can abort the process)
+    for rank in (0, 1):
+        ends = []
+        for weights in (plain, traced_w):
+            counts = json.loads(Path(f"{weights}.threads{rank}").read_text())
+            ends.append([counts[0] - counts[1], counts[1] - counts[2]])  # at the subgroup's destroy, the world's
+        assert ends[0] == ends[1] and ends[0][0] > 0, ends  # (untraced, the world's may end none: DDP's)
 
 
 @pytest.mark.slow

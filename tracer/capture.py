@@ -217,7 +217,8 @@ class Tracer:
             ranks = tuple(range(pg.size()))
         name = str(getattr(pg, "group_name", "") or "")
         desc = str(getattr(pg, "group_desc", "") or "")
-        g = Group(next(self._gidx), name, ranks, pg, _gloo_backend(pg))  # keep pg alive: its id() is our key
+        # pg is kept alive while it is ours (its id() is our key) and let go when the job destroys it (release)
+        g = Group(next(self._gidx), name, ranks, pg, _gloo_backend(pg))
         self.groups[id(pg)] = g
         self.rec.write({"k": "group", "g": g.gidx, "name": name, "desc": desc, "ranks": list(ranks),
                         "backend": _backend_name(pg)})
@@ -499,17 +500,43 @@ class Tracer:
     def fail(self, e: BaseException) -> None:
         self.rec.disable(f"internal error: {type(e).__name__}: {e}")
 
+    def release(self, pg=None) -> None:
+        """The job destroyed process group pg (None: all of them, with the default group): let go of it, and
+        of the Works of its ops, so that they are freed when the job frees them, as they would be untraced. One
+        kept past destroy_process_group is destroyed at the interpreter's exit instead, where gloo can abort
+        the process ("terminate called without an active exception")."""
+        if pg is None:
+            groups = list(self.groups.values())
+            self.groups.clear()
+            if self.watchdog is not None:
+                self.watchdog.store = None  # the job's store goes with its default group
+        else:
+            g = self.groups.pop(id(pg), None)
+            groups = [g] if g is not None else []
+        self._end_unwaited(lambda ev: pg is None or ev.group in groups)
+        for g in groups:
+            g.pg = g.gloo = None
+
+    def _end_unwaited(self, which) -> None:
+        """Let go of the async ops that `which` picks among those nobody waited on: the ones whose backend
+        gives no completion callback and that are done by now are said to be, with an end time that is only
+        an upper bound."""
+        for table in (self.pending, self.by_ptr):
+            for key, ev in list(table.items()):
+                if not which(ev):
+                    continue
+                try:
+                    if not ev.ended and ev.work is not None and ev.work.is_completed():
+                        self.complete(ev, bound=True)
+                except Exception:  # noqa: BLE001
+                    pass
+                del table[key]
+                ev.work = None
+
     def close(self) -> None:
         if self.watchdog is not None:
             self.watchdog.stop()
-        # Async ops nobody waited on and whose backend gives no completion callback: if they are done by now,
-        # say so, with an end time that is only an upper bound.
-        for ev in list(self.pending.values()) + list(self.by_ptr.values()):
-            try:
-                if not ev.ended and ev.work is not None and ev.work.is_completed():
-                    self.complete(ev, bound=True)
-            except Exception:  # noqa: BLE001
-                pass
+        self._end_unwaited(lambda ev: True)
         r = _THREADS.get(_Resolver)
         if r is not None:
             r.drain()

@@ -99,9 +99,15 @@ def _patch_lifecycle() -> None:
 
     @functools.wraps(orig_destroy)
     def destroy_process_group(group=None):
-        if group is None or group is dist.GroupMember.WORLD:
+        world = group is None or group is dist.GroupMember.WORLD
+        if world:
             _align_clock("end", timeout_s=3.0)
-        return orig_destroy(group)
+        try:
+            return orig_destroy(group)
+        finally:
+            t = _tracer
+            if t is not None:  # the groups are the job's to free now, as untraced
+                _safe(t.release, None if world else group)
 
     init_process_group._disttrace_orig = orig_init  # type: ignore[attr-defined]
     destroy_process_group._disttrace_orig = orig_destroy  # type: ignore[attr-defined]

@@ -1,5 +1,9 @@
-"""A small DDP training run; saves rank 0's final weights to the file given as argv[1] (bit-identical check)."""
+"""A small DDP training run; saves rank 0's final weights to the file given as argv[1] (bit-identical check), and
+each rank's thread counts around destroy_process_group to argv[1].threadsRANK (the job's resources, same check)."""
 
+import gc
+import json
+import os
 import sys
 
 import torch
@@ -21,4 +25,24 @@ for step in range(5):
     dist.all_reduce(t)
 if rank == 0:
     torch.save({k: v.clone() for k, v in model.state_dict().items()}, sys.argv[1])
+
+
+def threads() -> int:
+    return len(os.listdir("/proc/self/task"))
+
+
+# gloo's worker threads end when the job destroys a group: a tracer that kept the group alive kept them too
+sub = dist.new_group([0, 1])
+dist.all_reduce(torch.ones(2), group=sub)
+counts = [threads()]
+dist.destroy_process_group(sub)
+del sub
+gc.collect()
+counts.append(threads())
+del ddp, opt  # DDP's reducer holds the default group
+gc.collect()
 dist.destroy_process_group()
+gc.collect()
+counts.append(threads())
+with open(f"{sys.argv[1]}.threads{rank}", "w") as f:
+    json.dump(counts, f)
