@@ -297,3 +297,10 @@ def test_synthetic_large_trace_generator(tmp_path):
     assert {c.op for c in a.collectives} == {"barrier", "broadcast", "all_reduce", "all_gather"}
     assert any(c.wait_kind == "wait_at_nxn" and t.async_op[next(iter(c.events.values()))] for c in a.collectives)
     assert len(a.links) == 2 * 3 * 16
+
+
+def test_bandwidths_are_shown_in_a_unit_that_reads():
+    from disttrace.tracer.analysis.units import fmt_gbps, gbps_unit
+    assert [fmt_gbps(g) for g in (12.3, 0.5, 3e-4, 1e-4, 3.34e-5, 5e-7, None)] == \
+        ["12.30 GB/s", "500.0 MB/s", "0.3 MB/s", "0.1 MB/s", "33.4 kB/s", "500 B/s", "-"]
+    assert gbps_unit(0.188e-3) == ("MB/s", 1e3)  # one unit for a whole chart, from its largest value

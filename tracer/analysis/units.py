@@ -25,12 +25,28 @@ def fmt_bytes(n: float | None) -> str:
     return f"{n:.0f} B"
 
 
+# Bandwidth units, largest first: (name, how many of it make 1 GB/s). A gloo job on loopback moving a few bytes
+# measures kB/s: "0.0 MB/s" or "3.3e-05 GB/s" says nothing.
+GBPS_UNITS = (("GB/s", 1.0), ("MB/s", 1e3), ("kB/s", 1e6), ("B/s", 1e9))
+
+
+def gbps_unit(g: float) -> tuple[str, float]:
+    """The unit to show g GB/s in, and the factor from GB/s to it (MB/s from 0.1 MB/s up)."""
+    if g >= 1:
+        return GBPS_UNITS[0]
+    if g >= 1e-4:
+        return GBPS_UNITS[1]
+    if g >= 1e-6:
+        return GBPS_UNITS[2]
+    return GBPS_UNITS[3]
+
+
 def fmt_gbps(g: float | None) -> str:
     if g is None:
         return "-"
-    if g >= 1:
-        return f"{g:.2f} GB/s"
-    return f"{g * 1e3:.1f} MB/s"
+    unit, factor = gbps_unit(g)
+    digits = 2 if unit == "GB/s" else 0 if unit == "B/s" else 1
+    return f"{g * factor:.{digits}f} {unit}"
 
 
 def fmt_ranks(ranks) -> str:

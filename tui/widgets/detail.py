@@ -11,6 +11,7 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 from textual.widgets import Static
 
+from disttrace.tracer.analysis.units import fmt_gbps
 from disttrace.tracer.events import NONE
 
 from ..model.replay import format_bytes, format_ns
@@ -88,7 +89,7 @@ def detail_table(store: TraceStore, row: int) -> Table:
             add("transfer", format_ns(inst.duration_ns) + (f"  (α-β model {format_ns(inst.model_ns)})"
                                                            if inst.model_ns else "") + ("  SLOW" if inst.slow else ""))
         if inst.algbw_gbps is not None:
-            add("bandwidth", f"algbw {inst.algbw_gbps:.3g} GB/s  busbw {inst.busbw_gbps or 0:.3g} GB/s")
+            add("bandwidth", f"algbw {fmt_gbps(inst.algbw_gbps)}  busbw {fmt_gbps(inst.busbw_gbps or 0)}")
         others = sorted(r for r in inst.events if r != t.rank[row])
         if others:
             add("others", f"on ranks {_ranks(others)}  (o / O: next / previous rank)")
@@ -107,7 +108,7 @@ def detail_table(store: TraceStore, row: int) -> Table:
         if m.late_receiver_ns:
             add("wait", Text(f"late receiver: the sender waited {format_ns(m.late_receiver_ns)}", style="#ff8c5a"))
         if m.transfer_ns:
-            add("transfer", f"{format_ns(m.transfer_ns)}  {m.bytes / m.transfer_ns:.3g} GB/s")
+            add("transfer", f"{format_ns(m.transfer_ns)}  {fmt_gbps(m.bytes / m.transfer_ns)}")
     return grid
 
 

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import statistics
 
+from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.reactive import reactive
 from textual.widgets import DataTable, OptionList, Static
+
+from disttrace.tracer.analysis.units import fmt_gbps, gbps_unit
 
 from ..model.replay import format_bytes, format_ns, row_at_time
 from ..model.store import TraceStore
@@ -165,8 +168,7 @@ class LinksView(VerticalScroll):
         by = {(l.src, l.dst): l for l in links}
         bmax = max(l.bytes for l in links)
         compact = len(ranks) > 12
-        table = Table(box=None, padding=(0, 1 if not compact else 0), title_justify="left",
-                      title="P2P bytes and GB/s, src (rows) → dst (columns); hotter is more bytes")
+        table = Table(box=None, padding=(0, 1 if not compact else 0))
         table.add_column("src\\dst", style="bold")
         for r in ranks:
             table.add_column(str(r) if not compact else str(r % 100).rjust(2), justify="center")
@@ -181,16 +183,19 @@ class LinksView(VerticalScroll):
                 if compact:
                     cells.append(Text("  ", style=f"on {bg}"))
                 else:
-                    gb = f"{link.gbps:.2g} GB/s" if link.gbps else "—"
+                    gb = fmt_gbps(link.gbps) if link.gbps else "—"
                     cells.append(Text(f"{format_bytes(link.bytes)}\n{gb}", style=f"bold on {bg}"))
             table.add_row(f"r{s}", *cells)
-        return table
+        # the title above the table, not as its title: a table of two ranks would wrap it into three lines
+        return Group(Text("P2P bytes and bandwidth, src (rows) → dst (columns); hotter is more bytes", style="italic"),
+                     table)
 
     def _draw(self, fig) -> None:
         links = sorted(self.store.analysis.links, key=lambda l: -(l.gbps or 0))[:24]
         labels = [f"{l.src}>{l.dst}" for l in links]
-        fig.draw(fig.bar(labels, [l.gbps or 0 for l in links]))
-        fig.title("GB/s per link (fastest first)")
+        unit, factor = gbps_unit(links[0].gbps or 0)  # the fastest link's unit for all
+        fig.draw(fig.bar(labels, [(l.gbps or 0) * factor for l in links]))
+        fig.title(f"{unit} per link (fastest first)")
 
 
 class ChartsView(Vertical):
@@ -260,9 +265,21 @@ class ChartsView(Vertical):
         if not durs:
             fig.title("no finished event")
             return
+        lo, hi = min(durs), max(durs)
+        unit, scale = ("s", 1e6) if hi >= 1e6 else ("ms", 1e3) if hi >= 1e3 else ("µs", 1.0)
+        if scale != 1.0:
+            durs = [d / scale for d in durs]
+            lo, hi = lo / scale, hi / scale
         fig.draw(fig.hist(durs, bins=30))
+        if hi > lo:
+            # the axis from the shortest to the longest, plainly labelled (plotext pads it below zero and
+            # labels it 6.6e3)
+            ticks = [lo + (hi - lo) * k / 4 for k in range(5)]
+            half_bin = (hi - lo) / 60  # a bar stands centred on its bin: keep the first and last ones whole
+            fig.ruler(0).lim(lo - half_bin, hi + half_bin)  # labelled from lo: no tick below zero
+            fig.ruler(0).ticks(ticks, [f"{v:.3g}" for v in ticks])
         sampled = f", 1 in {step} sampled" if step > 1 else ""
-        fig.title(f"durations of {op or 'all events'} (µs), {len(durs)} events{sampled}")
+        fig.title(f"durations of {op or 'all events'} ({unit}), {len(durs)} events{sampled}")
 
 
 class ProblemsView(Vertical):
