@@ -97,13 +97,17 @@ def test_tracing_never_changes_the_numbers(traced, tmp_path):
     for k in a:
         assert torch.equal(a[k], b[k]), k  # bit-identical
     # and its resources: destroy_process_group ends as many of gloo's threads traced as untraced (a tracer that
-    # held the groups kept them to the interpreter's exit, where gloo can abort the process)
+    # held the groups kept them to the interpreter's exit, where gloo can abort the process), and a tensor the job
+    # lets go of is freed (a tracer that held an async op's Work held its tensors)
     for rank in (0, 1):
-        ends = []
+        ends, freed = [], []
         for weights in (plain, traced_w):
-            counts = json.loads(Path(f"{weights}.threads{rank}").read_text())
+            seen = json.loads(Path(f"{weights}.threads{rank}").read_text())
+            counts = seen["threads"]
             ends.append([counts[0] - counts[1], counts[1] - counts[2]])  # at the subgroup's destroy, the world's
+            freed.append(seen["tensor_freed"])
         assert ends[0] == ends[1] and ends[0][0] > 0, ends  # (untraced, the world's may end none: DDP's)
+        assert freed == [True, True], freed
 
 
 @pytest.mark.slow

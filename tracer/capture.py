@@ -23,6 +23,7 @@ import socket
 import sys
 import threading
 import time
+import weakref
 from threading import get_ident
 from time import monotonic_ns
 
@@ -120,7 +121,8 @@ class Event:
     tensors = None      # what to summarize at the end (summaries on)
     ended = False
     cuda = False
-    work = None         # the Python Work, while someone may wait on it
+    work = None         # the Python Work while the op is in flight (then held weakly: see Tracer.finished)
+    work_ref = None     # the weak reference to it once the op has finished
     peer_any = False    # a recv from any source: the end record says which
     seq = None          # the backend's sequence number for the op
     out_ptr = 0         # output data_ptr, for functional collectives' wait_tensor
@@ -129,6 +131,12 @@ class Event:
 
     def __init__(self, id, sync, group):
         self.id, self.sync, self.group = id, sync, group
+
+    def held_work(self):
+        """The op's Work if it is still alive, held strongly or weakly; else None."""
+        if self.work is not None:
+            return self.work
+        return self.work_ref() if self.work_ref is not None else None
 
 
 def _global(g: Group, local: int) -> int:
@@ -365,10 +373,11 @@ class Tracer:
         work = result[-1] if isinstance(result, tuple) else result
         if work is not None and not isinstance(work, torch.ScriptObject):
             work = None
-        self.issued_work(ev, None if work is None else dist.distributed_c10d.Work.unbox(work))
+        self.issued_work(ev, None if work is None else dist.distributed_c10d.Work.unbox(work), ours=True)
 
-    def issued_work(self, ev: Event, work) -> None:
-        """The backend accepted the op and returned `work` (a Python Work, or None)."""
+    def issued_work(self, ev: Event, work, ours: bool = False) -> None:
+        """The backend accepted the op and returned `work` (a Python Work, or None). ours: `work` is a wrapper
+        this tracer made (the kernel's path), not the object the job will be handed (the fast path)."""
         try:  # the backend's own sequence number, read right after issue: Flight Recorder's id for this op
             ev.seq = ev.group.pg._get_sequence_number_for_group()
         except Exception:  # noqa: BLE001
@@ -379,12 +388,19 @@ class Tracer:
         if ev.sync and not ev.cuda:
             self.tls.sync = ev   # distributed_c10d waits on it next, on this thread
             return
-        self.track(ev, work)
+        self.track(ev, work, ours)
 
-    def track(self, ev: Event, w) -> None:
-        """Follow an async op's Work: its future's completion, the user's wait() on it."""
-        ev.work = w
+    def track(self, ev: Event, w, ours: bool) -> None:
+        """Follow an async op's Work: its future's completion, the user's wait() on it.
+
+        The job's own Work object (the fast path's) is held weakly: the entry lasts as long as the job holds it.
+        A wrapper of ours (the kernel's path) is held until the op completes: the job is handed that same object
+        only if it is alive when the op returns to Python, else a new one whose wait() we would not know."""
         self.pending[id(w)] = ev
+        if ours:
+            ev.work = w
+        else:
+            self._hold_weakly(ev, w)
         if ev.out_ptr:
             self.by_ptr[ev.out_ptr] = ev  # functional collectives complete through wait_tensor(output)
         if ev.cuda:
@@ -409,13 +425,34 @@ class Tracer:
             except Exception as e:  # noqa: BLE001
                 err = e
             self.complete(ev, err)
-            # It stays in `pending` so that a later wait() is timed; but DDP's reducer and others never wait
-            # from Python: past a bound, forget the finished ones (their Work objects would pile up for ever).
-            if len(self.pending) > PENDING_LIMIT:
-                for key in [k for k, e in list(self.pending.items()) if e.ended]:
-                    self.pending.pop(key, None)
+            self.finished(ev)
         except Exception as e:  # noqa: BLE001
             self.fail(e)
+
+    def _hold_weakly(self, ev: Event, w) -> None:
+        """Keep ev in `pending` under id(w) for as long as w lives, without keeping w alive."""
+        key, pending = id(w), self.pending
+
+        def gone(_ref, key=key, ev=ev) -> None:  # w is being freed: its id may be reused after this
+            if pending.get(key) is ev:
+                pending.pop(key, None)
+        ev.work_ref = weakref.ref(w, gone)
+
+    def finished(self, ev: Event) -> None:
+        """ev's op has completed: hold its Work weakly from now on. It stays in `pending` so that a later wait()
+        on it is timed, for as long as the job holds the Work; a Work held by us alone would keep its tensors
+        alive after the job let go of them (a job that waits through work.get_future() never calls wait())."""
+        w = ev.work
+        if w is None:
+            return
+        ev.work = None
+        self._hold_weakly(ev, w)
+        # DDP's reducer and others keep their Works and never wait from Python: past a bound, forget the
+        # finished ones
+        pending = self.pending
+        if len(pending) > PENDING_LIMIT:
+            for k in [k for k, e in list(pending.items()) if e.ended]:
+                pending.pop(k, None)
 
     def complete(self, ev: Event, err: BaseException | None = None, t: int | None = None, bound=False) -> None:
         if ev.ended:
@@ -440,9 +477,10 @@ class Tracer:
         if err is not None:
             rec["st"] = "error"
             rec["err"] = f"{type(err).__name__}: {err}"[:1000]
-        if ev.peer_any and ev.work is not None:  # a recv from any source: now we know which
+        work = ev.held_work() if ev.peer_any else None
+        if work is not None:  # a recv from any source: now we know which
             try:
-                rec["peer"] = ev.work._source_rank() if hasattr(ev.work, "_source_rank") else ev.work.source_rank()
+                rec["peer"] = work._source_rank() if hasattr(work, "_source_rank") else work.source_rank()
             except Exception:  # noqa: BLE001
                 pass
         if ev.tensors is not None and err is None:
@@ -526,7 +564,8 @@ class Tracer:
                 if not which(ev):
                     continue
                 try:
-                    if not ev.ended and ev.work is not None and ev.work.is_completed():
+                    work = ev.held_work()
+                    if not ev.ended and work is not None and work.is_completed():
                         self.complete(ev, bound=True)
                 except Exception:  # noqa: BLE001
                     pass
@@ -628,6 +667,7 @@ class _CudaWatcher(threading.Thread):
                         continue
                     if work.is_completed():
                         tracer.complete(ev, None, now)  # a failure surfaces at wait() or in the watchdog
+                        tracer.finished(ev)
                     else:
                         keep.append((tracer, ev, work))
                 except Exception as e:  # noqa: BLE001 - e.g. the process group is gone: stop watching it

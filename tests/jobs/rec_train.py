@@ -1,10 +1,12 @@
 """A small DDP training run; saves rank 0's final weights to the file given as argv[1] (bit-identical check), and
-each rank's thread counts around destroy_process_group to argv[1].threadsRANK (the job's resources, same check)."""
+each rank's thread counts around destroy_process_group and whether a let-go tensor was freed to
+argv[1].threadsRANK (the job's resources, same check)."""
 
 import gc
 import json
 import os
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -31,6 +33,25 @@ def threads() -> int:
     return len(os.listdir("/proc/self/task"))
 
 
+# A tensor of an async op the job waited on through its future (not Work.wait) and then let go of is freed: a
+# tracer that kept the Work kept the tensor
+import weakref  # noqa: E402
+
+x = torch.ones(1 << 16)
+work = dist.all_reduce(x, async_op=True)
+work.get_future().wait()
+x_ref = weakref.ref(x)
+del x, work
+# (with summaries on, the tracer reads the output when the op's completion callback runs on gloo's thread, which
+# may come a moment after the future's wait() returns here: freed within a second, then)
+deadline = time.monotonic() + 1.0
+while True:
+    gc.collect()
+    if x_ref() is None or time.monotonic() > deadline:
+        break
+    time.sleep(0.01)
+tensor_freed = x_ref() is None
+
 # gloo's worker threads end when the job destroys a group: a tracer that kept the group alive kept them too
 sub = dist.new_group([0, 1])
 dist.all_reduce(torch.ones(2), group=sub)
@@ -45,4 +66,4 @@ dist.destroy_process_group()
 gc.collect()
 counts.append(threads())
 with open(f"{sys.argv[1]}.threads{rank}", "w") as f:
-    json.dump(counts, f)
+    json.dump({"threads": counts, "tensor_freed": tensor_freed}, f)
