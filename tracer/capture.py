@@ -569,7 +569,7 @@ class Tracer:
                         self.complete(ev, bound=True)
                 except Exception:  # noqa: BLE001
                     pass
-                del table[key]
+                table.pop(key, None)  # (a Work's weakref callback may have taken it meanwhile)
                 ev.work = None
 
     def close(self) -> None:
