@@ -121,8 +121,8 @@ class Event:
     tensors = None      # what to summarize at the end (summaries on)
     ended = False
     cuda = False
-    work = None         # the Python Work while the op is in flight (then held weakly: see Tracer.finished)
-    work_ref = None     # the weak reference to it once the op has finished
+    work = None         # the kernel path's own Python Work while the op is in flight (see Tracer.track)
+    work_ref = None     # a weak reference to the Work: the job's own from the start, ours once the op finished
     peer_any = False    # a recv from any source: the end record says which
     seq = None          # the backend's sequence number for the op
     out_ptr = 0         # output data_ptr, for functional collectives' wait_tensor
@@ -447,8 +447,7 @@ class Tracer:
             return
         ev.work = None
         self._hold_weakly(ev, w)
-        # DDP's reducer and others keep their Works and never wait from Python: past a bound, forget the
-        # finished ones
+        # Works the job holds but never waits on from Python: past a bound, forget the finished ones
         pending = self.pending
         if len(pending) > PENDING_LIMIT:
             for k in [k for k, e in list(pending.items()) if e.ended]:

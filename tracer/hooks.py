@@ -21,7 +21,6 @@ import os
 import sys
 import threading
 import time
-from time import monotonic_ns
 
 import torch
 import torch.distributed as dist
@@ -300,7 +299,7 @@ def _patch_work_wait() -> None:
                 _safe(t.complete, ev, e)
                 raise
             try:
-                t.complete(ev, None, monotonic_ns())
+                t.complete(ev, None, time.monotonic_ns())
             except Exception as e:  # noqa: BLE001
                 t.fail(e)
             return result

@@ -7,6 +7,7 @@ import json
 import os
 import sys
 import time
+import weakref
 
 import torch
 import torch.distributed as dist
@@ -35,8 +36,6 @@ def threads() -> int:
 
 # A tensor of an async op the job waited on through its future (not Work.wait) and then let go of is freed: a
 # tracer that kept the Work kept the tensor
-import weakref  # noqa: E402
-
 x = torch.ones(1 << 16)
 work = dist.all_reduce(x, async_op=True)
 work.get_future().wait()

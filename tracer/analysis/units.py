@@ -3,17 +3,33 @@
 from __future__ import annotations
 
 
+# A quantity's units, largest first: (name, how many of it make one of the quantity's base unit, the smallest
+# magnitude shown in it, digits after the point).
+_TIME_UNITS = (("s", 1e-9, 1e9, 2), ("ms", 1e-6, 1e6, 2), ("µs", 1e-3, 1e3, 1), ("ns", 1.0, 0.0, 0))  # of ns
+# A gloo job on loopback moving a few bytes measures kB/s: "0.0 MB/s" or "3.3e-05 GB/s" says nothing.
+_BANDWIDTH_UNITS = (("GB/s", 1.0, 1.0, 2), ("MB/s", 1e3, 1e-4, 1), ("kB/s", 1e6, 1e-6, 1),
+                    ("B/s", 1e9, 0.0, 0))  # of GB/s
+
+
+def _unit(units: tuple, value: float) -> tuple[str, float, int]:
+    """(name, factor, digits) of the unit to show value in: the largest whose smallest magnitude it reaches."""
+    a = abs(value)
+    for name, factor, smallest, digits in units:
+        if a >= smallest:
+            return name, factor, digits
+    return units[-1][0], units[-1][1], units[-1][3]
+
+
+def ns_unit(ns: float) -> tuple[str, float]:
+    """The unit to show ns nanoseconds in (as fmt_ns does), and the factor from ns to it."""
+    return _unit(_TIME_UNITS, ns)[:2]
+
+
 def fmt_ns(ns: float | None) -> str:
     if ns is None:
         return "-"
-    a = abs(ns)
-    if a >= 1e9:
-        return f"{ns / 1e9:.2f} s"
-    if a >= 1e6:
-        return f"{ns / 1e6:.2f} ms"
-    if a >= 1e3:
-        return f"{ns / 1e3:.1f} µs"
-    return f"{ns:.0f} ns"
+    unit, factor, digits = _unit(_TIME_UNITS, ns)
+    return f"{ns * factor:.{digits}f} {unit}"
 
 
 def fmt_bytes(n: float | None) -> str:
@@ -25,27 +41,15 @@ def fmt_bytes(n: float | None) -> str:
     return f"{n:.0f} B"
 
 
-# Bandwidth units, largest first: (name, how many of it make 1 GB/s). A gloo job on loopback moving a few bytes
-# measures kB/s: "0.0 MB/s" or "3.3e-05 GB/s" says nothing.
-GBPS_UNITS = (("GB/s", 1.0), ("MB/s", 1e3), ("kB/s", 1e6), ("B/s", 1e9))
-
-
 def gbps_unit(g: float) -> tuple[str, float]:
-    """The unit to show g GB/s in, and the factor from GB/s to it (MB/s from 0.1 MB/s up)."""
-    if g >= 1:
-        return GBPS_UNITS[0]
-    if g >= 1e-4:
-        return GBPS_UNITS[1]
-    if g >= 1e-6:
-        return GBPS_UNITS[2]
-    return GBPS_UNITS[3]
+    """The unit to show g GB/s in (as fmt_gbps does: MB/s from 0.1 MB/s up), and the factor from GB/s to it."""
+    return _unit(_BANDWIDTH_UNITS, g)[:2]
 
 
 def fmt_gbps(g: float | None) -> str:
     if g is None:
         return "-"
-    unit, factor = gbps_unit(g)
-    digits = 2 if unit == "GB/s" else 0 if unit == "B/s" else 1
+    unit, factor, digits = _unit(_BANDWIDTH_UNITS, g)
     return f"{g * factor:.{digits}f} {unit}"
 
 

@@ -13,7 +13,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.reactive import reactive
 from textual.widgets import DataTable, OptionList, Static
 
-from disttrace.tracer.analysis.units import fmt_gbps, gbps_unit
+from disttrace.tracer.analysis.units import fmt_gbps, gbps_unit, ns_unit
 
 from ..model.replay import format_bytes, format_ns, row_at_time
 from ..model.store import TraceStore
@@ -260,22 +260,20 @@ class ChartsView(Vertical):
         n = len(t)
         step = max(1, n // 200_000)  # a sample of a huge trace draws the same histogram
         ops, starts, ends = t.op, t.start_ns, t.end_ns
-        durs = [(ends[i] - starts[i]) / 1e3 for i in range(0, n, step)
-                if ends[i] >= 0 and (op is None or ops[i] == op)]
+        durs = [ends[i] - starts[i] for i in range(0, n, step) if ends[i] >= 0 and (op is None or ops[i] == op)]
         if not durs:
             fig.title("no finished event")
             return
+        unit, factor = ns_unit(max(durs))
+        durs = [d * factor for d in durs]
         lo, hi = min(durs), max(durs)
-        unit, scale = ("s", 1e6) if hi >= 1e6 else ("ms", 1e3) if hi >= 1e3 else ("µs", 1.0)
-        if scale != 1.0:
-            durs = [d / scale for d in durs]
-            lo, hi = lo / scale, hi / scale
-        fig.draw(fig.hist(durs, bins=30))
+        bins = 30
+        fig.draw(fig.hist(durs, bins=bins))
         if hi > lo:
             # the axis from the shortest to the longest, plainly labelled (plotext pads it below zero and
             # labels it 6.6e3)
             ticks = [lo + (hi - lo) * k / 4 for k in range(5)]
-            half_bin = (hi - lo) / 60  # a bar stands centred on its bin: keep the first and last ones whole
+            half_bin = (hi - lo) / bins / 2  # a bar stands centred on its bin: keep the first and last ones whole
             fig.ruler(0).lim(lo - half_bin, hi + half_bin)  # labelled from lo: no tick below zero
             fig.ruler(0).ticks(ticks, [f"{v:.3g}" for v in ticks])
         sampled = f", 1 in {step} sampled" if step > 1 else ""
