@@ -100,13 +100,44 @@ def test_late_broadcast_and_early_reduce():
     assert red.wait_kind == "early_reduce" and red.wait_ns == {0: 30 * MS, 1: 0, 2: 0}
 
 
-def test_async_op_waits_only_inside_wait():
+def test_async_op_waits_from_arrival_whether_or_not_it_called_wait():
     tr = Trace(2)
-    # rank 1 issues at 100 ms; rank 0 issues at 0, works until 80 ms, then waits: blocked 20 ms, not 100
+    # rank 1 issues at 100 ms; rank 0 issues at 0 and calls wait() at 80 ms: its op waited 100 ms for rank 1
+    # (DDP's reducer never calls wait() from Python at all), and the wait() is not counted a second time
     tr.coll("all_reduce", {0: 0, 1: 100 * MS}, {0: 110 * MS, 1: 110 * MS}, nbytes=64, async_op=True,
             wait_start_ns={0: 80 * MS, 1: 100 * MS}, wait_end_ns={0: 111 * MS, 1: 111 * MS})
+    tr.coll("all_reduce", {0: 200 * MS, 1: 230 * MS}, {0: 240 * MS, 1: 240 * MS}, nbytes=64, async_op=True)
+    a = tr.analyze()
+    first, second = a.collectives
+    assert first.wait_ns == {0: 100 * MS, 1: 0} and second.wait_ns == {0: 30 * MS, 1: 0}
+    assert a.waits == {0: 130 * MS, 1: 0}
+    assert a.stragglers[0].rank == 1 and a.stragglers[0].delay_cost_ns == 130 * MS
+
+
+def test_concurrent_async_waits_for_one_late_rank_count_once():
+    tr = Trace(2)
+    # two DDP buckets issued 1 ms apart, both waiting 50 ms for rank 1: rank 0 lost 51 ms, not 99
+    tr.coll("all_reduce", {0: 0, 1: 50 * MS}, 55 * MS, nbytes=64, async_op=True)
+    tr.coll("all_reduce", {0: 1 * MS, 1: 51 * MS}, 56 * MS, nbytes=32, async_op=True)
+    a = tr.analyze()
+    assert [c.wait_ns[0] for c in a.collectives] == [50 * MS, 50 * MS]
+    assert a.waits[0] == 51 * MS and a.stragglers[0].delay_cost_ns == 51 * MS
+
+
+def test_wait_is_bounded_by_the_ops_own_end():
+    tr = Trace(2)
+    # rank 0's op was over at 20 ms (clocks skewed, or an op that does not block): it waited at most 20 ms
+    tr.coll("all_reduce", {0: 0, 1: 50 * MS}, {0: 20 * MS, 1: 60 * MS}, nbytes=64, async_op=True)
     (c,) = tr.analyze().collectives
     assert c.wait_ns == {0: 20 * MS, 1: 0}
+
+
+def test_a_buffered_send_over_before_its_recv_waited_for_nobody():
+    tr = Trace(2)
+    tr.send(0, 1, 0, 1 * MS, 64, async_op=True)     # over at 1 ms, the recv is posted at 30 ms
+    tr.recv(1, 0, 30 * MS, 31 * MS, 64)
+    (m,) = tr.analyze().p2p
+    assert (m.late_sender_ns, m.late_receiver_ns) == (0, 0)
 
 
 def test_p2p_late_sender_late_receiver_links_and_unmatched():
@@ -304,3 +335,127 @@ def test_bandwidths_are_shown_in_a_unit_that_reads():
     assert [fmt_gbps(g) for g in (12.3, 0.5, 3e-4, 1e-4, 3.34e-5, 5e-7, None)] == \
         ["12.30 GB/s", "500.0 MB/s", "0.3 MB/s", "0.1 MB/s", "33.4 kB/s", "500 B/s", "-"]
     assert gbps_unit(0.188e-3) == ("MB/s", 1e3)  # one unit for a whole chart, from its largest value
+
+
+# -- steps, the straggler verdict, pipeline iterations ----------------------------------------------------------
+
+def ddp_like(steps: int, late: dict[int, int], world: int = 2, jitter_ms: float = 0.5, seed: int = 0) -> Trace:
+    """DDP's shape: set-up broadcasts, a first backward with one bucket, a first forward's broadcasts, then two
+    async bucket all-reduces a step. late: step -> ms rank 1 arrives late in it; arrivals jitter by up to
+    jitter_ms (seeded)."""
+    import random
+
+    rng = random.Random(seed)
+    tr = Trace(world)
+    t = 0
+    for k in range(3):
+        tr.coll("broadcast", dict.fromkeys(range(world), t), t + MS // 2, nbytes=8 * (k + 1), root=0,
+                async_op=True, site="train.py:8 in <module>")
+        t += MS
+    for step in range(steps):
+        t += 5 * MS  # forward and backward compute
+        if step == 1:
+            for k in range(2):
+                tr.coll("broadcast", dict.fromkeys(range(world), t), t + MS // 4, nbytes=4 * (k + 1), root=0,
+                        async_op=True, site="train.py:16 in <module>")
+                t += MS // 2
+        buckets = [332] if step == 0 else [267, 65]
+        arrive = {r: t + int(rng.uniform(0, jitter_ms) * MS) + (late.get(step, 0) * MS if r == 1 else 0)
+                  for r in range(world)}
+        for b, size in enumerate(buckets):
+            starts = {r: a + b * MS // 5 for r, a in arrive.items()}
+            end = max(starts.values()) + 2 * MS
+            tr.coll("all_reduce", starts, end, nbytes=size * 1024, async_op=True, site="train.py:17 in <module>")
+        t = max(arrive.values()) + 3 * MS
+    return tr
+
+
+def test_steps_are_found_in_a_ddp_loop_with_its_warm_up():
+    a = ddp_like(20, {}).analyze()
+    assert a.steps_source == "detected" and len(a.steps) == 20
+    assert [s.index for s in a.steps if s.warmup] == [0]  # one bucket before DDP rebuilds them
+    set_up = [i for i in range(len(a.table)) if a.table.site[i] == "train.py:8 in <module>"]
+    assert all(a.step_of[i] == -1 for i in set_up)  # the start-up broadcasts belong to no step
+    d = to_json(a)["steps"]
+    assert [s["index"] for s in d] == list(range(20)) and {"start_ns", "end_ns", "wait_ns", "late_rank"} <= set(d[0])
+
+
+def test_a_periodic_straggler_is_named_with_its_steps_period_cost_and_site():
+    a = ddp_like(20, {4: 50, 9: 50, 14: 50, 19: 50}).analyze()
+    v = a.straggler
+    assert v is not None and v.rank == 1 and v.steps == [4, 9, 14, 19] and v.period == 5
+    # the others waited 50 ms in each of those steps, once for both buckets; the jitter adds under 20 x 0.5 ms
+    assert 200 * MS <= v.delay_cost_ns <= 210 * MS and v.per_step_ns == pytest.approx(50 * MS, abs=MS)
+    assert v.site == "train.py:17 in <module> → train.py:17 in <module>"
+    assert [s.index for s in a.steps if s.late_rank == 1] == [4, 9, 14, 19]
+    assert a.waits[0] == pytest.approx(200 * MS, abs=10 * MS)  # the buckets' overlapping waits count once
+    assert "every 5th step" in describe_straggler(a)
+
+
+def test_a_balanced_job_has_no_straggler():
+    for seed in range(5):
+        a = ddp_like(20, {}, jitter_ms=2.0, seed=seed).analyze()
+        assert a.straggler is None, (seed, a.straggler)
+        assert describe_straggler(a).startswith("No straggler")
+
+
+def test_a_persistently_slow_rank_is_named_for_every_step():
+    a = ddp_like(12, dict.fromkeys(range(12), 20), world=4).analyze()
+    v = a.straggler
+    assert v.rank == 1 and v.period == 1 and v.steps == list(range(1, 12))  # step 0 is warm-up
+    assert "in every step" in describe_straggler(a)
+    # 3 ranks waited 20 ms in each of the 11 steady steps (the warm-up step is not counted), give or take the jitter
+    assert v.delay_cost_ns == pytest.approx(3 * 11 * 20 * MS, abs=3 * 11 * MS)
+
+
+def gpipe_training(P: int, M: int, iterations: int, compute_ms: list[float], gap_ms: float = 3) -> Trace:
+    """GPipe training (all forwards, then all backwards) with exact times: stage s computes a micro-batch in
+    compute_ms[s] (backward likewise); a stage posts its recv as soon as it is free and receives when the data
+    is ready; an optimizer step of gap_ms closes each iteration."""
+    tr = Trace(P)
+    now = [1 * MS] * P
+    for _ in range(iterations):
+        ready = [0] * M  # when micro-batch m's activation (then gradient) leaves the previous stage
+        for s in range(P):
+            for m in range(M):
+                if s > 0:
+                    tr.recv(s, s - 1, now[s], max(now[s], ready[m]), 4096)
+                    now[s] = max(now[s], ready[m])
+                now[s] += int(compute_ms[s] * MS)
+                if s < P - 1:
+                    tr.send(s, s + 1, now[s], now[s], 4096)
+                ready[m] = now[s]
+        for s in reversed(range(P)):
+            for m in range(M):
+                if s < P - 1:
+                    tr.recv(s, s + 1, now[s], max(now[s], ready[m]), 4096)
+                    now[s] = max(now[s], ready[m])
+                now[s] += int(compute_ms[s] * MS)
+                if s > 0:
+                    tr.send(s, s - 1, now[s], now[s], 4096)
+                ready[m] = now[s]
+        now = [x + int(gap_ms * MS) for x in now]
+    return tr
+
+
+def test_pipeline_over_several_iterations_counts_the_micro_batches_of_one():
+    a = gpipe_training(2, 4, 3, [10, 10]).analyze()
+    p = a.pipeline
+    assert p.stages == [0, 1] and p.iterations == 3 and p.micro_batches == 4
+    assert p.expected_fraction == pytest.approx(1 / 5)
+    assert p.slow_stage is None and a.straggler is None and len(a.steps) == 3
+    assert to_json(a)["pipeline"]["iterations"] == 3
+
+
+def test_a_heavier_stage_is_named_as_such_not_as_a_straggler():
+    a = gpipe_training(3, 4, 3, [10, 20, 10]).analyze()
+    p = a.pipeline
+    assert p.stages == [0, 1, 2] and p.micro_batches == 4 and p.iterations == 3
+    assert p.slow_stage == 1 and p.slow_factor == pytest.approx(2.0, abs=0.3)
+    assert a.straggler is None  # the other stages' waits for it are the schedule's bubble
+
+
+def describe_straggler(a) -> str:
+    from disttrace.tracer.analysis import straggler_sentence
+
+    return straggler_sentence(a)

@@ -10,11 +10,17 @@ Programmatic use, for notebooks and custom launchers (each rank process calls it
 
 or set DISTTRACE_OUT=DIR (and optionally DISTTRACE_SUMMARIES) in the environment of processes that have
 disttrace's bootstrap folder on PYTHONPATH, which is what `disttrace run` does.
+
+To mark training steps yourself, call `mark_step()` at the end of each iteration (or use torch.profiler's
+`prof.step()`, which is honoured too); see mark_step.
 """
 
 from __future__ import annotations
 
 import contextlib
+import sys
+
+_HOOKS = __name__ + ".hooks"  # imported (with torch) only where tracing may start
 
 
 @contextlib.contextmanager
@@ -30,3 +36,15 @@ def trace(out: str, summaries: str = "off"):
         yield
     finally:
         hooks.uninstall()
+
+
+def mark_step() -> None:
+    """Mark the end of a training step, torch.profiler's way: call it at the end of each iteration. Ops issued
+    before the first call belong to step 0, those between the k-th and the (k+1)-th call to step k.
+
+    Named mark_step, not step: `for step in range(...)` would shadow it. A job that calls torch.profiler's
+    `prof.step()` needs nothing more (each call is a marker; calling both at the same place counts once).
+    Untraced it does nothing (a dictionary lookup) and never imports torch; it never raises into the job."""
+    hooks = sys.modules.get(_HOOKS)
+    if hooks is not None and hooks._tracer is not None:
+        hooks.mark_step()

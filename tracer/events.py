@@ -35,7 +35,7 @@ P2P_OPS = frozenset({"send", "recv"})
 NONE = -1  # stands for null in the integer columns (ranks, seqs and times are never negative)
 
 _INT_COLUMNS = ("rank", "gid", "group_seq", "peer", "root", "bytes", "start_ns", "end_ns",
-                "wait_start_ns", "wait_end_ns", "seq", "tag", "id")
+                "wait_start_ns", "wait_end_ns", "seq", "tag", "id", "user_step")
 _STR_COLUMNS = ("op", "api", "dtype", "status", "site", "host")
 _OBJ_COLUMNS = ("shape", "in_", "out", "error", "extra")
 RANK_LIMIT = 2 ** 31  # ranks (rank, peer, root) and group indexes are 4-byte columns
@@ -66,6 +66,8 @@ class RankInfo:
     clock_uncertainty_ns: int = 0
     clock_drift_ns: int | None = None  # end-of-job offset minus start offset, when measured
     source: str = ""                  # file it came from
+    damage: str = ""                  # what its file lost ("2 malformed records skipped; torn last record")
+    left: bool = False                # its file records destroy_process_group: the rank left the job, alive
 
 
 @dataclass
@@ -85,6 +87,9 @@ class EventTable:
     seq: array = field(default_factory=lambda: array("q"))            # backend sequence number (Flight Recorder's id)
     tag: array = field(default_factory=lambda: array("q"))
     id: array = field(default_factory=lambda: array("q"))             # per-rank event number
+    # the user-marked training step (disttrace.tracer.mark_step, torch.profiler's step()); NONE: the rank marked
+    # none. A column, not `extra`: a marked trace has it on every row (4 bytes here, a dict each there)
+    user_step: array = field(default_factory=lambda: array("i"))
     op: CodedColumn = field(default_factory=CodedColumn)
     api: CodedColumn = field(default_factory=CodedColumn)
     dtype: CodedColumn = field(default_factory=CodedColumn)
@@ -100,6 +105,8 @@ class EventTable:
     groups: list = field(default_factory=list)  # list[Group]
     ranks: dict = field(default_factory=dict)   # rank -> RankInfo
     warnings: list = field(default_factory=list)
+    # rank -> the hang watchdog's "stacks" records (docs/FORMAT.md), in file order, "t" aligned like the events
+    stacks: dict = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.rank)
@@ -135,7 +142,9 @@ class EventTable:
         ints = (_opt_int(ev.get("group_seq")), _opt_int(ev.get("peer")), _opt_int(ev.get("root")),
                 _opt_int(ev.get("bytes"), 0), _opt_int(ev.get("end_ns")), _opt_int(ev.get("wait_start_ns")),
                 _opt_int(ev.get("wait_end_ns")), _opt_int(ev.get("seq")), _opt_int(ev.get("tag")),
-                _opt_int(ev.get("id")))
+                _opt_int(ev.get("id")), _opt_int(ev.get("step")))
+        if ints[-1] >= RANK_LIMIT:
+            raise ValueError("step out of range")
         status = ev.get("status") or ("ok" if ev.get("end_ns") is not None else "unfinished")
         texts = (_text(ev.get("api")) or op, _text(ev.get("dtype")), _text(status), _text(ev.get("site")),
                  _text(ev.get("host")))
@@ -145,7 +154,7 @@ class EventTable:
         self.rank.append(rank)
         self.gid.append(self.group_id(group, ranks))
         for col, v in zip((self.group_seq, self.peer, self.root, self.bytes, self.end_ns, self.wait_start_ns,
-                           self.wait_end_ns, self.seq, self.tag, self.id), ints):
+                           self.wait_end_ns, self.seq, self.tag, self.id, self.user_step), ints):
             col.append(v)
         self.start_ns.append(start)
         self.op.append(op)
@@ -207,6 +216,8 @@ class EventTable:
             "site": self.site[i] or None,
             "id": _null(self.id[i]),
         }
+        if self.user_step[i] != NONE:
+            ev["step"] = self.user_step[i]
         if self.extra[i]:
             ev.update(self.extra[i])
         return ev
@@ -221,11 +232,15 @@ class EventTable:
     def world_ranks(self) -> list[int]:
         return sorted(self.ranks)
 
+    def damage_summary(self) -> str:
+        """What the ranks' files lost ("rank 1: torn last record; rank 2: ..."), or "" for an intact trace."""
+        return "; ".join(f"rank {r}: {info.damage}" for r, info in sorted(self.ranks.items()) if info.damage)
+
 
 _KNOWN_KEYS = frozenset({
     "v", "rank", "host", "op", "api", "group", "group_ranks", "group_seq", "seq", "peer", "root", "tag", "bytes",
     "dtype", "shape", "async_op", "start_ns", "end_ns", "wait_start_ns", "wait_end_ns", "status", "error", "in",
-    "out", "site", "id",
+    "out", "site", "id", "step",
 })
 
 
@@ -256,6 +271,31 @@ def _opt_int(v: Any, default: int = NONE) -> int:
 
 def _null(v: int):
     return None if v == NONE else v
+
+
+# frames that are not the user's code: torch, disttrace itself, the standard library's thread and module runners
+_INTERNAL = (os.sep + "site-packages" + os.sep + "torch" + os.sep, os.path.dirname(os.path.abspath(__file__)) + os.sep,
+             os.sep + "threading.py", os.sep + "runpy.py")
+
+
+def stacks_site(stacks: dict) -> str:
+    """Where a rank was when the watchdog recorded its stacks (a "stacks" record): the main thread's innermost
+    frame of user code, and what it was calling ("train.py:12 in main → wait"). The live hang diagnosis and the
+    analysis' hang problems both say this; the record may come from a damaged file, so anything odd is skipped."""
+    threads = stacks.get("threads") if isinstance(stacks, dict) else None
+    threads = [t for t in threads if isinstance(t, dict)] if isinstance(threads, list) else []
+    main = next((t for t in threads if t.get("name") == "MainThread"), threads[0] if threads else None)
+    frames = main.get("frames") if main else None
+    frames = [(_text(f[0]), _text(f[1]), _text(f[2])) for f in frames if isinstance(f, list) and len(f) >= 3] \
+        if isinstance(frames, list) else []
+    if not frames:
+        return "(no Python stack)"
+    user = [k for k, f in enumerate(frames) if not any(p in f[0] for p in _INTERNAL)]
+    if not user:
+        return "{}:{} in {}".format(*frames[-1])
+    k = user[-1]
+    calling = f" → {frames[-1][2]}" if k < len(frames) - 1 else ""
+    return "{}:{} in {}".format(*frames[k]) + calling
 
 
 # -- JSON Lines ---------------------------------------------------------------------------------
@@ -426,12 +466,13 @@ def _columns(table: EventTable, evs: list) -> dict:
     end = ints("end_ns")
     status = [_text(st) if (st := e.get("status")) else ("ok" if e.get("end_ns") is not None else "unfinished")
               for e in evs]
-    known = _KNOWN_KEYS
+    known, n_known = _KNOWN_KEYS, len(_KNOWN_KEYS)
     return {
         "rank": rank, "gid": gid, "group_seq": ints("group_seq"), "peer": ints("peer", typecode="i"),
         "root": ints("root", typecode="i"),
         "bytes": ints("bytes", 0), "start_ns": start, "end_ns": end, "wait_start_ns": ints("wait_start_ns"),
         "wait_end_ns": ints("wait_end_ns"), "seq": ints("seq"), "tag": ints("tag"), "id": ints("id"),
+        "user_step": ints("step", typecode="i"),
         "op": ops,
         "api": [a if type(a := e.get("api")) is str and a else _text(a) or o for e, o in zip(evs, ops)],
         "dtype": [d if type(d := e.get("dtype")) is str else _text(d) for e in evs],
@@ -442,7 +483,7 @@ def _columns(table: EventTable, evs: list) -> dict:
         "in_": [e.get("in") for e in evs],
         "out": [e.get("out") for e in evs],
         "error": [e.get("error") for e in evs],
-        "extra": [({k: v for k, v in e.items() if k not in known} or None) if len(e) > 26 or not e.keys() <= known
+        "extra": [({k: v for k, v in e.items() if k not in known} or None) if len(e) > n_known or not e.keys() <= known
                   else None for e in evs],
         "async_op": bytearray(1 if e.get("async_op") else 0 for e in evs),
     }

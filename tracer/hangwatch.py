@@ -11,13 +11,13 @@ Imports neither torch nor textual.
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 import time
 
 import orjson
 
+from .events import stacks_site
 from .reader import find_rank_files
 
 GRACE_S = 3.0  # how long to wait for the other ranks' stacks after the first report (they look every 1.5 s)
@@ -102,7 +102,7 @@ class HangMonitor(threading.Thread):
         lines += ["  " + m for m in self._problems()]
         lines.append("  where each rank is now:")
         for rank in sorted(self.stacks):
-            lines.append(f"    rank {rank}: {_where(self.stacks[rank])}")
+            lines.append(f"    rank {rank}: {stacks_site(self.stacks[rank])}")
         missing = sorted(set(self.rank_of.values()) - set(self.stacks))
         if missing:
             lines.append(f"    (no stacks yet from rank(s) {_ranks(missing)})")
@@ -123,25 +123,3 @@ class HangMonitor(threading.Thread):
 
 def _ranks(ranks) -> str:
     return ", ".join(str(r) for r in sorted(ranks))
-
-
-# frames that are not the user's code: torch, disttrace itself, the standard library
-_INTERNAL = (os.sep + "site-packages" + os.sep + "torch" + os.sep, os.path.dirname(os.path.abspath(__file__)) + os.sep,
-             os.sep + "threading.py", os.sep + "runpy.py")
-
-
-def _where(stacks: dict) -> str:
-    """The main thread's innermost frame of user code, and what it is calling."""
-    threads = stacks.get("threads") or []
-    main = next((t for t in threads if t.get("name") == "MainThread"), threads[0] if threads else None)
-    if not main or not main.get("frames"):
-        return "(no Python stack)"
-    frames = main["frames"]
-    user = [f for f in frames if not any(p in f[0] for p in _INTERNAL)]
-    if not user:
-        f = frames[-1]
-        return f"{f[0]}:{f[1]} in {f[2]}"
-    f = user[-1]
-    inner = frames[frames.index(f) + 1:]
-    calling = f" → {inner[-1][2]}" if inner else ""
-    return f"{f[0]}:{f[1]} in {f[2]}{calling}"

@@ -8,7 +8,8 @@ register a Python kernel on the BackendSelect key of each: it records the begin,
 makes an op that a backend implements with another c10d op count once.
 
 Work.wait is wrapped to time the user's waits, and init_process_group / destroy_process_group to start and
-stop the per-process Tracer (so torchrun's agent, which imports torch.distributed too, records nothing).
+stop the per-process Tracer (so torchrun's agent, which imports torch.distributed too, records nothing);
+torch.profiler's profile.step, to mark training steps as mark_step() does.
 
 Nothing here may raise into the traced program: an internal failure disables tracing with one warning.
 """
@@ -35,6 +36,7 @@ ENV_HANG = "DISTTRACE_HANG_TIMEOUT"
 
 _tracer: Tracer | None = None
 _config: dict = {}
+_steps = 0  # step markers this tracer has written
 _lib = None
 _funcol_lib = None
 
@@ -75,6 +77,10 @@ def uninstall() -> None:
     orig = getattr(torch.autograd.backward, "_disttrace_orig", None)
     if orig is not None:
         torch.autograd.backward = orig
+    profile = torch.profiler.profile
+    orig = getattr(profile.step, "_disttrace_orig", None)
+    if orig is not None:
+        profile.step = orig
     c10d = dist.distributed_c10d
     for name in ("init_process_group", "destroy_process_group"):
         orig = getattr(getattr(c10d, name), "_disttrace_orig", None)
@@ -116,7 +122,8 @@ def _patch_lifecycle() -> None:
 
 
 def _start() -> None:
-    global _tracer
+    global _tracer, _steps
+    _steps = 0
     try:
         _tracer = Tracer(_config["out"], _config.get("summaries", "off"))
     except Exception as e:  # noqa: BLE001
@@ -131,6 +138,7 @@ def _start() -> None:
         fastpath.install(sys.modules[__name__])
         _patch_work_wait()
         _patch_backward()
+        _patch_profiler_step()
         atexit.register(stop)
         if _config.get("hang_timeout"):
             from .watchdog import start_watchdog
@@ -274,6 +282,39 @@ def _patch_backward() -> None:
 
     backward._disttrace_orig = orig  # type: ignore[attr-defined]
     autograd.backward = backward
+
+
+# -- training steps ---------------------------------------------------------------------------------------------
+def mark_step(src: str = "api") -> None:
+    """A training step ends here: a "step" record (the reader numbers ops by the markers before them). `src`:
+    "api" (disttrace.tracer.mark_step) or "profiler" (torch.profiler's step()). Never raises."""
+    global _steps
+    t = _tracer
+    if t is None:
+        return
+    try:
+        _steps += 1
+        t.write({"k": "step", "t": time.monotonic_ns(), "n": _steps, "src": src})
+    except Exception as e:  # noqa: BLE001
+        t.fail(e)
+
+
+def _patch_profiler_step() -> None:
+    """torch.profiler's convention: profile.step() is called at the end of each iteration. Honour it as a
+    marker (the call costs a record more; record_function regions are not looked at: that would mean wrapping
+    every record_function of every job)."""
+    profile = torch.profiler.profile
+    orig = profile.step
+    if getattr(orig, "_disttrace_orig", None) is not None:
+        return
+
+    @functools.wraps(orig)
+    def step(self, *args, **kwargs):
+        mark_step("profiler")  # before: the profiler's own step work (an export, perhaps) is not the step's
+        return orig(self, *args, **kwargs)
+
+    step._disttrace_orig = orig  # type: ignore[attr-defined]
+    profile.step = step
 
 
 # -- Work.wait -----------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ Imports neither torch nor textual.
 from __future__ import annotations
 
 import os
+from bisect import bisect_right
 from typing import Callable
 
 import orjson
@@ -81,7 +82,9 @@ class _RankFile:
         self.waits: dict[int, dict] = {}
         self.late: dict[int, dict] = {}   # CUDA summaries resolved after the fact: id -> {"in"/"out": ...}
         self.clock: dict[str, dict] = {}
-        self.other: list[dict] = []        # stacks and other kinds, kept for later issues' readers
+        self.other: list[dict] = []        # other kinds, kept for later issues' readers
+        self.stacks: list[dict] = []       # the hang watchdog's records: where the rank was
+        self.steps: list[tuple[int, str]] = []  # user step markers: (raw time, source)
         self.bad = 0
         self.first_bad = ""
         self.torn = False
@@ -124,8 +127,16 @@ def _parse_file(path: str) -> _RankFile:
                 rf.groups[r["g"]] = (name, ranks)
             elif k == "meta":
                 rf.meta = r
+            elif k == "step":
+                if type(r["t"]) is not int:
+                    raise TypeError("step time must be an integer")
+                rf.steps.append((r["t"], _text(r.get("src"))))
             elif k == "clock":
                 rf.clock[r.get("phase", "start")] = r
+            elif k == "stacks":
+                if type(r["t"]) is not int:
+                    raise TypeError("stacks time must be an integer")
+                rf.stacks.append(r)
             else:
                 rf.other.append(r)
         except Exception as e:  # noqa: BLE001 - malformed record: skip it, say so once per file
@@ -204,7 +215,9 @@ def _append_rank(rf: _RankFile, table: EventTable) -> None:
     table.ranks[rank] = RankInfo(rank=rank, host=host, pid=_ns(meta, "pid") or 0,
                                  world_size=_ns(meta, "world_size") or 0, backend=_text(meta.get("backend")),
                                  clock_offset_ns=offset, clock_uncertainty_ns=unc, clock_drift_ns=drift,
-                                 source=rf.path)
+                                 source=rf.path, left="end" in rf.clock)  # destroy_process_group measures the end
+    if rf.stacks:
+        table.stacks[rank] = [dict(s, t=align(s["t"])) for s in rf.stacks]
     if rf.bad:
         table.warnings.append(f"{rf.path}: skipped {rf.bad} malformed record(s) ({rf.first_bad})")
     if rf.torn:
@@ -216,9 +229,10 @@ def _append_rank(rf: _RankFile, table: EventTable) -> None:
     ends, waits, late = rf.ends, rf.waits, rf.late
     cols_int = {name: getattr(table, name) for name in ("rank", "gid", "group_seq", "peer", "root", "bytes",
                                                         "start_ns", "end_ns", "wait_start_ns", "wait_end_ns",
-                                                        "seq", "tag", "id")}
+                                                        "seq", "tag", "id", "user_step")}
     limits = [2 ** 31 if col.typecode == "i" else 2 ** 63 for col in cols_int.values()]  # what each column holds
     skipped = 0
+    step_ends = _step_ends(rf)
     for b in rf.begins:
         try:
             i = b["i"]
@@ -228,12 +242,14 @@ def _append_rank(rf: _RankFile, table: EventTable) -> None:
             gid = gids.get(b.get("g"))
             if gid is None:
                 gid = table.group_id("unknown", ())
-            start = align(_INT(b["t"]))
+            t = _INT(b["t"])
+            start = align(t)
             e = ends.get(i)
             w = waits.get(i)
             values = (rank, gid, b.get("gs", NONE), _peer(b, e), b.get("root", NONE), b.get("bytes", 0), start,
                       align(_INT(e["t"])) if e else NONE, align(_INT(w["t0"])) if w else NONE,
-                      align(_INT(w["t1"])) if w else NONE, (e or b).get("seq", NONE), b.get("tag", NONE), i)
+                      align(_INT(w["t1"])) if w else NONE, (e or b).get("seq", NONE), b.get("tag", NONE), i,
+                      bisect_right(step_ends, t) if step_ends else NONE)
             # validate all before appending any, so that columns stay the same length
             for v, limit in zip(values, limits):
                 if type(v) is not int or not -2 < v < limit:
@@ -267,6 +283,29 @@ def _append_rank(rf: _RankFile, table: EventTable) -> None:
     orphan = len(set(ends) - {i for b in rf.begins if type(i := b.get("i")) is int})
     if orphan:
         table.warnings.append(f"{rf.path}: {orphan} end record(s) without a begin")
+    # what this rank's file lost, for the analysis to say (and never to take the missing records as findings)
+    lost = [f"{n} {what}" for n, what in ((rf.bad, "malformed record(s) skipped"),
+                                          (skipped, "malformed event(s) skipped"),
+                                          (orphan, "end record(s) without their begin")) if n]
+    table.ranks[rank].damage = "; ".join(lost + ["torn last record"] * rf.torn)
+
+
+def _step_ends(rf: _RankFile) -> list[int]:
+    """The raw times of the rank's marked step ends, sorted: an op's step is how many come before its begin. A
+    job that marks one step end both ways (mark_step() and the profiler's step()) marks it once: a marker from
+    the other source than the last one kept, with no op begun between the two, is that same end again."""
+    marks = sorted(rf.steps)
+    if len({src for _, src in marks}) < 2:
+        return [t for t, _ in marks]
+    begins = sorted(t for b in rf.begins if type(t := b.get("t")) is int)
+    ends: list[int] = []
+    last_src = ""
+    for t, src in marks:
+        if ends and src != last_src and bisect_right(begins, t) == bisect_right(begins, ends[-1]):
+            continue
+        ends.append(t)
+        last_src = src
+    return ends
 
 
 def _peer(b: dict, e: dict | None) -> int:

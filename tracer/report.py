@@ -1,7 +1,9 @@
 """`disttrace report TRACE...`: the analysis as a person-readable terminal report, or --json for scripts and CI.
 
-Exit code 0 when no problems were found, 1 when there are problems (hang, mismatch, divergence, unmatched P2P,
-clock violations), 2 for bad input (cli.py turns a TraceError into one line on stderr).
+Exit code 0 when no problems were found, 1 when there are problems (a mismatch, a rank that died, a hang, an op
+that ended in an error, non-finite values, divergence, unmatched P2P, clock violations), 2 for bad input (cli.py
+turns a TraceError into one line on stderr). Damage in the input (skipped records, a torn file) is said first,
+right under the title line; `--json` lists it in `summary.warnings` (docs/FORMAT.md describes the JSON).
 """
 
 from __future__ import annotations
@@ -15,14 +17,14 @@ from statistics import median
 
 import orjson
 
-from .analysis import analyze, to_json
+from .analysis import analyze, straggler_sentence, to_json
 from .analysis.model import Analysis
-from .analysis.units import fmt_bytes, fmt_gbps, fmt_ns, fmt_ranks
+from .analysis.units import fmt_bytes, fmt_gbps, fmt_list, fmt_ns, fmt_ranks
 from .events import TraceError
 from .reader import load_trace, run_info, trace_size
 
-PROBLEM_STYLE = {"hang": "bold red", "mismatch": "bold red", "divergence": "bold magenta", "unmatched": "yellow",
-                 "clock": "yellow"}
+PROBLEM_STYLE = {"hang": "bold red", "mismatch": "bold red", "died": "bold red", "error": "red",
+                 "divergence": "bold magenta", "nonfinite": "bold magenta", "unmatched": "yellow", "clock": "yellow"}
 
 
 def add_arguments(p) -> None:
@@ -120,6 +122,7 @@ class _progress:
 
 def render(a: Analysis, top: int = 10, console=None) -> None:
     from rich.console import Console
+    from rich.markup import escape
 
     if console is None:
         # piped or captured output gets a width that fits the tables rather than rich's default of 80
@@ -130,9 +133,17 @@ def render(a: Analysis, top: int = 10, console=None) -> None:
     console.print(f"[bold]disttrace report[/]: {len(t):,} events, {len(t.ranks)} ranks"
                   f"{f' on {len(hosts)} host(s)' if hosts else ''}, {len(t.groups)} group(s), {fmt_ns(span)}; "
                   f"{len(a.collectives):,} collectives, {len(a.p2p):,} P2P messages")
-    for w in list(t.warnings) + a.notes:
-        console.print(f"[yellow]note:[/] {w}")
+    # what the input lost comes first: every finding below must be read knowing it
+    damaged = t.damage_summary()
+    if damaged:
+        console.print(f"[bold yellow]damaged trace:[/] {escape(damaged)}. No finding below rests on the missing "
+                      f"records.")
+    for w in t.warnings:
+        console.print(f"[bold yellow]warning:[/] {escape(w)}")
+    for w in a.notes:
+        console.print(f"[yellow]note:[/] {escape(w)}")
     _problems(console, a, top)
+    _steps(console, a, top)
     _waits(console, a, top, span)
     _collectives(console, a, top)
     _links(console, a, top)
@@ -159,6 +170,8 @@ def _group(a: Analysis, gid: int) -> str:
 
 
 def _problems(console, a: Analysis, top: int) -> None:
+    from rich.markup import escape
+
     if not a.problems:
         return
     table = _table(f"Problems ({len(a.problems)})", "kind", "where", "ranks", "message")
@@ -169,7 +182,7 @@ def _problems(console, a: Analysis, top: int) -> None:
         if p.group_ranks:
             where += f" {list(p.group_ranks)}"
         table.add_row(f"[{PROBLEM_STYLE.get(p.kind, 'red')}]{p.kind}[/]", where, ",".join(map(str, p.ranks)),
-                      p.message)
+                      escape(p.message))  # error texts and paths hold brackets that are not markup
     console.print(table)
     if len(a.problems) > top:
         console.print(f"… and {len(a.problems) - top} more (--top N, or --json for all)")
@@ -179,7 +192,7 @@ def _waits(console, a: Analysis, top: int, span: int) -> None:
     if not a.waits:
         return
     cost = {s.rank: s for s in a.stragglers}
-    table = _table("Waits per rank (time blocked for late peers) and the waiting each rank caused",
+    table = _table("Waits per rank (time spent inside ops waiting for late peers) and the waiting each rank caused",
                    "rank", "waited", "% of trace", "caused others", "arrived last")
     ranks = sorted(a.waits, key=lambda r: -a.waits[r])
     shown = sorted(set(ranks[:top]) | {s.rank for s in a.stragglers[:3]})
@@ -188,15 +201,38 @@ def _waits(console, a: Analysis, top: int, span: int) -> None:
         table.add_row(str(r), fmt_ns(a.waits[r]), f"{100 * a.waits[r] / span:.1f}%" if span else "-",
                       fmt_ns(s.delay_cost_ns) if s else "-", str(s.late_count) if s else "-")
     console.print(table)
-    worst = a.stragglers[0] if a.stragglers else None
-    if worst and worst.delay_cost_ns > 0:
-        console.print(f"Straggler: [bold]rank {worst.rank}[/] made the others wait {fmt_ns(worst.delay_cost_ns)} "
-                      f"in all; it arrived last at {worst.late_count} collective(s).")
+    from rich.text import Text
+
+    sentence = Text(straggler_sentence(a))
+    sentence.stylize("bold", 0, sentence.plain.find(":") + 1)
+    console.print(sentence)
     if len(a.waits) > 1 and any(a.waits.values()):
         by_rank = sorted(a.waits)[:64]
         unit, scale = _time_unit(max(a.waits.values()))
         _chart(console, f"waits per rank ({unit})", "bar", [str(r) for r in by_rank],
                [a.waits[r] / scale for r in by_rank])
+
+
+def _steps(console, a: Analysis, top: int) -> None:
+    steps = a.steps
+    if not steps:
+        return
+    durations = sorted(s.end_ns - s.start_ns for s in steps if not s.warmup) or [0]
+    warm = [s.index for s in steps if s.warmup]
+    how = "marked by the job" if a.steps_source == "marker" else "found as the repeating sequence of ops"
+    console.print(f"[bold]Steps[/]: {len(steps)} ({how}); median {fmt_ns(median(durations))}, slowest "
+                  f"{fmt_ns(durations[-1])}" + (f"; warm-up: step{'s' if len(warm) > 1 else ''} {fmt_list(warm)}"
+                                                 if warm else ""))
+    slow = sorted(steps, key=lambda s: -(s.end_ns - s.start_ns))[:top]
+    table = _table("Slowest steps, and who the others waited for in them", "step", "time", "late rank",
+                   "it made the others wait", "waits (per rank)")
+    for s in sorted(slow, key=lambda s: s.index):
+        late = s.late_rank
+        table.add_row(str(s.index) + (" (warm-up)" if s.warmup else ""), fmt_ns(s.end_ns - s.start_ns),
+                      "-" if late is None else str(late), "-" if late is None else fmt_ns(s.caused_ns.get(late, 0)),
+                      ", ".join(f"{r}: {fmt_ns(w)}" for r, w in sorted(s.wait_ns.items(), key=lambda x: -x[1])[:4]
+                                if w) or "-")
+    console.print(table)
 
 
 def _collectives(console, a: Analysis, top: int) -> None:
@@ -267,9 +303,15 @@ def _pipeline(console, a: Analysis) -> None:
     p = a.pipeline
     if p is None:
         return
+    its = f"{p.iterations} iterations of " if p.iterations > 1 else ""
     console.print(f"[bold]Pipeline[/]: {len(p.stages)} stages ({' → '.join(map(str, p.stages))}), "
-                  f"{p.micro_batches} micro-batches; bubble {p.bubble_fraction:.1%} "
-                  f"(GPipe's (P-1)/(M+P-1) = {p.expected_fraction:.1%})")
+                  f"{its}{p.micro_batches} micro-batches; bubble {p.bubble_fraction:.1%} "
+                  f"(GPipe's (P-1)/(M+P-1) = {p.expected_fraction:.1%} with M = {p.micro_batches})")
+    if p.slow_stage is not None:
+        ranks = [s.rank for s in p.per_stage if s.stage == p.slow_stage]
+        console.print(f"Slow stage: [bold]stage {p.slow_stage}[/] ({fmt_ranks(ranks)}) computes {p.slow_factor:.1f}x "
+                      f"what the other stages do: it sets the pipeline's pace, and the others' waits for it are "
+                      f"bubble, not straggling. Balance the layers between the stages.")
     by_stage: dict[int, list] = defaultdict(list)
     for s in p.per_stage:
         by_stage[s.stage].append(s)

@@ -15,7 +15,7 @@ SUB_GROUP, SUB_SLEEP = [1, 2], 0.10       # all_reduce on a sub-group: rank 2 la
 BCAST_ROOT, BCAST_SLEEP = 1, 0.20         # the root of a broadcast is late: the others wait (Late Broadcast)
 REDUCE_ROOT, REDUCE_LATE, REDUCE_SLEEP = 0, 3, 0.15  # a sender of a reduce is late: the root waits (Early Reduce)
 ASYNC_LATE, ASYNC_SLEEP = 0, 0.20         # async all_reduce: rank 0 issues it late...
-ASYNC_WORK = {1: 0.10}                    # ...rank 1 computes 0.1 s before wait(): it blocks only 0.1 s
+ASYNC_WORK = {1: 0.10}                    # ...rank 1 computes 0.1 s before wait(): its op waited 0.2 s all the same
 LINKS = [(0, 1, 3, 1 << 20), (1, 2, 2, 256 << 10), (2, 3, 1, 4 << 20), (3, 0, 5, 64 << 10),
          (0, 3, 1, 64 << 10)]             # src, dst, messages, bytes each; one after the other
 LATE_SENDER_S = 0.12                      # rank 0 sleeps before its first send to rank 1: rank 1 waits in recv

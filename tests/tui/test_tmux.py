@@ -60,9 +60,10 @@ def test_view_a_real_trace_in_tmux(traced, tmp_path):
         term.keys("N", "N", "N", "N", "N")
         screen = term.wait_for("barrier #4")
         assert "which arrived last" in screen and "rank 2" in screen
-        # the waits view puts the straggler first
+        # the waits view says the verdict and puts the straggler first
         term.keys("4")
-        screen = term.wait_for("Stragglers")
+        screen = term.wait_for("Ranks by the wait")
+        assert "Straggler: rank 2 was late" in screen, screen
         rows = [line.split() for line in screen.splitlines() if re.match(r"^\s*r\d+\s+[\d.]+[mµn]?s\b", line)]
         assert rows and rows[0][0] == "r2", screen
         # the ring view of the first all_reduce: 2(N-1) = 6 steps of K/N = 1 KiB (K = 1024 floats)

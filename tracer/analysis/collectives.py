@@ -64,17 +64,17 @@ def build_collectives(t: EventTable, buckets: list[list[int]], traced: set[int],
         ranks = [rank_c[i] for i in rows]
         starts = [start_c[i] for i in rows]
         ends = [end_c[i] for i in rows]
+        if is_async and NONE in ends:  # an async op whose completion was not seen was over when wait() returned
+            ends = [e if e != NONE else wait_end_c[i] for e, i in zip(ends, rows)]
         latest = max(starts)
         root = root_c[i0]
         root = None if root == NONE else root
         kind = WAIT_KIND[op]
-        if (kind is WAIT_NXN or kind is WAIT_BARRIER) and not is_async and min(ends) >= latest:
-            waits = [latest - s for s in starts]  # the common case, inline
+        if (kind is WAIT_NXN or kind is WAIT_BARRIER) and min(ends) >= latest:
+            waits = [latest - s for s in starts]  # the common case, inline (NONE ends are < latest)
             culprit = ranks[starts.index(latest)]
         else:
-            waits, culprit = collective_waits(t, kind, rows, ranks, starts, root)
-        if is_async:
-            ends = [e if e != NONE else wait_end_c[i] for e, i in zip(ends, rows)]
+            waits, culprit = collective_waits(kind, ranks, starts, ends, root)
         n = len(expected)
         missing = () if len(rows) >= n else tuple(r for r in expected if r not in ranks)
         finished = NONE not in ends

@@ -1,11 +1,12 @@
-"""describe(a, row): one sentence on what happened at an event, for the viewer's step-through replay."""
+"""Sentences on the analysis for people: describe(a, row) on what happened at an event (the viewer's step-through
+replay), straggler_sentence(a) on the straggler verdict (the report and the viewer's waits view)."""
 
 from __future__ import annotations
 
 from ..events import NONE
 from .model import EARLY_REDUCE, LATE_BROADCAST, Analysis
 from .problems import where
-from .units import fmt_bytes, fmt_gbps, fmt_ns, fmt_ranks
+from .units import fmt_bytes, fmt_gbps, fmt_list, fmt_ns, fmt_ordinal, fmt_ranks
 
 
 def describe(a: Analysis, row: int) -> str:
@@ -69,3 +70,31 @@ def _p2p(a: Analysis, row: int, r: int, m) -> str:
     end = t.end_ns[row]
     state = "" if end != NONE else " (never finished)"
     return f"rank {r} sent {msg} to rank {m.dst}{state}{bw}."
+
+
+def straggler_sentence(a: Analysis) -> str:
+    """The straggler verdict in one sentence: the rank, its steps, their period, its cost and where it was; or why
+    no rank is named."""
+    v = a.straggler
+    if v is None:
+        worst = a.stragglers[0] if a.stragglers else None
+        if worst is None or worst.delay_cost_ns == 0:
+            return "No straggler: no rank made the others wait."
+        return (f"No straggler: no rank's late arrivals stand out from the job's own jitter (the most: rank "
+                f"{worst.rank} made the others wait {fmt_ns(worst.delay_cost_ns)} in all).")
+    if v.steps:
+        if v.period == 1 and len(v.steps) == sum(not s.warmup for s in a.steps):
+            when = "in every step"
+        else:
+            when = f"in step{'s' if len(v.steps) > 1 else ''} {fmt_list(v.steps)}"
+            if v.period:
+                when += f" (every {fmt_ordinal(v.period)} step)" if v.period > 1 else " (every step)"
+        per = f"{fmt_ns(v.per_step_ns)} a late step"
+    elif v.late_count == 1:
+        when, per = "once", "at one collective or message"
+    else:
+        when = f"{v.late_count} times"
+        per = f"{fmt_ns(v.per_step_ns)} each"
+    where = f"; it arrived late at {v.to_site}, coming from its op at {v.from_site}" if v.to_site else ""
+    return (f"Straggler: rank {v.rank} was late {when}, making the others wait {fmt_ns(v.delay_cost_ns)} in all ({per}; "
+            f"{v.share:.0%} of all the waiting, the job's jitter is under {fmt_ns(v.noise_ns)}){where}.")

@@ -1,5 +1,6 @@
 """analyze(table): the whole analysis in one pass per stage, data flowing one way:
-matching -> collectives (waits, bandwidth) and P2P -> theory -> stragglers, links, pipeline -> problems."""
+matching -> collectives (waits, bandwidth) and P2P -> theory -> steps -> pipeline -> waits per rank and step,
+stragglers and the verdict -> links -> problems."""
 
 from __future__ import annotations
 
@@ -9,10 +10,11 @@ from .collectives import build_collectives
 from .matching import group_collectives
 from .model import Analysis
 from .p2p import build_p2p
-from .pipeline import pipeline_stats
+from .pipeline import pipeline_ranks, pipeline_stats
 from .problems import find_problems
+from .steps import build_steps, find_steps
+from .stragglers import fill_steps, stragglers_of, verdict, wait_records, wait_totals
 from .theory import fit_models, flag_slow
-from .waits import stragglers_of
 
 
 def analyze(table: EventTable, progress=None) -> Analysis:
@@ -39,19 +41,18 @@ def _analyze(table: EventTable, progress) -> Analysis:
     say(0.8, "models")
     models = fit_models(collectives, p2p)
     flag_slow(collectives, models)
-    waits = dict.fromkeys(sorted(traced), 0)
-    rank_c = t.rank
-    for row, w in zip(collectives.rows, collectives.waits):
-        if w:
-            waits[rank_c[row]] += w
-    for dst, w in zip(p2p.dst, p2p.late_sender_ns):
-        if w:
-            waits[dst] += w
-    for src, w in zip(p2p.src, p2p.late_receiver_ns):
-        if w:
-            waits[src] += w
+    say(0.82, "steps")
+    step_of, steps_source = find_steps(t, buckets, zip(p2p.send, p2p.recv))
+    steps = build_steps(t, step_of)
     say(0.85, "pipeline")
-    pipeline = pipeline_stats(t, p2p, collectives)
+    pipeline = pipeline_stats(t, p2p, collectives, steps, step_of)
+    say(0.87, "waits")
+    rec = wait_records(t, collectives, culprits, p2p, pipeline_ranks(p2p))
+    ranks = sorted(traced)
+    waits = wait_totals(rec, ranks)
+    stragglers = stragglers_of(rec, collectives, culprits, ranks)
+    fill_steps(rec, steps, step_of)
+    straggler = verdict(t, rec, steps, step_of)
     say(0.9, "problems")
     problems = find_problems(t, collectives, p2p, set(suspects))
     span = (min(t.start_ns), max(max(t.end_ns), max(t.wait_end_ns))) if len(t) else (0, 0)
@@ -62,5 +63,6 @@ def _analyze(table: EventTable, progress) -> Analysis:
     if span[1] == NONE:
         span = (span[0], span[0])
     say(1.0, "done")
-    return Analysis(t, collectives, instance_of, p2p, p2p_of, waits, stragglers_of(collectives, p2p, culprits,
-                    sorted(traced)), links_of(p2p), pipeline, problems, models, span, notes)
+    return Analysis(t, collectives, instance_of, p2p, p2p_of, waits, stragglers, links_of(p2p), pipeline, problems,
+                    models, span, notes, steps=steps, step_of=step_of, steps_source=steps_source,
+                    straggler=straggler)

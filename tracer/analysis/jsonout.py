@@ -29,12 +29,25 @@ def to_json(a: Analysis) -> dict:
                 "late_sender_ns": sum(m.late_sender_ns), "late_receiver_ns": sum(m.late_receiver_ns)},
         "pipeline": None if p is None else {
             "stages": p.stages, "micro_batches": p.micro_batches, "bubble_fraction": p.bubble_fraction,
-            "expected_fraction": p.expected_fraction, "per_stage": [asdict(s) for s in p.per_stage]},
-        "problems": [{"kind": q.kind, "op": q.op, "group_ranks": list(q.group_ranks), "group_seq": q.group_seq,
-                      "ranks": q.ranks, "message": q.message, "events": q.events, "time_ns": q.time_ns}
-                     for q in a.problems],
+            "expected_fraction": p.expected_fraction, "per_stage": [asdict(s) for s in p.per_stage],
+            "iterations": p.iterations, "slow_stage": p.slow_stage, "slow_factor": p.slow_factor},
+        "problems": [_problem(q) for q in a.problems],
         "models": {op: asdict(m) for op, m in a.models.items()},
+        "steps": [{"index": s.index, "start_ns": s.start_ns, "end_ns": s.end_ns,
+                   "wait_ns": {str(r): w for r, w in sorted(s.wait_ns.items())},
+                   "caused_ns": {str(r): w for r, w in sorted(s.caused_ns.items())},
+                   "late_rank": s.late_rank, "warmup": s.warmup} for s in a.steps],
+        "steps_source": a.steps_source or None,
+        "straggler": None if a.straggler is None else asdict(a.straggler),
     }
+
+
+def _problem(q) -> dict:
+    d = {"kind": q.kind, "op": q.op, "group_ranks": list(q.group_ranks), "group_seq": q.group_seq, "ranks": q.ranks,
+         "message": q.message, "events": q.events, "time_ns": q.time_ns}
+    if q.where:
+        d["where"] = {str(r): w for r, w in sorted(q.where.items())}
+    return d
 
 
 def _collectives(ct: CollectiveTable, key: dict[int, str]) -> list[dict]:

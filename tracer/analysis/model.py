@@ -230,7 +230,8 @@ class Link:
 
 @dataclass
 class Problem:
-    """Something a person must act on: kind is hang, mismatch, divergence, unmatched or clock."""
+    """Something a person must act on: kind is hang, mismatch, divergence, unmatched, clock, error (an op raised),
+    died (a rank's trace ends while the others went on) or nonfinite (NaN/Inf in an op's input)."""
 
     kind: str
     op: str | None
@@ -240,6 +241,7 @@ class Problem:
     message: str
     events: list[int] = field(default_factory=list)  # rows to jump to in the viewer
     time_ns: int | None = None
+    where: dict[int, str] = field(default_factory=dict)  # hang: rank -> "file:line in function" from its stacks
 
 
 @dataclass
@@ -249,15 +251,19 @@ class StageStats:
     window_ns: int
     blocked_ns: int
     bubble_fraction: float
+    compute_ns: int = 0            # time in the windows outside communication (window - time in its ops)
 
 
 @dataclass
 class PipelineStats:
     stages: list[int]              # ranks in stage order
-    micro_batches: int
+    micro_batches: int             # per iteration
     bubble_fraction: float
-    expected_fraction: float       # (P-1)/(M+P-1)
+    expected_fraction: float       # (P-1)/(M+P-1) with M the micro-batches of one iteration
     per_stage: list[StageStats]
+    iterations: int = 1            # pipeline iterations (training steps) the micro-batches were counted over
+    slow_stage: int | None = None  # the stage whose compute sets the pace (an imbalance), or None
+    slow_factor: float = 1.0       # its compute over the median of the other stages'
 
 
 @dataclass
@@ -278,6 +284,36 @@ class Straggler:
 
 
 @dataclass
+class Step:
+    """One training iteration (steps.py): user-marked, or found as the repeating sequence of ops on each rank."""
+
+    index: int
+    start_ns: int                  # the earliest rank's start: the end of its op before the step's first one
+    end_ns: int                    # the latest rank's end of its last op of the step
+    wait_ns: dict[int, int]        # rank -> time it waited for peers in this step
+    caused_ns: dict[int, int]      # rank -> waiting it caused the others in this step
+    late_rank: int | None          # the rank the others waited for most, None when nobody waited significantly
+    warmup: bool = False           # one of the first steps, unlike the steady ones (longer, or other ops)
+
+
+@dataclass
+class StragglerVerdict:
+    """The rank whose late arrivals cost the others significantly more than the job's own jitter."""
+
+    rank: int
+    delay_cost_ns: int             # the waiting it caused the others, in all (warm-up excluded when there are steps)
+    steps: list[int]               # the steps it was significantly late in (empty: no steps were found)
+    period: int | None             # it was late every `period` steps
+    site: str | None               # "previous op's site → arrival site" of its costliest late arrival
+    from_site: str | None          # the site of its op before that arrival
+    to_site: str | None            # the site of that arrival
+    per_step_ns: int               # delay cost per step it was late in (per late collective without steps)
+    noise_ns: int                  # the threshold a step's cost had to pass: the job's own jitter
+    late_count: int                # collectives where it arrived last and made others wait
+    share: float                   # its share of all the waiting caused
+
+
+@dataclass
 class Analysis:
     table: EventTable
     collectives: CollectiveTable   # reads like a list of CollectiveInstance
@@ -292,3 +328,7 @@ class Analysis:
     models: dict[str, AlphaBeta]
     span_ns: tuple[int, int] = (0, 0)  # earliest start, latest end of the trace
     notes: list[str] = field(default_factory=list)  # things worth saying that are not problems
+    steps: list[Step] = field(default_factory=list)
+    step_of: array = field(default_factory=lambda: array("i"))  # event row -> step index, or -1 (outside steps)
+    steps_source: str = ""         # "marker" (the user's), "detected" (repeating ops), "" (none found)
+    straggler: StragglerVerdict | None = None

@@ -13,21 +13,14 @@ from .waits import p2p_waits
 def build_p2p(t: EventTable) -> tuple[P2PTable, array]:
     p2p = P2PTable()
     p2p_of = array("i", [-1]) * len(t)
-    start, nbytes, end_c, asy = t.start_ns, t.bytes, t.end_ns, t.async_op
+    start, nbytes = t.start_ns, t.bytes
     for src, dst, _tag, order, s, r in match_p2p(t):
         ls = lr = 0
         transfer = None
         if s is not None and r is not None:
             ss, rs = start[s], start[r]
-            if asy[s] or asy[r]:
-                ls, lr = p2p_waits(t, s, r)
-            elif ss > rs:  # synchronous: the receiver blocked from its start until the send began (or it ended)
-                e = end_c[r]
-                ls = ss - rs if e == NONE or e > ss else max(0, e - rs)
-            elif rs > ss:
-                e = end_c[s]
-                lr = rs - ss if e == NONE or e > rs else max(0, e - ss)
-            end = end_c[r] if end_c[r] != NONE else finished_at(t, r)
+            ls, lr = p2p_waits(t, s, r)
+            end = finished_at(t, r)
             if end != NONE:
                 # data can only flow once both sides are posted; it has arrived when the recv is done
                 tr = end - (ss if ss > rs else rs)

@@ -1,19 +1,30 @@
 """Pipeline parallelism: stages from the send/recv chain, and the bubble of each stage.
 
 A connected set of ranks whose P2P links form a path (each rank talks to at most two others, no cycle) is a
-pipeline; stage 0 is the end that sends first. Between two global synchronizations (a barrier or N×N collective
-over all of the pipeline's ranks) a stage's bubble is the time it is blocked in communication — in its sends and
-recvs, and waiting at the closing synchronization — over the window from the opening sync's end to the moment
-the closing sync could complete. For GPipe with P stages, M micro-batches and equal compute this is (P-1)/(M+P-1).
+pipeline; stage 0 is the end that sends first. Its iterations are the training steps (steps.py) when each step
+holds a pipeline iteration's traffic, else the windows between global synchronizations (a barrier or N×N
+collective over all of the pipeline's ranks), else one window over all its traffic. In each window a stage's bubble
+is the time it is blocked in communication — in its sends and recvs, and waiting at the closing synchronization
+or, without one, idle after its last message — and the rest is its compute. The micro-batches of one iteration
+are the first link's forward messages over the iterations, and the textbook bubble of GPipe (and 1F1B) with P
+stages and M micro-batches an iteration is (P-1)/(M+P-1). A stage whose compute stands out from the others' is an
+imbalance that sets the pipeline's pace: it is named (the others' waits for it are bubble, not straggling).
 """
 
 from __future__ import annotations
 
+from array import array
 from bisect import bisect_left
+from statistics import median
+from typing import TYPE_CHECKING
 
 from ..events import EventTable
-from .model import WAIT_BARRIER, WAIT_NXN, CollectiveInstance, P2PMatch, PipelineStats, StageStats
+from .matching import finished_at
+from .model import WAIT_BARRIER, WAIT_NXN, CollectiveInstance, P2PMatch, PipelineStats, StageStats, Step
 from .waits import blocked_in
+
+if TYPE_CHECKING:
+    from .tables import CollectiveTable, P2PTable
 
 
 def _paths(p2p: list[P2PMatch]) -> list[tuple[list[int], dict[tuple[int, int], int]]]:
@@ -52,7 +63,18 @@ def _paths(p2p: list[P2PMatch]) -> list[tuple[list[int], dict[tuple[int, int], i
     return out
 
 
-def pipeline_stats(t: EventTable, p2p: list[P2PMatch], collectives: list[CollectiveInstance]) -> PipelineStats | None:
+def pipeline_ranks(p2p: P2PTable) -> list[set[int]]:
+    """The ranks of each pipeline: waits among them are the schedule's bubble, not straggling."""
+    return [set(path) for path, count in _paths(p2p) if _is_pipeline(path, count)]
+
+
+def _is_pipeline(path: list[int], count: dict[tuple[int, int], int]) -> bool:
+    # a single exchange between two ranks is not a pipeline
+    return len(path) >= 3 or max(count.get((path[0], path[1]), 0), count.get((path[1], path[0]), 0)) >= 2
+
+
+def pipeline_stats(t: EventTable, p2p: P2PTable, collectives: CollectiveTable, steps: list[Step],
+                   step_of: array) -> PipelineStats | None:
     paths = _paths(p2p)
     if not paths:
         return None
@@ -79,45 +101,38 @@ def pipeline_stats(t: EventTable, p2p: list[P2PMatch], collectives: list[Collect
         if c.complete and (c.wait_kind == WAIT_NXN or c.wait_kind == WAIT_BARRIER):
             by_group.setdefault(c.gid, []).append(c)
     per_stage: list[StageStats] = []
-    first: tuple[list[int], int] | None = None
+    first: tuple[list[int], int, int] | None = None
     tot_blocked = tot_window = 0
     for k_path, (path, count) in enumerate(paths):
-        members = set(path)
+        if not _is_pipeline(path, count):
+            continue
         if first_send.get((path[-1], path[-2]), 1 << 62) < first_send.get((path[0], path[1]), 1 << 62):
             path.reverse()
         forward = count.get((path[0], path[1]), 0)
-        if forward < 2 and len(path) < 3:
-            continue  # a single exchange between two ranks is not a pipeline
-        # the pipeline's P2P rows per rank, in time order
         rows = rows_of[k_path]
         for r in rows:
             rows[r].sort(key=t.start_ns.__getitem__)
-        row_starts = {r: [t.start_ns[i] for i in rr] for r, rr in rows.items()}
-        # global synchronizations: blocking barriers and N×N collectives over all the pipeline's ranks
-        syncs = [c for g, grp in enumerate(t.groups) if members <= set(grp.ranks) for c in by_group.get(g, ())
-                 if not any(t.async_op[i] for i in c.rows)]
-        syncs.sort(key=lambda c: max(c.starts))
-        windows = 0
+        windows = _step_windows(t, path, rows, steps, step_of) or _sync_windows(t, path, rows, by_group)
         stage_acc = {r: [0, 0] for r in path}
-        if len(syncs) >= 2:
-            for open_, close in zip(syncs, syncs[1:]):
-                latest = max(close.starts)
-                open_end = open_.end_ns
-                used = False
+        if windows:
+            iterations = len(windows)
+            row_starts = {r: [t.start_ns[i] for i in rr] for r, rr in rows.items()}
+            for a_of, b, close in windows:
                 for r in path:
-                    a, b = open_end[r], latest
+                    a = a_of(r)
                     rr, starts = rows[r], row_starts[r]
                     lo, hi = bisect_left(starts, a), bisect_left(starts, b)
                     if hi == lo:
                         continue
-                    used = True
                     blocked = sum(blocked_in(t, i, a, b) for i in rr[lo:hi])
-                    blocked += close.wait_of(r)
+                    if close is not None:
+                        blocked += close.wait_of(r)
+                    else:  # idle after its last message of the iteration until the iteration ends
+                        blocked += max(0, b - max(finished_at(t, i) for i in rr[lo:hi]))
                     stage_acc[r][0] += blocked
                     stage_acc[r][1] += b - a
-                windows += used
-        if windows == 0:  # no synchronizations around the traffic: one window over the pipeline's span
-            windows = 1
+        else:  # no iterations found: one window over the pipeline's span
+            iterations = 1
             a = min(t.start_ns[rr[0]] for rr in rows.values() if rr)
             b = max(max(t.end_ns[i] for i in rr) for rr in rows.values() if rr)
             for r in path:
@@ -127,14 +142,78 @@ def pipeline_stats(t: EventTable, p2p: list[P2PMatch], collectives: list[Collect
                 stage_acc[r] = [blocked, b - a]
         for k, r in enumerate(path):
             blocked, window = stage_acc[r]
-            per_stage.append(StageStats(r, k, window, blocked, blocked / window if window else 0.0))
+            per_stage.append(StageStats(r, k, window, blocked, blocked / window if window else 0.0,
+                                        window - blocked))
             tot_blocked += blocked
             tot_window += window
         if first is None:
-            first = (path, round(forward / windows))
+            first = (path, max(1, round(forward / iterations)), iterations)
     if first is None:
         return None
-    path, micro = first
+    path, micro, iterations = first
     p = len(path)
+    slow, factor = _slow_stage(per_stage)
     return PipelineStats(path, micro, tot_blocked / tot_window if tot_window else 0.0,
-                         (p - 1) / (micro + p - 1), per_stage)
+                         (p - 1) / (micro + p - 1), per_stage, iterations, slow, factor)
+
+
+Window = tuple  # (rank -> window start, window end, the closing synchronization or None)
+
+
+def _step_windows(t: EventTable, path: list[int], rows: dict[int, list[int]], steps: list[Step],
+                  step_of: array) -> list[Window]:
+    """One window per training step whose traffic is a pipeline iteration: the first stage sends activations
+    and gets gradients back, or sends several micro-batches. (A forward-only loop of one micro-batch a period
+    repeats per micro-batch: its 'steps' are micro-batches, not iterations.)"""
+    if len(steps) < 2:
+        return []
+    head = path[0]
+    sends: dict[int, int] = {}
+    recvs: dict[int, int] = {}
+    for i in rows[head]:
+        k = step_of[i]
+        if k >= 0:
+            d = sends if t.op[i] == "send" else recvs
+            d[k] = d.get(k, 0) + 1
+    used = sorted(sends)
+    if len(used) < 2 or not all(recvs.get(k, 0) or sends[k] >= 2 for k in used):
+        return []
+    by_index = {s.index: s for s in steps}
+    return [((lambda r, s=by_index[k]: s.start_ns), by_index[k].end_ns, None) for k in used]
+
+
+def _sync_windows(t: EventTable, path: list[int], rows: dict[int, list[int]],
+                  by_group: dict[int, list[CollectiveInstance]]) -> list[Window]:
+    """Windows between global synchronizations (blocking barriers and N×N collectives over all the pipeline's
+    ranks) that hold pipeline traffic: from the opening sync's end on each rank to when the closing one could
+    complete."""
+    members = set(path)
+    syncs = [c for g, grp in enumerate(t.groups) if members <= set(grp.ranks) for c in by_group.get(g, ())
+             if not any(t.async_op[i] for i in c.rows)]
+    syncs.sort(key=lambda c: max(c.starts))
+    starts = {r: [t.start_ns[i] for i in rows[r]] for r in path}
+    out = []
+    for open_, close in zip(syncs, syncs[1:]):
+        latest = max(close.starts)
+        open_end = open_.end_ns
+        if any(bisect_left(starts[r], open_end[r]) < bisect_left(starts[r], latest) for r in path):
+            out.append((open_end.__getitem__, latest, close))
+    return out
+
+
+SLOW_STAGE = 1.25  # a stage computing this much more than the others' median sets the pipeline's pace
+
+
+def _slow_stage(per_stage: list[StageStats]) -> tuple[int | None, float]:
+    """The stage whose compute (summed over the pipelines) stands out from the others', and by how much."""
+    by_stage: dict[int, int] = {}
+    for s in per_stage:
+        by_stage[s.stage] = by_stage.get(s.stage, 0) + s.compute_ns
+    if len(by_stage) < 2:
+        return None, 1.0
+    worst = max(by_stage, key=by_stage.__getitem__)
+    others = median(v for k, v in by_stage.items() if k != worst)
+    if others <= 0:
+        return None, 1.0
+    factor = by_stage[worst] / others
+    return (worst, factor) if factor >= SLOW_STAGE else (None, factor)

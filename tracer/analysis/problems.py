@@ -1,13 +1,25 @@
-"""Problems a person must act on: hang, mismatch, divergence, unmatched P2P, clock violations.
+"""Problems a person must act on: a mismatch, a rank that died, a hang, an op that raised, the first non-finite
+values, diverged replicas, unmatched P2P messages, clock violations.
 
-Each names the op, group and group_seq, the ranks concerned, and says in one sentence what to look at."""
+Each names the op, group and group_seq, the ranks concerned, and says in one sentence what to look at. They come
+worst first: what stopped or broke the job (mismatch, died, hang, error), then what made its results wrong
+(nonfinite, divergence), then unmatched messages and clock violations; within each, in the order they happened
+(the cause usually first: a size mismatch, then the error and the death it led to).
+
+Damage is never a finding. A collective that never completed is a hang only when a rank really stopped short of
+it: a rank with no record of it that entered later collectives of the group lost that record, a rank that never
+finished it but finished later ones lost its end (both said in the warnings); a rank whose trace stops while the
+others went on (finished ops it never reached) is one `died` problem, which takes in every collective left
+incomplete by its absence; and what a damaged file (a skipped record, a torn end) leaves unexplained is withheld
+with a warning rather than claimed."""
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from ..events import NONE, EventTable
+from ..events import NONE, EventTable, stacks_site
 from .matching import finished_at, last_event_of_rank
 from .model import CollectiveInstance, P2PMatch, Problem
 from .units import fmt_bytes, fmt_ns, fmt_ranks
@@ -18,6 +30,10 @@ if TYPE_CHECKING:
 # ops whose every rank must pass the same dtype / byte count / shape
 _SAME_INPUT = frozenset({"all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "gather"})
 _SAME_OUTPUT = frozenset({"all_reduce", "broadcast"})
+# the order problems are listed in: by class (the job broke, its results are wrong, the rest), then by time
+_CLASS = {"mismatch": 0, "died": 0, "hang": 0, "error": 0, "nonfinite": 1, "divergence": 1, "unmatched": 2,
+          "clock": 2}
+_KIND_ORDER = {k: n for n, k in enumerate(_CLASS)}  # ties: the cause before what follows from it
 
 
 def where(t: EventTable, i: int) -> str:
@@ -73,9 +89,10 @@ def _describe_values(name: str, vals: dict, fmt=str) -> str:
 
 def find_problems(t: EventTable, collectives: CollectiveTable, p2p: P2PTable,
                   suspects: set[int] | None = None) -> list[Problem]:
-    """suspects: indices of the instances whose ranks' arguments differ (None: check every instance)."""
+    """suspects: indices of the instances whose ranks' arguments differ (None: check every instance). Damage the
+    analysis finds (lost records) is added to t.warnings."""
     problems: list[Problem] = []
-    last = None
+    incomplete: list[tuple[int, bool]] = []  # instances that never completed; True: a mismatch explains it
     cascade: dict[int, Problem] = {}  # group -> its first op mismatch; later ones only counted
     cascade_n: Counter = Counter()
     has_out = t.out.any()  # no summaries recorded: no divergence to look for
@@ -89,6 +106,8 @@ def find_problems(t: EventTable, collectives: CollectiveTable, p2p: P2PTable,
         if len(rows) > 1 and (suspects is None or k in suspects):
             what = _mismatches(t, c)
             if what:
+                if not c.complete:
+                    incomplete.append((k, True))  # a mismatch explains the hang that usually follows it
                 is_op = len({t.op[i] for i in rows.values()}) > 1
                 if is_op and c.gid in cascade:
                     cascade_n[c.gid] += 1
@@ -101,11 +120,9 @@ def find_problems(t: EventTable, collectives: CollectiveTable, p2p: P2PTable,
                 problems.append(p)
                 if is_op:
                     cascade[c.gid] = p
-                continue  # a mismatch explains the hang that usually follows it
+                continue
         if not c.complete:
-            if last is None:
-                last = last_event_of_rank(t)
-            problems.append(_hang(t, c, last))
+            incomplete.append((k, False))
         elif has_out and c.op in _SAME_OUTPUT:
             p = _divergence(t, c)
             if p:
@@ -114,44 +131,298 @@ def find_problems(t: EventTable, collectives: CollectiveTable, p2p: P2PTable,
         p = cascade[gid]
         p.message += (f" {n} later collective(s) of this group also disagree: the ranks' sequences of calls diverged "
                       f"here (a rank skipped or added a collective).")
-    problems += _p2p_problems(t, p2p)
+    reach = _Reach(t) if incomplete or NONE in p2p.send or NONE in p2p.recv else None
+    dead: dict[int, _Death] = {}
+    if incomplete:
+        problems += _stalls(t, collectives, incomplete, reach, dead)
+    problems += _errors(t)
+    problems += _nonfinite(t)
+    problems += _p2p_problems(t, p2p, dead)
+    problems += [_died(t, d, reach) for d in dead.values()]
     problems += _clock_violations(t, collectives, p2p)
+    problems.sort(key=lambda q: (_CLASS.get(q.kind, 3), q.time_ns if q.time_ns is not None else 0,
+                                 _KIND_ORDER.get(q.kind, 99)))
     return problems
 
 
-def _hang(t: EventTable, c: CollectiveInstance, last: dict[int, int]) -> Problem:
+class _Reach:
+    """How far each rank got: per (rank, group) the highest group_seq it entered and the highest it finished; per
+    rank its last event and the time of its last sign of life (an op's start or end, a stacks record)."""
+
+    def __init__(self, t: EventTable):
+        entered: dict[tuple[int, int], int] = {}
+        done: dict[tuple[int, int], int] = {}
+        alive: dict[int, int] = {}
+        for r, g, s, start, end, wait_end in zip(t.rank, t.gid, t.group_seq, t.start_ns, t.end_ns, t.wait_end_ns):
+            end = end if end != NONE else wait_end
+            if max(start, end) > alive.get(r, -1):
+                alive[r] = max(start, end)
+            if s >= 0:
+                if s > entered.get((r, g), -1):
+                    entered[(r, g)] = s
+                if end != NONE and s > done.get((r, g), -1):
+                    done[(r, g)] = s
+        for r, recs in t.stacks.items():
+            alive[r] = max([alive.get(r, -1)] + [rec["t"] for rec in recs])
+        self.entered, self.done, self.alive = entered, done, alive
+        self.last = last_event_of_rank(t)
+
+
+class _Death:
+    """A rank whose trace stops while the others went on, and the collectives left incomplete by its absence."""
+
+    def __init__(self, rank: int):
+        self.rank = rank
+        self.instances: list[int] = []   # collectives it never entered or never finished
+        self.messages = 0                # P2P messages whose side on this rank is missing
+
+
+def _blocked(t: EventTable, ct: CollectiveTable, k: int, reach: _Reach):
+    """(absent, stuck, lost) ranks of instance k: those that never entered it and entered nothing later in its
+    group, those inside it that never finished it nor anything later in its group, and those whose record of it
+    was lost (they entered, or finished, later collectives of the group)."""
+    g, s = ct.gid[k], ct.group_seq[k]
+    absent, stuck, lost = [], [], []
+    for r in ct.missing.get(k, ()):
+        if reach.entered.get((r, g), -1) > s:
+            lost.append((r, "begin"))
+        else:
+            absent.append(r)
+    for i in ct.rows_of(k):
+        if finished_at(t, i) == NONE:
+            r = t.rank[i]
+            if reach.done.get((r, g), -1) > s:
+                lost.append((r, "end"))
+            else:
+                stuck.append(r)
+    return absent, stuck, lost
+
+
+def _stalls(t: EventTable, ct: CollectiveTable, incomplete: list[tuple[int, bool]], reach: _Reach,
+            dead: dict[int, _Death]) -> list[Problem]:
+    """The collectives that never completed: the deaths they show (into `dead`), the hangs they are, and the lost
+    or damaged records they hold (warnings)."""
+    blocked = {k: _blocked(t, ct, k, reach) for k, _ in incomplete}
+    for k, (absent, stuck, _) in blocked.items():
+        for r in absent + stuck:
+            if r not in dead and _died_before(t, ct, k, r, reach):
+                dead[r] = _Death(r)
+    lost: dict[tuple[int, str], list[int]] = {}  # (rank, "begin" or "end") -> instances that lack that record
+    withheld: dict[int, list[int]] = {}
+    out = []
+    for k, explained in incomplete:
+        absent, stuck, lost_here = blocked[k]
+        for key in lost_here:
+            lost.setdefault(key, []).append(k)
+        for r in absent + stuck:
+            if r in dead:
+                dead[r].instances.append(k)
+        alive = [r for r in absent + stuck if r not in dead]
+        if explained or not alive:
+            continue
+        if all(r in t.ranks and t.ranks[r].damage for r in alive):
+            for r in alive:
+                withheld.setdefault(r, []).append(k)  # its file lost records: perhaps this one's
+            continue
+        out.append(_hang(t, ct[k], reach, [r for r in absent if r not in dead], [r for r in stuck if r not in dead]))
+    for (r, what), ks in sorted(lost.items()):
+        _warn(t, f"rank {r}: {len(ks)} collective(s) lack its {what} record although it "
+                 f"{'entered' if what == 'begin' else 'finished'} later ones of the same group (first: "
+                 f"{_name(t, ct, ks[0])}): the record was lost; not reported as a hang")
+    for r, ks in sorted(withheld.items()):
+        _warn(t, f"rank {r}: {len(ks)} collective(s) it never entered or finished (first: {_name(t, ct, ks[0])}) "
+                 f"are not reported as hangs: its file is damaged ({t.ranks[r].damage})")
+    return out
+
+
+def _died_before(t: EventTable, ct: CollectiveTable, k: int, r: int, reach: _Reach) -> bool:
+    """Whether rank r's trace stops at instance k while the others went on: another rank finished its part of k
+    (done, or raised), after r's last sign of life; r did not leave the job cleanly, and no stacks record shows it
+    alive elsewhere once k began."""
+    info = t.ranks.get(r)
+    if info is not None and info.left:
+        return False
+    ends = [e for i in ct.rows_of(k) if t.rank[i] != r and (e := finished_at(t, i)) != NONE]
+    if not ends:
+        return False  # nobody went on: they all wait (a hang)
+    begun = min(ct.starts_of(k))
+    if any(rec["t"] >= begun for rec in t.stacks.get(r, ())):
+        return False
+    slack = sum(t.ranks[x].clock_uncertainty_ns for x in {r, *map(t.rank.__getitem__, ct.rows_of(k))} if x in t.ranks)
+    return reach.alive.get(r, -1) <= max(ends) + slack
+
+
+def _name(t: EventTable, ct: CollectiveTable, k: int) -> str:
+    return f"{ct.op[k]} #{ct.group_seq[k]} of group {t.groups[ct.gid[k]].name}"
+
+
+def _warn(t: EventTable, msg: str) -> None:
+    if msg not in t.warnings:  # the analysis may run twice on one table (the viewer's --follow)
+        t.warnings.append(msg)
+
+
+def _stacks_at(t: EventTable, ranks, since_ns: int) -> dict[int, str]:
+    """rank -> where its latest stacks record at or after since_ns shows it (the watchdog's, during a hang)."""
+    out = {}
+    for r in ranks:
+        recs = [rec for rec in t.stacks.get(r, ()) if rec["t"] >= since_ns]
+        if recs:
+            out[r] = stacks_site(max(recs, key=lambda rec: rec["t"]))
+    return out
+
+
+def _hang(t: EventTable, c: CollectiveInstance, reach: _Reach, absent: list[int], stuck: list[int]) -> Problem:
     name = f"{c.op} #{c.group_seq} of group {t.groups[c.gid].name}"
     entered = sorted(c.events)
-    failed = [r for r, i in c.events.items() if t.status[i] != "ok" or finished_at(t, i) == NONE]
     rows = sorted(c.events.values())
-    if c.missing:
+    first = min(c.start_ns.values())
+    at = _stacks_at(t, c.group_ranks, first)
+    if absent:
         waves = []
-        for r in c.missing:
-            i = last.get(r)
+        for r in absent:
+            i = reach.last.get(r)
             if i is None:
                 waves.append(f"rank {r} has no events")
             else:
                 rows.append(i)
                 end = finished_at(t, i)
-                first = min(c.start_ns.values())
                 if end == NONE:
                     state = "it is still in it"
                 elif end <= first:
                     state = f"it finished {fmt_ns(first - end)} before the others entered this one"
                 else:
                     state = f"it finished {fmt_ns(end - first)} after the others had entered this one"
-                waves.append(f"rank {r}'s last event is {where(t, i)}{_site(t, i)} ({state})")
+                left = t.ranks[r].left if r in t.ranks else False
+                waves.append(f"rank {r}'s last event is {where(t, i)}{_site(t, i)} ({state}"
+                             f"{'; then it left the job' if left else ''})")
+            if r in at:
+                waves[-1] += f", and its stack shows it at {at[r]}"
         msg = (f"{name} never completed: {fmt_ranks(entered)} entered it"
-               f"{_site(t, rows[0])} but {fmt_ranks(c.missing)} never did; {'; '.join(waves)}. "
-               f"Look at why {fmt_ranks(c.missing)} did not reach this call.")
-        ranks = list(c.missing)
+               f"{_site(t, rows[0])} but {fmt_ranks(absent)} never did; {'; '.join(waves)}. "
+               f"Look at why {fmt_ranks(absent)} did not reach this call.")
+        ranks = list(absent)
     else:
-        errors = {t.error[c.events[r]] for r in failed if t.error[c.events[r]]}
-        err = f" (error: {str(next(iter(errors)))[:160]})" if errors else ""
-        msg = (f"{name} never finished on {fmt_ranks(failed)} although every rank entered it{err}; "
+        failed = sorted(r for r, i in c.events.items() if t.status[i] == "error")
+        also = f" ({fmt_ranks(failed)} raised an error in it)" if failed else ""
+        msg = (f"{name} never finished on {fmt_ranks(stuck)} although every rank entered it{also}; "
                f"check the backend and the peers' processes.")
-        ranks = failed
-    return Problem("hang", c.op, c.group_ranks, c.group_seq, ranks, msg, rows, min(c.start_ns.values()))
+        ranks = sorted(stuck)
+    others = {r: w for r, w in at.items() if r not in absent}
+    if others:
+        msg += " Recorded stacks: " + "; ".join(f"rank {r} at {w}" for r, w in sorted(others.items())) + "."
+    return Problem("hang", c.op, c.group_ranks, c.group_seq, ranks, msg, rows, first, at)
+
+
+def _died(t: EventTable, d: _Death, reach: _Reach) -> Problem:
+    """One problem for a rank whose trace stops early: where it stops, and what went on without it."""
+    r = d.rank
+    i = reach.last.get(r)
+    damage = t.ranks[r].damage if r in t.ranks else ""
+    torn = " (its file ends with a torn record)" if "torn" in damage else ""
+    if i is None:
+        msg, rows, op, gs, granks, time = f"rank {r} has no events", [], None, None, (r,), None
+    else:
+        inside = finished_at(t, i) == NONE
+        msg = (f"rank {r}'s trace ends here{torn}, {'inside' if inside else 'after'} {where(t, i)}{_site(t, i)}"
+               f"{', which it never finished' if inside else ''}")
+        rows, op, time = [i], t.op[i], t.start_ns[i]
+        gs = t.group_seq[i] if t.group_seq[i] != NONE else None
+        granks = t.group_ranks(i) if gs is not None else (r,)
+    msg += ": the rank died or its file was cut."
+    ct_n = len(d.instances)
+    if ct_n:
+        msg += f" {ct_n} collective(s) of its groups went on without it"
+    if d.messages:
+        msg += f"{' and' if ct_n else ''} {d.messages} P2P message(s) with it have no side on rank {r}"
+    if ct_n or d.messages:
+        msg += " (not reported as hangs)."
+    return Problem("died", op, granks, gs, [r], msg, rows, time)
+
+
+_SOURCE_LOCATION = re.compile(r"\[[^\]\s]*\.(?:cc|cpp|cu|h|hpp|py):\d+\]\s*")
+
+
+def short_error(text: str, limit: int = 160) -> str:
+    """An exception's text in one short line: its first line, without the C++ source locations that gloo and
+    NCCL put in front, cut after the first sentence when it is long."""
+    line = _SOURCE_LOCATION.sub("", str(text).strip().split("\n", 1)[0]).strip()
+    if len(line) <= limit:
+        return line
+    stop = line.find(". ", 40, limit)
+    return line[:stop + 1] if stop > 0 else line[:limit - 1] + "…"
+
+
+def _errors(t: EventTable) -> list[Problem]:
+    """One problem per rank whose ops ended in an error: its first, and how many more."""
+    values = t.status.values
+    if "error" not in values:
+        return []
+    code = values.index("error")
+    first: dict[int, int] = {}
+    count: Counter = Counter()
+    for i, c in enumerate(t.status.codes):
+        if c == code:
+            r = t.rank[i]
+            count[r] += 1
+            first.setdefault(r, i)
+    out = []
+    for r, i in sorted(first.items()):
+        err = t.error[i]
+        text = f": {short_error(err).rstrip('.')}" if err else ""
+        more = f" {count[r] - 1} later op(s) on rank {r} failed too." if count[r] > 1 else ""
+        gs = t.group_seq[i] if t.group_seq[i] != NONE else None
+        out.append(Problem("error", t.op[i], t.group_ranks(i) if gs is not None else (r,), gs, [r],
+                           f"rank {r}'s {where(t, i)}{_site(t, i)} ended in an error{text}.{more}", [i],
+                           t.start_ns[i]))
+    return out
+
+
+def _nonfinite_counts(summary) -> tuple[int, int]:
+    """(NaN, Inf) counts of an `in`/`out` summary; (0, 0) for anything else (a damaged trace's)."""
+    if not isinstance(summary, dict):
+        return 0, 0
+    nan, inf = summary.get("nan"), summary.get("inf")
+    return (nan if type(nan) is int and nan > 0 else 0), (inf if type(inf) is int and inf > 0 else 0)
+
+
+def _fmt_nonfinite(nan: int, inf: int) -> str:
+    return " and ".join(f"{n} {what}" for n, what in ((nan, "NaN"), (inf, "Inf")) if n)
+
+
+def _nonfinite(t: EventTable) -> list[Problem]:
+    """The first op whose input (or, from finite inputs, output) held NaN or Inf, and how far they spread."""
+    if not (t.in_.any() or t.out.any()):
+        return []
+    hits = []  # (row, counts in the input, counts in the output), in time order
+    for i, (a, b) in enumerate(zip(t.in_, t.out)):
+        if a is not None or b is not None:
+            na, nb = _nonfinite_counts(a), _nonfinite_counts(b)
+            if any(na) or any(nb):
+                hits.append((i, na, nb))
+    if not hits:
+        return []
+    i0, in0, out0 = hits[0]
+    first = [h for h in hits if h[0] == i0 or (t.group_seq[i0] != NONE and t.group_seq[h[0]] == t.group_seq[i0]
+                                               and t.gid[h[0]] == t.gid[i0] and any(h[1]))]
+    if any(in0):
+        ranks = sorted({t.rank[h[0]] for h in first if any(h[1])})
+        counts = [sum(h[1][0] for h in first), sum(h[1][1] for h in first)]
+        whose = f"rank {ranks[0]}'s input" if len(ranks) == 1 else f"the inputs of {fmt_ranks(ranks)}"
+        msg = (f"{whose} to {where(t, i0)}{_site(t, i0)} held non-finite values first "
+               f"({_fmt_nonfinite(*counts)}): they came from {'its' if len(ranks) == 1 else 'their'} own "
+               f"computation before this call.")
+    else:
+        ranks = [t.rank[i0]]
+        msg = (f"the output of {where(t, i0)} on rank {ranks[0]}{_site(t, i0)} held non-finite values first "
+               f"({_fmt_nonfinite(*out0)}) from finite inputs: the op itself overflowed.")
+    later = [h for h in hits if h not in first]
+    if later:
+        msg += (f" After it, {len(later)} op(s) carried non-finite values in their input or output, on "
+                f"{fmt_ranks({t.rank[h[0]] for h in later})}.")
+    gs = t.group_seq[i0] if t.group_seq[i0] != NONE else None
+    rows = sorted(h[0] for h in first)
+    return [Problem("nonfinite", t.op[i0], t.group_ranks(i0) if gs is not None else tuple(ranks), gs, ranks, msg,
+                    rows, t.start_ns[i0])]
 
 
 def _divergence(t: EventTable, c: CollectiveInstance) -> Problem | None:
@@ -172,11 +443,24 @@ def _divergence(t: EventTable, c: CollectiveInstance) -> Problem | None:
                    sorted(c.events.values()), max(c.start_ns.values()))
 
 
-def _p2p_problems(t: EventTable, p2p: P2PTable) -> list[Problem]:
+def _p2p_problems(t: EventTable, p2p: P2PTable, dead: dict[int, _Death]) -> list[Problem]:
+    """Unmatched messages and size mismatches. Messages are paired by order: a rank that died leaves the rest of
+    its messages unpaired (its died problem counts them), and a record lost from a damaged file shifts the pairs
+    after it, so nothing is claimed about a damaged rank's messages (a warning says so)."""
     unmatched: dict[tuple[int, int], list[P2PMatch]] = {}
+    withheld: Counter = Counter()
     out = []
+    damaged = {r for r, info in t.ranks.items() if info.damage}
     for m in p2p:
-        if m.send is None or m.recv is None:
+        gone = m.dst if m.recv is None else m.src if m.send is None else None
+        if gone in dead:
+            dead[gone].messages += 1
+            continue
+        if damaged and (m.src in damaged or m.dst in damaged) and (
+                gone is not None or t.bytes[m.send] != t.bytes[m.recv]):
+            withheld[m.src if m.src in damaged else m.dst] += 1
+            continue
+        if gone is not None:
             unmatched.setdefault((m.src, m.dst), []).append(m)
         elif t.bytes[m.send] and t.bytes[m.recv] and t.bytes[m.send] != t.bytes[m.recv]:
             out.append(Problem("mismatch", "send", (m.src, m.dst), None, [m.src, m.dst],
@@ -204,6 +488,9 @@ def _p2p_problems(t: EventTable, p2p: P2PTable) -> list[Problem]:
         out.append(Problem("unmatched", t.op[i], (src, dst), None, sorted({r for r in (src, dst) if r >= 0}),
                            msg + ": every send needs a recv with the same peer and tag, in the same order.",
                            rows, t.start_ns[i]))
+    for r, n in sorted(withheld.items()):
+        _warn(t, f"rank {r}: {n} P2P message(s) with it are unpaired or differ in size, but its file is damaged "
+                 f"({t.ranks[r].damage}): a lost record shifts the pairs after it, so they are not reported")
     return out
 
 

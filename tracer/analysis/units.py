@@ -66,3 +66,10 @@ def fmt_ordinal(n: int) -> str:
     """1st, 2nd, 3rd, 4th, ..., 11th, 12th, 13th, 21st, 112th."""
     suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
     return f"{n}{suffix}"
+
+
+def fmt_list(xs, most: int = 12) -> str:
+    """'4, 9, 14, 19', or the first `most` and how many in all."""
+    xs = list(xs)
+    shown = ", ".join(map(str, xs[:most]))
+    return shown + (f", … ({len(xs)} in all)" if len(xs) > most else "")

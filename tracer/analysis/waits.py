@@ -1,18 +1,28 @@
-"""Wait states (Scalasca's patterns in PyTorch's words) and the stragglers who caused them.
+"""Wait states (Scalasca's patterns in PyTorch's words): how long each rank waited inside an op for a late peer.
 
-A rank can only have waited while it was blocked: in the op itself for a synchronous call, or inside wait()
-for an async one. So every wait is the overlap of the pattern's interval (e.g. [own start, latest start] for
-Wait at N×N) with the time the rank was blocked in the op."""
+A wait is computed from arrivals (start_ns), never from whether the rank called wait(): DDP's reducer, FSDP2 and
+functional collectives block inside C++ where no Python wait() shows, yet the time from a rank's arrival to the
+arrival it needed is spent inside the op all the same (ANALYSIS.md, "Arrival, end, wait"). Each wait is bounded by
+the op's own end on that rank (an op that was over before a peer arrived did not wait for it):
+
+  Wait at N×N      all_reduce, all_gather, reduce_scatter, all_to_all, barrier: every rank but the last arrival
+                   waits min(last arrival - own arrival, own end - own arrival)
+  Late Broadcast   broadcast, scatter: a non-root arriving before the root waits for the root
+  Early Reduce     reduce, gather: the root arriving before the last sender waits for it
+  Late Sender      a recv posted before its send began waits for the sender
+  Late Receiver    a send that is still running when its recv is posted waited for the receiver (a send that was
+                   over before, buffered by the backend, did not)
+
+A rank's total is the length of the union of its ops' wait intervals [arrival, arrival + wait]: async ops run
+concurrently (DDP's buckets are all late by the same straggler), and their waits overlap in time; a sum would
+count the same interval twice.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from ..events import NONE, EventTable
-from .model import EARLY_REDUCE, LATE_BROADCAST, WAIT_BARRIER, WAIT_NXN, Straggler
-
-if TYPE_CHECKING:
-    from .tables import CollectiveTable, P2PTable
+from .matching import finished_at
+from .model import EARLY_REDUCE, LATE_BROADCAST, WAIT_BARRIER, WAIT_NXN
 
 WAIT_KIND = {
     "all_reduce": WAIT_NXN, "all_gather": WAIT_NXN, "reduce_scatter": WAIT_NXN, "all_to_all": WAIT_NXN,
@@ -23,13 +33,15 @@ WAIT_KIND = {
 
 
 def blocked_in(t: EventTable, i: int, a: int, b: int) -> int:
-    """How long row i was blocked within [a, b] (ns). An op that never finished blocks to the end of [a, b]."""
+    """How long row i's rank was blocked in it within [a, b] (ns): in the call for a synchronous op, inside wait()
+    for an async one (0 if it never called wait()). An op that never finished blocks to the end of [a, b]. (The
+    pipeline's bubble is this time in communication; waits are not: see the module docstring.)"""
     if b <= a:
         return 0
     if t.async_op[i]:
         lo, hi = t.wait_start_ns[i], t.wait_end_ns[i]
         if lo == NONE:
-            return 0  # wait() never called: the rank never blocked on it
+            return 0
     else:
         lo, hi = t.start_ns[i], t.end_ns[i]
     if hi == NONE:
@@ -38,83 +50,64 @@ def blocked_in(t: EventTable, i: int, a: int, b: int) -> int:
     return hi - lo if hi > lo else 0
 
 
-def collective_waits(t: EventTable, kind: str, rows: list[int], ranks: list[int], starts: list[int],
-                     root: int | None) -> tuple[list[int], int | None]:
-    """Per-row wait of one instance and the rank that caused it (None when nobody waited)."""
-    n = len(rows)
-    waits = [0] * n
-    any_async = any(t.async_op[i] for i in rows)
+def _until(start: int, end: int, needed: int) -> int:
+    """Wait of an op that arrived at `start`, ended at `end` (NONE: never) and needed a peer arriving at `needed`."""
+    if needed <= start:
+        return 0
+    if end != NONE and end < needed:
+        return end - start if end > start else 0
+    return needed - start
+
+
+def collective_waits(kind: str, ranks: list[int], starts: list[int], ends: list[int], root: int | None
+                     ) -> tuple[list[int], int | None]:
+    """Per-rank waits of one instance (in the order of `ranks`) and the rank that caused them (None: nobody)."""
     if kind == WAIT_NXN or kind == WAIT_BARRIER:
         latest = max(starts)
-        culprit = ranks[starts.index(latest)]
-        if any_async:
-            ws, we, asy, end = t.wait_start_ns, t.wait_end_ns, t.async_op, t.end_ns
-            waits = []
-            for i, s in zip(rows, starts):
-                # blocked inside wait() (async) or inside the call (sync), clipped to [own start, latest start]
-                lo, hi = (ws[i], we[i]) if asy[i] else (s, end[i])
-                if lo == NONE:
-                    waits.append(0)
-                    continue
-                lo = lo if lo > s else s
-                hi = latest if hi == NONE or hi > latest else hi
-                waits.append(hi - lo if hi > lo else 0)
-        else:
-            waits = [latest - s for s in starts]
-            # a synchronous op that ended before the latest arrival is a clock violation: it did not wait longer
-            end = t.end_ns
-            for k, i in enumerate(rows):
-                e = end[i]
-                if e != NONE and e < latest:
-                    waits[k] = max(0, e - starts[k])
-        return waits, culprit
+        return [_until(s, e, latest) for s, e in zip(starts, ends)], ranks[starts.index(latest)]
+    waits = [0] * len(ranks)
     if root is None or root not in ranks:
         return waits, None
     k_root = ranks.index(root)
     if kind == LATE_BROADCAST:  # non-roots wait for a late root
         rs = starts[k_root]
-        for k, (i, s) in enumerate(zip(rows, starts)):
-            if k != k_root and rs > s:
-                waits[k] = blocked_in(t, i, s, rs)
+        for k, (s, e) in enumerate(zip(starts, ends)):
+            if k != k_root:
+                waits[k] = _until(s, e, rs)
         return waits, root
-    # EARLY_REDUCE: the root waits for its latest sender
+    # EARLY_REDUCE: the root waits for its last sender
     others = [(s, r) for k, (s, r) in enumerate(zip(starts, ranks)) if k != k_root]
     if not others:
         return waits, None
     latest, culprit = max(others)
-    waits[k_root] = blocked_in(t, rows[k_root], starts[k_root], latest)
+    waits[k_root] = _until(starts[k_root], ends[k_root], latest)
     return waits, culprit
 
 
 def p2p_waits(t: EventTable, send: int, recv: int) -> tuple[int, int]:
-    """(late sender: receiver's wait, late receiver: sender's wait) of one matched message."""
+    """(late sender: the receiver's wait, late receiver: the sender's wait) of one matched message."""
     ss, rs = t.start_ns[send], t.start_ns[recv]
     if ss > rs:
-        return blocked_in(t, recv, rs, ss), 0
+        return _until(rs, finished_at(t, recv), ss), 0
     if rs > ss:
-        return 0, blocked_in(t, send, ss, rs)
+        e = finished_at(t, send)
+        if e != NONE and e <= rs:
+            return 0, 0  # the send was over before the recv was posted: buffered, it waited for nobody
+        return 0, _until(ss, e, rs)
     return 0, 0
 
 
-def stragglers_of(collectives: CollectiveTable, p2p: P2PTable, culprits: list[int | None],
-                  ranks: list[int]) -> list[Straggler]:
-    """Per rank, the waiting it caused others (its delay cost) and how often it arrived last; worst first."""
-    cost = dict.fromkeys(ranks, 0)
-    late = dict.fromkeys(ranks, 0)
-    waits, offset = collectives.waits, collectives.offset
-    for k, culprit in enumerate(culprits):
-        if culprit is None:
-            continue
-        caused = sum(waits[offset[k]:offset[k + 1]])
-        if caused > 0:
-            cost[culprit] = cost.get(culprit, 0) + caused
-            late[culprit] = late.get(culprit, 0) + 1
-    for src, w in zip(p2p.src, p2p.late_sender_ns):
-        if w:
-            cost[src] = cost.get(src, 0) + w
-    for dst, w in zip(p2p.dst, p2p.late_receiver_ns):
-        if w:
-            cost[dst] = cost.get(dst, 0) + w
-    out = [Straggler(r, cost[r], late.get(r, 0)) for r in cost]
-    out.sort(key=lambda s: (-s.delay_cost_ns, -s.late_count, s.rank))
-    return out
+def union_ns(intervals: list[tuple[int, int]]) -> int:
+    """Total length of the union of [a, b) intervals."""
+    total = 0
+    cur_a = cur_b = None
+    for a, b in sorted(intervals):
+        if cur_b is None or a > cur_b:
+            if cur_b is not None:
+                total += cur_b - cur_a
+            cur_a, cur_b = a, b
+        elif b > cur_b:
+            cur_b = b
+    if cur_b is not None:
+        total += cur_b - cur_a
+    return total

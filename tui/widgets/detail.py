@@ -79,6 +79,12 @@ def detail_table(store: TraceStore, row: int) -> Table:
         add("out", _summary(t.out[row]))
     if t.site[row]:
         add("site", t.site[row])
+    a = store.analysis
+    k = a.step_of[row] if row < len(a.step_of) else -1
+    if k >= 0:
+        step = a.steps[k]
+        add("step", f"{k}" + (" (warm-up)" if step.warmup else "") + f"  took {format_ns(step.end_ns - step.start_ns)}"
+            + (f", late: rank {step.late_rank}" if step.late_rank is not None else ""))
     inst = store.instance(row)
     if inst is not None:
         w = inst.wait_ns.get(t.rank[row], 0)

@@ -13,6 +13,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.reactive import reactive
 from textual.widgets import DataTable, OptionList, Static
 
+from disttrace.tracer.analysis.describe import straggler_sentence
 from disttrace.tracer.analysis.units import fmt_gbps, gbps_unit, ns_unit
 
 from ..model.replay import format_bytes, format_ns, row_at_time
@@ -78,14 +79,17 @@ class PipelineView(Vertical):
         yield Static(table)
 
 
-class WaitsView(Horizontal):
-    """Who waited how long for whom: stragglers first, then every collective by the wait it caused."""
+class WaitsView(Vertical):
+    """Who waited how long for whom: the straggler verdict, the ranks by the waiting they caused, the steps, and
+    every collective by the wait it caused."""
 
     DEFAULT_CSS = """
     WaitsView { height: 1fr; }
-    WaitsView > Vertical { width: 1fr; }
+    WaitsView #verdict { height: auto; padding: 0 1; color: $text; }
+    WaitsView > Horizontal { height: 1fr; }
+    WaitsView Horizontal > Vertical { width: 1fr; }
     WaitsView #stragglers { width: 48; }
-    WaitsView Static { height: auto; padding: 0 1; color: $text-muted; }
+    WaitsView Vertical > Static { height: auto; padding: 0 1; color: $text-muted; }
     WaitsView DataTable { height: 1fr; }
     """
 
@@ -93,39 +97,72 @@ class WaitsView(Horizontal):
         super().__init__(**kwargs)
         self.store = store
         self._rows: list[int] = []
+        self._step_rows: list[int] = []
 
     def compose(self) -> ComposeResult:
         a = self.store.analysis
-        with Vertical(id="stragglers"):
-            yield Static("Stragglers: the wait each rank caused others (worst first), and its own wait")
-            t = DataTable(id="straggler-table", cursor_type="row", zebra_stripes=True)
-            t.add_columns("rank", "caused", "last at", "own wait")
-            for s in a.stragglers:
-                t.add_row(f"r{s.rank}", format_ns(s.delay_cost_ns), str(s.late_count),
-                          format_ns(a.waits.get(s.rank, 0)))
-            yield t
-        with Vertical():
-            yield Static("Collectives by total wait (enter: show in the timeline)")
-            t = DataTable(id="wait-table", cursor_type="row", zebra_stripes=True)
-            t.add_columns("op", "group", "#", "total wait", "skew", "last", "who waited longest")
-            colls = sorted((c for c in a.collectives if sum(c.waits) > 0), key=lambda c: -sum(c.waits))[:MAX_ROWS]
-            groups = self.store.table.groups
-            for c in colls:
-                worst = max(c.wait_ns, key=lambda r: c.wait_ns[r])
-                t.add_row(Text(c.op, style=OP_COLORS.get(c.op, "")), groups[c.gid].name, str(c.group_seq),
-                          format_ns(sum(c.wait_ns.values())), format_ns(c.skew_ns),
-                          f"r{c.last_arrival}" if c.last_arrival is not None else "—",
-                          f"r{worst} {format_ns(c.wait_ns[worst])}")
-                target = c.events.get(c.last_arrival) if c.last_arrival is not None else None
-                self._rows.append(target if target is not None else min(c.events.values()))
-            if not colls:
-                t.add_row("no collective had any rank waiting", "", "", "", "", "", "")
-            yield t
+        verdict = Text(straggler_sentence(a))
+        verdict.stylize("bold", 0, verdict.plain.find(":") + 1)
+        yield Static(verdict, id="verdict")
+        with Horizontal():
+            with Vertical(id="stragglers"):
+                yield Static("Ranks by the wait they caused others, and their own wait")
+                t = DataTable(id="straggler-table", cursor_type="row", zebra_stripes=True)
+                t.add_columns("rank", "caused", "last at", "own wait")
+                for s in a.stragglers:
+                    t.add_row(f"r{s.rank}", format_ns(s.delay_cost_ns), str(s.late_count),
+                              format_ns(a.waits.get(s.rank, 0)))
+                yield t
+                if a.steps:
+                    yield Static(f"Steps ({'marked' if a.steps_source == 'marker' else 'found'}; enter: show)")
+                    t = DataTable(id="step-table", cursor_type="row", zebra_stripes=True)
+                    t.add_columns("step", "time", "late", "caused")
+                    targets = self._step_targets()
+                    for s in a.steps[:MAX_ROWS]:
+                        late = s.late_rank
+                        t.add_row(f"{s.index}{' w' if s.warmup else ''}", format_ns(s.end_ns - s.start_ns),
+                                  "—" if late is None else f"r{late}",
+                                  "" if late is None else format_ns(s.caused_ns.get(late, 0)))
+                        self._step_rows.append(targets.get(s.index, 0))
+                    yield t
+            with Vertical():
+                yield Static("Collectives by total wait (enter: show in the timeline)")
+                t = DataTable(id="wait-table", cursor_type="row", zebra_stripes=True)
+                t.add_columns("op", "group", "#", "total wait", "skew", "last", "who waited longest")
+                colls = sorted((c for c in a.collectives if sum(c.waits) > 0), key=lambda c: -sum(c.waits))[:MAX_ROWS]
+                groups = self.store.table.groups
+                for c in colls:
+                    worst = max(c.wait_ns, key=lambda r: c.wait_ns[r])
+                    t.add_row(Text(c.op, style=OP_COLORS.get(c.op, "")), groups[c.gid].name, str(c.group_seq),
+                              format_ns(sum(c.wait_ns.values())), format_ns(c.skew_ns),
+                              f"r{c.last_arrival}" if c.last_arrival is not None else "—",
+                              f"r{worst} {format_ns(c.wait_ns[worst])}")
+                    target = c.events.get(c.last_arrival) if c.last_arrival is not None else None
+                    self._rows.append(target if target is not None else min(c.events.values()))
+                if not colls:
+                    t.add_row("no collective had any rank waiting", "", "", "", "", "", "")
+                yield t
+
+    def _step_targets(self) -> dict[int, int]:
+        """step -> the row to show for it: the late rank's first event in it, else the step's first event (one
+        pass over the rows for all the steps)."""
+        a, rank = self.store.analysis, self.store.table.rank
+        late = {s.index: s.late_rank for s in a.steps}
+        first: dict[int, int] = {}
+        out: dict[int, int] = {}
+        for i, k in enumerate(a.step_of):
+            if k >= 0 and k not in out:
+                first.setdefault(k, i)
+                if late.get(k) is None or rank[i] == late[k]:
+                    out[k] = i
+        return {**first, **out}
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         event.stop()
         if event.data_table.id == "wait-table" and event.cursor_row < len(self._rows):
             _jump(self, self._rows[event.cursor_row])
+        elif event.data_table.id == "step-table" and event.cursor_row < len(self._step_rows):
+            _jump(self, self._step_rows[event.cursor_row])
         elif event.data_table.id == "straggler-table":
             s = self.store.analysis.stragglers[event.cursor_row]
             late = [c for c in self.store.analysis.collectives if c.last_arrival == s.rank and s.rank in c.ranks]
@@ -281,7 +318,8 @@ class ChartsView(Vertical):
 
 
 class ProblemsView(Vertical):
-    """The report's hangs, mismatches, divergences, unmatched messages and clock problems; enter jumps there."""
+    """The report's problems (mismatches, deaths, hangs, errors, non-finite values, divergences, unmatched
+    messages, clock problems), under what the input lost, as the report says it first; enter jumps there."""
 
     DEFAULT_CSS = """
     ProblemsView { height: 1fr; }
@@ -294,6 +332,15 @@ class ProblemsView(Vertical):
         self.store = store
 
     def compose(self) -> ComposeResult:
+        t = self.store.table
+        if t.warnings:
+            damaged = t.damage_summary()
+            head = (f"damaged trace: {damaged}. No finding here rests on the missing records." if damaged
+                    else "warnings about the input:")
+            shown = [f"\n  {w}" for w in t.warnings[:5]]
+            more = (f"\n  … and {len(t.warnings) - 5} more (disttrace report lists them all)"
+                    if len(t.warnings) > 5 else "")
+            yield Static(Text.assemble((head, "bold yellow"), *shown, more), id="input-warnings")
         problems = self.store.analysis.problems
         if not problems:
             yield Static("No problems found: no hang, mismatch, divergence, unmatched message or clock violation.")

@@ -1,0 +1,209 @@
+"""The analysis' verdicts against ground truth, table-driven.
+
+The corpus is tests/jobs/verdict_*.py: small realistic jobs (DDP, FSDP2, manual data parallel, a pipeline, a
+balanced job, NaN, a size mismatch, a hang, a killed rank), each with an injected, known fault and, beside it, how
+it is traced (`RUN`) and the verdict it must give (`EXPECT`). A job may also name damaged copies of its trace
+(`DAMAGE`: a garbled record, a file cut in half) with their own verdicts. Each job is traced once per session
+(the `traced` fixture) and its verdict checked in `report --json`, the text report and the viewer's problems.
+
+EXPECT's keys (each optional but `problems`, which is always checked: nothing may be invented):
+- `straggler`: None, or {rank, steps (list; None: not checked), period, cost_ms: (value, tolerance), site: a
+  substring of the verdict's site}
+- `steps`: {count: (value, tolerance) or int, warmup_max: the most leading steps that may be warm-up}
+- `problems`: [{kind, ranks (None: not checked), where: {rank: substring}, message: [substrings]}]: exactly these
+  kinds, each as many times as listed
+- `pipeline`: {stages, micro_batches, iterations, expected_fraction, slow_stage} (None: no pipeline)
+- `waits_ms`: {rank: (value, tolerance)}: a rank's total wait
+- `warnings`: [substrings] that summary.warnings must hold (and none when the key is absent... unless damaged)
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import subprocess
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from conftest import JOBS, disttrace_cmd
+
+pytestmark = pytest.mark.slow
+
+CASES = sorted(p.stem for p in JOBS.glob("verdict_*.py"))
+MS = 1e6
+
+
+def job(name: str):
+    """The job module itself (its RUN, EXPECT and DAMAGE; it imports torch only when run)."""
+    spec = importlib.util.spec_from_file_location(name, JOBS / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+# -- damaged copies ---------------------------------------------------------------------------------------
+def _rank_file(trace: Path, rank: int) -> Path:
+    (f,) = [p for p in trace.glob(f"rank-{rank:05d}-*.jsonl")]
+    return f
+
+
+def garble(src: Path, dst: Path, rank: int, kind: str = "b") -> None:
+    """A copy of the trace with the middle record of kind `kind` of a rank's file garbled (bytes overwritten)."""
+    shutil.copytree(src, dst)
+    f = _rank_file(dst, rank)
+    lines = f.read_bytes().rstrip(b"\0").split(b"\n")
+    picks = [k for k, line in enumerate(lines) if f'"k":"{kind}"'.encode() in line]
+    k = picks[len(picks) // 2]
+    lines[k] = lines[k][:10] + b"\xff#garbled#" + lines[k][20:]
+    f.write_bytes(b"\n".join(lines))
+
+
+def cut(src: Path, dst: Path, rank: int) -> None:
+    """A copy of the trace with a rank's file cut in half (mid-record)."""
+    shutil.copytree(src, dst)
+    f = _rank_file(dst, rank)
+    data = f.read_bytes().rstrip(b"\0")
+    f.write_bytes(data[: len(data) // 2])
+
+
+DAMAGERS = {"garbled": garble, "cut": cut}
+
+
+# -- the traces, once per session ---------------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def verdict_traces(traced, tmp_path_factory):
+    """name -> trace dir, for each job and each of its damaged copies (made on first use)."""
+    made: dict[str, Path] = {}
+
+    def get(case: str) -> Path:
+        if case not in made:
+            name, _, damage = case.partition("+")
+            mod = job(name)
+            run = getattr(mod, "RUN", {})
+            trace = traced(f"{name}.py", nproc=run.get("nproc", 2), args=run.get("args", ()),
+                           summaries=run.get("summaries", "off"), run_args=run.get("run_args", ()),
+                           expect_rc=run.get("rc", 0))
+            if damage:
+                how = mod.DAMAGE[damage]
+                dst = tmp_path_factory.mktemp(f"{name}-{damage}") / "trace"
+                DAMAGERS[damage](trace, dst, **how.get("args", {}))
+                trace = dst
+            made[case] = trace
+        return made[case]
+
+    return get
+
+
+def _expect(case: str) -> dict:
+    name, _, damage = case.partition("+")
+    mod = job(name)
+    return mod.DAMAGE[damage]["expect"] if damage else mod.EXPECT
+
+
+ALL_CASES = CASES + [f"{c}+{d}" for c in CASES for d in getattr(job(c), "DAMAGE", {})]
+
+
+def _report(trace: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(disttrace_cmd("report", str(trace), *args), capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def reports(verdict_traces):
+    """case -> (report --json as a dict, the text report, the exit code of each)."""
+    out = {}
+
+    def get(case: str):
+        if case not in out:
+            trace = verdict_traces(case)
+            js, text = _report(trace, "--json"), _report(trace)
+            assert js.returncode in (0, 1), js.stderr
+            assert "Traceback" not in js.stderr + text.stderr
+            out[case] = (json.loads(js.stdout), text.stdout, js.returncode, text.returncode)
+        return out[case]
+
+    return get
+
+
+def _approx(value, want) -> bool:
+    if isinstance(want, tuple):
+        v, tol = want
+        return abs(value - v) <= tol
+    return value == want
+
+
+@pytest.mark.parametrize("case", ALL_CASES)
+def test_verdict(case, reports):
+    d, text, rc_json, rc_text = reports(case)
+    want = _expect(case)
+    problems = d["problems"]
+
+    # problems: exactly the kinds expected, each with its ranks and where; never one that was not
+    got_kinds = Counter(p["kind"] for p in problems)
+    want_kinds = Counter(p["kind"] for p in want.get("problems", []))
+    assert got_kinds == want_kinds, [(p["kind"], p["ranks"], p["message"]) for p in problems]
+    for w in want.get("problems", []):
+        cands = [p for p in problems if p["kind"] == w["kind"]
+                 and (w.get("ranks") is None or sorted(p["ranks"]) == sorted(w["ranks"]))]
+        assert cands, (w, [(p["kind"], p["ranks"]) for p in problems])
+        p = cands[0]
+        for r, sub in w.get("where", {}).items():
+            assert sub in p.get("where", {}).get(str(r), ""), (r, p.get("where"))
+        for sub in w.get("message", []):
+            assert sub in p["message"], (sub, p["message"])
+    assert rc_json == rc_text == (1 if want.get("problems") else 0)
+
+    # the straggler verdict
+    if "straggler" in want:
+        s, ws = d["straggler"], want["straggler"]
+        if ws is None:
+            assert s is None, s
+            assert "Straggler:" not in text
+        else:
+            assert s is not None and s["rank"] == ws["rank"], s
+            if ws.get("steps") is not None:
+                assert s["steps"] == ws["steps"], s
+            if "period" in ws:
+                assert s["period"] == ws["period"], s
+            if "cost_ms" in ws:
+                assert _approx(s["delay_cost_ns"] / MS, ws["cost_ms"]), s
+            if "site" in ws:
+                assert ws["site"] in (s["site"] or ""), s
+            assert f"Straggler: rank {ws['rank']}" in text
+
+    # steps
+    if "steps" in want:
+        steps, ws = d["steps"], want["steps"]
+        if "count" in ws:
+            assert _approx(len(steps), ws["count"]), [(s["index"], s["warmup"]) for s in steps]
+        if "warmup_max" in ws:
+            assert sum(s["warmup"] for s in steps) <= ws["warmup_max"]
+
+    # pipeline
+    if "pipeline" in want:
+        p, wp = d["pipeline"], want["pipeline"]
+        if wp is None:
+            assert p is None
+        else:
+            assert p is not None
+            for key in ("stages", "micro_batches", "iterations", "slow_stage"):
+                if key in wp:
+                    assert p[key] == wp[key], (key, p)
+            if "expected_fraction" in wp:
+                assert p["expected_fraction"] == pytest.approx(wp["expected_fraction"], abs=1e-3)
+
+    # waits
+    for r, w in want.get("waits_ms", {}).items():
+        assert _approx(d["waits"][str(r)] / MS, w), (r, d["waits"])
+
+    # damage: reported first, and only where there is some
+    warnings = d["summary"]["warnings"]
+    for sub in want.get("warnings", []):
+        assert any(sub in w for w in warnings), warnings
+    if not want.get("warnings"):
+        assert not warnings, warnings
+    else:
+        first = text.splitlines()[1]
+        assert "damaged" in first.lower() or "warning" in first.lower(), text[:400]

@@ -1,0 +1,234 @@
+"""Training steps: which iteration of the user's loop each op belongs to (ANALYSIS.md, "Steps").
+
+User markers win: `disttrace.tracer.step()` or torch.profiler's `step()` number each event (the reader's `step`
+column), and step k is what each rank issued between its k-th and (k+1)-th marker.
+
+Without markers, a step is one period of the repeating sequence of ops on a rank. Each op is keyed by (op, group,
+call site, bytes); the period p is the one whose longest stretch of `key[i] == key[i + p]` covers most of the
+rank's ops (the smallest such p: its multiples cover no more), among the spacings between repeats of a key or of
+a run of one key. The p keys at the start of that stretch are the
+step's signature; every later occurrence of the signature starts a step, and ops between two occurrences (an
+evaluation, a checkpoint) belong to the step before. Before the stretch, the first iterations often differ only
+in their sizes (DDP's first backward runs before its buckets are rebuilt): an earlier op with the signature's
+first (op, group, site) at most two periods back starts a step too. What comes before the first step (set-up: DDP's
+start-up broadcasts) and after the last belongs to no step (-1).
+
+Steps are found per rank, then numbered alike across ranks: the ops of one collective, or the two sides of one
+message, are in the same step on every rank. Leading steps unlike the steady ones (another signature, or more than
+twice the median duration) are marked warm-up.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections import Counter
+from itertools import groupby, islice
+from operator import eq
+from statistics import median
+
+from ..events import NONE, EventTable
+from .model import Step
+
+MIN_REPEATS = 2       # a sequence seen once is not a loop
+_CANDIDATES = 16      # the most frequent spacings between repeats of a key tried as the period
+_SAMPLE = 8192        # ops per rank whose spacings propose periods
+_VOTES = 4096         # collectives (and messages) sampled to number the steps alike across ranks
+
+
+def find_steps(t: EventTable, instance_rows: list, p2p_pairs) -> tuple[array, str]:
+    """(step index per event row, or -1; "marker", "detected" or "" when no step was found).
+
+    instance_rows: each collective instance's rows; p2p_pairs: (send row, recv row) of matched messages (NONE
+    where a side is missing): what ties the ranks' numbering together."""
+    n = len(t)
+    step_of = array("i", [-1]) * n
+    marks = getattr(t, "user_step", None)
+    if marks is not None and len(marks) == n and any(s != NONE for s in marks):
+        for i, s in enumerate(marks):
+            step_of[i] = s
+        return step_of, "marker"
+    rows_of: dict[int, list[int]] = {}
+    for i, r in enumerate(t.rank):
+        rows_of.setdefault(r, []).append(i)
+    # the keys of every row at once, in C: (op, group, site) and that with the bytes
+    loose_all = list(zip(t.op.codes, t.gid, t.site.codes))
+    full_all = list(zip(loose_all, t.bytes))
+    found = False
+    for rows in rows_of.values():
+        starts = _step_starts(list(map(full_all.__getitem__, rows)), list(map(loose_all.__getitem__, rows)))
+        if not starts:
+            continue
+        found = True
+        k = -1
+        nxt = 0
+        for pos, i in enumerate(rows):
+            if nxt < len(starts) and pos == starts[nxt]:
+                k += 1
+                nxt += 1
+            step_of[i] = k
+        # ops after the last step's signature that do not continue it (a final barrier) are not a step: cut the
+        # last step at its usual length
+        if len(starts) >= 2:
+            usual = median(b - a for a, b in zip(starts, starts[1:]))
+            for pos in range(starts[-1] + int(usual * 1.5) + 1, len(rows)):
+                step_of[rows[pos]] = -1
+    if not found:
+        return step_of, ""
+    _align(t, step_of, instance_rows, p2p_pairs)
+    return step_of, "detected"
+
+
+def _step_starts(keys: list, loose_keys: list) -> list[int]:
+    """Positions in one rank's op sequence where a step starts (empty: no repeating sequence)."""
+    n = len(keys)
+    if n < 2 * MIN_REPEATS:
+        return []
+    # candidate periods: the spacings between repeats of a key, and between repeats of a run of one key (a
+    # pipeline stage sends M activations in a row, then receives M gradients: its period is two runs long),
+    # over the first ops: a loop repeats from the start
+    sample = keys[:_SAMPLE]
+    spacing: Counter = Counter()
+    last: dict = {}
+    for i, k in enumerate(sample):
+        j = last.get(k)
+        if j is not None:
+            spacing[i - j] += 1
+        last[k] = i
+    last = {}
+    i = 0
+    for k, run in groupby(sample):
+        length = sum(1 for _ in run)
+        j = last.get((k, length))
+        if j is not None:
+            spacing[i - j] += 1
+        last[(k, length)] = i
+        i += length
+    best = None  # (covered, -p, p, start)
+    for p, count in spacing.most_common(_CANDIDATES):
+        if count < MIN_REPEATS - 1:
+            continue
+        # the longest stretch where keys[i] == keys[i + p], found in C: a byte per position, split at mismatches
+        runs = list(map(len, bytes(map(eq, keys, islice(keys, p, None))).split(b"\0")))
+        best_run = max(runs)
+        k = runs.index(best_run)
+        best_start = sum(runs[:k]) + k  # each split took one mismatch byte
+        covered = best_run + p
+        if best_run < p * (MIN_REPEATS - 1):
+            continue
+        cand = (covered, -p, p, best_start)
+        if best is None or cand > best:
+            best = cand
+    if best is None:
+        return []
+    _, _, p, a = best
+    signature = keys[a:a + p]
+    first = signature[0]
+    starts = []
+    i = a
+    for j in [j for j in range(a, n - p + 1) if keys[j] == first]:  # every occurrence of the signature from a on
+        if j >= i and keys[j:j + p] == signature:
+            starts.append(j)
+            i = j + p
+    # earlier iterations that differ only in their sizes: the signature's first (op, group, site), close enough
+    anchor = loose_keys[a]
+    j = a - 1
+    while j >= 0 and a - j <= 2 * p:
+        if loose_keys[j] == anchor:
+            starts.insert(0, j)
+            a = j
+        j -= 1
+    return starts if len(starts) >= MIN_REPEATS else []
+
+
+def _align(t: EventTable, step_of: array, instance_rows: list, p2p_pairs) -> None:
+    """Renumber each rank's steps so that one collective (or message) is in the same step on every rank: the
+    shift that most of the rank's shared ops agree on, relative to the lowest rank (then to ranks aligned so far)."""
+    votes: dict[tuple[int, int], Counter] = {}
+    rank = t.rank
+
+    def vote(i: int, j: int) -> None:
+        si, sj = step_of[i], step_of[j]
+        if si >= 0 and sj >= 0:
+            votes.setdefault((rank[i], rank[j]), Counter())[sj - si] += 1
+
+    # a sample of the shared ops is enough to agree on a shift (the votes are unanimous unless the trace is odd)
+    for rows in instance_rows[::max(1, len(instance_rows) // _VOTES)]:
+        if len(rows) > 1:
+            i0 = rows[0]
+            for j in rows[1:]:
+                vote(i0, j)
+                vote(j, i0)
+    pairs = list(p2p_pairs)
+    for s, r in pairs[::max(1, len(pairs) // _VOTES)]:
+        if s != NONE and r != NONE:
+            vote(s, r)
+            vote(r, s)
+    ranks = sorted({r for r, _ in votes} | {r for _, r in votes})
+    if not ranks:
+        return
+    ahead = {ranks[0]: 0}  # rank -> how many steps its numbering is ahead of the first rank's
+    frontier = [ranks[0]]
+    while frontier:  # breadth-first over the ranks that share ops
+        a = frontier.pop(0)
+        for (x, y), c in votes.items():
+            if x == a and y not in ahead:
+                ahead[y] = ahead[a] + c.most_common(1)[0][0]
+                frontier.append(y)
+    # the rank furthest ahead (it found the most leading steps) keeps its numbering; the others move up to it,
+    # so that no rank's first step goes below 0
+    top = max(ahead.values())
+    for i, r in enumerate(rank):
+        d = top - ahead.get(r, top)
+        if d and step_of[i] >= 0:
+            step_of[i] += d
+
+
+def build_steps(t: EventTable, step_of: array) -> list[Step]:
+    """The steps' windows: per rank from the end of its op before the step to the end of its last op in it; a
+    step spans the earliest rank's start to the latest rank's end. Waits and causes are filled in later."""
+    n_steps = max(step_of, default=-1) + 1
+    if n_steps <= 0:
+        return []
+    lo = [1 << 62] * n_steps
+    hi = [-1] * n_steps
+    cur: dict[int, int] = {}       # rank -> the step of its previous row
+    prev_end: dict[int, int] = {}  # rank -> the end of its previous ops
+    ends = [e if e != NONE else w for e, w in zip(t.end_ns, t.wait_end_ns)]  # the op-end rule of matching.finished_at
+    for k, r, s, e in zip(step_of, t.rank, t.start_ns, ends):
+        if k >= 0:
+            if cur.get(r) != k:  # the rank's first op of step k: the step began when its op before ended
+                cur[r] = k
+                a = prev_end.get(r, s)
+                if a < lo[k]:
+                    lo[k] = a
+            x = e if e != NONE else s
+            if x > hi[k]:
+                hi[k] = x
+        if e != NONE and e > prev_end.get(r, -1):
+            prev_end[r] = e
+    steps = [Step(k, lo[k] if hi[k] >= 0 else 0, max(hi[k], 0), {}, {}, None) for k in range(n_steps)]
+    _mark_warmup(t, step_of, steps)
+    return steps
+
+
+def _mark_warmup(t: EventTable, step_of: array, steps: list[Step]) -> None:
+    """Leading steps unlike the steady ones: another sequence of ops (on any of a sample of ranks), or over twice
+    the median length."""
+    if len(steps) < 3:
+        return
+    ranks = sorted(t.ranks)
+    sample = set(ranks[::max(1, len(ranks) // 8)])
+    sigs: dict[tuple[int, int], list] = {}
+    for k, r, o, g, site, b in zip(step_of, t.rank, t.op.codes, t.gid, t.site.codes, t.bytes):
+        if k >= 0 and r in sample:
+            sigs.setdefault((r, k), []).append((o, g, site, b))
+    by_rank: dict[int, Counter] = {}
+    for (r, _), sig in sigs.items():
+        by_rank.setdefault(r, Counter())[tuple(sig)] += 1
+    usual = {r: c.most_common(1)[0][0] for r, c in by_rank.items()}
+    typical = median(s.end_ns - s.start_ns for s in steps)
+    for s in steps[: len(steps) // 2]:
+        odd = any(tuple(sigs[(r, s.index)]) != usual[r] for r in usual if (r, s.index) in sigs)
+        if not odd and s.end_ns - s.start_ns <= 2 * typical:
+            break
+        s.warmup = True

@@ -1,0 +1,268 @@
+"""Who made the others wait, per rank and per step, and the straggler verdict (ANALYSIS.md, "Stragglers").
+
+Every wait (waits.py) has a cause: the last arrival of an N×N op, the root of a Late Broadcast, the last sender of
+an Early Reduce, the sender of a late message, the receiver a send waited for. A rank's delay cost is the waiting
+it caused: per waiting rank the union of the intervals it spent waiting for it (DDP's buckets wait for the same
+late arrival at once: counted once), summed over the waiting ranks.
+
+The verdict names a straggler only when its cost stands out from the job's own jitter. The units compared are the
+steady steps (warm-up and set-up left out) or, with fewer than `MIN_UNITS` of them, the collectives and messages.
+In each unit the rank the others waited for most leads it. A rank is named when
+- it led nearly every unit (`PERSISTENT`), each time by more than a floor (`FLOOR` of the median step, and the
+  clocks' uncertainty): a persistently slow rank; or
+- its cost led units as an outlier, over the median unit's largest cost by `OUTLIERS` median absolute deviations
+  (the jitter), twice as much as all the other ranks' outliers together (random hiccups of the machine strike
+  ranks alike), in at least `MIN_OUTLIERS` units or in fewer that hold `SINGLE` of the steady time: an occasional
+  or periodic straggler.
+Otherwise no rank is named. In a pipeline the waits between its stages are the schedule's bubble, not straggling:
+they are left out (pipeline.py names a slower stage).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from statistics import median
+from typing import TYPE_CHECKING
+
+from ..events import NONE, EventTable
+from .model import Step, Straggler, StragglerVerdict
+from .waits import union_ns
+
+if TYPE_CHECKING:
+    from array import array
+
+    from .tables import CollectiveTable, P2PTable
+
+MIN_UNITS = 3       # steady steps needed to compare steps (else collectives and messages are compared)
+PERSISTENT = 0.8    # of the units
+OUTLIERS = 6.0      # median absolute deviations (scaled to a standard deviation) above the median
+MIN_OUTLIERS = 3    # outlier units
+SINGLE = 0.2        # of the steady time: fewer outliers than MIN_OUTLIERS name a rank only if they cost this much
+FLOOR = 0.02        # of the median unit's length
+MIN_FLOOR_NS = 50_000
+
+
+class WaitRecord:
+    """The waits of a trace as parallel lists: waiting rank, causing rank, interval, the waiting rank's event row
+    and the causing rank's (its arrival), unit (the wait's instance: collective k, or message m as -(m + 1)), and
+    whether it counts for the verdict (not a pipeline's bubble)."""
+
+    def __init__(self) -> None:
+        self.waiter: list[int] = []
+        self.culprit: list[int] = []
+        self.a: list[int] = []
+        self.b: list[int] = []
+        self.row: list[int] = []
+        self.culprit_row: list[int] = []
+        self.unit: list[int] = []
+        self.counts: list[bool] = []
+
+    def add(self, waiter: int, culprit: int, a: int, w: int, row: int, culprit_row: int, unit: int,
+            counts: bool) -> None:
+        self.waiter.append(waiter)
+        self.culprit.append(culprit)
+        self.a.append(a)
+        self.b.append(a + w)
+        self.row.append(row)
+        self.culprit_row.append(culprit_row)
+        self.unit.append(unit)
+        self.counts.append(counts)
+
+
+def wait_records(t: EventTable, collectives: CollectiveTable, culprits: list[int | None], p2p: P2PTable,
+                 pipelines: list[set[int]]) -> WaitRecord:
+    out = WaitRecord()
+    rank_c, start_c, groups = t.rank, t.start_ns, t.groups
+    rows_c, waits_c, offset = collectives.rows, collectives.waits, collectives.offset
+
+    # a group or a message between stages of one pipeline: the schedule's bubble
+    in_pipe = [any(len(g.ranks) > 1 and p.issuperset(g.ranks) for p in pipelines) for g in groups]
+    pipe_pairs = {(a, b) for p in pipelines for a in p for b in p}
+
+    for k, culprit in enumerate(culprits):
+        lo, hi = offset[k], offset[k + 1]
+        if culprit is None or not any(waits_c[lo:hi]):
+            continue
+        counts = not in_pipe[collectives.gid[k]]
+        rows = rows_c[lo:hi]
+        by_rank = {rank_c[i]: i for i in rows}
+        for j in range(lo, hi):
+            w = waits_c[j]
+            if w > 0:
+                i = rows_c[j]
+                if rank_c[i] != culprit:
+                    out.add(rank_c[i], culprit, start_c[i], w, i, by_rank.get(culprit, i), k, counts)
+    for m, (src, dst, send, recv, ls, lr) in enumerate(zip(p2p.src, p2p.dst, p2p.send, p2p.recv, p2p.late_sender_ns,
+                                                           p2p.late_receiver_ns)):
+        if ls or lr:
+            counts = (src, dst) not in pipe_pairs
+            if ls and recv != NONE:
+                out.add(dst, src, start_c[recv], ls, recv, send, -(m + 1), counts)
+            if lr and send != NONE:
+                out.add(src, dst, start_c[send], lr, send, recv, -(m + 1), counts)
+    return out
+
+
+def wait_totals(rec: WaitRecord, ranks: list[int]) -> dict[int, int]:
+    """Per rank, the time it spent waiting for peers: the union of its waits' intervals."""
+    by: dict[int, list] = {}
+    for r, a, b in zip(rec.waiter, rec.a, rec.b):
+        by.setdefault(r, []).append((a, b))
+    return {r: union_ns(by.get(r, ())) for r in ranks}
+
+
+def _caused(pairs: dict[tuple[int, int], list]) -> dict[int, int]:
+    """culprit -> the waiting it caused: per waiting rank the union of its intervals, summed."""
+    out: dict[int, int] = {}
+    for (culprit, _), iv in pairs.items():
+        out[culprit] = out.get(culprit, 0) + union_ns(iv)
+    return out
+
+
+def stragglers_of(rec: WaitRecord, collectives: CollectiveTable, culprits: list[int | None],
+                  ranks: list[int]) -> list[Straggler]:
+    """Per rank, the waiting it caused others (its delay cost) and how often it arrived last; worst first."""
+    pairs: dict[tuple[int, int], list] = {}
+    for w, c, a, b in zip(rec.waiter, rec.culprit, rec.a, rec.b):
+        pairs.setdefault((c, w), []).append((a, b))
+    cost = dict.fromkeys(ranks, 0)
+    cost.update(_caused(pairs))
+    late = Counter(culprits[u] for u in set(rec.unit) if u >= 0)
+    out = [Straggler(r, cost[r], late.get(r, 0)) for r in cost]
+    out.sort(key=lambda s: (-s.delay_cost_ns, -s.late_count, s.rank))
+    return out
+
+
+def fill_steps(rec: WaitRecord, steps: list[Step], step_of: array) -> None:
+    """Each step's waits per rank and the waiting each rank caused in it."""
+    waits: dict[int, dict[int, list]] = {}
+    pairs: dict[int, dict[tuple[int, int], list]] = {}
+    for w, c, a, b, row in zip(rec.waiter, rec.culprit, rec.a, rec.b, rec.row):
+        k = step_of[row]
+        if k >= 0:
+            waits.setdefault(k, {}).setdefault(w, []).append((a, b))
+            pairs.setdefault(k, {}).setdefault((c, w), []).append((a, b))
+    for s in steps:
+        s.wait_ns = {r: union_ns(iv) for r, iv in sorted(waits.get(s.index, {}).items())}
+        s.caused_ns = dict(sorted(_caused(pairs.get(s.index, {})).items()))
+
+
+def verdict(t: EventTable, rec: WaitRecord, steps: list[Step], step_of: array) -> StragglerVerdict | None:
+    """The straggler, or None when no rank's delays stand out from the jitter (the module docstring's rules).
+    Sets each step's late_rank."""
+    steady = {s.index for s in steps if not s.warmup}
+    by_step = len(steady) >= MIN_UNITS
+    # cost[unit][rank]: per unit, per culprit, per waiting rank the union of its intervals
+    pairs: dict[int, dict[tuple[int, int], list]] = {}
+    for w, c, a, b, row, unit, counts in zip(rec.waiter, rec.culprit, rec.a, rec.b, rec.row, rec.unit, rec.counts):
+        if not counts:
+            continue
+        if by_step:
+            unit = step_of[row]
+            if unit not in steady:
+                continue
+        pairs.setdefault(unit, {}).setdefault((c, w), []).append((a, b))
+    cost = {u: _caused(p) for u, p in pairs.items()}
+    per_step = cost if by_step else {s.index: s.caused_ns for s in steps}
+    if by_step:
+        units = sorted(steady)
+        span = {s.index: s.end_ns - s.start_ns for s in steps}
+        steady_ns = sum(span[u] for u in units)
+        typical = median(span[u] for u in units)
+    else:
+        units = sorted(cost)
+        steady_ns = max(t.end_ns, default=0) - min(t.start_ns, default=0)
+        typical = 0
+    total: dict[int, int] = {}
+    for c in cost.values():
+        for r, v in c.items():
+            total[r] = total.get(r, 0) + v
+    everyone = sum(total.values())
+    if not units or not everyone:
+        _set_late_ranks(steps, per_step, float("inf"))
+        return None
+    tops = [max(cost.get(u, {}).values(), default=0) for u in units]
+    med = median(tops)
+    mad = median(abs(x - med) for x in tops) * 1.4826
+    unc = max((info.clock_uncertainty_ns for info in t.ranks.values()), default=0)
+    floor = max(MIN_FLOOR_NS, 4 * unc, FLOOR * typical)
+    outlier = max(floor, med + OUTLIERS * mad)
+    leader = {u: max(c, key=lambda r: (c[r], -r)) for u in units if (c := cost.get(u))}
+    # a persistently slow rank: the one the others waited for in nearly every unit, by more than the floor
+    leads = Counter(r for u, r in leader.items() if cost[u][r] > floor)
+    if leads:
+        rank, n = max(leads.items(), key=lambda x: (x[1], total[x[0]], -x[0]))
+        if len(units) >= MIN_UNITS and n >= PERSISTENT * len(units):
+            late = [u for u in units if leader.get(u) == rank and cost[u][rank] > floor]
+            return _named(t, rec, steps, step_of, cost, per_step, by_step, rank, late, floor, total, everyone)
+    # an occasional or periodic straggler: its delays are outliers against the jitter, and cost at least twice
+    # everyone else's outliers together (random hiccups of the machine strike ranks alike); fewer than
+    # MIN_OUTLIERS only if they hold a fifth of the run
+    outliers: dict[int, list[int]] = {}
+    for u, r in leader.items():
+        if cost[u][r] > outlier:
+            outliers.setdefault(r, []).append(u)
+    _set_late_ranks(steps, per_step, outlier)
+    if not outliers:
+        return None
+    weight = {r: sum(cost[u][r] for u in us) for r, us in outliers.items()}
+    rank = max(weight, key=lambda r: (weight[r], -r))
+    late = outliers[rank]
+    others = sum(weight.values()) - weight[rank]
+    if weight[rank] < 2 * others or not (len(late) >= MIN_OUTLIERS or weight[rank] >= SINGLE * steady_ns):
+        return None
+    return _named(t, rec, steps, step_of, cost, per_step, by_step, rank, late, outlier, total, everyone)
+
+
+def _named(t: EventTable, rec: WaitRecord, steps: list[Step], step_of: array, cost: dict, per_step: dict,
+           by_step: bool, rank: int, late: list[int], threshold: float, total: dict[int, int], everyone: int
+           ) -> StragglerVerdict:
+    _set_late_ranks(steps, per_step, threshold)
+    late_cost = sum(cost[u][rank] for u in late)
+    worst = max(late, key=lambda u: cost[u][rank])
+    before, here = _sites(t, rec, rank, worst, step_of if by_step else None)
+    return StragglerVerdict(
+        rank=rank, delay_cost_ns=total[rank], steps=late if by_step else [], period=_period(late) if by_step else None,
+        site=f"{before} → {here}" if here else None, from_site=before, to_site=here,
+        per_step_ns=late_cost // len(late), noise_ns=int(threshold), late_count=len(late), share=total[rank] / everyone)
+
+
+def _set_late_ranks(steps: list[Step], cost: dict[int, dict[int, int]], threshold: float) -> None:
+    """Each steady step's late rank: the one the others waited for most (cost: step -> rank -> waiting caused), if
+    by more than the threshold (the floor, for a persistently slow rank)."""
+    for s in steps:
+        c = cost.get(s.index)
+        s.late_rank = None
+        if c and not s.warmup:
+            r = max(c, key=lambda r: (c[r], -r))
+            if c[r] > threshold:
+                s.late_rank = r
+
+
+def _period(late: list[int]) -> int | None:
+    """d when the units come every d-th (at least three, three quarters of the gaps d, the others multiples)."""
+    if len(late) < 3:
+        return None
+    gaps = [b - a for a, b in zip(late, late[1:])]
+    d, n = Counter(gaps).most_common(1)[0]
+    return d if n >= 0.75 * len(gaps) and all(g % d == 0 for g in gaps) else None
+
+
+def _sites(t: EventTable, rec: WaitRecord, rank: int, unit: int, step_of) -> tuple[str | None, str | None]:
+    """(previous op's site, arrival site) of the rank's costliest late arrival in `unit` (a step, or without steps an
+    instance): the code between them is what it ran while the others waited."""
+    best, arrival = -1, -1
+    for c, a, b, row, crow, u in zip(rec.culprit, rec.a, rec.b, rec.row, rec.culprit_row, rec.unit):
+        if c == rank and (step_of[row] if step_of is not None else u) == unit and b - a > best:
+            best, arrival = b - a, crow
+    if arrival < 0 or t.rank[arrival] != rank:
+        return None, None
+    prev = None
+    for i, r in enumerate(t.rank):  # the late rank's op before its arrival (table order is issue order per rank)
+        if i == arrival:
+            break
+        if r == rank:
+            prev = i
+    here = t.site[arrival] or "?"
+    before = t.site[prev] if prev is not None and t.site[prev] else "its start"
+    return before, here
