@@ -360,7 +360,7 @@ def ddp_like(steps: int, late: dict[int, int], world: int = 2, jitter_ms: float 
                         async_op=True, site="train.py:16 in <module>")
                 t += MS // 2
         buckets = [332] if step == 0 else [267, 65]
-        arrive = {r: t + int(rng.uniform(0, jitter_ms) * MS) + (late.get(step, 0) * MS if r == 1 else 0)
+        arrive = {r: t + int(rng.uniform(0, jitter_ms) * MS) + (int(late.get(step, 0) * MS) if r == 1 else 0)
                   for r in range(world)}
         for b, size in enumerate(buckets):
             starts = {r: a + b * MS // 5 for r, a in arrive.items()}
@@ -397,6 +397,17 @@ def test_a_balanced_job_has_no_straggler():
         a = ddp_like(20, {}, jitter_ms=2.0, seed=seed).analyze()
         assert a.straggler is None, (seed, a.straggler)
         assert describe_straggler(a).startswith("No straggler")
+
+
+def test_a_rank_that_tends_to_come_last_by_the_jitter_is_no_straggler():
+    import random
+
+    # as measured on this VM in a balanced 2-rank DDP job: rank 1 usually comes up to 2.5 ms after rank 0 (its
+    # process scheduled a little worse), sometimes before: a few times the waiting rank 0 causes, not a slow rank
+    for seed in range(5):
+        rng = random.Random(seed)
+        a = ddp_like(20, {k: rng.uniform(-1.0, 2.5) for k in range(20)}, jitter_ms=0.5).analyze()
+        assert a.straggler is None, (seed, a.straggler)
 
 
 def test_a_persistently_slow_rank_is_named_for_every_step():

@@ -13,6 +13,7 @@ import orjson
 import pytest
 
 from conftest import run_disttrace
+from disttrace.tracer.analysis import analyze
 from disttrace.tracer.events import NONE
 from disttrace.tracer.reader import load_trace
 
@@ -50,6 +51,11 @@ def test_a_job_s_markers_number_its_ops_and_survive_the_events_round_trip(traced
     again = load_trace(str(events))
     assert [again.row(i) for i in range(len(again))] == [table.row(i) for i in range(len(table))]
     assert list(again.user_step) == list(table.user_step)
+
+    # the analysis takes the job's steps over its own detection (which would find one all_reduce a step)
+    a = analyze(table)
+    assert a.steps_source == "marker" and [s.index for s in a.steps] == list(range(7))
+    assert list(a.step_of) == list(table.user_step)
 
 
 # -- the reader's rules, on hand-written rank files ---------------------------------------------------------

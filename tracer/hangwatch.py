@@ -4,8 +4,9 @@ The launcher sees every local rank's trace file as it is written. Each rank's wa
 a "stacks" record when one of its ops has been in flight longer than the hang timeout, and every other rank
 then records its own stacks too. When such a record appears, this monitor waits a moment for the others' stacks,
 reads the trace as it is (the reader tolerates files being written), runs the analysis for its hang,
-mismatch and unmatched-P2P problems (the wavefront: who entered, who never did and their last event), and prints
-that with where each rank is now in its code. It kills the job only when asked (--kill-on-hang).
+mismatch, died, error and unmatched-P2P problems (the wavefront: who entered, who never did and their last
+event), and prints that with where each rank is now in its code. It kills the job only when asked
+(--kill-on-hang).
 Imports neither torch nor textual.
 """
 
@@ -117,7 +118,8 @@ class HangMonitor(threading.Thread):
             a = analyze(load_trace([self.out_dir]))
         except Exception as e:  # noqa: BLE001
             return [f"(could not analyse the trace yet: {type(e).__name__}: {e})"]
-        msgs = [f"{p.kind}: {p.message}" for p in a.problems if p.kind in ("hang", "unmatched", "mismatch")]
+        msgs = [f"{p.kind}: {p.message}" for p in a.problems if p.kind in ("hang", "unmatched", "mismatch", "died",
+                                                                            "error")]
         return msgs or ["no rank has been waiting on another yet; see the stacks below"]
 
 

@@ -2,7 +2,9 @@
 
 What it tolerates, with a warning each (never a crash): a torn last line (a rank killed mid-write), the zero
 bytes a crashed recorder leaves at the end of its file, malformed lines, records of unknown kinds, ends without
-a begin. A begin without an end is an op the rank never finished: status `unfinished`.
+a begin. A begin without an end is an op the rank never finished: status `unfinished`. What each rank's file lost
+is kept in its RankInfo (`damage`), so that the analysis never takes the missing records for findings; the hang
+watchdog's stacks records are kept in `EventTable.stacks`, aligned like the events.
 
 Clock alignment: each rank file holds its offset to rank 0's monotonic clock measured at start (and at the
 end, when the job shut down cleanly). Times are shifted by the start offset plus the drift interpolated

@@ -132,7 +132,8 @@ def render(a: Analysis, top: int = 10, console=None) -> None:
     hosts = sorted({info.host for info in t.ranks.values() if info.host})
     console.print(f"[bold]disttrace report[/]: {len(t):,} events, {len(t.ranks)} ranks"
                   f"{f' on {len(hosts)} host(s)' if hosts else ''}, {len(t.groups)} group(s), {fmt_ns(span)}; "
-                  f"{len(a.collectives):,} collectives, {len(a.p2p):,} P2P messages")
+                  f"{len(a.collectives):,} collectives, {len(a.p2p):,} P2P messages",
+                  soft_wrap=True)  # one line, however narrow: the damage is the next line
     # what the input lost comes first: every finding below must be read knowing it
     damaged = t.damage_summary()
     if damaged:

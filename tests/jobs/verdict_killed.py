@@ -23,7 +23,7 @@ SITE = f"verdict_killed.py:{_line('all_reduce')}"
 EXPECT = {
     "problems": [
         {"kind": "died", "ranks": [KILLED_RANK],
-         "message": ["trace ends here", f"after all_reduce #{KILL_STEP - 1}", SITE, "1 collective(s)"]},
+         "message": ["trace ends here", f"after all_reduce #{KILL_STEP - 1}", SITE, "1 later collective(s)"]},
         {"kind": "error", "ranks": [1 - KILLED_RANK], "message": [f"all_reduce #{KILL_STEP}", SITE, "Connection"]},
     ],
 }

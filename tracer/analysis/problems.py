@@ -133,9 +133,10 @@ def find_problems(t: EventTable, collectives: CollectiveTable, p2p: P2PTable,
                       f"here (a rank skipped or added a collective).")
     reach = _Reach(t) if incomplete or NONE in p2p.send or NONE in p2p.recv else None
     dead: dict[int, _Death] = {}
+    gave_up: set[int] = set()  # rows that timed out waiting in a hang: that hang's, not errors of their own
     if incomplete:
-        problems += _stalls(t, collectives, incomplete, reach, dead)
-    problems += _errors(t)
+        problems += _stalls(t, collectives, incomplete, reach, dead, gave_up)
+    problems += _errors(t, gave_up)
     problems += _nonfinite(t)
     problems += _p2p_problems(t, p2p, dead)
     problems += [_died(t, d, reach) for d in dead.values()]
@@ -174,6 +175,7 @@ class _Death:
     def __init__(self, rank: int):
         self.rank = rank
         self.instances: list[int] = []   # collectives it never entered or never finished
+        self.later = 0                   # of those, the ones it never entered: the others went on without it
         self.messages = 0                # P2P messages whose side on this rank is missing
 
 
@@ -199,9 +201,9 @@ def _blocked(t: EventTable, ct: CollectiveTable, k: int, reach: _Reach):
 
 
 def _stalls(t: EventTable, ct: CollectiveTable, incomplete: list[tuple[int, bool]], reach: _Reach,
-            dead: dict[int, _Death]) -> list[Problem]:
-    """The collectives that never completed: the deaths they show (into `dead`), the hangs they are, and the lost
-    or damaged records they hold (warnings)."""
+            dead: dict[int, _Death], gave_up: set[int]) -> list[Problem]:
+    """The collectives that never completed: the deaths they show (into `dead`), the hangs they are (the rows
+    that timed out in them into `gave_up`), and the lost or damaged records they hold (warnings)."""
     blocked = {k: _blocked(t, ct, k, reach) for k, _ in incomplete}
     for k, (absent, stuck, _) in blocked.items():
         for r in absent + stuck:
@@ -214,17 +216,20 @@ def _stalls(t: EventTable, ct: CollectiveTable, incomplete: list[tuple[int, bool
         absent, stuck, lost_here = blocked[k]
         for key in lost_here:
             lost.setdefault(key, []).append(k)
-        for r in absent + stuck:
-            if r in dead:
-                dead[r].instances.append(k)
-        alive = [r for r in absent + stuck if r not in dead]
-        if explained or not alive:
+        gone = [r for r in absent + stuck if r in dead]
+        for r in gone:
+            dead[r].instances.append(k)
+            dead[r].later += r in absent
+        # a hang names who never came (and is not dead); those inside it wait for them, or for the dead
+        waited = [r for r in absent if r not in dead] or ([] if gone else stuck)
+        if explained or not waited:
             continue
-        if all(r in t.ranks and t.ranks[r].damage for r in alive):
-            for r in alive:
+        if all(r in t.ranks and t.ranks[r].damage for r in waited):
+            for r in waited:
                 withheld.setdefault(r, []).append(k)  # its file lost records: perhaps this one's
             continue
-        out.append(_hang(t, ct[k], reach, [r for r in absent if r not in dead], [r for r in stuck if r not in dead]))
+        out.append(_hang(t, ct[k], reach, [r for r in absent if r not in dead], [] if gone else stuck))
+        gave_up.update(i for i in ct.rows_of(k) if _timed_out(t, i))
     for (r, what), ks in sorted(lost.items()):
         _warn(t, f"rank {r}: {len(ks)} collective(s) lack its {what} record although it "
                  f"{'entered' if what == 'begin' else 'finished'} later ones of the same group (first: "
@@ -242,14 +247,23 @@ def _died_before(t: EventTable, ct: CollectiveTable, k: int, r: int, reach: _Rea
     info = t.ranks.get(r)
     if info is not None and info.left:
         return False
-    ends = [e for i in ct.rows_of(k) if t.rank[i] != r and (e := finished_at(t, i)) != NONE]
+    # a timeout says only that r did not come in time, not that it is gone
+    ends = [e for i in ct.rows_of(k) if t.rank[i] != r and (e := finished_at(t, i)) != NONE and not _timed_out(t, i)]
     if not ends:
-        return False  # nobody went on: they all wait (a hang)
+        return False  # nobody went on: they all wait, or gave up waiting (a hang)
     begun = min(ct.starts_of(k))
     if any(rec["t"] >= begun for rec in t.stacks.get(r, ())):
         return False
     slack = sum(t.ranks[x].clock_uncertainty_ns for x in {r, *map(t.rank.__getitem__, ct.rows_of(k))} if x in t.ranks)
     return reach.alive.get(r, -1) <= max(ends) + slack
+
+
+_TIMEOUT = re.compile(r"timed? ?out|timeout", re.IGNORECASE)
+
+
+def _timed_out(t: EventTable, i: int) -> bool:
+    """Whether row i ended in the backend's timeout (gloo's "Timed out waiting", NCCL's watchdog timeout)."""
+    return t.status[i] == "error" and bool(_TIMEOUT.search(str(t.error[i] or "")))
 
 
 def _name(t: EventTable, ct: CollectiveTable, k: int) -> str:
@@ -302,11 +316,16 @@ def _hang(t: EventTable, c: CollectiveInstance, reach: _Reach, absent: list[int]
                f"Look at why {fmt_ranks(absent)} did not reach this call.")
         ranks = list(absent)
     else:
-        failed = sorted(r for r, i in c.events.items() if t.status[i] == "error")
+        failed = sorted(r for r, i in c.events.items() if t.status[i] == "error" and not _timed_out(t, i))
         also = f" ({fmt_ranks(failed)} raised an error in it)" if failed else ""
         msg = (f"{name} never finished on {fmt_ranks(stuck)} although every rank entered it{also}; "
                f"check the backend and the peers' processes.")
         ranks = sorted(stuck)
+    timeouts = sorted(i for i in c.events.values() if _timed_out(t, i))
+    if timeouts:
+        who = fmt_ranks(t.rank[i] for i in timeouts)
+        msg += (f" {who[0].upper()}{who[1:]} gave up waiting: "
+                f"{short_error(t.error[timeouts[0]]).rstrip('.')}.")
     others = {r: w for r, w in at.items() if r not in absent}
     if others:
         msg += " Recorded stacks: " + "; ".join(f"rank {r} at {w}" for r, w in sorted(others.items())) + "."
@@ -329,12 +348,11 @@ def _died(t: EventTable, d: _Death, reach: _Reach) -> Problem:
         gs = t.group_seq[i] if t.group_seq[i] != NONE else None
         granks = t.group_ranks(i) if gs is not None else (r,)
     msg += ": the rank died or its file was cut."
-    ct_n = len(d.instances)
-    if ct_n:
-        msg += f" {ct_n} collective(s) of its groups went on without it"
+    if d.later:
+        msg += f" {d.later} later collective(s) of its groups went on without it"
     if d.messages:
-        msg += f"{' and' if ct_n else ''} {d.messages} P2P message(s) with it have no side on rank {r}"
-    if ct_n or d.messages:
+        msg += f"{' and' if d.later else ''} {d.messages} P2P message(s) with it have no side on rank {r}"
+    if d.later or d.messages:
         msg += " (not reported as hangs)."
     return Problem("died", op, granks, gs, [r], msg, rows, time)
 
@@ -352,8 +370,9 @@ def short_error(text: str, limit: int = 160) -> str:
     return line[:stop + 1] if stop > 0 else line[:limit - 1] + "…"
 
 
-def _errors(t: EventTable) -> list[Problem]:
-    """One problem per rank whose ops ended in an error: its first, and how many more."""
+def _errors(t: EventTable, gave_up: set[int]) -> list[Problem]:
+    """One problem per rank whose ops ended in an error: its first, and how many more (but the timeouts of ranks
+    that waited in a hang: the hang says them)."""
     values = t.status.values
     if "error" not in values:
         return []
@@ -361,7 +380,7 @@ def _errors(t: EventTable) -> list[Problem]:
     first: dict[int, int] = {}
     count: Counter = Counter()
     for i, c in enumerate(t.status.codes):
-        if c == code:
+        if c == code and i not in gave_up:
             r = t.rank[i]
             count[r] += 1
             first.setdefault(r, i)
@@ -390,37 +409,42 @@ def _fmt_nonfinite(nan: int, inf: int) -> str:
 
 
 def _nonfinite(t: EventTable) -> list[Problem]:
-    """The first op whose input (or, from finite inputs, output) held NaN or Inf, and how far they spread."""
+    """The first op whose input (or, from finite inputs, output) held NaN or Inf, and how far they spread. An
+    input is seen when its op starts, an output when it ends: a peer's output that a NaN input poisoned comes
+    after that input, whichever rank arrived first."""
     if not (t.in_.any() or t.out.any()):
         return []
-    hits = []  # (row, counts in the input, counts in the output), in time order
+    seen = []  # (when, row, "in" or "out", (NaN, Inf))
     for i, (a, b) in enumerate(zip(t.in_, t.out)):
-        if a is not None or b is not None:
-            na, nb = _nonfinite_counts(a), _nonfinite_counts(b)
-            if any(na) or any(nb):
-                hits.append((i, na, nb))
-    if not hits:
+        if a is None and b is None:
+            continue
+        if any(n := _nonfinite_counts(a)):
+            seen.append((t.start_ns[i], i, "in", n))
+        if any(n := _nonfinite_counts(b)):
+            end = finished_at(t, i)
+            seen.append((end if end != NONE else t.start_ns[i], i, "out", n))
+    if not seen:
         return []
-    i0, in0, out0 = hits[0]
-    first = [h for h in hits if h[0] == i0 or (t.group_seq[i0] != NONE and t.group_seq[h[0]] == t.group_seq[i0]
-                                               and t.gid[h[0]] == t.gid[i0] and any(h[1]))]
-    if any(in0):
-        ranks = sorted({t.rank[h[0]] for h in first if any(h[1])})
-        counts = [sum(h[1][0] for h in first), sum(h[1][1] for h in first)]
+    seen.sort()
+    _, i0, side, counts0 = seen[0]
+    if side == "in":  # every rank whose input to that same op held some
+        first = [x for x in seen if x[2] == "in" and (x[1] == i0 or (
+            t.group_seq[i0] != NONE and t.group_seq[x[1]] == t.group_seq[i0] and t.gid[x[1]] == t.gid[i0]))]
+        ranks = sorted({t.rank[x[1]] for x in first})
         whose = f"rank {ranks[0]}'s input" if len(ranks) == 1 else f"the inputs of {fmt_ranks(ranks)}"
         msg = (f"{whose} to {where(t, i0)}{_site(t, i0)} held non-finite values first "
-               f"({_fmt_nonfinite(*counts)}): they came from {'its' if len(ranks) == 1 else 'their'} own "
-               f"computation before this call.")
+               f"({_fmt_nonfinite(sum(x[3][0] for x in first), sum(x[3][1] for x in first))}): they came from "
+               f"{'its' if len(ranks) == 1 else 'their'} own computation before this call.")
+        rows = sorted({x[1] for x in first})
     else:
-        ranks = [t.rank[i0]]
+        ranks, rows = [t.rank[i0]], [i0]
         msg = (f"the output of {where(t, i0)} on rank {ranks[0]}{_site(t, i0)} held non-finite values first "
-               f"({_fmt_nonfinite(*out0)}) from finite inputs: the op itself overflowed.")
-    later = [h for h in hits if h not in first]
+               f"({_fmt_nonfinite(*counts0)}) from finite inputs: the op itself overflowed.")
+    later = {x[1] for x in seen} - set(rows)
     if later:
         msg += (f" After it, {len(later)} op(s) carried non-finite values in their input or output, on "
-                f"{fmt_ranks({t.rank[h[0]] for h in later})}.")
+                f"{fmt_ranks({t.rank[i] for i in later})}.")
     gs = t.group_seq[i0] if t.group_seq[i0] != NONE else None
-    rows = sorted(h[0] for h in first)
     return [Problem("nonfinite", t.op[i0], t.group_ranks(i0) if gs is not None else tuple(ranks), gs, ranks, msg,
                     rows, t.start_ns[i0])]
 

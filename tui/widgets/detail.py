@@ -89,8 +89,13 @@ def detail_table(store: TraceStore, row: int) -> Table:
     if inst is not None:
         w = inst.wait_ns.get(t.rank[row], 0)
         add("wait", Text(f"{format_ns(w)} ({inst.wait_kind})", style="bold #ff8c5a" if w else ""))
-        add("skew", f"{format_ns(inst.skew_ns)}; last to arrive: "
-            + (f"rank {inst.last_arrival}" if inst.last_arrival is not None else "—"))
+        if inst.missing:  # the rank the others waited for never came: none of those that did was "last"
+            add("skew", Text(f"{format_ns(inst.skew_ns)} among those that came; never arrived: "
+                             f"rank{'s' if len(inst.missing) > 1 else ''} {_ranks(list(inst.missing))}",
+                             style="bold red"))
+        else:
+            add("skew", f"{format_ns(inst.skew_ns)}; last to arrive: "
+                + (f"rank {inst.last_arrival}" if inst.last_arrival is not None else "—"))
         if inst.duration_ns is not None:
             add("transfer", format_ns(inst.duration_ns) + (f"  (α-β model {format_ns(inst.model_ns)})"
                                                            if inst.model_ns else "") + ("  SLOW" if inst.slow else ""))

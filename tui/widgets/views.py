@@ -61,10 +61,16 @@ class PipelineView(Vertical):
                          "(Pipeline-parallel jobs show here: stages × time with their bubbles.)")
             return
         stages = [self.store.rank_index[r] for r in p.stages if r in self.store.rank_index]
+        its = f"{p.iterations} iterations of " if p.iterations > 1 else ""
+        slow = ""
+        if p.slow_stage is not None:
+            slow = (f"  Stage {p.slow_stage} computes {p.slow_factor:.1f}x what the others do: it sets the pace "
+                    f"(the others' waits for it are bubble, not straggling).")
         yield Static(Text.assemble(
-            ("Pipeline: ", "bold"), f"{len(p.stages)} stages, {p.micro_batches} micro-batches.  Bubble fraction ",
+            ("Pipeline: ", "bold"), f"{len(p.stages)} stages, {its}{p.micro_batches} micro-batches.  Bubble fraction ",
             (f"{p.bubble_fraction:.1%}", "bold"), " measured vs ", (f"{p.expected_fraction:.1%}", "bold"),
-            " expected from (P−1)/(M+P−1).  ─ compute, █ send/recv, ▒ waiting in them (the bubble)."))
+            f" expected from (P−1)/(M+P−1) with M = {p.micro_batches}.", (slow, "bold #ff8c5a"),
+            "  ─ compute, █ send/recv, ▒ waiting in them (the bubble)."))
         yield Ruler(self.store, timeline := Timeline(self.store, rank_indices=stages)).data_bind(
             PipelineView.zoom, PipelineView.offset_ns)
         yield timeline.data_bind(PipelineView.playhead, PipelineView.selection, PipelineView.zoom,
@@ -343,7 +349,8 @@ class ProblemsView(Vertical):
             yield Static(Text.assemble((head, "bold yellow"), *shown, more), id="input-warnings")
         problems = self.store.analysis.problems
         if not problems:
-            yield Static("No problems found: no hang, mismatch, divergence, unmatched message or clock violation.")
+            yield Static("No problems found: no mismatch, dead rank, hang, error, non-finite value, divergence, "
+                         "unmatched message or clock violation.")
             return
         yield Static(f"{len(problems)} problem(s), worst first. enter: show it in the timeline")
         options = []
