@@ -6,6 +6,7 @@ factory for a trace of a job script in tests/jobs/; the same (script, nproc, arg
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import socket
 import subprocess
@@ -16,6 +17,15 @@ import pytest
 
 JOBS = Path(__file__).parent / "jobs"
 REPO = Path(__file__).resolve().parent.parent
+
+
+def job(name: str):
+    """A job script of tests/jobs/ as a module, for the ground truth it declares (constants, RUN, EXPECT); the jobs
+    import torch only inside main(), so this is cheap."""
+    spec = importlib.util.spec_from_file_location(name, JOBS / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def free_port() -> int:

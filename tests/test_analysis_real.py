@@ -7,7 +7,6 @@ on a loaded machine it shifts arrivals by milliseconds."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -17,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import JOBS, free_port, run_disttrace, torchrun_cmd
+from conftest import free_port, job, run_disttrace, torchrun_cmd
 from disttrace.tracer.analysis import analyze, describe, to_json
 from disttrace.tracer.analysis.units import fmt_ns
 from disttrace.tracer.reader import load_trace
@@ -26,14 +25,6 @@ pytestmark = pytest.mark.slow
 
 WAIT_TOL = 0.030e9   # 30 ms
 S = 1e9
-
-
-def job(name: str):
-    """The job module itself, for its ground-truth constants (it imports torch only inside main())."""
-    spec = importlib.util.spec_from_file_location(name, JOBS / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def world_collectives(a, op=None, group_size=None):

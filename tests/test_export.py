@@ -3,7 +3,6 @@ against the Chrome Trace Event format's rules, plus unit tests of the mapping on
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import stat
@@ -13,7 +12,7 @@ from collections import defaultdict
 
 import pytest
 
-from conftest import JOBS, run_disttrace
+from conftest import job, run_disttrace
 from disttrace.tracer.analysis import analyze
 from disttrace.tracer.events import EventTable
 from disttrace.tracer.export import to_chrome
@@ -67,13 +66,6 @@ def validate_chrome(doc: dict) -> dict:
     return pairs
 
 
-def _job():
-    spec = importlib.util.spec_from_file_location("ex_p2p", JOBS / "ex_p2p.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 @pytest.fixture(scope="module")
 def exported(traced, tmp_path_factory):
     trace = traced("ex_p2p.py", nproc=2)
@@ -86,7 +78,7 @@ def exported(traced, tmp_path_factory):
 @pytest.mark.slow
 def test_real_trace_is_a_valid_chrome_trace_with_one_flow_per_message(exported):
     trace, out, doc = exported
-    J = _job()
+    J = job("ex_p2p")
     pairs = validate_chrome(doc)
     a = analyze(load_trace([str(trace)]))
     matched = [m for m in a.p2p if m.send is not None and m.recv is not None]

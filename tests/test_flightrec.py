@@ -6,7 +6,6 @@ the one run must agree on every collective: op, group, group_seq, backend sequen
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import pickle
@@ -14,18 +13,11 @@ import pickle
 import orjson
 import pytest
 
-from conftest import JOBS, run_disttrace
+from conftest import JOBS, job, run_disttrace
 from disttrace.tracer.events import TraceError
 from disttrace.tracer.flightrec import is_fr_dir, load_fr_dir
 from disttrace.tracer.events import EventTable
 from disttrace.tracer.reader import load_trace
-
-
-def _job():
-    spec = importlib.util.spec_from_file_location("fr_ddp", JOBS / "fr_ddp.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def traced_fr_run(traced, tmp_path_factory):
@@ -57,7 +49,7 @@ def _collectives(table):
 @pytest.mark.slow
 def test_fr_import_matches_what_disttrace_recorded(fr_run):
     trace, dumps = fr_run
-    J = _job()
+    J = job("fr_ddp")
     ours = _collectives(load_trace([str(trace)]))
     fr_table = load_trace([str(dumps / "json")])
     theirs = _collectives(fr_table)
@@ -100,9 +92,9 @@ def test_pickle_dumps_read_the_same_and_give_the_user_line(fr_run):
     pk = load_trace([str(dumps / "pickle")])
     strip = lambda t: [{k: v for k, v in t.row(i).items() if k != "site"} for i in range(len(t))]  # noqa: E731
     assert strip(js) == strip(pk)
-    job = str(JOBS / "fr_ddp.py")
+    script = str(JOBS / "fr_ddp.py")
     sites = {pk.site[i] for i in range(len(pk))}
-    assert sites and all(s.startswith(job + ":") and s.endswith(" in main") for s in sites), sites
+    assert sites and all(s.startswith(script + ":") and s.endswith(" in main") for s in sites), sites
     assert all(not s for s in js.site)  # the JSON dump carries no stack frames
 
 

@@ -19,7 +19,6 @@ EXPECT's keys (each optional but `problems`, which is always checked: nothing ma
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 import subprocess
@@ -28,20 +27,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import JOBS, disttrace_cmd
+from conftest import JOBS, disttrace_cmd, job
 
 pytestmark = pytest.mark.slow
 
 CASES = sorted(p.stem for p in JOBS.glob("verdict_*.py"))
 MS = 1e6
-
-
-def job(name: str):
-    """The job module itself (its RUN, EXPECT and DAMAGE; it imports torch only when run)."""
-    spec = importlib.util.spec_from_file_location(name, JOBS / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 # -- damaged copies ---------------------------------------------------------------------------------------

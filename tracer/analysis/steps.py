@@ -31,7 +31,7 @@ from .model import Step
 
 MIN_REPEATS = 2       # a sequence seen once is not a loop
 _CANDIDATES = 16      # the most frequent spacings between repeats of a key tried as the period
-_SAMPLE = 8192        # ops per rank whose spacings propose periods
+_SAMPLE = 4096        # ops per rank whose spacings propose periods (steps up to half as long are found)
 _VOTES = 4096         # collectives (and messages) sampled to number the steps alike across ranks
 
 
@@ -43,39 +43,51 @@ def find_steps(t: EventTable, instance_rows: list, p2p_pairs) -> tuple[array, st
     n = len(t)
     step_of = array("i", [-1]) * n
     marks = getattr(t, "user_step", None)
-    if marks is not None and len(marks) == n and any(s != NONE for s in marks):
-        for i, s in enumerate(marks):
-            step_of[i] = s
-        return step_of, "marker"
-    rows_of: dict[int, list[int]] = {}
-    for i, r in enumerate(t.rank):
-        rows_of.setdefault(r, []).append(i)
-    # the keys of every row at once, in C: (op, group, site) and that with the bytes
-    loose_all = list(zip(t.op.codes, t.gid, t.site.codes))
-    full_all = list(zip(loose_all, t.bytes))
+    if marks is not None and len(marks) == n and marks.count(NONE) < n:
+        return array("i", marks), "marker"
+    # each rank's rows in issue order (table order is start order): one stable sort by rank, in C
+    order = sorted(range(n), key=t.rank.__getitem__)
+    # the keys of every row, as small ints (they compare faster than tuples): (op, group, site), and with the bytes
+    loose_all = _dense(zip(t.op.codes, t.gid, t.site.codes))
+    full_all = _dense(zip(loose_all, t.bytes))
     found = False
-    for rows in rows_of.values():
+    lo = 0
+    for _, same in groupby(map(t.rank.__getitem__, order)):
+        hi = lo + len(list(same))
+        rows = order[lo:hi]
+        lo = hi
         starts = _step_starts(list(map(full_all.__getitem__, rows)), list(map(loose_all.__getitem__, rows)))
         if not starts:
             continue
         found = True
-        k = -1
-        nxt = 0
-        for pos, i in enumerate(rows):
-            if nxt < len(starts) and pos == starts[nxt]:
-                k += 1
-                nxt += 1
+        # ops after the last step's signature that do not continue it (a final barrier) are not a step: the last
+        # step is cut at its usual length
+        usual = median(b - a for a, b in zip(starts, starts[1:]))
+        end = min(len(rows), starts[-1] + int(usual * 1.5) + 1)
+        values = [-1] * starts[0]
+        for k, (a, b) in enumerate(zip(starts, starts[1:] + [end])):
+            values += [k] * (b - a)
+        for i, k in zip(rows, values):
             step_of[i] = k
-        # ops after the last step's signature that do not continue it (a final barrier) are not a step: cut the
-        # last step at its usual length
-        if len(starts) >= 2:
-            usual = median(b - a for a, b in zip(starts, starts[1:]))
-            for pos in range(starts[-1] + int(usual * 1.5) + 1, len(rows)):
-                step_of[rows[pos]] = -1
     if not found:
         return step_of, ""
     _align(t, step_of, instance_rows, p2p_pairs)
     return step_of, "detected"
+
+
+def _dense(keys) -> list[int]:
+    """Each key as the number of distinct keys seen before its first occurrence."""
+    index: dict = {}
+    return [index.setdefault(k, len(index)) for k in keys]
+
+
+def _stretch(keys: list, p: int) -> tuple[int, int, int, int]:
+    """(ops covered, -p, p, start) of the longest stretch where keys[i] == keys[i + p]: found in C, a byte per
+    position split at the mismatches."""
+    runs = list(map(len, bytes(map(eq, keys, islice(keys, p, None))).split(b"\0")))
+    longest = max(runs)
+    k = runs.index(longest)
+    return longest + p, -p, p, sum(runs[:k]) + k  # each split took one mismatch byte
 
 
 def _step_starts(keys: list, loose_keys: list) -> list[int]:
@@ -97,27 +109,18 @@ def _step_starts(keys: list, loose_keys: list) -> list[int]:
     last = {}
     i = 0
     for k, run in groupby(sample):
-        length = sum(1 for _ in run)
+        length = len(list(run))
         j = last.get((k, length))
         if j is not None:
             spacing[i - j] += 1
         last[(k, length)] = i
         i += length
-    best = None  # (covered, -p, p, start)
-    for p, count in spacing.most_common(_CANDIDATES):
-        if count < MIN_REPEATS - 1:
-            continue
-        # the longest stretch where keys[i] == keys[i + p], found in C: a byte per position, split at mismatches
-        runs = list(map(len, bytes(map(eq, keys, islice(keys, p, None))).split(b"\0")))
-        best_run = max(runs)
-        k = runs.index(best_run)
-        best_start = sum(runs[:k]) + k  # each split took one mismatch byte
-        covered = best_run + p
-        if best_run < p * (MIN_REPEATS - 1):
-            continue
-        cand = (covered, -p, p, best_start)
-        if best is None or cand > best:
-            best = cand
+    # each candidate tried on the first ops, the two best of them on all
+    tried = sorted((_stretch(sample, p) for p, count in spacing.most_common(_CANDIDATES) if count >= MIN_REPEATS - 1),
+                   reverse=True)
+    best = max((_stretch(keys, p) for _, _, p, _ in tried[:2]), default=None)
+    if best is not None and best[0] < best[2] * MIN_REPEATS:
+        best = None
     if best is None:
         return []
     _, _, p, a = best

@@ -9,7 +9,8 @@ The verdict names a straggler only when its cost stands out from the job's own j
 steady steps (warm-up and set-up left out) or, with fewer than `MIN_UNITS` of them, the collectives and messages.
 In each unit the rank the others waited for most leads it. A rank is named when
 - it led nearly every unit (`PERSISTENT`), each time by more than a floor (`FLOOR` of the median step, and the
-  clocks' uncertainty), causing `DOMINANT` times the waiting all the others caused: a persistently slow rank; or
+  clocks' uncertainty), causing `DOMINANT` times the waiting all the others caused, or `DOMINANT_STEADY` times
+  theirs by about the same amount each time (`STEADY`): a persistently slow rank; or
 - its cost led units as an outlier, over the median unit's largest cost by `OUTLIERS` median absolute deviations
   (the jitter), twice as much as all the other ranks' outliers together (random hiccups of the machine strike
   ranks alike), in at least `MIN_OUTLIERS` units or in fewer that hold `SINGLE` of the steady time: an occasional
@@ -36,6 +37,8 @@ if TYPE_CHECKING:
 MIN_UNITS = 3       # steady steps needed to compare steps (else collectives and messages are compared)
 PERSISTENT = 0.8    # of the units
 DOMINANT = 10       # times the waiting all the others caused
+DOMINANT_STEADY = 3  # times theirs, for a rank late by about the same each time:
+STEADY = 0.25       # the median absolute deviation of its lateness, over its median
 OUTLIERS = 6.0      # median absolute deviations (scaled to a standard deviation) above the median
 MIN_OUTLIERS = 3    # outlier units
 SINGLE = 0.2        # of the steady time: fewer outliers than MIN_OUTLIERS name a rank only if they cost this much
@@ -194,10 +197,16 @@ def verdict(t: EventTable, rec: WaitRecord, steps: list[Step], step_of: array) -
     if leads:
         rank, n = max(leads.items(), key=lambda x: (x[1], total[x[0]], -x[0]))
         late = [u for u in units if leader.get(u) == rank and cost[u][rank] > floor]
-        # and by far: the waiting the others caused is the jitter; a rank that merely tends to come last by the
-        # jitter (a process scheduled a little worse) causes a few times theirs, a slow rank tens of times
-        dominant = total[rank] >= DOMINANT * (everyone - total[rank])
-        if len(units) >= MIN_UNITS and n >= PERSISTENT * len(units) and dominant:
+        # and by far: the waiting the others caused is the jitter. A rank that merely tends to come last by the
+        # jitter (a process scheduled a little worse) causes a few times theirs, and by amounts as scattered as
+        # the jitter; a slow rank causes tens of times theirs, or several times and by about the same each time
+        # (its own extra work), however much a start-up hiccup of another rank adds to theirs
+        mine = [cost[u][rank] for u in late]
+        level = median(mine)
+        steady = median(abs(x - level) for x in mine) <= STEADY * level
+        ratio = total[rank] / max(1, everyone - total[rank])
+        if len(units) >= MIN_UNITS and n >= PERSISTENT * len(units) and (
+                ratio >= DOMINANT or (steady and ratio >= DOMINANT_STEADY)):
             return _named(t, rec, steps, step_of, cost, per_step, by_step, rank, late, floor, total, everyone)
     # an occasional or periodic straggler: its delays are outliers against the jitter, and cost at least twice
     # everyone else's outliers together (random hiccups of the machine strike ranks alike); fewer than
