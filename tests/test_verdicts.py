@@ -4,7 +4,8 @@ The corpus is tests/jobs/verdict_*.py: small realistic jobs (DDP, FSDP2, manual 
 balanced job, NaN, a size mismatch, a hang, a killed rank), each with an injected, known fault and, beside it, how
 it is traced (`RUN`) and the verdict it must give (`EXPECT`). A job may also name damaged copies of its trace
 (`DAMAGE`: a garbled record, a file cut in half) with their own verdicts. Each job is traced once per session
-(the `traced` fixture) and its verdict checked in `report --json`, the text report and the viewer's problems.
+(the `traced` fixture) and its verdict checked in `report --json` and the text report (the viewer shows the same
+Analysis: tests/tui check that its views say what the analysis found).
 
 EXPECT's keys (each optional but `problems`, which is always checked: nothing may be invented):
 - `straggler`: None, or {rank, steps (list; None: not checked), period, cost_ms: (value, tolerance), site: a

@@ -13,10 +13,9 @@ from textual.widgets import TabbedContent
 from disttrace.tui.app import DisttraceApp
 from disttrace.tui.screens.help import HelpScreen
 from disttrace.tui.screens.viewer import ViewerScreen
-from disttrace.tui.widgets.detail import detail_table
 from disttrace.tui.widgets.timeline import Timeline
 
-from tui_helpers import DATA, PIPELINE_JOB, TUI_JOB, fixture_store
+from tui_helpers import DATA, PIPELINE_JOB, TUI_JOB, detail_text, fixture_store
 
 HANG = DATA / "hang.jsonl"
 
@@ -196,12 +195,9 @@ async def test_click_on_timeline_picks_the_event_there():
 def test_detail_shows_values_wait_and_bandwidth():
     s = fixture_store()
     t = s.table
-    from rich.console import Console
 
     def text(row):
-        c = Console(width=100, record=True, file=open("/dev/null", "w"))
-        c.print(detail_table(s, row))
-        return c.export_text()
+        return detail_text(s, row)
 
     bcast = next(i for i in range(len(t)) if t.op[i] == "broadcast" and t.rank[i] == 0)
     out = text(bcast)

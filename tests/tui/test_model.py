@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from disttrace.tracer.analysis import describe
 from disttrace.tracer.events import TraceError
 from disttrace.tui.model import viewport
 from disttrace.tui.model.narration import load_narration
@@ -13,7 +14,7 @@ from disttrace.tui.model.replay import parse_goto, row_at_time, search, step_col
 from disttrace.tui.model.ring import p2p_steps, ranks_in, ring_plan
 from disttrace.tui.model.store import CAT_BARRIER, CAT_COLLECTIVE, CAT_P2P
 
-from tui_helpers import PIPELINE_JOB, TUI_JOB, ev, fixture_store, store_of
+from tui_helpers import PIPELINE_JOB, TUI_JOB, detail_text, ev, fixture_store, store_of
 
 
 def two_rank_store():
@@ -44,6 +45,19 @@ def test_lane_coverage_and_waiting_part():
     c = lane0.cell(500, 900)  # compute gap between ops
     assert c.row == -1 and c.inside
     assert lane0.cell(5000, 6000).inside is False  # after the last event
+
+
+def test_an_async_op_waiting_for_a_late_rank_is_drawn_and_said_as_waiting():
+    # DDP's bucket all_reduce: async, no wait() from Python; rank 1 arrives 50 after rank 0
+    s = store_of([
+        ev(0, "all_reduce", 100, 160, group_seq=0, async_op=True),
+        ev(1, "all_reduce", 150, 160, group_seq=0, async_op=True),
+    ])
+    row0 = next(i for i in range(s.n_events) if s.table.rank[i] == 0)
+    assert s.wait_ns[row0] == 50
+    assert s.rows[s.rank_index[0]].lane.coverage(0, 200)[0] == 50  # the lane draws those 50 as waiting
+    assert describe(s.analysis, row0).startswith("rank 0 waited 50 ns in all_reduce #0")  # the status line
+    assert "50ns (wait_at_nxn)" in detail_text(s, row0)
 
 
 def test_lod_cell_standing_for_many_events_still_shows_communication():

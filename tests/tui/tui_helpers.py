@@ -37,3 +37,16 @@ def fixture_store(path=TUI_JOB) -> TraceStore:
     t = read_jsonl(str(path))
     t.sort()
     return TraceStore(t, analyze(t))
+
+
+def detail_text(store: TraceStore, row: int, width: int = 100) -> str:
+    """The detail pane's fields for an event row, as plain text."""
+    import io
+
+    from rich.console import Console
+
+    from disttrace.tui.widgets.detail import detail_table
+
+    c = Console(width=width, record=True, file=io.StringIO())
+    c.print(detail_table(store, row))
+    return c.export_text()
