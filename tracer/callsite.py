@@ -6,7 +6,8 @@ and cached (the walk then costs a dict lookup per frame):
 - api: the outermost torch.distributed.distributed_c10d function on the way (what the user or library called,
   e.g. `all_gather_object` rather than the `all_gather` it calls inside);
 - origin: the innermost frame of a known component (DDP, FSDP, DTensor, tensor parallel, functional collectives,
-  pipelining, DeviceMesh), as "component.function".
+  pipelining, DeviceMesh), as "component.function"; a graph that torch.compile generated is "compiled.forward"
+  (FX) or "compiled.call" (Inductor), and the site is the line that called the compiled function.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import os
 import sys
 import sysconfig
+import tempfile
 
 import torch
 
@@ -23,6 +25,10 @@ _OWN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 # and typing_extensions' @deprecated wrapper, which torch puts around some collectives.
 _SKIP_DIRS = tuple({sysconfig.get_paths()["stdlib"] + os.sep, sysconfig.get_paths()["platstdlib"] + os.sep})
 _SKIP_FILES = ("typing_extensions.py",)
+# Code that torch.compile generates: FX graph modules' forward ("<eval_with_key>.N") and Inductor's output code,
+# written below its cache dir (torchinductor_USER, in the temp dir unless TORCHINDUCTOR_CACHE_DIR moves it)
+_GENERATED = ("<eval_with_key>",
+              os.environ.get("TORCHINDUCTOR_CACHE_DIR") or os.path.join(tempfile.gettempdir(), "torchinductor_"))
 
 # (path fragment below torch/, component); the first that matches wins, so longer paths come first
 _COMPONENTS = (
@@ -59,6 +65,8 @@ def _classify(code) -> tuple[int, str | None]:
     path = code.co_filename
     if path.startswith(_OWN_DIR) or code.co_name in _HANDLERS:
         return OWN, None
+    if path.startswith(_GENERATED):  # a compiled graph's code (FX, Inductor): the user's line is the caller's
+        return TORCH, f"compiled.{code.co_name}"
     if not path.startswith(_TORCH_DIR):
         in_stdlib = path.startswith(_SKIP_DIRS) and "site-packages" not in path and "dist-packages" not in path
         if in_stdlib or path.startswith("<frozen") or path.endswith(_SKIP_FILES):

@@ -27,10 +27,11 @@ import torch
 import torch.distributed as dist
 from torch._C import DispatchKey
 
-from . import callsite, clock, fastpath
+from . import callsite, clock, fastpath, nocompile
 from .capture import SPECS, Tracer
 
 ENV_OUT = "DISTTRACE_OUT"
+_PACKAGE = __name__.rsplit(".", 1)[0]  # disttrace.tracer: this process's disttrace modules start with it
 ENV_SUMMARIES = "DISTTRACE_SUMMARIES"
 ENV_HANG = "DISTTRACE_HANG_TIMEOUT"
 
@@ -144,6 +145,8 @@ def _start() -> None:
             from .watchdog import start_watchdog
 
             start_watchdog(_tracer, float(_config["hang_timeout"]))
+        # torch.compile must not see the tracer: every in-rank module is loaded by now
+        nocompile.hide(m for name, m in list(sys.modules.items()) if name.startswith(_PACKAGE) and m is not None)
     except Exception as e:  # noqa: BLE001
         _tracer.fail(e)
 
