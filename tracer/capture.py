@@ -196,6 +196,9 @@ class Tracer:
         self.backward_site = None  # the user's backward() line while a backward pass runs (hooks.py sets it)
         self.tls = _ThreadSlot()
         self.in_flight: dict[int, tuple] = {}  # event id -> (op, group, group_seq, start, thread) for the watchdog
+        # event id -> Event, for the async ops whose future's callback will end them: the job may let go of the
+        # Work (DDP does, once its reducer waited in C++) before gloo's thread has run the callback
+        self.awaited: dict[int, Event] = {}
         # Fault injection for the tests that prove an internal failure never reaches the job
         fault = os.environ.get("DISTTRACE_TEST_FAULT_AT")
         if fault and fault.isdigit():
@@ -415,6 +418,7 @@ class Tracer:
         except Exception:  # noqa: BLE001 - gloo send/recv have no future: they end at wait()
             return
         ev.watched = True
+        self.awaited[ev.id] = ev
         fut.add_done_callback(lambda f, ev=ev: self._future_done(ev, f))
 
     def _future_done(self, ev: Event, fut) -> None:
@@ -459,6 +463,7 @@ class Tracer:
         ev.ended = True
         t = t or time.monotonic_ns()
         self.in_flight.pop(ev.id, None)
+        self.awaited.pop(ev.id, None)
         if ev.out_ptr and self.by_ptr.get(ev.out_ptr) is ev and ev.work is None:
             del self.by_ptr[ev.out_ptr]
         if err is None and not bound and not ev.peer_any and ev.tensors is None:
@@ -543,6 +548,7 @@ class Tracer:
         kept past destroy_process_group is destroyed at the interpreter's exit instead, where gloo can abort
         the process ("terminate called without an active exception")."""
         if pg is None:
+            self._settle()
             groups = list(self.groups.values())
             self.groups.clear()
             if self.watchdog is not None:
@@ -571,9 +577,17 @@ class Tracer:
                 table.pop(key, None)  # (a Work's weakref callback may have taken it meanwhile)
                 ev.work = None
 
+    def _settle(self, timeout_s: float = 0.1) -> None:
+        """Give the completion callbacks of ops that are done a moment to run (on gloo's threads) before the
+        groups go or the file closes: an op whose end is never recorded reads as a hang."""
+        deadline = time.monotonic() + timeout_s
+        while self.awaited and time.monotonic() < deadline:
+            time.sleep(0.001)
+
     def close(self) -> None:
         if self.watchdog is not None:
             self.watchdog.stop()
+        self._settle()
         self._end_unwaited(lambda ev: True)
         r = _THREADS.get(_Resolver)
         if r is not None:

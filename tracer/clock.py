@@ -4,11 +4,20 @@ Four timestamps per round (t1 rank r sends, t2 rank 0 receives, t3 rank 0 answer
 offset = ((t2 - t1) + (t3 - t4)) / 2, delay = (t4 - t1) - (t3 - t2). The round with the smallest delay wins;
 its delay / 2 bounds the error. The exchange goes through the rendezvous store (TCPStore) under keys of our
 own, never through the job's process groups, so it adds no collective and changes no sequence number.
-Run once after init_process_group and once before destroy_process_group (the difference is the drift).
+
+`Sync` does it off the job's path, in a thread of each rank over a connection of its own (`store.clone()`):
+nobody waits for it. Rank 0 answers the queries in the order they come (a store queue), so no rank waits for
+others' turns (the sequential exchange kept rank N-1 waiting for N-2 ranks' rounds: seconds at a thousand ranks).
+Each rank measures right after init_process_group ("start") and again now and then while the job runs ("end",
+the latest one wins): the difference is the drift. destroy_process_group waits for nothing but, briefly, a
+measurement under way. Where the store has no clone() or queue (torch < 2.6), `exchange` runs in line, as
+it did: once after init_process_group and once before destroy_process_group.
 """
 
 from __future__ import annotations
 
+import os
+import threading
 import time
 from datetime import timedelta
 
@@ -50,3 +59,124 @@ def exchange(store, rank: int, world_size: int, phase: str, rounds: int = ROUNDS
     if best is None:
         return None
     return best[0], max(best[1] // 2, 1)
+
+
+QUEUE = f"{PREFIX}/queue"
+REMEASURE_S = (1.0, 10.0, 60.0, 300.0)  # after the start, when every rank measures again; then every last one
+WINDOW_S = 10.0                     # the longest one measurement may take (a rank gone without a word)
+POLL_S = 0.0002                     # both sides look at the store this often during a measurement (its precision)
+ENV_EVERY = "DISTTRACE_CLOCK_EVERY"  # another schedule, as "1,10,60" (seconds): for tests of short jobs
+
+
+def _schedule() -> list[float]:
+    try:
+        every = [float(x) for x in os.environ.get(ENV_EVERY, "").split(",") if x.strip()]
+    except ValueError:
+        every = []
+    return [x for x in every if x > 0] or list(REMEASURE_S)
+
+
+class Sync(threading.Thread):
+    """The exchange in the background; `write(record)` gets the clock records. stop() at destroy_process_group.
+
+    Every rank measures at the same moments after its start (which init_process_group's rendezvous lines up); rank
+    0 serves each window's queries and sleeps in between. Both sides poll the store without blocking (POLL_S apart,
+    only during a window): a thread of ours left blocked in a store call when the interpreter exits can abort the
+    process, every store timeout prints a c10d warning, and a measurement can be dropped the moment the job ends."""
+
+    def __init__(self, store, rank: int, world_size: int, write, rounds: int = ROUNDS):
+        super().__init__(name="disttrace-clock", daemon=True)
+        self.store = store.clone()  # a connection of our own: the job's store calls never queue behind ours
+        self.rank, self.world_size, self.write, self.rounds = rank, world_size, write, rounds
+        self.idle = threading.Event()  # set between windows: stopping then waits for nothing
+        self._stop = threading.Event()
+
+    @staticmethod
+    def possible(store) -> bool:
+        return hasattr(store, "clone") and hasattr(store, "queue_pop")
+
+    def stop(self, grace_s: float = 1.0) -> None:
+        """End after the window under way, if any (waiting for it up to grace_s). Rank 0 is told that this rank
+        asks no more, so that it never waits for a rank that left."""
+        self._stop.set()
+        if self.rank != 0:
+            try:
+                self.store.queue_push(QUEUE, f"{self.rank}/gone/0")
+            except Exception:  # noqa: BLE001
+                pass
+        self.idle.wait(grace_s)
+
+    def run(self) -> None:
+        try:
+            if self.rank == 0:
+                live = set(range(1, self.world_size))
+
+                def step(window: int, phase: str) -> None:
+                    self.write({"k": "clock", "phase": phase, "offset_ns": 0, "uncertainty_ns": 0,
+                                "mono_ns": time.monotonic_ns(), "window": window})  # rank 0: the reference
+                    self._serve(window, live)
+            else:
+                step = self._measure
+            step(0, "start")
+            waits = _schedule()
+            begun = time.monotonic()
+            due = 0.0
+            window = 0
+            while True:
+                due += waits.pop(0) if len(waits) > 1 else waits[0]
+                window += 1
+                self.idle.set()
+                if self._stop.wait(max(0.0, begun + due - time.monotonic())):
+                    break
+                self.idle.clear()
+                step(window, "end")
+        except Exception:  # noqa: BLE001 - a rank gone, a store gone at the job's end: no alignment, no harm
+            pass
+        self.store = None  # the connection ends with the job's process group
+        self.idle.set()
+        # The thread itself lives on, idle, to the interpreter's exit (as the watchdog's does): ending at
+        # destroy_process_group, it would be one more thread that the destroy ends than untraced.
+        threading.Event().wait()
+
+    def _serve(self, window: int, live: set[int]) -> None:
+        """Rank 0: answer one window's queries, each with its clock as it comes, until every rank still in the job
+        has had its rounds (a rank that left says so), the window's time is up, or the job ends."""
+        store, now = self.store, time.monotonic_ns
+        left = dict.fromkeys(live, self.rounds)
+        deadline = time.monotonic() + WINDOW_S
+        while any(left[r] for r in live) and not self._stop.is_set() and time.monotonic() < deadline:
+            try:
+                who = store.queue_pop(QUEUE, False).decode()
+            except Exception:  # noqa: BLE001 - nothing asked yet (QueueEmptyError): look again in a moment
+                time.sleep(POLL_S)
+                continue
+            t2 = now()
+            r, w, _ = who.split("/")
+            r = int(r)
+            if w == "gone":
+                live.discard(r)
+            elif int(w) == window and r in left:
+                store.set(f"{PREFIX}/a/{who}", str(t2))
+                left[r] -= 1
+
+    def _measure(self, window: int, phase: str) -> None:
+        store, now = self.store, time.monotonic_ns
+        best = None
+        deadline = time.monotonic() + WINDOW_S
+        for k in range(self.rounds):
+            who = f"{self.rank}/{window}/{k}"
+            answer = f"{PREFIX}/a/{who}"
+            t1 = now()
+            store.queue_push(QUEUE, who)
+            while not store.check([answer]):
+                if self._stop.is_set() or time.monotonic() > deadline:
+                    return
+                time.sleep(POLL_S)
+            t4 = now()
+            t2 = int(store.get(answer))
+            store.delete_key(answer)
+            delay = t4 - t1
+            if best is None or delay < best[1]:
+                best = ((2 * t2 - t1 - t4) // 2, delay)
+        self.write({"k": "clock", "phase": phase, "offset_ns": best[0], "uncertainty_ns": max(best[1] // 2, 1),
+                    "mono_ns": now(), "window": window})

@@ -36,6 +36,7 @@ ENV_SUMMARIES = "DISTTRACE_SUMMARIES"
 ENV_HANG = "DISTTRACE_HANG_TIMEOUT"
 
 _tracer: Tracer | None = None
+_clock_sync: clock.Sync | None = None
 _config: dict = {}
 _steps = 0  # step markers this tracer has written
 _lib = None
@@ -107,7 +108,8 @@ def _patch_lifecycle() -> None:
     def destroy_process_group(group=None):
         world = group is None or group is dist.GroupMember.WORLD
         if world:
-            _align_clock("end", timeout_s=3.0)
+            _end_clock()
+            _left("destroy")
         try:
             return orig_destroy(group)
         finally:
@@ -134,7 +136,7 @@ def _start() -> None:
                                   f"untraced")
         return
     try:
-        _align_clock("start")
+        _start_clock()
         _register_kernels()
         fastpath.install(sys.modules[__name__])
         _patch_work_wait()
@@ -149,6 +151,43 @@ def _start() -> None:
         nocompile.hide(m for name, m in list(sys.modules.items()) if name.startswith(_PACKAGE) and m is not None)
     except Exception as e:  # noqa: BLE001
         _tracer.fail(e)
+
+
+def _start_clock() -> None:
+    """Align this rank's clock to rank 0's: in the background where the store allows (clock.Sync), else now."""
+    global _clock_sync
+    t = _tracer
+    if t is None or not t.rec.enabled:
+        return
+    try:
+        store = dist.distributed_c10d._get_default_store()
+        if clock.Sync.possible(store):
+            _clock_sync = clock.Sync(store, t.rank, t.world_size, t.write)
+            _clock_sync.start()
+            return
+    except Exception:  # noqa: BLE001 - the exchange in line then
+        pass
+    _align_clock("start")
+
+
+def _left(how: str) -> None:
+    """Record that this rank leaves the job alive (destroy_process_group, or the end of the program): a rank whose
+    file just stops while the others go on did not, and the analysis says it died."""
+    t = _tracer
+    if t is not None and not getattr(t, "_left", False):
+        t._left = True
+        _safe(t.write, {"k": "left", "t": time.monotonic_ns(), "how": how})
+
+
+def _end_clock(grace_s: float = 1.0) -> None:
+    """At destroy_process_group: end the background exchange (it measured the drift while the job ran), or
+    measure the end offset now where it runs in line."""
+    global _clock_sync
+    sync, _clock_sync = _clock_sync, None
+    if sync is not None:
+        sync.stop(grace_s)
+    else:
+        _align_clock("end", timeout_s=3.0)
 
 
 def _align_clock(phase: str, timeout_s: float = 30.0) -> None:
@@ -173,6 +212,10 @@ def stop() -> None:
     t = _tracer
     if t is None:
         return
+    if _clock_sync is not None:  # tracing ends without destroy_process_group: no waiting for anyone's clock
+        _clock_sync.stop(0.0)
+    if not hasattr(sys, "last_value"):  # (set when an uncaught exception ended the program: that rank died)
+        _left("exit")
     _tracer = None
     try:
         t.close()

@@ -84,6 +84,7 @@ class _RankFile:
         self.waits: dict[int, dict] = {}
         self.late: dict[int, dict] = {}   # CUDA summaries resolved after the fact: id -> {"in"/"out": ...}
         self.clock: dict[str, dict] = {}
+        self.left = False                  # the rank left the job alive (destroy_process_group, or a clean exit)
         self.other: list[dict] = []        # other kinds, kept for later issues' readers
         self.stacks: list[dict] = []       # the hang watchdog's records: where the rank was
         self.steps: list[tuple[int, str]] = []  # user step markers: (raw time, source)
@@ -135,6 +136,10 @@ def _parse_file(path: str) -> _RankFile:
                 rf.steps.append((r["t"], _text(r.get("src"))))
             elif k == "clock":
                 rf.clock[r.get("phase", "start")] = r
+                # before the "left" record, a rank's one "end" measurement was at destroy_process_group
+                rf.left = rf.left or (r.get("phase") == "end" and "window" not in r)
+            elif k == "left":
+                rf.left = True
             elif k == "stacks":
                 if type(r["t"]) is not int:
                     raise TypeError("stacks time must be an integer")
@@ -217,7 +222,7 @@ def _append_rank(rf: _RankFile, table: EventTable) -> None:
     table.ranks[rank] = RankInfo(rank=rank, host=host, pid=_ns(meta, "pid") or 0,
                                  world_size=_ns(meta, "world_size") or 0, backend=_text(meta.get("backend")),
                                  clock_offset_ns=offset, clock_uncertainty_ns=unc, clock_drift_ns=drift,
-                                 source=rf.path, left="end" in rf.clock)  # destroy_process_group measures the end
+                                 source=rf.path, left=rf.left)
     if rf.stacks:
         table.stacks[rank] = [dict(s, t=align(s["t"])) for s in rf.stacks]
     if rf.bad:

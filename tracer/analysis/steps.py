@@ -15,7 +15,7 @@ start-up broadcasts) and after the last belongs to no step (-1).
 
 Steps are found per rank, then numbered alike across ranks: the ops of one collective, or the two sides of one
 message, are in the same step on every rank. Leading steps unlike the steady ones (another signature, or more than
-twice the median duration) are marked warm-up.
+three times the median duration: a step or two of jitter on a busy machine is not warm-up) are marked warm-up.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from .model import Step
 MIN_REPEATS = 2       # a sequence seen once is not a loop
 _CANDIDATES = 16      # the most frequent spacings between repeats of a key tried as the period
 _SAMPLE = 4096        # ops per rank whose spacings propose periods (steps up to half as long are found)
+WARMUP_LONG = 3       # a leading step this many times the median one is warm-up (caches, allocator, compile)
 _VOTES = 4096         # collectives (and messages) sampled to number the steps alike across ranks
 
 
@@ -215,8 +216,8 @@ def build_steps(t: EventTable, step_of: array) -> list[Step]:
 
 
 def _mark_warmup(t: EventTable, step_of: array, steps: list[Step]) -> None:
-    """Leading steps unlike the steady ones: another sequence of ops (on any of a sample of ranks), or over twice
-    the median length."""
+    """Leading steps unlike the steady ones: another sequence of ops (on any of a sample of ranks), or over
+    `WARMUP_LONG` times the median length."""
     if len(steps) < 3:
         return
     ranks = sorted(t.ranks)
@@ -232,6 +233,6 @@ def _mark_warmup(t: EventTable, step_of: array, steps: list[Step]) -> None:
     typical = median(s.end_ns - s.start_ns for s in steps)
     for s in steps[: len(steps) // 2]:
         odd = any(tuple(sigs[(r, s.index)]) != usual[r] for r in usual if (r, s.index) in sigs)
-        if not odd and s.end_ns - s.start_ns <= 2 * typical:
+        if not odd and s.end_ns - s.start_ns <= WARMUP_LONG * typical:
             break
         s.warmup = True
