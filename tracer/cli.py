@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
-    from .events import TraceError
+    from .errors import TraceError
 
     return (TraceError,)
 

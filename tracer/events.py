@@ -20,6 +20,7 @@ from typing import Any, Iterable, Iterator
 import orjson
 
 from .columns import CodedColumn, SparseColumn, json_key
+from .errors import TraceError  # noqa: F401 - here since the beginning: every reader imports it from here
 
 #: Version of the normalized event format (the "v" key of each event line).
 EVENTS_VERSION = 2
@@ -39,10 +40,6 @@ _INT_COLUMNS = ("rank", "gid", "group_seq", "peer", "root", "bytes", "start_ns",
 _STR_COLUMNS = ("op", "api", "dtype", "status", "site", "host")
 _OBJ_COLUMNS = ("shape", "in_", "out", "error", "extra")
 RANK_LIMIT = 2 ** 31  # ranks (rank, peer, root) and group indexes are 4-byte columns
-
-
-class TraceError(Exception):
-    """A trace that cannot be read; the message is one line meant for the user."""
 
 
 @dataclass(frozen=True)

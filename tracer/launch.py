@@ -18,9 +18,7 @@ import sys
 import time
 from datetime import datetime
 
-import orjson
-
-from .events import TraceError
+from .errors import TraceError
 
 BOOTSTRAP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_bootstrap")
 SUMMARY_MODES = ("off", "stats", "full")
@@ -98,7 +96,7 @@ def main(args) -> int:
     old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
     monitor = None
     if args.hang_timeout > 0:
-        from .hangwatch import HangMonitor
+        from .hangwatch import HangMonitor  # (after the job has started: its ranks start meanwhile)
 
         monitor = HangMonitor(out, args.hang_timeout, proc if args.kill_on_hang else None)
         monitor.start()
@@ -129,6 +127,8 @@ def main(args) -> int:
 
 
 def _write_run_info(out: str, command: list, started: float, rc: int) -> None:
+    import orjson  # (not before the job starts: the launcher imports as little as it can until then)
+
     info = {"command": command, "host": socket.gethostname(), "start_wall": started, "end_wall": time.time(),
             "exit_code": rc}
     try:
