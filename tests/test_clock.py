@@ -29,3 +29,19 @@ def test_offsets_and_drift_measured_in_the_background(tmp_path):
     times = {r: json.loads((tmp_path / f"times.{r}").read_text()) for r in range(3)}
     # rank 2 left without destroying the world: nobody waits for its clock at destroy
     assert times[0]["destroy_s"] < 0.5 and times[1]["destroy_s"] < 0.5, times
+
+
+def test_the_drift_is_interpolated_between_measurements_and_held_past_them(tmp_path):
+    import orjson
+
+    recs = [{"k": "meta", "v": 2, "rank": 1, "world_size": 2, "host": "h", "pid": 1},
+            {"k": "group", "g": 0, "name": "0", "desc": "default_pg", "ranks": [0, 1], "backend": "gloo"},
+            {"k": "clock", "phase": "start", "offset_ns": 1000, "uncertainty_ns": 50, "mono_ns": 10_000, "window": 0},
+            {"k": "clock", "phase": "end", "offset_ns": 3000, "uncertainty_ns": 80, "mono_ns": 20_000, "window": 1}]
+    for i, t in enumerate((5_000, 15_000, 40_000)):  # before, between and long after the two measurements
+        recs += [{"k": "b", "i": i, "op": "barrier", "g": 0, "gs": i, "t": t}, {"k": "e", "i": i, "t": t + 1}]
+    (tmp_path / "rank-00001-h-1.jsonl").write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in recs))
+    t = load_trace(str(tmp_path))
+    # the offset grows from 1000 to 3000 over [10 us, 20 us] and stays at 3000 after (not 7000 by extrapolation)
+    assert sorted(t.start_ns) == [5_000 + 1000, 15_000 + 2000, 40_000 + 3000]
+    assert t.ranks[1].clock_drift_ns == 2000 and t.ranks[1].clock_uncertainty_ns == 80

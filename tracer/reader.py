@@ -161,7 +161,9 @@ def _ns(record: dict | None, key: str) -> int | None:
 
 
 def _offset_fn(rf: _RankFile):
-    """raw ns -> aligned ns for this rank: start offset plus linearly interpolated drift."""
+    """raw ns -> aligned ns for this rank: the start offset plus the drift, interpolated linearly between the start
+    and the last measurement, and held at its ends: extrapolated from a short baseline (the first re-measurement
+    is a second after the start), the measurements' error would grow with the time past it."""
     start, end = rf.clock.get("start"), rf.clock.get("end")
     o0 = _ns(start, "offset_ns")
     if o0 is None:
@@ -170,7 +172,8 @@ def _offset_fn(rf: _RankFile):
     o1, t0, t1 = _ns(end, "offset_ns"), _ns(start, "mono_ns"), _ns(end, "mono_ns")
     if o1 is not None and t0 is not None and t1 is not None and t1 > t0:
         slope = (o1 - o0) / (t1 - t0)
-        return (lambda t: t + o0 + round((t - t0) * slope)), o0, unc, o1 - o0
+        unc = max(unc, _ns(end, "uncertainty_ns") or 0)
+        return (lambda t: t + o0 + round((min(max(t, t0), t1) - t0) * slope)), o0, unc, o1 - o0
     return (lambda t: t + o0), o0, unc, None
 
 
