@@ -116,12 +116,14 @@ def _step_starts(keys: list, loose_keys: list) -> list[int]:
             spacing[i - j] += 1
         last[(k, length)] = i
         i += length
-    # each candidate tried on the first ops, the two best of them on all
-    tried = sorted((_stretch(sample, p) for p, count in spacing.most_common(_CANDIDATES) if count >= MIN_REPEATS - 1),
-                   reverse=True)
-    best = max((_stretch(keys, p) for _, _, p, _ in tried[:2]), default=None)
-    if best is not None and best[0] < best[2] * MIN_REPEATS:
-        best = None
+    # each candidate tried on the first ops, the two best of them on all; a stretch that does not hold the period
+    # MIN_REPEATS times is no loop (a long spacing seen once would otherwise cover the most)
+    def loops(stretch) -> bool:
+        return stretch[0] >= stretch[2] * MIN_REPEATS
+
+    tried = sorted(filter(loops, (_stretch(sample, p) for p, count in spacing.most_common(_CANDIDATES)
+                                  if count >= MIN_REPEATS - 1)), reverse=True)
+    best = max(filter(loops, (_stretch(keys, p) for _, _, p, _ in tried[:2])), default=None)
     if best is None:
         return []
     _, _, p, a = best
