@@ -61,10 +61,10 @@ class RankInfo:
     backend: str = ""
     clock_offset_ns: int = 0          # added to this rank's raw clock to get rank 0's timeline
     clock_uncertainty_ns: int = 0
-    clock_drift_ns: int | None = None  # end-of-job offset minus start offset, when measured
+    clock_drift_ns: int | None = None  # the last offset measured minus the start offset, when measured again
     source: str = ""                  # file it came from
     damage: str = ""                  # what its file lost ("2 malformed records skipped; torn last record")
-    left: bool = False                # its file records destroy_process_group: the rank left the job, alive
+    left: bool = False                # its file says it left the job alive (destroy_process_group, a clean exit)
 
 
 @dataclass

@@ -31,9 +31,9 @@ from . import callsite, clock, fastpath, nocompile
 from .capture import SPECS, Tracer
 
 ENV_OUT = "DISTTRACE_OUT"
-_PACKAGE = __name__.rsplit(".", 1)[0]  # disttrace.tracer: this process's disttrace modules start with it
 ENV_SUMMARIES = "DISTTRACE_SUMMARIES"
 ENV_HANG = "DISTTRACE_HANG_TIMEOUT"
+_PACKAGE = __name__.rsplit(".", 1)[0]  # disttrace.tracer: this process's disttrace modules start with it
 
 _tracer: Tracer | None = None
 _clock_sync: clock.Sync | None = None

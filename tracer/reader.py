@@ -6,9 +6,9 @@ a begin. A begin without an end is an op the rank never finished: status `unfini
 is kept in its RankInfo (`damage`), so that the analysis never takes the missing records for findings; the hang
 watchdog's stacks records are kept in `EventTable.stacks`, aligned like the events.
 
-Clock alignment: each rank file holds its offset to rank 0's monotonic clock measured at start (and at the
-end, when the job shut down cleanly). Times are shifted by the start offset plus the drift interpolated
-linearly between the two measurements.
+Clock alignment: each rank file holds its offset to rank 0's monotonic clock measured at start and, when the job
+ran long enough, again later. Times are shifted by the start offset plus the drift interpolated linearly between
+the start and the last measurement (held past it).
 
 Imports neither torch nor textual.
 """

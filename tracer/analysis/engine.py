@@ -10,7 +10,7 @@ from .collectives import build_collectives
 from .matching import group_collectives
 from .model import Analysis
 from .p2p import build_p2p
-from .pipeline import pipeline_ranks, pipeline_stats
+from .pipeline import pipeline_stats
 from .problems import find_problems
 from .steps import build_steps, find_steps
 from .stragglers import fill_steps, stragglers_of, verdict, wait_records, wait_totals
@@ -47,7 +47,7 @@ def _analyze(table: EventTable, progress) -> Analysis:
     say(0.85, "pipeline")
     pipeline = pipeline_stats(t, p2p, collectives, steps, step_of)
     say(0.87, "waits")
-    rec = wait_records(t, collectives, culprits, p2p, pipeline_ranks(p2p))
+    rec = wait_records(t, collectives, culprits, p2p, [set(p) for p in pipeline.pipelines] if pipeline else [])
     ranks = sorted(traced)
     waits = wait_totals(rec, ranks)
     stragglers = stragglers_of(rec, collectives, culprits, ranks)

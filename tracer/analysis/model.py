@@ -264,6 +264,7 @@ class PipelineStats:
     iterations: int = 1            # pipeline iterations (training steps) the micro-batches were counted over
     slow_stage: int | None = None  # the stage whose compute sets the pace (an imbalance), or None
     slow_factor: float = 1.0       # its compute over the median of the other stages'
+    pipelines: list[list[int]] = field(default_factory=list)  # every pipeline's ranks in stage order (DP x PP: many)
 
 
 @dataclass
@@ -309,7 +310,7 @@ class StragglerVerdict:
     to_site: str | None            # the site of that arrival
     per_step_ns: int               # delay cost per step it was late in (per late collective without steps)
     noise_ns: int                  # the threshold a step's cost had to pass: the job's own jitter
-    late_count: int                # collectives where it arrived last and made others wait
+    late_count: int                # the steps (without steps: collectives and messages) it was late in
     share: float                   # its share of all the waiting caused
 
 

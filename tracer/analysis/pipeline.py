@@ -63,11 +63,6 @@ def _paths(p2p: list[P2PMatch]) -> list[tuple[list[int], dict[tuple[int, int], i
     return out
 
 
-def pipeline_ranks(p2p: P2PTable) -> list[set[int]]:
-    """The ranks of each pipeline: waits among them are the schedule's bubble, not straggling."""
-    return [set(path) for path, count in _paths(p2p) if _is_pipeline(path, count)]
-
-
 def _is_pipeline(path: list[int], count: dict[tuple[int, int], int]) -> bool:
     # a single exchange between two ranks is not a pipeline
     return len(path) >= 3 or max(count.get((path[0], path[1]), 0), count.get((path[1], path[0]), 0)) >= 2
@@ -101,6 +96,7 @@ def pipeline_stats(t: EventTable, p2p: P2PTable, collectives: CollectiveTable, s
         if c.complete and (c.wait_kind == WAIT_NXN or c.wait_kind == WAIT_BARRIER):
             by_group.setdefault(c.gid, []).append(c)
     per_stage: list[StageStats] = []
+    pipelines: list[list[int]] = []
     first: tuple[list[int], int, int] | None = None
     tot_blocked = tot_window = 0
     for k_path, (path, count) in enumerate(paths):
@@ -109,6 +105,7 @@ def pipeline_stats(t: EventTable, p2p: P2PTable, collectives: CollectiveTable, s
         if first_send.get((path[-1], path[-2]), 1 << 62) < first_send.get((path[0], path[1]), 1 << 62):
             path.reverse()
         forward = count.get((path[0], path[1]), 0)
+        pipelines.append(path)
         rows = rows_of[k_path]
         for r in rows:
             rows[r].sort(key=t.start_ns.__getitem__)
@@ -154,7 +151,7 @@ def pipeline_stats(t: EventTable, p2p: P2PTable, collectives: CollectiveTable, s
     p = len(path)
     slow, factor = _slow_stage(per_stage)
     return PipelineStats(path, micro, tot_blocked / tot_window if tot_window else 0.0,
-                         (p - 1) / (micro + p - 1), per_stage, iterations, slow, factor)
+                         (p - 1) / (micro + p - 1), per_stage, iterations, slow, factor, pipelines)
 
 
 Window = tuple  # (rank -> window start, window end, the closing synchronization or None)

@@ -42,10 +42,9 @@ def find_steps(t: EventTable, instance_rows: list, p2p_pairs) -> tuple[array, st
     instance_rows: each collective instance's rows; p2p_pairs: (send row, recv row) of matched messages (NONE
     where a side is missing): what ties the ranks' numbering together."""
     n = len(t)
+    if t.user_step.count(NONE) < n:  # the job marked its steps
+        return array("i", t.user_step), "marker"
     step_of = array("i", [-1]) * n
-    marks = getattr(t, "user_step", None)
-    if marks is not None and len(marks) == n and marks.count(NONE) < n:
-        return array("i", marks), "marker"
     # each rank's rows in issue order (table order is start order): one stable sort by rank, in C
     order = sorted(range(n), key=t.rank.__getitem__)
     # the keys of every row, as small ints (they compare faster than tuples): (op, group, site), and with the bytes

@@ -22,6 +22,7 @@ they are left out (pipeline.py names a slower stage).
 from __future__ import annotations
 
 from collections import Counter
+from itertools import repeat
 from statistics import median
 from typing import TYPE_CHECKING
 
@@ -115,22 +116,27 @@ def wait_totals(rec: WaitRecord, ranks: list[int]) -> dict[int, int]:
     return {r: union_ns(by.get(r, ())) for r in ranks}
 
 
-def _caused(pairs: dict[tuple[int, int], list]) -> dict[int, int]:
-    """culprit -> the waiting it caused: per waiting rank the union of its intervals, summed."""
-    out: dict[int, int] = {}
-    for (culprit, _), iv in pairs.items():
-        out[culprit] = out.get(culprit, 0) + union_ns(iv)
+def _caused_per(rec: WaitRecord, units: list, keep=None) -> dict[int, dict[int, int]]:
+    """unit -> culprit -> the waiting it caused in that unit: per waiting rank the union of the intervals it waited
+    for it, summed over the waiting ranks. units: each record's unit (None: left out); keep: which records count
+    (None: all)."""
+    pairs: dict[int, dict[tuple[int, int], list]] = {}
+    for u, k, w, c, a, b in zip(units, keep or repeat(True), rec.waiter, rec.culprit, rec.a, rec.b):
+        if u is not None and k:
+            pairs.setdefault(u, {}).setdefault((c, w), []).append((a, b))
+    out: dict[int, dict[int, int]] = {}
+    for u, by_pair in pairs.items():
+        caused = out[u] = {}
+        for (culprit, _), iv in by_pair.items():
+            caused[culprit] = caused.get(culprit, 0) + union_ns(iv)
     return out
 
 
 def stragglers_of(rec: WaitRecord, collectives: CollectiveTable, culprits: list[int | None],
                   ranks: list[int]) -> list[Straggler]:
     """Per rank, the waiting it caused others (its delay cost) and how often it arrived last; worst first."""
-    pairs: dict[tuple[int, int], list] = {}
-    for w, c, a, b in zip(rec.waiter, rec.culprit, rec.a, rec.b):
-        pairs.setdefault((c, w), []).append((a, b))
     cost = dict.fromkeys(ranks, 0)
-    cost.update(_caused(pairs))
+    cost.update(_caused_per(rec, repeat(0)).get(0, {}))
     late = Counter(culprits[u] for u in set(rec.unit) if u >= 0)
     out = [Straggler(r, cost[r], late.get(r, 0)) for r in cost]
     out.sort(key=lambda s: (-s.delay_cost_ns, -s.late_count, s.rank))
@@ -139,16 +145,15 @@ def stragglers_of(rec: WaitRecord, collectives: CollectiveTable, culprits: list[
 
 def fill_steps(rec: WaitRecord, steps: list[Step], step_of: array) -> None:
     """Each step's waits per rank and the waiting each rank caused in it."""
+    units = [k if (k := step_of[row]) >= 0 else None for row in rec.row]
     waits: dict[int, dict[int, list]] = {}
-    pairs: dict[int, dict[tuple[int, int], list]] = {}
-    for w, c, a, b, row in zip(rec.waiter, rec.culprit, rec.a, rec.b, rec.row):
-        k = step_of[row]
-        if k >= 0:
+    for k, w, a, b in zip(units, rec.waiter, rec.a, rec.b):
+        if k is not None:
             waits.setdefault(k, {}).setdefault(w, []).append((a, b))
-            pairs.setdefault(k, {}).setdefault((c, w), []).append((a, b))
+    caused = _caused_per(rec, units)
     for s in steps:
         s.wait_ns = {r: union_ns(iv) for r, iv in sorted(waits.get(s.index, {}).items())}
-        s.caused_ns = dict(sorted(_caused(pairs.get(s.index, {})).items()))
+        s.caused_ns = dict(sorted(caused.get(s.index, {}).items()))
 
 
 def verdict(t: EventTable, rec: WaitRecord, steps: list[Step], step_of: array) -> StragglerVerdict | None:
@@ -156,17 +161,9 @@ def verdict(t: EventTable, rec: WaitRecord, steps: list[Step], step_of: array) -
     Sets each step's late_rank."""
     steady = {s.index for s in steps if not s.warmup}
     by_step = len(steady) >= MIN_UNITS
-    # cost[unit][rank]: per unit, per culprit, per waiting rank the union of its intervals
-    pairs: dict[int, dict[tuple[int, int], list]] = {}
-    for w, c, a, b, row, unit, counts in zip(rec.waiter, rec.culprit, rec.a, rec.b, rec.row, rec.unit, rec.counts):
-        if not counts:
-            continue
-        if by_step:
-            unit = step_of[row]
-            if unit not in steady:
-                continue
-        pairs.setdefault(unit, {}).setdefault((c, w), []).append((a, b))
-    cost = {u: _caused(p) for u, p in pairs.items()}
+    # cost[unit][rank]: the waiting each rank caused in each unit, pipeline bubbles left out
+    unit_of = [k if (k := step_of[row]) in steady else None for row in rec.row] if by_step else rec.unit
+    cost = _caused_per(rec, unit_of, rec.counts)
     per_step = cost if by_step else {s.index: s.caused_ns for s in steps}
     if by_step:
         units = sorted(steady)
