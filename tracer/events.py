@@ -233,6 +233,11 @@ class EventTable:
         """What the ranks' files lost ("rank 1: torn last record; rank 2: ..."), or "" for an intact trace."""
         return "; ".join(f"rank {r}: {info.damage}" for r, info in sorted(self.ranks.items()) if info.damage)
 
+    def damage_line(self) -> str:
+        """The damage as the report and the viewer say it first, or "" for an intact trace."""
+        damaged = self.damage_summary()
+        return f"damaged trace: {damaged}. No finding here rests on the missing records." if damaged else ""
+
 
 _KNOWN_KEYS = frozenset({
     "v", "rank", "host", "op", "api", "group", "group_ranks", "group_seq", "seq", "peer", "root", "tag", "bytes",

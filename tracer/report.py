@@ -123,6 +123,7 @@ class _progress:
 def render(a: Analysis, top: int = 10, console=None) -> None:
     from rich.console import Console
     from rich.markup import escape
+    from rich.text import Text
 
     if console is None:
         # piped or captured output gets a width that fits the tables rather than rich's default of 80
@@ -135,10 +136,9 @@ def render(a: Analysis, top: int = 10, console=None) -> None:
                   f"{len(a.collectives):,} collectives, {len(a.p2p):,} P2P messages",
                   soft_wrap=True)  # one line, however narrow: the damage is the next line
     # what the input lost comes first: every finding below must be read knowing it
-    damaged = t.damage_summary()
+    damaged = t.damage_line()
     if damaged:
-        console.print(f"[bold yellow]damaged trace:[/] {escape(damaged)}. No finding below rests on the missing "
-                      f"records.")
+        console.print(Text(damaged, style="bold yellow"))
     for w in t.warnings:
         console.print(f"[bold yellow]warning:[/] {escape(w)}")
     for w in a.notes:

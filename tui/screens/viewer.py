@@ -224,16 +224,14 @@ class ViewerScreen(Screen):
         """Say at once what the input lost, as the report does first; once per app for the same warnings (a
         --follow reload makes a new screen each time the trace grows)."""
         t = self.store.table
-        damaged = t.damage_summary()
+        damaged = t.damage_line()
         key = damaged or tuple(t.warnings)  # the reader's: the analysis may add to the warnings after a reload
         if not key or getattr(self.app, "_told_warnings", ()) == key:
             return
         self.app._told_warnings = key
-        if damaged:
-            what = f"damaged trace: {damaged}. No finding rests on the missing records; the problems view (7) lists"
-        else:
-            what = f"{len(t.warnings)} warning(s) about the input, first: {t.warnings[0]}; the problems view (7) lists"
-        self.notify(what + " the warnings.", severity="warning", timeout=10, markup=False)  # paths hold brackets
+        what = damaged or f"{len(t.warnings)} warning(s) about the input, first: {t.warnings[0]}."
+        self.notify(what + " The problems view (7) lists the warnings.", severity="warning", timeout=10,
+                    markup=False)  # paths hold brackets
 
     # -- state changes ------------------------------------------------------------------------------
     def watch_playhead(self, row: int) -> None:

@@ -340,9 +340,7 @@ class ProblemsView(Vertical):
     def compose(self) -> ComposeResult:
         t = self.store.table
         if t.warnings:
-            damaged = t.damage_summary()
-            head = (f"damaged trace: {damaged}. No finding here rests on the missing records." if damaged
-                    else "warnings about the input:")
+            head = t.damage_line() or "warnings about the input:"
             shown = [f"\n  {w}" for w in t.warnings[:5]]
             more = (f"\n  … and {len(t.warnings) - 5} more (disttrace report lists them all)"
                     if len(t.warnings) > 5 else "")
