@@ -19,14 +19,28 @@ from conftest import JOBS, run_traced, torchrun_cmd
 pytestmark = pytest.mark.slow
 
 
+# torch 2.13 sometimes aborts a rank of this job at the interpreter's exit, untraced as often as traced (about 1
+# run in 10 on 2 busy vCPUs): once the job's Python has ended and its groups are destroyed, a C++ thread destroys a
+# still-joinable std::thread. What the job did is complete by then (its outputs written, its trace closed by
+# atexit), and that is what this test compares; any other failure, or that one before the outputs, fails it.
+_EXIT_ABORT = "terminate called without an active exception"
+
+
+def _check_finished(proc, outputs: list) -> None:
+    done = all(p.exists() for p in outputs)
+    assert proc.returncode == 0 or (done and _EXIT_ABORT in proc.stderr and "exitcode  : -6" in proc.stderr), \
+        proc.stderr[-3000:]
+    assert done, proc.stderr[-3000:]
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("compile")
     plain = subprocess.run(torchrun_cmd(JOBS / "compile_modes.py", 2, [tmp / "untraced"]), capture_output=True,
                            text=True, timeout=300)
-    assert plain.returncode == 0, plain.stderr[-3000:]
+    _check_finished(plain, [tmp / f"untraced.{r}" for r in (0, 1)])
     traced = run_traced("compile_modes.py", tmp / "trace", 2, [tmp / "traced"], summaries="off", timeout=300)
-    assert traced.returncode == 0, traced.stderr[-3000:]
+    _check_finished(traced, [tmp / f"traced.{r}" for r in (0, 1)])
     load = lambda name, r: json.loads((tmp / f"{name}.{r}").read_text())  # noqa: E731
     return {r: (load("untraced", r), load("traced", r)) for r in (0, 1)}, tmp / "trace"
 
