@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-from disttrace.tracer.events import EventTable
+from disttrace.tracer.data.events import EventTable
 
 
 @dataclass

@@ -17,7 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from disttrace.tracer.events import TraceError
+from disttrace.tracer.data.events import TraceError
 
 from .narrate_common import DemoRun
 from .registry import Demo
@@ -49,8 +49,8 @@ def check_backend(backend: str, nproc: int) -> None:
 def run_demo(demo: Demo, nproc: int, backend: str = "gloo", out: Path | None = None, size: int | None = None,
              extra: list[str] | None = None) -> DemoRun:
     """Run the demo's program under the tracer, narrate it, and return the run (trace in run.out)."""
-    from disttrace.tracer.launch import prepare_out
-    from disttrace.tracer.reader import load_trace
+    from disttrace.tracer.commands.run import prepare_out
+    from disttrace.tracer.data.reader import load_trace
 
     check_backend(backend, nproc)
     out = Path(prepare_out(str(out))) if out is not None else default_out(demo)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from disttrace.tracer.analysis import analyze, describe, to_json
-from disttrace.tracer.events import EventTable
+from disttrace.tracer.data.events import EventTable
 
 MS = 1_000_000
 
@@ -314,7 +314,7 @@ def test_synthetic_large_trace_generator(tmp_path):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
     from synth import write_synthetic
 
-    from disttrace.tracer.events import read_jsonl
+    from disttrace.tracer.data.events import read_jsonl
 
     path = tmp_path / "syn.jsonl"
     n = write_synthetic(path, n_events=20_000, n_ranks=64, seed=1)

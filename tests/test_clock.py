@@ -9,7 +9,7 @@ import json
 import pytest
 
 from conftest import run_traced
-from disttrace.tracer.reader import load_trace
+from disttrace.tracer.data.reader import load_trace
 
 pytestmark = pytest.mark.slow
 

@@ -6,7 +6,7 @@ import json
 
 from disttrace.demos.narrate_collectives import all_reduce, reduce_scatter
 from disttrace.demos.narrate_common import DemoRun, ms, show, show_summary
-from disttrace.tracer.events import EventTable
+from disttrace.tracer.data.events import EventTable
 from disttrace.tui.model.narration import load_narration
 
 

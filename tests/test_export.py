@@ -14,9 +14,9 @@ import pytest
 
 from conftest import job, run_disttrace
 from disttrace.tracer.analysis import analyze
-from disttrace.tracer.events import EventTable
-from disttrace.tracer.export import to_chrome
-from disttrace.tracer.reader import load_trace
+from disttrace.tracer.data.events import EventTable
+from disttrace.tracer.commands.export import to_chrome
+from disttrace.tracer.data.reader import load_trace
 
 _KNOWN_M = {"process_name", "process_sort_index", "thread_name", "thread_sort_index"}
 
@@ -144,7 +144,7 @@ def test_cli_errors_are_one_line(exported, tmp_path):
 
 
 def test_export_and_flight_recorder_import_load_neither_torch_nor_textual():
-    code = ("import sys, disttrace.tracer.export, disttrace.tracer.flightrec; "
+    code = ("import sys, disttrace.tracer.commands.export, disttrace.tracer.data.flightrec; "
             "print(sorted(m for m in ('torch', 'textual') if m in sys.modules))")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert p.returncode == 0 and p.stdout.strip() == "[]", p.stdout + p.stderr

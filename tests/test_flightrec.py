@@ -14,10 +14,10 @@ import orjson
 import pytest
 
 from conftest import JOBS, job, run_disttrace
-from disttrace.tracer.events import TraceError
-from disttrace.tracer.flightrec import is_fr_dir, load_fr_dir
-from disttrace.tracer.events import EventTable
-from disttrace.tracer.reader import load_trace
+from disttrace.tracer.data.events import TraceError
+from disttrace.tracer.data.flightrec import is_fr_dir, load_fr_dir
+from disttrace.tracer.data.events import EventTable
+from disttrace.tracer.data.reader import load_trace
 
 
 def traced_fr_run(traced, tmp_path_factory):

@@ -29,9 +29,9 @@ import pytest
 
 from conftest import disttrace_cmd
 from disttrace.tracer.analysis import analyze, to_json
-from disttrace.tracer.events import TraceError, iter_jsonl
-from disttrace.tracer.export import write_chrome
-from disttrace.tracer.reader import load_trace
+from disttrace.tracer.data.events import TraceError, iter_jsonl
+from disttrace.tracer.commands.export import write_chrome
+from disttrace.tracer.data.reader import load_trace
 from test_flightrec import traced_fr_run
 
 SEED = 20261122

@@ -7,7 +7,7 @@ import threading
 
 import orjson
 
-from disttrace.tracer import recorder
+from disttrace.tracer.record import recorder
 
 
 def test_concurrent_writers_while_the_map_grows(tmp_path, monkeypatch):

@@ -86,7 +86,7 @@ def test_bad_input_is_one_line_and_exit_2(args, tmp_path, hung):
 
 
 def test_report_and_analysis_import_neither_torch_nor_textual():
-    code = ("import sys, disttrace.tracer.report, disttrace.tracer.analysis; "
+    code = ("import sys, disttrace.tracer.commands.report, disttrace.tracer.analysis; "
             "print(sorted(m for m in ('torch', 'textual') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
@@ -98,7 +98,7 @@ def test_render_shows_collectives_far_slower_than_the_model():
     from rich.console import Console
 
     from disttrace.tracer.analysis import analyze
-    from disttrace.tracer.report import render
+    from disttrace.tracer.commands.report import render
     from test_analysis import MS, Trace
 
     tr = Trace(2)

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from conftest import JOBS, disttrace_cmd, free_port, run_disttrace, torchrun_cmd
-from disttrace.tracer.reader import load_trace
+from disttrace.tracer.data.reader import load_trace
 
 
 def one_line_error(proc):

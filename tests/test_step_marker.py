@@ -14,8 +14,8 @@ import pytest
 
 from conftest import run_disttrace
 from disttrace.tracer.analysis import analyze
-from disttrace.tracer.events import NONE
-from disttrace.tracer.reader import load_trace
+from disttrace.tracer.data.events import NONE
+from disttrace.tracer.data.reader import load_trace
 
 REC_STEPS_OPS = ["all_reduce"] * 6 + ["barrier"]
 
@@ -114,7 +114,8 @@ def test_untraced_the_marker_imports_nothing_and_costs_next_to_nothing():
 
 
 def test_a_failing_write_disables_tracing_and_never_reaches_the_job(monkeypatch):
-    from disttrace.tracer import hooks, mark_step
+    from disttrace.tracer import mark_step
+    from disttrace.tracer.record import hooks
 
     class Broken:
         failed = None

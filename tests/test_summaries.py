@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from disttrace.tracer.summaries import MAX_VALUES, summarize
+from disttrace.tracer.record.summaries import MAX_VALUES, summarize
 
 
 def test_known_values_and_statistics():
@@ -58,7 +58,7 @@ def test_values_only_for_small_tensors_and_lists_keep_their_shape():
 def test_the_device_path_computes_what_the_cpu_path_does(t):
     """CUDA summaries come from _stats_tensor (branch-free, float64 sums); run here on CPU tensors, it must
     agree with the CPU path (float32 sums) to float32 precision, and exactly on the counts and checksum."""
-    from disttrace.tracer import summaries
+    from disttrace.tracer.record import summaries
 
     cpu = summaries._as_dict(summaries._stats_cpu([t, t[:2]]))
     dev = summaries._as_dict(summaries._from_device(summaries._stats_tensor([t, t[:2]]).tolist()))

@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import sys
 
-_HOOKS = __name__ + ".hooks"  # imported (with torch) only where tracing may start
+_HOOKS = __name__ + ".record.hooks"  # imported (with torch) only where tracing may start
 
 
 @contextlib.contextmanager
@@ -29,7 +29,7 @@ def trace(out: str, summaries: str = "off"):
 
     Tracing starts when the default process group is initialized (at once if it already is) and stops at the
     end of the block, which also closes the rank file. `summaries`: off, stats or full."""
-    from . import hooks
+    from .record import hooks
 
     hooks.install(out, summaries)
     try:

@@ -13,11 +13,11 @@ import sys
 
 # name -> (module, one-line help)
 SUBCOMMANDS = {
-    "run": ("disttrace.tracer.launch", "trace a job: disttrace run [options] torchrun ... | python script.py ..."),
+    "run": ("disttrace.tracer.commands.run", "trace a job: disttrace run [options] torchrun ... | python script.py ..."),
     "view": ("disttrace.tui.cli", "open a trace in the terminal viewer"),
-    "report": ("disttrace.tracer.report", "analyse a trace: waits, stragglers, bandwidth, bubbles, problems"),
-    "events": ("disttrace.tracer.events_cli", "print the merged, aligned events as JSON Lines"),
-    "export": ("disttrace.tracer.export", "export a trace for Perfetto / chrome://tracing"),
+    "report": ("disttrace.tracer.commands.report", "analyse a trace: waits, stragglers, bandwidth, bubbles, problems"),
+    "events": ("disttrace.tracer.commands.events", "print the merged, aligned events as JSON Lines"),
+    "export": ("disttrace.tracer.commands.export", "export a trace for Perfetto / chrome://tracing"),
     "demo": ("disttrace.demos.cli", "run a teaching demo and open it in the viewer"),
 }
 

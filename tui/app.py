@@ -17,8 +17,8 @@ from textual.containers import Center, Middle
 from textual.screen import Screen
 from textual.widgets import Label, ProgressBar, TabbedContent
 
-from disttrace.tracer.events import EventTable, TraceError
-from disttrace.tracer.reader import trace_size
+from disttrace.tracer.data.events import EventTable, TraceError
+from disttrace.tracer.data.reader import trace_size
 
 from . import loading
 from .model.narration import Narration, load_narration

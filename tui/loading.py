@@ -10,7 +10,7 @@ import os
 import sys
 from typing import Callable
 
-from disttrace.tracer.events import EventTable, TraceError
+from disttrace.tracer.data.events import EventTable, TraceError
 
 from .model.narration import Narration, load_narration
 from .model.store import TraceStore
@@ -23,19 +23,19 @@ def read_table(paths: list[str], progress: Progress | None = None) -> EventTable
     if not paths:
         raise TraceError("no trace given")
     try:
-        from disttrace.tracer.reader import load_trace
+        from disttrace.tracer.data.reader import load_trace
     except ImportError:  # the reader of trace dirs is not there: events files still open
         load_trace = None
     if load_trace is not None:
         return load_trace(list(paths), progress=progress)
-    from disttrace.tracer.events import read_jsonl
+    from disttrace.tracer.data.events import read_jsonl
 
     table = EventTable()
     for p in paths:
         if not os.path.exists(p):
             raise TraceError(f"{p}: no such file or directory")
         if os.path.isdir(p):
-            raise TraceError(f"{p}: reading trace directories needs disttrace.tracer.reader")
+            raise TraceError(f"{p}: reading trace directories needs disttrace.tracer.data.reader")
         read_jsonl(p, table)
     table.sort()
     return table

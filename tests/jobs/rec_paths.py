@@ -11,7 +11,7 @@ import torch.distributed as dist
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from disttrace.tracer import capture
+from disttrace.tracer.record import capture
 
 dist.init_process_group("gloo")
 rank, world = dist.get_rank(), dist.get_world_size()

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from disttrace.tracer.analysis import describe
-from disttrace.tracer.events import TraceError
+from disttrace.tracer.data.events import TraceError
 from disttrace.tui.model import viewport
 from disttrace.tui.model.narration import load_narration
 from disttrace.tui.model.replay import parse_goto, row_at_time, search, step_collective, step_event

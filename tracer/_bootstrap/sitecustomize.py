@@ -17,7 +17,7 @@ def _disttrace_bootstrap():
 
     def _enable():
         try:
-            from disttrace.tracer import hooks
+            from disttrace.tracer.record import hooks
 
             hooks.install(os.environ["DISTTRACE_OUT"], os.environ.get("DISTTRACE_SUMMARIES", "off"),
                           float(os.environ.get("DISTTRACE_HANG_TIMEOUT", "0") or 0))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..events import NONE
+from ..data.events import NONE
 from .model import Link
 
 if TYPE_CHECKING:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from array import array
 from collections import Counter
 
-from ..events import NONE, EventTable
+from ..data.events import NONE, EventTable
 from .bandwidth import busbw_factor, size_s
 from .model import WAIT_BARRIER, WAIT_NXN
 from .tables import CollectiveTable

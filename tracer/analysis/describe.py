@@ -3,7 +3,7 @@ replay), straggler_sentence(a) on the straggler verdict (the report and the view
 
 from __future__ import annotations
 
-from ..events import NONE
+from ..data.events import NONE
 from .model import EARLY_REDUCE, LATE_BROADCAST, Analysis
 from .problems import where
 from .units import fmt_bytes, fmt_gbps, fmt_list, fmt_ns, fmt_ordinal, fmt_ranks

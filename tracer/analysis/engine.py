@@ -4,7 +4,7 @@ stragglers and the verdict -> links -> problems."""
 
 from __future__ import annotations
 
-from ..events import NONE, EventTable, gc_paused
+from ..data.events import NONE, EventTable, gc_paused
 from .bandwidth import links_of
 from .collectives import build_collectives
 from .matching import group_collectives

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from math import isnan
 
-from ..events import NONE
+from ..data.events import NONE
 from .model import NULL, Analysis
 from .tables import CollectiveTable
 

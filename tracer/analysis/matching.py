@@ -3,7 +3,7 @@ order). Pure bookkeeping over the columns, one pass each; what does not match is
 
 from __future__ import annotations
 
-from ..events import COLLECTIVE_OPS, NONE, EventTable
+from ..data.events import COLLECTIVE_OPS, NONE, EventTable
 
 
 def group_collectives(t: EventTable) -> list[list[int]]:

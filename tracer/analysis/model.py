@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from math import isnan, nan
 from typing import TYPE_CHECKING
 
-from ..events import NONE, EventTable
+from ..data.events import NONE, EventTable
 
 if TYPE_CHECKING:
     from .tables import CollectiveTable, P2PTable

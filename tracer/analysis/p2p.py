@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from array import array
 
-from ..events import NONE, EventTable
+from ..data.events import NONE, EventTable
 from .matching import finished_at, match_p2p
 from .tables import P2PTable
 from .waits import p2p_waits

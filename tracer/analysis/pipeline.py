@@ -18,7 +18,7 @@ from bisect import bisect_left
 from statistics import median
 from typing import TYPE_CHECKING
 
-from ..events import EventTable
+from ..data.events import EventTable
 from .matching import finished_at
 from .model import WAIT_BARRIER, WAIT_NXN, CollectiveInstance, P2PMatch, PipelineStats, StageStats, Step
 from .waits import blocked_in

@@ -19,7 +19,7 @@ import re
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from ..events import NONE, EventTable, stacks_site
+from ..data.events import NONE, EventTable, stacks_site
 from .matching import finished_at, last_event_of_rank
 from .model import CollectiveInstance, P2PMatch, Problem
 from .units import fmt_bytes, fmt_ns, fmt_ranks

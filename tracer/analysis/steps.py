@@ -26,7 +26,7 @@ from itertools import groupby, islice
 from operator import eq
 from statistics import median
 
-from ..events import NONE, EventTable
+from ..data.events import NONE, EventTable
 from .model import Step
 
 MIN_REPEATS = 2       # a sequence seen once is not a loop

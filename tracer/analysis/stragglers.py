@@ -26,7 +26,7 @@ from itertools import repeat
 from statistics import median
 from typing import TYPE_CHECKING
 
-from ..events import NONE, EventTable
+from ..data.events import NONE, EventTable
 from .model import Step, Straggler, StragglerVerdict
 from .waits import union_ns
 

@@ -14,8 +14,8 @@ from math import nan
 from typing import Iterator
 from weakref import WeakValueDictionary
 
-from ..columns import CodedColumn
-from ..events import NONE, EventTable
+from ..data.columns import CodedColumn
+from ..data.events import NONE, EventTable
 from .model import NULL, CollectiveInstance, P2PMatch
 
 

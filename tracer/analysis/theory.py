@@ -8,7 +8,7 @@ without interference), then least squares over the buckets. An instance far abov
 
 from __future__ import annotations
 
-from ..events import NONE
+from ..data.events import NONE
 from .bandwidth import busbw_factor
 from .model import NULL, AlphaBeta
 from .tables import CollectiveTable, P2PTable

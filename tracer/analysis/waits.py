@@ -20,7 +20,7 @@ count the same interval twice.
 
 from __future__ import annotations
 
-from ..events import NONE, EventTable
+from ..data.events import NONE, EventTable
 from .matching import finished_at
 from .model import EARLY_REDUCE, LATE_BROADCAST, WAIT_BARRIER, WAIT_NXN
 

@@ -16,7 +16,7 @@ from itertools import accumulate, compress, repeat
 from operator import add, and_, gt, le, mul, sub, truediv
 from typing import NamedTuple
 
-from disttrace.tracer.events import NONE, EventTable
+from disttrace.tracer.data.events import NONE, EventTable
 
 N_CATS = 4  # index 0: waiting; 1 collective, 2 barrier, 3 p2p (no event: compute)
 _LOOK_BACK = 64  # events looked back for async ops still running (beyond that, a long async op is approximate)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from disttrace.tracer.events import EventTable, TraceError
+from disttrace.tracer.data.events import EventTable, TraceError
 
 
 @dataclass

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from disttrace.tracer.analysis.model import Analysis
 from disttrace.tracer.analysis.tables import CollectiveTable, P2PTable
-from disttrace.tracer.events import NONE, P2P_OPS, EventTable, gc_paused
+from disttrace.tracer.data.events import NONE, P2P_OPS, EventTable, gc_paused
 
 from .lod import Lane
 

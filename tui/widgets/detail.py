@@ -12,7 +12,7 @@ from textual.strip import Strip
 from textual.widgets import Static
 
 from disttrace.tracer.analysis.units import fmt_gbps
-from disttrace.tracer.events import NONE
+from disttrace.tracer.data.events import NONE
 
 from ..model.replay import format_bytes, format_ns
 from ..model.store import TraceStore

@@ -17,10 +17,10 @@ from typing import Iterator
 
 import orjson
 
-from .analysis import analyze
-from .analysis.model import Analysis
-from .events import NONE, P2P_OPS, TraceError
-from .reader import load_trace
+from ..analysis import analyze
+from ..analysis.model import Analysis
+from ..data.events import NONE, P2P_OPS, TraceError
+from ..data.reader import load_trace
 
 # track (Chrome "thread") families per rank: tid = family base + lane
 _COLL_TID, _P2P_TID, _LANES = 0, 1000, 1000

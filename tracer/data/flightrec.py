@@ -25,10 +25,10 @@ import os
 import pickle
 import pickletools
 import re
-import sysconfig
 
 import orjson
 
+from ..format import is_user_file
 from .events import OPS, EventTable, RankInfo, TraceError
 
 FR_MAJOR = 2            # newest Flight Recorder dump format this was written against ("version": "2.10")
@@ -204,8 +204,6 @@ def _int(v, lo: int = 0) -> int:
     return v
 
 
-_OWN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep  # disttrace's hooks sit between torch and the user
-_STDLIB = tuple({sysconfig.get_paths()["stdlib"] + os.sep, sysconfig.get_paths()["platstdlib"] + os.sep})
 MAX_DIMS = 64  # a tensor of more dimensions is not a real dump's
 
 
@@ -241,13 +239,6 @@ def _nbytes(sizes, dtypes, cache: dict) -> tuple[int, str | None, list | None]:
     return out
 
 
-def _is_user_file(fn: str) -> bool:
-    """Not torch, disttrace, the standard library, nor typing_extensions' @deprecated wrapper (as callsite.py)."""
-    if "/torch/" in fn or fn.startswith(_OWN_DIR) or fn.startswith("<") or fn.endswith("typing_extensions.py"):
-        return False
-    return not (fn.startswith(_STDLIB) and "-packages" not in fn)
-
-
 def _site(frames) -> str | None:
     """The first frame outside torch: the user's call (frames are innermost first)."""
     if not isinstance(frames, list):
@@ -256,7 +247,7 @@ def _site(frames) -> str | None:
         if not isinstance(fr, dict):
             continue
         fn, line, name = fr.get("filename"), fr.get("line"), fr.get("name")
-        if not isinstance(fn, str) or not _is_user_file(fn):
+        if not isinstance(fn, str) or not is_user_file(fn):
             continue
         return f"{fn[:300]}:{line if type(line) is int else '?'} in {str(name)[:100]}"
     return None

@@ -31,12 +31,12 @@ import orjson
 import torch
 import torch.distributed as dist
 
+from ..format import FORMAT_VERSION, RANK_FILE_SUFFIX, rank_file_stem
 from . import callsite, summaries
 from .recorder import Recorder
 
 _Tensor = torch.Tensor
 
-FORMAT_VERSION = 2
 PENDING_LIMIT = 4096  # finished async ops kept for a wait() that may still come
 SYNC_P2P_APIS = frozenset({"send", "recv"})
 
@@ -179,12 +179,12 @@ class Tracer:
         self.pid = os.getpid()
         os.makedirs(out_dir, exist_ok=True)
         restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-        name = f"rank-{self.rank:05d}-{self.host}-{self.pid}" + (f"-r{restart}" if restart != "0" else "")
-        self.path = os.path.join(out_dir, name + ".jsonl")
+        name = rank_file_stem(self.rank, self.host, self.pid, restart)
+        self.path = os.path.join(out_dir, name + RANK_FILE_SUFFIX)
         n = 1
         while os.path.exists(self.path):  # a second trace() block in the same process
             n += 1
-            self.path = os.path.join(out_dir, f"{name}-s{n}.jsonl")
+            self.path = os.path.join(out_dir, f"{name}-s{n}{RANK_FILE_SUFFIX}")
         self.rec = Recorder(self.path)
         self._ids = itertools.count()  # event ids (with DISTTRACE_TEST_FAULT_AT set: one that fails at that id)
         self._gidx = itertools.count()

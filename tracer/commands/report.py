@@ -17,11 +17,11 @@ from statistics import median
 
 import orjson
 
-from .analysis import analyze, straggler_sentence, to_json
-from .analysis.model import Analysis
-from .analysis.units import fmt_bytes, fmt_gbps, fmt_list, fmt_ns, fmt_ranks
-from .events import TraceError
-from .reader import load_trace, run_info, trace_size
+from ..analysis import analyze, straggler_sentence, to_json
+from ..analysis.model import Analysis
+from ..analysis.units import fmt_bytes, fmt_gbps, fmt_list, fmt_ns, fmt_ranks
+from ..data.events import TraceError
+from ..data.reader import load_trace, run_info, trace_size
 
 PROBLEM_STYLE = {"hang": "bold red", "mismatch": "bold red", "died": "bold red", "error": "red",
                  "divergence": "bold magenta", "nonfinite": "bold magenta", "unmatched": "yellow", "clock": "yellow"}

@@ -14,21 +14,13 @@ from __future__ import annotations
 
 import os
 import sys
-import sysconfig
-import tempfile
 
 import torch
 
+from ..format import GENERATED, frame_kind
+from ..format import USER as USER_FRAME
+
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
-_OWN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
-# Frames that are never the user's line: the standard library (decorators, contextlib, functools, threading)
-# and typing_extensions' @deprecated wrapper, which torch puts around some collectives.
-_SKIP_DIRS = tuple({sysconfig.get_paths()["stdlib"] + os.sep, sysconfig.get_paths()["platstdlib"] + os.sep})
-_SKIP_FILES = ("typing_extensions.py",)
-# Code that torch.compile generates: FX graph modules' forward ("<eval_with_key>.N") and Inductor's output code,
-# written below its cache dir (torchinductor_USER, in the temp dir unless TORCHINDUCTOR_CACHE_DIR moves it)
-_GENERATED = ("<eval_with_key>",
-              os.environ.get("TORCHINDUCTOR_CACHE_DIR") or os.path.join(tempfile.gettempdir(), "torchinductor_"))
 
 # (path fragment below torch/, component); the first that matches wins, so longer paths come first
 _COMPONENTS = (
@@ -63,15 +55,15 @@ _SITES_LIMIT = 2000  # call sites kept per code object; a generated-code patholo
 
 def _classify(code) -> tuple[int, str | None]:
     path = code.co_filename
-    if path.startswith(_OWN_DIR) or code.co_name in _HANDLERS:
+    if code.co_name in _HANDLERS:
         return OWN, None
-    if path.startswith(_GENERATED):  # a compiled graph's code (FX, Inductor): the user's line is the caller's
+    kind = frame_kind(path)
+    if kind == USER_FRAME:
+        return USER, None
+    if kind == GENERATED:  # a compiled graph's code (FX, Inductor): the user's line is the caller's
         return TORCH, f"compiled.{code.co_name}"
     if not path.startswith(_TORCH_DIR):
-        in_stdlib = path.startswith(_SKIP_DIRS) and "site-packages" not in path and "dist-packages" not in path
-        if in_stdlib or path.startswith("<frozen") or path.endswith(_SKIP_FILES):
-            return OWN, None  # neither the user's line nor torch
-        return USER, None
+        return OWN, None  # disttrace's or the standard library's: neither the user's line nor torch
     rel = path[len(_TORCH_DIR):].replace(os.sep, "/")
     if rel in _C10D_FILES:  # a public function of distributed_c10d names the api (not its helpers or decorators)
         return C10D, code.co_name if code.co_name[0] != "_" and code.co_name != "wrapper" else None

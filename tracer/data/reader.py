@@ -21,9 +21,9 @@ from typing import Callable
 
 import orjson
 
+from ..format import FORMAT_VERSION, is_rank_file
 from .events import NONE, OPS, EventTable, RankInfo, TraceError, _text, gc_paused, read_jsonl
 
-FORMAT_VERSION = 2  # on-disk format version this reader understands (the "v" of the meta record)
 _INT = int
 
 Progress = Callable[[float, str], None]
@@ -34,7 +34,7 @@ def find_rank_files(path: str) -> list[str]:
         names = sorted(os.listdir(path))
     except OSError as e:
         raise TraceError(f"cannot read trace directory {path}: {e.strerror or e}") from None
-    return [os.path.join(path, n) for n in names if n.startswith("rank-") and n.endswith(".jsonl")]
+    return [os.path.join(path, n) for n in names if is_rank_file(n)]
 
 
 def load_trace(paths: list[str] | str, progress: Progress | None = None) -> EventTable:

@@ -18,9 +18,9 @@ import sys
 import time
 from datetime import datetime
 
-from .errors import TraceError
+from ..errors import TraceError
 
-BOOTSTRAP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_bootstrap")
+BOOTSTRAP_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "_bootstrap")
 SUMMARY_MODES = ("off", "stats", "full")
 
 

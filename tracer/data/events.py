@@ -19,8 +19,9 @@ from typing import Any, Iterable, Iterator
 
 import orjson
 
+from ..format import is_user_file
 from .columns import CodedColumn, SparseColumn, json_key
-from .errors import TraceError  # noqa: F401 - here since the beginning: every reader imports it from here
+from ..errors import TraceError  # noqa: F401 - here since the beginning: every reader imports it from here
 
 #: Version of the normalized event format (the "v" key of each event line).
 EVENTS_VERSION = 2
@@ -275,11 +276,6 @@ def _null(v: int):
     return None if v == NONE else v
 
 
-# frames that are not the user's code: torch, disttrace itself, the standard library's thread and module runners
-_INTERNAL = (os.sep + "site-packages" + os.sep + "torch" + os.sep, os.path.dirname(os.path.abspath(__file__)) + os.sep,
-             os.sep + "threading.py", os.sep + "runpy.py")
-
-
 def stacks_site(stacks: dict) -> str:
     """Where a rank was when the watchdog recorded its stacks (a "stacks" record): the main thread's innermost
     frame of user code, and what it was calling ("train.py:12 in main → wait"). The live hang diagnosis and the
@@ -292,7 +288,7 @@ def stacks_site(stacks: dict) -> str:
         if isinstance(frames, list) else []
     if not frames:
         return "(no Python stack)"
-    user = [k for k, f in enumerate(frames) if not any(p in f[0] for p in _INTERNAL)]
+    user = [k for k, f in enumerate(frames) if is_user_file(f[0])]
     if not user:
         return "{}:{} in {}".format(*frames[-1])
     k = user[-1]

@@ -18,8 +18,8 @@ import time
 
 import orjson
 
-from .events import stacks_site
-from .reader import find_rank_files
+from ..data.events import stacks_site
+from ..data.reader import find_rank_files
 
 GRACE_S = 3.0  # how long to wait for the other ranks' stacks after the first report (they look every 1.5 s)
 
@@ -112,8 +112,8 @@ class HangMonitor(threading.Thread):
 
     def _problems(self) -> list[str]:
         try:
-            from .analysis import analyze
-            from .reader import load_trace
+            from ..analysis import analyze
+            from ..data.reader import load_trace
 
             a = analyze(load_trace([self.out_dir]))
         except Exception as e:  # noqa: BLE001

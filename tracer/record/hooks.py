@@ -33,7 +33,7 @@ from .capture import SPECS, Tracer
 ENV_OUT = "DISTTRACE_OUT"
 ENV_SUMMARIES = "DISTTRACE_SUMMARIES"
 ENV_HANG = "DISTTRACE_HANG_TIMEOUT"
-_PACKAGE = __name__.rsplit(".", 1)[0]  # disttrace.tracer: this process's disttrace modules start with it
+_PACKAGE = __name__.rsplit(".", 2)[0]  # disttrace.tracer: this process's disttrace modules start with it
 
 _tracer: Tracer | None = None
 _clock_sync: clock.Sync | None = None

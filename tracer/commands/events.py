@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import sys
 
-from .events import iter_jsonl
-from .reader import load_trace
+from ..data.events import iter_jsonl
+from ..data.reader import load_trace
 
 
 def add_arguments(p) -> None:

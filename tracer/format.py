@@ -1,0 +1,95 @@
+"""The trace format's one home: its version, the rank files' names, and which stack frames are the user's.
+
+docs/FORMAT.md describes the records; what both the recorder (record/, in rank processes) and the readers (data/,
+commands/) must agree on is defined here, once. Imports neither torch nor anything of disttrace's: every layer may
+import it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sysconfig
+import tempfile
+
+# The on-disk format's version: the "v" of a rank file's meta record. A reader refuses a newer one.
+FORMAT_VERSION = 2
+
+# -- records ---------------------------------------------------------------------------------------
+# A rank file is JSON Lines; each record's "k" says its kind (docs/FORMAT.md lists their keys).
+META, GROUP = "meta", "group"                 # the rank and its process; a process group it used
+BEGIN, END, WAIT, SUMMARY = "b", "e", "w", "s"  # an op issued, an op ended, a wait() on it, a tensor summary
+STEP, CLOCK, LEFT, STACKS = "step", "clock", "left", "stacks"  # a step marker; clock offsets; how the rank left;
+#                                                                  all threads' stacks (the watchdog, on a hang)
+RECORD_KINDS = (META, GROUP, BEGIN, END, WAIT, SUMMARY, STEP, CLOCK, LEFT, STACKS)
+
+
+def kind_marker(kind: str) -> bytes:
+    """The bytes that every record of this kind holds (records are written compact, "k" first): for finding
+    records in raw bytes without parsing every line."""
+    return b'"k":"%s"' % kind.encode()
+
+
+# -- rank files ----------------------------------------------------------------------------------
+RANK_FILE_PREFIX, RANK_FILE_SUFFIX = "rank-", ".jsonl"
+
+
+def rank_file_stem(rank: int, host: str, pid: int, restart: str = "0") -> str:
+    """A rank file's name without its suffix: rank-RRRRR-HOST-PID, with -rN for torchrun's N-th restart."""
+    return f"{RANK_FILE_PREFIX}{rank:05d}-{host}-{pid}" + (f"-r{restart}" if restart != "0" else "")
+
+
+def is_rank_file(name: str) -> bool:
+    return name.startswith(RANK_FILE_PREFIX) and name.endswith(RANK_FILE_SUFFIX)
+
+
+# -- whose frame is it -----------------------------------------------------------------------------
+# One rule for the recorder's call sites (record/callsite.py), the stacks a hung rank's watchdog wrote
+# (data/events.stacks_site, read by the live hang diagnosis and the analysis) and Flight Recorder's frames.
+USER, OWN, TORCH, GENERATED, SYSTEM = "user", "disttrace", "torch", "generated", "system"
+
+OWN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep  # disttrace's tracer: its hooks sit in the stack
+
+
+def _torch_dir() -> str | None:
+    """This interpreter's torch package directory, found without importing torch."""
+    try:
+        spec = importlib.util.find_spec("torch")
+    except (ImportError, ValueError):
+        return None
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    return os.path.abspath(locations[0]) + os.sep if locations else None
+
+
+TORCH_DIR = _torch_dir()
+# torch installed elsewhere (a trace recorded on another machine): found by its place among the packages
+_TORCH_INSTALLED = (os.sep + "site-packages" + os.sep + "torch" + os.sep, os.sep + "dist-packages" + os.sep + "torch" + os.sep)
+# The standard library (decorators, contextlib, functools, threading, runpy) and typing_extensions' @deprecated
+# wrapper, which torch puts around some collectives: never the user's line, nor torch's. Stacks recorded on
+# another machine name another standard library: its thread and module runners are known by their names.
+_STDLIB = tuple({sysconfig.get_paths()["stdlib"] + os.sep, sysconfig.get_paths()["platstdlib"] + os.sep})
+_SYSTEM_FILES = tuple(os.sep + name for name in ("typing_extensions.py", "threading.py", "runpy.py"))
+# Code that torch.compile generates: FX graph modules' forward ("<eval_with_key>.N") and Inductor's output code,
+# written below its cache dir (torchinductor_USER, in the temp dir unless TORCHINDUCTOR_CACHE_DIR moves it)
+_GENERATED = ("<eval_with_key>",
+              os.environ.get("TORCHINDUCTOR_CACHE_DIR") or os.path.join(tempfile.gettempdir(), "torchinductor_"))
+
+
+def frame_kind(path: str) -> str:
+    """Whose code a frame's file holds: USER, OWN (disttrace), TORCH, GENERATED (torch.compile's) or SYSTEM
+    (the standard library). Code run from a string or a notebook cell ("<string>", "<ipython-input-1>") is the
+    user's."""
+    if path.startswith(OWN_DIR):
+        return OWN
+    if path.startswith(_GENERATED):
+        return GENERATED
+    if (TORCH_DIR is not None and path.startswith(TORCH_DIR)) or any(p in path for p in _TORCH_INSTALLED):
+        return TORCH
+    if path.startswith("<frozen") or path.endswith(_SYSTEM_FILES) or (
+            path.startswith(_STDLIB) and "site-packages" not in path and "dist-packages" not in path):
+        return SYSTEM
+    return USER
+
+
+def is_user_file(path: str) -> bool:
+    return frame_kind(path) == USER
