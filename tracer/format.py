@@ -49,6 +49,8 @@ def is_rank_file(name: str) -> bool:
 USER, OWN, TORCH, GENERATED, SYSTEM = "user", "disttrace", "torch", "generated", "system"
 
 OWN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep  # disttrace's tracer: its hooks sit in the stack
+# ... and disttrace installed elsewhere (stacks recorded on another machine)
+_OWN_INSTALLED = os.sep + "disttrace" + os.sep + "tracer" + os.sep
 
 
 def _torch_dir() -> str | None:
@@ -79,7 +81,7 @@ def frame_kind(path: str) -> str:
     """Whose code a frame's file holds: USER, OWN (disttrace), TORCH, GENERATED (torch.compile's) or SYSTEM
     (the standard library). Code run from a string or a notebook cell ("<string>", "<ipython-input-1>") is the
     user's."""
-    if path.startswith(OWN_DIR):
+    if path.startswith(OWN_DIR) or _OWN_INSTALLED in path:
         return OWN
     if path.startswith(_GENERATED):
         return GENERATED

@@ -20,8 +20,11 @@ import orjson
 
 from ..data.events import stacks_site
 from ..data.reader import find_rank_files
+from ..format import META, STACKS, kind_marker
 
 GRACE_S = 3.0  # how long to wait for the other ranks' stacks after the first report (they look every 1.5 s)
+
+_STACKS, _META = kind_marker(STACKS), kind_marker(META)  # only these records matter here: found unparsed
 
 
 class HangMonitor(threading.Thread):
@@ -68,15 +71,15 @@ class HangMonitor(threading.Thread):
             return
         self.offsets[path] = start + end + 1
         for line in data[: end + 1].splitlines():
-            if b'"k":"stacks"' not in line and b'"k":"meta"' not in line:
+            if _STACKS not in line and _META not in line:
                 continue
             try:
                 rec = orjson.loads(line)
             except orjson.JSONDecodeError:
                 continue
-            if rec.get("k") == "meta":
+            if rec.get("k") == META:
                 self.rank_of[path] = rec.get("rank")
-            elif rec.get("k") == "stacks" and path in self.rank_of:
+            elif rec.get("k") == STACKS and path in self.rank_of:
                 self.stacks[self.rank_of[path]] = rec
                 if rec.get("reason") == "in_flight" and self.first_report is None:
                     self.first_report = time.monotonic()

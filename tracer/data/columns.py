@@ -91,10 +91,6 @@ class CodedColumn:
     def __iter__(self):
         return map(self.values.__getitem__, self.codes)
 
-    def distinct(self) -> list:
-        """Every value that some row holds or held (cheap: no pass over the rows)."""
-        return list(self.values)
-
 
 class SparseColumn:
     """Values that most rows lack (None): kept by row number."""

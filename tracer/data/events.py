@@ -2,11 +2,11 @@
 
 One row per torch.distributed operation on one rank, columns stored as arrays (not a dict per event) so
 that a million-event trace fits in about a hundred MB and analyses can loop over plain ints: integers in typed
-arrays, texts and shapes dictionary-encoded, fields most events lack kept sparse (tracer/columns.py). This
+arrays, texts and shapes dictionary-encoded, fields most events lack kept sparse (columns.py). This
 module imports neither torch nor textual.
 
 `EventTable.row(i)` gives one event as the normalized dict documented in docs/FORMAT.md; `iter_jsonl`
-and `write_jsonl` convert to and from the JSON Lines form that `disttrace events` prints.
+and `read_jsonl` convert to and from the JSON Lines form that `disttrace events` prints.
 """
 
 from __future__ import annotations
@@ -120,6 +120,15 @@ class EventTable:
             self.groups.append(key)
         return gid
 
+    def add_rows(self, cols: dict) -> None:
+        """The one way rows enter the table: the columns of ROW_COLUMNS, all of one length and already checked by
+        whoever built them (`append`, `extend`, the readers), appended together; each new rank registered."""
+        for name in ROW_COLUMNS:
+            getattr(self, name).extend(cols[name])
+        rank, host = cols["rank"], cols["host"]
+        for r in set(rank) - self.ranks.keys():
+            self.ranks[r] = RankInfo(rank=r, host=host[rank.index(r)])
+
     def append(self, ev: dict) -> None:
         """Append one normalized event dict (missing optional keys are null). Raises KeyError/TypeError/ValueError on
         an event that lacks the required keys or has wrong types, before changing anything: readers turn that
@@ -144,28 +153,18 @@ class EventTable:
         if ints[-1] >= RANK_LIMIT:
             raise ValueError("step out of range")
         status = ev.get("status") or ("ok" if ev.get("end_ns") is not None else "unfinished")
-        texts = (_text(ev.get("api")) or op, _text(ev.get("dtype")), _text(status), _text(ev.get("site")),
-                 _text(ev.get("host")))
-        group = _text(ev.get("group")) or _default_group_name(ranks)
+        texts = (text_field(ev.get("api")) or op, text_field(ev.get("dtype")), text_field(status),
+                 text_field(ev.get("site")), text_field(ev.get("host")))
+        group = text_field(ev.get("group")) or _default_group_name(ranks)
         extra = {k: v for k, v in ev.items() if k not in _KNOWN_KEYS}
         # everything is checked: from here on nothing raises, so all columns grow together
-        self.rank.append(rank)
-        self.gid.append(self.group_id(group, ranks))
-        for col, v in zip((self.group_seq, self.peer, self.root, self.bytes, self.end_ns, self.wait_start_ns,
-                           self.wait_end_ns, self.seq, self.tag, self.id, self.user_step), ints):
-            col.append(v)
-        self.start_ns.append(start)
-        self.op.append(op)
-        for col, v in zip((self.api, self.dtype, self.status, self.site, self.host), texts):
-            col.append(v)
-        self.shape.append(ev.get("shape"))
-        self.in_.append(ev.get("in"))
-        self.out.append(ev.get("out"))
-        self.error.append(ev.get("error"))
-        self.extra.append(extra or None)
-        self.async_op.append(1 if ev.get("async_op") else 0)
-        if rank not in self.ranks:
-            self.ranks[rank] = RankInfo(rank=rank, host=texts[4])
+        row = dict(zip(("group_seq", "peer", "root", "bytes", "end_ns", "wait_start_ns", "wait_end_ns", "seq", "tag",
+                        "id", "user_step"), ints))
+        row.update(zip(("api", "dtype", "status", "site", "host"), texts))
+        row.update(rank=rank, gid=self.group_id(group, ranks), start_ns=start, op=op, shape=ev.get("shape"),
+                   in_=ev.get("in"), out=ev.get("out"), error=ev.get("error"), extra=extra or None,
+                   async_op=1 if ev.get("async_op") else 0)
+        self.add_rows({name: (v,) for name, v in row.items()})
 
     def sort(self) -> None:
         """Sort rows by (start_ns, rank, id) in place."""
@@ -240,6 +239,11 @@ class EventTable:
         return f"damaged trace: {damaged}. No finding here rests on the missing records." if damaged else ""
 
 
+# The columns that hold one value per row (EventTable.add_rows appends to all of them at once)
+ROW_COLUMNS = ("rank", "gid", "group_seq", "peer", "root", "bytes", "start_ns", "end_ns", "wait_start_ns",
+               "wait_end_ns", "seq", "tag", "id", "user_step", "op", "api", "dtype", "status", "site", "host", "shape",
+               "in_", "out", "error", "extra", "async_op")
+
 _KNOWN_KEYS = frozenset({
     "v", "rank", "host", "op", "api", "group", "group_ranks", "group_seq", "seq", "peer", "root", "tag", "bytes",
     "dtype", "shape", "async_op", "start_ns", "end_ns", "wait_start_ns", "wait_end_ns", "status", "error", "in",
@@ -259,7 +263,7 @@ def _int(v: Any) -> int:
     return v
 
 
-def _text(v: Any) -> str:
+def text_field(v: Any) -> str:
     """A string field as a string: numbers are spelled out, anything else (lists, objects) is dropped."""
     if type(v) is str:
         return v
@@ -284,7 +288,8 @@ def stacks_site(stacks: dict) -> str:
     threads = [t for t in threads if isinstance(t, dict)] if isinstance(threads, list) else []
     main = next((t for t in threads if t.get("name") == "MainThread"), threads[0] if threads else None)
     frames = main.get("frames") if main else None
-    frames = [(_text(f[0]), _text(f[1]), _text(f[2])) for f in frames if isinstance(f, list) and len(f) >= 3] \
+    frames = [(text_field(f[0]), text_field(f[1]), text_field(f[2])) for f in frames
+              if isinstance(f, list) and len(f) >= 3] \
         if isinstance(frames, list) else []
     if not frames:
         return "(no Python stack)"
@@ -312,12 +317,6 @@ def iter_jsonl(table: EventTable) -> Iterator[bytes]:
                 except (orjson.JSONEncodeError, TypeError):
                     row[key] = "<unprintable: nested too deeply>"
             yield dumps(row) + b"\n"
-
-
-def write_jsonl(table: EventTable, out) -> None:
-    """Write the table as JSON Lines to a binary file object."""
-    for line in iter_jsonl(table):
-        out.write(line)
 
 
 def read_jsonl(path: str, table: EventTable | None = None, progress=None) -> EventTable:
@@ -415,11 +414,7 @@ def extend(table: EventTable, events: list) -> tuple[int, str]:
                 skipped += 1
                 why = why or f"{type(e).__name__}: {e}"[:200]
         return skipped, why
-    for name, values in cols.items():
-        getattr(table, name).extend(values)
-    for r, host in zip(cols["rank"], cols["host"]):
-        if r not in table.ranks:
-            table.ranks[r] = RankInfo(rank=r, host=host)
+    table.add_rows(cols)
     return 0, ""
 
 
@@ -457,12 +452,12 @@ def _columns(table: EventTable, evs: list) -> dict:
             continue
         if not isinstance(ranks, (list, tuple)) or not all(type(r) is int for r in ranks):
             raise TypeError("group_ranks must be a list of integers")
-        g = table.group_id(_text(name) or _default_group_name(ranks), ranks)
+        g = table.group_id(text_field(name) or _default_group_name(ranks), ranks)
         if key is not None:
             cache[key] = (ranks, g)
         gid.append(g)
     end = ints("end_ns")
-    status = [_text(st) if (st := e.get("status")) else ("ok" if e.get("end_ns") is not None else "unfinished")
+    status = [text_field(st) if (st := e.get("status")) else ("ok" if e.get("end_ns") is not None else "unfinished")
               for e in evs]
     known, n_known = _KNOWN_KEYS, len(_KNOWN_KEYS)
     return {
@@ -472,11 +467,11 @@ def _columns(table: EventTable, evs: list) -> dict:
         "wait_end_ns": ints("wait_end_ns"), "seq": ints("seq"), "tag": ints("tag"), "id": ints("id"),
         "user_step": ints("step", typecode="i"),
         "op": ops,
-        "api": [a if type(a := e.get("api")) is str and a else _text(a) or o for e, o in zip(evs, ops)],
-        "dtype": [d if type(d := e.get("dtype")) is str else _text(d) for e in evs],
+        "api": [a if type(a := e.get("api")) is str and a else text_field(a) or o for e, o in zip(evs, ops)],
+        "dtype": [d if type(d := e.get("dtype")) is str else text_field(d) for e in evs],
         "status": status,
-        "site": [x if type(x := e.get("site")) is str else _text(x) for e in evs],
-        "host": [h if type(h := e.get("host")) is str else _text(h) for e in evs],
+        "site": [x if type(x := e.get("site")) is str else text_field(x) for e in evs],
+        "host": [h if type(h := e.get("host")) is str else text_field(h) for e in evs],
         "shape": [e.get("shape") for e in evs],
         "in_": [e.get("in") for e in evs],
         "out": [e.get("out") for e in evs],

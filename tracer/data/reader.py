@@ -16,13 +16,15 @@ Imports neither torch nor textual.
 from __future__ import annotations
 
 import os
+from array import array
 from bisect import bisect_right
 from typing import Callable
 
 import orjson
 
-from ..format import FORMAT_VERSION, is_rank_file
-from .events import NONE, OPS, EventTable, RankInfo, TraceError, _text, gc_paused, read_jsonl
+from ..format import (BEGIN, CLOCK, END, FORMAT_VERSION, GROUP, LEFT, META, STACKS, STEP, SUMMARY, WAIT,
+                      is_rank_file)
+from .events import NONE, OPS, EventTable, RankInfo, TraceError, gc_paused, read_jsonl, text_field
 
 _INT = int
 
@@ -113,34 +115,35 @@ def _parse_file(path: str) -> _RankFile:
         try:
             r = loads(line)
             k = r["k"]
-            if k == "b":
+            if k == BEGIN:
                 begins.append(r)
-            elif k == "e":
+            elif k == END:
                 ends[r["i"]] = r
-            elif k == "w":
+            elif k == WAIT:
                 waits[r["i"]] = r
-            elif k == "s":
+            elif k == SUMMARY:
                 rf.late.setdefault(r["i"], {})[r["which"]] = r.get("s")
-            elif k == "group":
+            elif k == GROUP:
                 # torch names the default group "0", which reads like a rank in messages: call it "world"
-                name = "world" if r.get("desc") == "default_pg" else _text(r.get("name")) or _text(r.get("desc"))
+                name = "world" if r.get("desc") == "default_pg" else (text_field(r.get("name"))
+                                                                      or text_field(r.get("desc")))
                 ranks = tuple(r["ranks"])
                 if not all(type(x) is int and 0 <= x < 2 ** 31 for x in ranks):
                     raise TypeError("group ranks must be integers")
                 rf.groups[r["g"]] = (name, ranks)
-            elif k == "meta":
+            elif k == META:
                 rf.meta = r
-            elif k == "step":
+            elif k == STEP:
                 if type(r["t"]) is not int:
                     raise TypeError("step time must be an integer")
-                rf.steps.append((r["t"], _text(r.get("src"))))
-            elif k == "clock":
+                rf.steps.append((r["t"], text_field(r.get("src"))))
+            elif k == CLOCK:
                 rf.clock[r.get("phase", "start")] = r
                 # before the "left" record, a rank's one "end" measurement was at destroy_process_group
                 rf.left = rf.left or (r.get("phase") == "end" and "window" not in r)
-            elif k == "left":
+            elif k == LEFT:
                 rf.left = True
-            elif k == "stacks":
+            elif k == STACKS:
                 if type(r["t"]) is not int:
                     raise TypeError("stacks time must be an integer")
                 rf.stacks.append(r)
@@ -220,10 +223,10 @@ def _latest_per_rank(parsed: list[_RankFile], table: EventTable) -> list[_RankFi
 def _append_rank(rf: _RankFile, table: EventTable) -> None:
     meta = rf.meta
     rank = meta["rank"]
-    host = _text(meta.get("host"))
+    host = text_field(meta.get("host"))
     align, offset, unc, drift = _offset_fn(rf)
     table.ranks[rank] = RankInfo(rank=rank, host=host, pid=_ns(meta, "pid") or 0,
-                                 world_size=_ns(meta, "world_size") or 0, backend=_text(meta.get("backend")),
+                                 world_size=_ns(meta, "world_size") or 0, backend=text_field(meta.get("backend")),
                                  clock_offset_ns=offset, clock_uncertainty_ns=unc, clock_drift_ns=drift,
                                  source=rf.path, left=rf.left)
     if rf.stacks:
@@ -237,10 +240,16 @@ def _append_rank(rf: _RankFile, table: EventTable) -> None:
         table.warnings.append(f"rank {rank}: clock not aligned ({rf.clock['start']['error']})")
     gids = {g: table.group_id(name, ranks) for g, (name, ranks) in rf.groups.items()}
     ends, waits, late = rf.ends, rf.waits, rf.late
-    cols_int = {name: getattr(table, name) for name in ("rank", "gid", "group_seq", "peer", "root", "bytes",
-                                                        "start_ns", "end_ns", "wait_start_ns", "wait_end_ns",
-                                                        "seq", "tag", "id", "user_step")}
-    limits = [2 ** 31 if col.typecode == "i" else 2 ** 63 for col in cols_int.values()]  # what each column holds
+    int_names = ("rank", "gid", "group_seq", "peer", "root", "bytes", "start_ns", "end_ns", "wait_start_ns",
+                 "wait_end_ns", "seq", "tag", "id", "user_step")
+    cols = {name: array(getattr(table, name).typecode) for name in int_names}
+    cols.update({name: [] for name in ("op", "api", "dtype", "status", "site", "host", "shape", "in_", "out", "error",
+                                       "extra")}, async_op=bytearray())
+    cols_int = [cols[name] for name in int_names]
+    limits = [2 ** 31 if col.typecode == "i" else 2 ** 63 for col in cols_int]  # what each column holds
+    op_col, api, dtype, status, site, hosts, shape, in_, out, error, extra_col, async_op = (
+        cols[name] for name in ("op", "api", "dtype", "status", "site", "host", "shape", "in_", "out", "error",
+                                "extra", "async_op"))
     skipped = 0
     step_ends = _step_ends(rf)
     for b in rf.begins:
@@ -264,30 +273,31 @@ def _append_rank(rf: _RankFile, table: EventTable) -> None:
             for v, limit in zip(values, limits):
                 if type(v) is not int or not -2 < v < limit:
                     raise TypeError("not an integer in range")
-            texts = (_text(b.get("api")) or op, _text(b.get("dtype")), _text(b.get("site")))
+            texts = (text_field(b.get("api")) or op, text_field(b.get("dtype")), text_field(b.get("site")))
         except Exception:  # noqa: BLE001
             skipped += 1
             continue
-        for col, v in zip(cols_int.values(), values):
+        for col, v in zip(cols_int, values):
             col.append(v)
-        table.op.append(op)
-        table.api.append(texts[0])
-        table.dtype.append(texts[1])
-        table.status.append(("error" if e.get("st") == "error" else "ok") if e else "unfinished")
-        table.site.append(texts[2])
-        table.host.append(host)
-        table.shape.append(b.get("shape"))
+        op_col.append(op)
+        api.append(texts[0])
+        dtype.append(texts[1])
+        status.append(("error" if e.get("st") == "error" else "ok") if e else "unfinished")
+        site.append(texts[2])
+        hosts.append(host)
+        shape.append(b.get("shape"))
         lt = late.get(i)
-        table.in_.append(b.get("in") if lt is None or "in" not in lt else lt["in"])
-        table.out.append((e.get("out") if e else None) if lt is None or "out" not in lt else lt["out"])
-        table.error.append(_text(e.get("err")) or None if e else None)
+        in_.append(b.get("in") if lt is None or "in" not in lt else lt["in"])
+        out.append((e.get("out") if e else None) if lt is None or "out" not in lt else lt["out"])
+        error.append(text_field(e.get("err")) or None if e else None)
         extra = None
         if "origin" in b or "th" in b:
             extra = {k: b[k] for k in ("origin", "th") if k in b}
         if e and e.get("bound"):
             extra = dict(extra or (), end_is_bound=True)
-        table.extra.append(extra)
-        table.async_op.append(1 if b.get("async") else 0)
+        extra_col.append(extra)
+        async_op.append(1 if b.get("async") else 0)
+    table.add_rows(cols)
     if skipped:
         table.warnings.append(f"{rf.path}: skipped {skipped} malformed event(s)")
     orphan = len(set(ends) - {i for b in rf.begins if type(i := b.get("i")) is int})
