@@ -45,6 +45,30 @@ def test_bad_input_is_one_line_and_exit_2(args, says):
     assert says in one_line_error(run_disttrace(*args))
 
 
+@pytest.mark.parametrize("args, starts", [
+    (["run"], "disttrace run: error: no command to run"),
+    (["run", "--"], "disttrace run: error: no command to run"),
+    (["run", "--hang-timeout", "-5", "--", "true"], "disttrace run: error: --hang-timeout must be"),
+    (["run", "--bogus", "--", "true"], "disttrace run: error: unrecognized arguments: --bogus"),
+    (["report", "/nonexistent", "--bogus"], "disttrace report: error: unrecognized arguments: --bogus"),
+    (["view", "--bogus", "x"], "disttrace view: error: unrecognized arguments: --bogus"),
+])
+def test_the_error_names_the_subcommand_that_says_it(args, starts):
+    # the program name is the subcommand's, never the job's command line as a Python list ("disttrace ['--']")
+    assert one_line_error(run_disttrace(*args)).startswith(starts)
+
+
+@pytest.mark.parametrize("command", ["events"])
+def test_a_reader_that_closes_the_pipe_is_not_a_finding(command, tmp_path):
+    # `disttrace report T | head -1`: the reader went away; the command ends as one killed by SIGPIPE would (141,
+    # what the shell shows for `yes | head -1`), silently, not with 1 ("problems found") or a traceback
+    trace = Path(__file__).parent / "tui" / "data" / "tui_job.jsonl"  # no problem in it: report alone exits 0
+    line = " ".join(disttrace_cmd(command, trace))
+    proc = subprocess.run(f"{line} | true; exit ${{PIPESTATUS[0]}}", shell=True, executable="/bin/bash",
+                          capture_output=True, text=True)
+    assert (proc.returncode, proc.stderr) == (141, "")
+
+
 def test_unwritable_out_fails_before_the_job_starts(tmp_path):
     # a path below a regular file cannot be created, even by root
     (tmp_path / "file").write_text("x")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 # name -> (module, one-line help)
@@ -33,7 +34,7 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="disttrace", description="A visual debugger and trace viewer for distributed PyTorch jobs.")
     parser.add_argument("--version", action="version", version=f"disttrace {_version()}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub = parser.add_subparsers(dest="subcommand", metavar="COMMAND", parser_class=_Parser)
     for name, (module, help_text) in SUBCOMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
         p.set_defaults(_module=module)
@@ -55,23 +56,31 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     # Only the chosen subcommand's module is imported: find it before parsing.
     chosen = next((a for a in argv if not a.startswith("-")), None)
+    subparser = None
     if chosen in SUBCOMMANDS:
         sub_action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-        module = importlib.import_module(SUBCOMMANDS[chosen][0])
-        module.add_arguments(sub_action.choices[chosen])
-    args = parser.parse_args(argv)
+        subparser = sub_action.choices[chosen]
+        importlib.import_module(SUBCOMMANDS[chosen][0]).add_arguments(subparser)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # said by the subcommand's parser, so that the message names it
+        (subparser or parser).error(f"unrecognized arguments: {' '.join(unknown)}")
     if not getattr(args, "_module", None):
         parser.print_help()
         return 2 if argv else 0
     module = importlib.import_module(args._module)
     try:
-        return int(module.main(args) or 0)
+        rc = int(module.main(args) or 0)
+        sys.stdout.flush()  # here, not at exit: a reader that went away must not read as the command's answer
+        return rc
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
-        return 0
+        # `disttrace report T | head -1`: the reader closed the pipe. Exit as a process killed by SIGPIPE would
+        # (128 + 13, what the shell shows for `yes | head -1`), not with a code that means "problems found"
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the interpreter's last flush fails too
+        return 141
     except _user_errors() as e:
-        sys.stderr.write(f"disttrace {args.command}: error: {e}\n")
+        sys.stderr.write(f"disttrace {args.subcommand}: error: {e}\n")
         return 2
 
 

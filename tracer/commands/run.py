@@ -35,7 +35,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--hang-timeout", type=float, default=60.0, metavar="SECONDS",
                    help="diagnose an op in flight longer than this (default 60; 0 turns it off)")
     p.add_argument("--kill-on-hang", action="store_true", help="stop the job once a hang has been diagnosed")
-    p.add_argument("command", nargs=argparse.REMAINDER, metavar="COMMAND", help="the job's command line")
+    p.add_argument("job", nargs=argparse.REMAINDER, metavar="COMMAND", help="the job's command line")
 
 
 def _default_out() -> str:
@@ -71,7 +71,7 @@ def child_env(out: str, summaries: str, hang_timeout: float) -> dict:
 
 
 def main(args) -> int:
-    command = list(args.command)
+    command = list(args.job)
     if command and command[0] == "--":
         command = command[1:]
     if not command:
