@@ -1,13 +1,13 @@
 """A hang: at step 3 of 5 rank 1 never reaches the all_reduce; it is stuck in a function of its own (sleeping,
 as a data loader that never returns would). After 2 s every rank's watchdog records its stacks, `disttrace run`
-prints its diagnosis and stops the job (`--kill-on-hang`: torchrun gets SIGTERM and exits 1).
+prints its diagnosis and stops the job (`--kill-on-hang`: the job's processes get SIGKILL, exit 137).
 
 The verdict: a hang in all_reduce #3, rank 1 missing, with where each rank was from the recorded stacks: rank 1
 in load_next_batch's sleep, rank 0 in the all_reduce call."""
 
 import time
 
-RUN = {"nproc": 2, "summaries": "off", "run_args": ("--hang-timeout", "2", "--kill-on-hang"), "rc": 1}
+RUN = {"nproc": 2, "summaries": "off", "run_args": ("--hang-timeout", "2", "--kill-on-hang"), "rc": 137}
 STEPS, STUCK_STEP, STUCK_RANK = 5, 3, 1
 
 

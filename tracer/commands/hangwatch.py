@@ -12,6 +12,8 @@ Imports neither torch nor textual.
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 import threading
 import time
@@ -94,7 +96,9 @@ class HangMonitor(threading.Thread):
         self.stream.flush()
         if self.proc is not None:
             self.stream.write("disttrace: --kill-on-hang: stopping the job\n")
-            self.proc.terminate()
+            self.stream.flush()
+            kill_tree(self.proc.pid)
+
 
     def explain(self) -> list[str]:
         stuck = {r: s for r, s in self.stacks.items() if s.get("reason") == "in_flight"}
@@ -128,3 +132,33 @@ class HangMonitor(threading.Thread):
 
 def _ranks(ranks) -> str:
     return ", ".join(str(r) for r in sorted(ranks))
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL a process and every process below it. Not SIGTERM: torchrun turns that into a SignalException and
+    30 lines of traceback under the diagnosis, and the hung ranks could not end cleanly anyway. The tree is listed
+    before the first kill, so that ranks orphaned by their launcher's death are found too (Linux: /proc)."""
+    tree, children = [pid], _children()
+    for p in tree:
+        tree += children.get(p, [])
+    for p in tree:
+        try:
+            os.kill(p, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def _children() -> dict[int, list[int]]:
+    out: dict[int, list[int]] = {}
+    try:
+        pids = [int(d) for d in os.listdir("/proc") if d.isdigit()]
+    except OSError:
+        return out
+    for p in pids:
+        try:
+            with open(f"/proc/{p}/stat", "rb") as f:
+                ppid = int(f.read().rsplit(b")", 1)[1].split()[1])  # the command name may hold spaces and ')'
+        except (OSError, ValueError, IndexError):
+            continue
+        out.setdefault(ppid, []).append(p)
+    return out
