@@ -17,10 +17,11 @@ import sys
 
 import torch
 
-from ..format import GENERATED, frame_kind
+from ..format import GENERATED, TORCH_DIR, frame_kind
 from ..format import USER as USER_FRAME
 
-_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+# where frame_kind finds torch (the paths of components are below it); torch's own where it found none
+_TORCH_DIR = TORCH_DIR or os.path.dirname(torch.__file__) + os.sep
 
 # (path fragment below torch/, component); the first that matches wins, so longer paths come first
 _COMPONENTS = (

@@ -21,6 +21,8 @@ import threading
 import time
 from datetime import timedelta
 
+from ..format import CLOCK
+
 ROUNDS = 12
 PREFIX = "disttrace/clock"
 
@@ -50,15 +52,38 @@ def exchange(store, rank: int, world_size: int, phase: str, rounds: int = ROUNDS
         a = f"{PREFIX}/{phase}/{rank}/{k}/a"
         store.wait([a], wait)
         t2 = int(store.get(a))
-        t4 = now()
-        # t3 == t2 (rank 0 answers at once); delay is the whole round trip
-        delay = t4 - t1
-        offset = (2 * t2 - t1 - t4) // 2
-        if best is None or delay < best[1]:
-            best = (offset, delay)
+        best = _better(best, t1, t2, now())
     if best is None:
         return None
+    return _result(best)
+
+
+def _better(best, t1: int, t2: int, t4: int):
+    """(offset, delay) of the round t1, t2, t4 if its delay is the smallest so far, else best. t3 == t2 (rank 0
+    answers at once): the delay is the whole round trip."""
+    delay = t4 - t1
+    if best is None or delay < best[1]:
+        return (2 * t2 - t1 - t4) // 2, delay
+    return best
+
+
+def _result(best) -> tuple[int, int]:
+    """The best round's (offset_ns, uncertainty_ns): its delay / 2 bounds the error."""
     return best[0], max(best[1] // 2, 1)
+
+
+def offset_record(phase: str, offset_ns: int, uncertainty_ns: int, window: int | None = None) -> dict:
+    """A "clock" record: this rank's offset to rank 0's clock, measured now (`window`: Sync's measurement)."""
+    rec = {"k": CLOCK, "phase": phase, "offset_ns": offset_ns, "uncertainty_ns": uncertainty_ns,
+           "mono_ns": time.monotonic_ns()}
+    if window is not None:
+        rec["window"] = window
+    return rec
+
+
+def error_record(phase: str, e: BaseException) -> dict:
+    """A "clock" record for an exchange that failed."""
+    return {"k": CLOCK, "phase": phase, "error": f"{type(e).__name__}: {e}"[:300]}
 
 
 QUEUE = f"{PREFIX}/queue"
@@ -112,8 +137,7 @@ class Sync(threading.Thread):
                 live = set(range(1, self.world_size))
 
                 def step(window: int, phase: str) -> None:
-                    self.write({"k": "clock", "phase": phase, "offset_ns": 0, "uncertainty_ns": 0,
-                                "mono_ns": time.monotonic_ns(), "window": window})  # rank 0: the reference
+                    self.write(offset_record(phase, 0, 0, window))  # rank 0: the reference
                     self._serve(window, live)
             else:
                 step = self._measure
@@ -175,8 +199,5 @@ class Sync(threading.Thread):
             t4 = now()
             t2 = int(store.get(answer))
             store.delete_key(answer)
-            delay = t4 - t1
-            if best is None or delay < best[1]:
-                best = ((2 * t2 - t1 - t4) // 2, delay)
-        self.write({"k": "clock", "phase": phase, "offset_ns": best[0], "uncertainty_ns": max(best[1] // 2, 1),
-                    "mono_ns": now(), "window": window})
+            best = _better(best, t1, t2, t4)
+        self.write(offset_record(phase, *_result(best), window))

@@ -17,7 +17,7 @@ The fast path is also taken only when the op's tensors are plain dense CPU tenso
 exactly ProcessGroupGloo (a subclass may override its methods), and no Python dispatch mode is active
 (FakeTensorMode must not produce records). Everything else (CUDA, barriers, tensor subclasses, other backends,
 other overloads, the coalesced tensor ops the backend has no Python method for) takes the kernel's path, which
-records the same fields.
+records the same fields. Both read the tracer and the nesting guard from current.py.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from .capture import SPECS
+from . import current
+from .specs import SPECS
 
 _C = torch._C
 _Tensor = torch.Tensor
@@ -96,8 +97,8 @@ def _plain_cpu(obj) -> bool:
     return cls is _Tensor and obj.is_cpu and obj.layout is _strided and not obj.is_quantized
 
 
-def install(hooks) -> None:
-    """Wrap ProcessGroup's collective methods (hooks: the module that holds the tracer and the nesting guard)."""
+def install() -> None:
+    """Wrap ProcessGroup's collective methods."""
     import torch.autograd.profiler as profiler  # not at import: this module may be imported while torch is
 
     PG = dist.ProcessGroup
@@ -108,7 +109,7 @@ def install(hooks) -> None:
         if raw is None or spec is None or decode is None or direct is None or _inflight_as_graph_input is None \
                 or getattr(raw, "_disttrace_orig", None) is not None:
             continue
-        wrapper = _wrap(hooks, getattr(PG, method), spec, decode, direct, profiler)
+        wrapper = _wrap(getattr(PG, method), spec, decode, direct, profiler)
         wrapper._disttrace_raw = raw  # type: ignore[attr-defined]
         setattr(PG, method, wrapper)
 
@@ -121,20 +122,20 @@ def uninstall() -> None:
             setattr(PG, method, raw)
 
 
-def _wrap(hooks, orig, spec, decode, direct, profiler):
-    nesting = hooks._nesting
+def _wrap(orig, spec, decode, direct, profiler):
+    nesting = current.nesting
     dispatch_modes = _C._len_torch_dispatch_stack
     inflight = _inflight_as_graph_input
 
     def method(self, *args, **kwargs):
-        t = hooks._tracer
+        t = current.tracer
         if t is None or kwargs or nesting.depth or dispatch_modes():
             return orig(self, *args, **kwargs)  # the kernel's path records it, if it is a real op
         ev = None
         try:
             fields = decode(args)
             if fields is not None and not profiler._is_profiler_enabled and not inflight():
-                g = t.groups.get(id(self)) or t.group_of(self)
+                g = t.groups.get(id(self)) or t.groups.of(self)
                 backend = g.gloo
                 if backend is not None:
                     ev = t.begin_fields(spec, g, *fields)
@@ -145,10 +146,10 @@ def _wrap(hooks, orig, spec, decode, direct, profiler):
         try:
             work = direct(backend, *args)
         except BaseException as e:
-            hooks._safe(t.error, ev, e)
+            current.safe(t.completion.error, ev, e)
             raise
         try:
-            t.issued_work(ev, work)
+            t.completion.issued_work(ev, work)
         except Exception as e:  # noqa: BLE001
             t.fail(e)
         return work

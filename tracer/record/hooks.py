@@ -12,6 +12,7 @@ stop the per-process Tracer (so torchrun's agent, which imports torch.distribute
 torch.profiler's profile.step, to mark training steps as mark_step() does.
 
 Nothing here may raise into the traced program: an internal failure disables tracing with one warning.
+The tracer, the nesting guard and the call that never raises are current.py's, shared with fastpath.py.
 """
 
 from __future__ import annotations
@@ -20,35 +21,33 @@ import atexit
 import functools
 import os
 import sys
-import threading
 import time
 
 import torch
 import torch.distributed as dist
 from torch._C import DispatchKey
 
-from . import callsite, clock, fastpath, nocompile
-from .capture import SPECS, Tracer
+from ..format import LEFT, STEP
+from . import callsite, clock, current, fastpath, nocompile
+from .capture import Tracer
+from .specs import SPECS
 
-ENV_OUT = "DISTTRACE_OUT"
-ENV_SUMMARIES = "DISTTRACE_SUMMARIES"
-ENV_HANG = "DISTTRACE_HANG_TIMEOUT"
 _PACKAGE = __name__.rsplit(".", 2)[0]  # disttrace.tracer: this process's disttrace modules start with it
 
-_tracer: Tracer | None = None
 _clock_sync: clock.Sync | None = None
 _config: dict = {}
 _steps = 0  # step markers this tracer has written
 _lib = None
 _funcol_lib = None
-
-
-class _Nesting(threading.local):
-    depth = 0  # > 0 while a recorded op runs on this thread: ops it issues inside are not recorded again
-
-
-_nesting = _Nesting()
 _installed = False
+
+
+def __getattr__(name: str):
+    # disttrace.tracer.mark_step (torch-free, outside record/) asks `hooks._tracer` whether tracing runs; the
+    # tracer lives in current.py
+    if name == "_tracer":
+        return current.tracer
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def install(out_dir: str, summaries: str = "off", hang_timeout: float = 0.0) -> None:
@@ -58,7 +57,7 @@ def install(out_dir: str, summaries: str = "off", hang_timeout: float = 0.0) -> 
     if not _installed:
         _installed = True
         _patch_lifecycle()
-    if dist.is_initialized() and _tracer is None:
+    if dist.is_initialized() and current.tracer is None:
         _start()
 
 
@@ -72,24 +71,20 @@ def uninstall() -> None:
             lib._destroy()
     _lib = _funcol_lib = None
     fastpath.uninstall()
-    Work = dist.distributed_c10d.Work
-    orig = getattr(Work.wait, "_disttrace_orig", None)
-    if orig is not None:
-        Work.wait = orig
-    orig = getattr(torch.autograd.backward, "_disttrace_orig", None)
-    if orig is not None:
-        torch.autograd.backward = orig
-    profile = torch.profiler.profile
-    orig = getattr(profile.step, "_disttrace_orig", None)
-    if orig is not None:
-        profile.step = orig
     c10d = dist.distributed_c10d
+    for owner, name in ((c10d.Work, "wait"), (torch.autograd, "backward"), (torch.profiler.profile, "step")):
+        _restore(owner, name)
     for name in ("init_process_group", "destroy_process_group"):
-        orig = getattr(getattr(c10d, name), "_disttrace_orig", None)
-        if orig is not None:
-            setattr(c10d, name, orig)
-            setattr(dist, name, orig)
+        _restore(c10d, name, dist)
     _installed = False
+
+
+def _restore(owner, name: str, *also) -> None:
+    """Put back the original that a wrapper of ours replaced at owner.name (and at the same name of `also`)."""
+    orig = getattr(getattr(owner, name), "_disttrace_orig", None)
+    if orig is not None:
+        for o in (owner, *also):
+            setattr(o, name, orig)
 
 
 # -- lifecycle ---------------------------------------------------------------------------------------
@@ -100,7 +95,7 @@ def _patch_lifecycle() -> None:
     @functools.wraps(orig_init)
     def init_process_group(*args, **kwargs):
         result = orig_init(*args, **kwargs)
-        if _tracer is None and _config:
+        if current.tracer is None and _config:
             _start()
         return result
 
@@ -113,9 +108,9 @@ def _patch_lifecycle() -> None:
         try:
             return orig_destroy(group)
         finally:
-            t = _tracer
+            t = current.tracer
             if t is not None:  # the groups are the job's to free now, as untraced
-                _safe(t.release, None if world else group)
+                current.safe(t.release, None if world else group)
 
     init_process_group._disttrace_orig = orig_init  # type: ignore[attr-defined]
     destroy_process_group._disttrace_orig = orig_destroy  # type: ignore[attr-defined]
@@ -125,10 +120,10 @@ def _patch_lifecycle() -> None:
 
 
 def _start() -> None:
-    global _tracer, _steps
+    global _steps
     _steps = 0
     try:
-        _tracer = Tracer(_config["out"], _config.get("summaries", "off"))
+        t = current.tracer = Tracer(_config["out"], _config.get("summaries", "off"))
     except Exception as e:  # noqa: BLE001
         from .recorder import warn_once
 
@@ -138,7 +133,7 @@ def _start() -> None:
     try:
         _start_clock()
         _register_kernels()
-        fastpath.install(sys.modules[__name__])
+        fastpath.install()
         _patch_work_wait()
         _patch_backward()
         _patch_profiler_step()
@@ -146,17 +141,17 @@ def _start() -> None:
         if _config.get("hang_timeout"):
             from .watchdog import start_watchdog
 
-            start_watchdog(_tracer, float(_config["hang_timeout"]))
+            start_watchdog(t, float(_config["hang_timeout"]))
         # torch.compile must not see the tracer: every in-rank module is loaded by now
         nocompile.hide(m for name, m in list(sys.modules.items()) if name.startswith(_PACKAGE) and m is not None)
     except Exception as e:  # noqa: BLE001
-        _tracer.fail(e)
+        t.fail(e)
 
 
 def _start_clock() -> None:
     """Align this rank's clock to rank 0's: in the background where the store allows (clock.Sync), else now."""
     global _clock_sync
-    t = _tracer
+    t = current.tracer
     if t is None or not t.rec.enabled:
         return
     try:
@@ -173,10 +168,10 @@ def _start_clock() -> None:
 def _left(how: str) -> None:
     """Record that this rank leaves the job alive (destroy_process_group, or the end of the program): a rank whose
     file just stops while the others go on did not, and the analysis says it died."""
-    t = _tracer
+    t = current.tracer
     if t is not None and not getattr(t, "_left", False):
         t._left = True
-        _safe(t.write, {"k": "left", "t": time.monotonic_ns(), "how": how})
+        current.safe(t.write, {"k": LEFT, "t": time.monotonic_ns(), "how": how})
 
 
 def _end_clock(grace_s: float = 1.0) -> None:
@@ -191,7 +186,7 @@ def _end_clock(grace_s: float = 1.0) -> None:
 
 
 def _align_clock(phase: str, timeout_s: float = 30.0) -> None:
-    t = _tracer
+    t = current.tracer
     if t is None or not t.rec.enabled or getattr(t, f"_clock_{phase}", False):
         return
     setattr(t, f"_clock_{phase}", True)
@@ -199,24 +194,22 @@ def _align_clock(phase: str, timeout_s: float = 30.0) -> None:
         store = dist.distributed_c10d._get_default_store()
         result = clock.exchange(store, t.rank, t.world_size, phase, timeout_s=timeout_s)
     except Exception as e:  # noqa: BLE001 - no alignment is better than a broken job
-        t.write({"k": "clock", "phase": phase, "error": f"{type(e).__name__}: {e}"[:300]})
+        t.write(clock.error_record(phase, e))
         return
     if result is not None:
-        t.write({"k": "clock", "phase": phase, "offset_ns": result[0], "uncertainty_ns": result[1],
-                 "mono_ns": time.monotonic_ns()})
+        t.write(clock.offset_record(phase, *result))
 
 
 def stop() -> None:
     """Flush and close this process's trace (atexit; also called by tracer.trace())."""
-    global _tracer
-    t = _tracer
+    t = current.tracer
     if t is None:
         return
     if _clock_sync is not None:  # tracing ends without destroy_process_group: no waiting for anyone's clock
         _clock_sync.stop(0.0)
     if not hasattr(sys, "last_value"):  # (set when an uncaught exception ended the program: that rank died)
         _left("exit")
-    _tracer = None
+    current.tracer = None
     try:
         t.close()
     except Exception:  # noqa: BLE001
@@ -248,12 +241,12 @@ def _make_wait_tensor_kernel(overload):
 
     def kernel(keyset, *args, **kwargs):
         keyset = keyset.remove(backend_select)
-        t = _tracer
-        if t is None or not t.by_ptr:
+        t = current.tracer
+        if t is None or not t.completion.by_ptr:
             return redispatch(keyset, *args, **kwargs)
         t0 = time.monotonic_ns()
         result = redispatch(keyset, *args, **kwargs)
-        _safe(t.tensor_waited, args[0], t0, time.monotonic_ns())
+        current.safe(t.completion.tensor_waited, args[0], t0, time.monotonic_ns())
         return result
 
     return kernel
@@ -263,43 +256,35 @@ def _make_kernel(overload, spec):
     # the handle's method itself: OpOverload.redispatch is a Python method around it (a frame saved per op)
     redispatch = getattr(getattr(overload, "_handle", None), "redispatch_boxed", None) or overload.redispatch
     backend_select = DispatchKey.BackendSelect
+    nesting = current.nesting
 
     def kernel(keyset, *args, **kwargs):
         keyset = keyset.remove(backend_select)
-        t = _tracer
-        if t is None or kwargs or _nesting.depth:
+        t = current.tracer
+        if t is None or kwargs or nesting.depth:
             return redispatch(keyset, *args, **kwargs)
         ev = None
         try:
             ev = t.begin(spec, args)
         except Exception as e:  # noqa: BLE001
             t.fail(e)
-        _nesting.depth = 1
+        nesting.depth = 1
         try:
             result = redispatch(keyset, *args)
         except BaseException as e:
-            _nesting.depth = 0
+            nesting.depth = 0
             if ev is not None:
-                _safe(t.error, ev, e)
+                current.safe(t.completion.error, ev, e)
             raise
-        _nesting.depth = 0
+        nesting.depth = 0
         if ev is not None:
             try:
-                t.issued(ev, result)
+                t.completion.issued(ev, result)
             except Exception as e:  # noqa: BLE001
                 t.fail(e)
         return result
 
     return kernel
-
-
-def _safe(fn, *args) -> None:
-    try:
-        fn(*args)
-    except Exception as e:  # noqa: BLE001
-        t = _tracer
-        if t is not None:
-            t.fail(e)
 
 
 # -- backward(): the call site for collectives that autograd's device threads issue ------------------------------
@@ -313,7 +298,7 @@ def _patch_backward() -> None:
 
     @functools.wraps(orig)
     def backward(*args, **kwargs):
-        t = _tracer
+        t = current.tracer
         if t is None:
             return orig(*args, **kwargs)
         prev = t.backward_site
@@ -335,12 +320,12 @@ def mark_step(src: str = "api") -> None:
     """A training step ends here: a "step" record (the reader numbers ops by the markers before them). `src`:
     "api" (disttrace.tracer.mark_step) or "profiler" (torch.profiler's step()). Never raises."""
     global _steps
-    t = _tracer
+    t = current.tracer
     if t is None:
         return
     try:
         _steps += 1
-        t.write({"k": "step", "t": time.monotonic_ns(), "n": _steps, "src": src})
+        t.write({"k": STEP, "t": time.monotonic_ns(), "n": _steps, "src": src})
     except Exception as e:  # noqa: BLE001
         t.fail(e)
 
@@ -371,10 +356,11 @@ def _patch_work_wait() -> None:
     orig = Work.wait
 
     def wait(self, *args, **kwargs):
-        t = _tracer
+        t = current.tracer
         if t is None:
             return orig(self, *args, **kwargs)
-        tls = t.tls
+        c = t.completion
+        tls = c.tls
         ev = tls.sync
         if ev is not None:
             # the synchronous op just issued on this thread (distributed_c10d waits on it next): it ends when
@@ -383,24 +369,24 @@ def _patch_work_wait() -> None:
             try:
                 result = orig(self, *args, **kwargs)
             except BaseException as e:
-                _safe(t.complete, ev, e)
+                current.safe(c.complete, ev, e)
                 raise
             try:
-                t.complete(ev, None, time.monotonic_ns())
+                c.complete(ev, None, time.monotonic_ns())
             except Exception as e:  # noqa: BLE001
                 t.fail(e)
             return result
-        if not t.pending:
+        if not c.pending:
             return orig(self, *args, **kwargs)  # nothing of ours to time
         t0 = time.monotonic_ns()
-        _safe(t.wait_begins, self, t0)
+        current.safe(c.wait_begins, self, t0)
         try:
             result = orig(self, *args, **kwargs)
         except BaseException as e:
-            _safe(t.waited, self, t0, time.monotonic_ns(), e)
+            current.safe(c.waited, self, t0, time.monotonic_ns(), e)
             raise
         try:
-            t.waited(self, t0, time.monotonic_ns(), None)
+            c.waited(self, t0, time.monotonic_ns(), None)
         except Exception as e:  # noqa: BLE001
             t.fail(e)
         return result

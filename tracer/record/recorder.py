@@ -111,6 +111,10 @@ class Recorder:
             self._map = None
             self.enabled = False
 
+    def fail(self, e: BaseException) -> None:
+        """The tracer failed inside: tracing stops here, with one warning; the job goes on."""
+        self.disable(f"internal error: {type(e).__name__}: {e}")
+
     def disable(self, reason: str) -> None:
         if self.enabled:
             self.enabled = False

@@ -4,7 +4,8 @@ small tensors, so that a teaching demo can show `[2, 2]` and `[6, 3]`.
 CPU tensors are summarized at once (_stats_cpu: float32 sums for float32 and narrower floats, each reduction
 read with .item()). CUDA tensors are never synchronized on the hot path: the statistics are
 computed by a few kernels into one small device tensor, copied non-blocking into pinned host memory behind a
-CUDA event, and `Pending.resolve()` (called later, off the training thread) turns them into the dict.
+CUDA event, and `Pending.resolve()` (called later, off the training thread: for_record hands it to background.py's
+resolver, which writes an "s" record) turns them into the dict.
 The checksum is the sum of the tensors' bytes read as 64-bit words (mod 2**64), folded to 48 bits: equal bits
 give equal checksums, which is what divergence detection needs (ranks that should hold the same values but do
 not), and a changed bit changes it (but for a 2**-48 chance).
@@ -15,6 +16,8 @@ from __future__ import annotations
 import math
 
 import torch
+
+from . import background
 
 MAX_VALUES = 64  # full mode records the values of tensors with at most this many elements in all
 
@@ -218,6 +221,16 @@ def summarize(obj, full: bool):
     if d is not None and small:
         d["values"] = _values(obj)
     return d
+
+
+def for_record(full: bool, write, ev_id: int, which: str, obj) -> dict | None:
+    """The summary of obj to put in event ev_id's record now (`which`: "in" or "out"); a CUDA one is resolved
+    later, off the training thread, and written (write: the recorder's) as an "s" record."""
+    s = summarize(obj, full)
+    if isinstance(s, Pending):
+        background.resolver().add(write, ev_id, which, s)
+        return None
+    return s
 
 
 def _clone_structure(obj):

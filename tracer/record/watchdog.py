@@ -15,6 +15,8 @@ import threading
 import time
 import traceback
 
+from ..format import STACKS
+
 FLAG = "disttrace/hang"
 FLAG_EVERY = 3  # ticks of 0.5 s between looks at the store's flag (1,000 ranks: ~700 small requests a second)
 
@@ -70,7 +72,7 @@ class Watchdog(threading.Thread):
             self.dump({"reason": "peer", "flag": flag.decode(errors="replace")})
 
     def dump(self, reason: dict) -> None:
-        self.tracer.write({"k": "stacks", "t": time.monotonic_ns(), **reason,
+        self.tracer.write({"k": STACKS, "t": time.monotonic_ns(), **reason,
                            "threads": thread_stacks(skip=threading.get_ident())})
 
     def raise_flag(self, value: str) -> None:

@@ -1,0 +1,108 @@
+"""The recorder's two daemon threads, one of each per process, started on first use: the resolver writes CUDA
+summaries once the device has them, the CUDA watcher ends CUDA ops when the device has run them. Neither ever
+blocks the training thread or synchronizes the device from it."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from ..format import SUMMARY
+
+
+class _Resolver(threading.Thread):
+    """Resolves CUDA summaries off the training thread and writes them as "s" records."""
+
+    def __init__(self):
+        super().__init__(name="disttrace-summaries", daemon=True)
+        self.items: list = []
+        self.cv = threading.Condition()
+
+    def add(self, write, ev_id, which, pending) -> None:
+        """write(record): the tracer's recorder; pending: a summaries.Pending of event ev_id's `which` side."""
+        with self.cv:
+            self.items.append((write, ev_id, which, pending))
+            self.cv.notify()
+
+    def run(self) -> None:
+        while True:
+            with self.cv:
+                while not self.items:
+                    self.cv.wait()
+                write, ev_id, which, pending = self.items.pop(0)
+            try:
+                write({"k": SUMMARY, "i": ev_id, "which": which, "s": pending.resolve()})
+            except Exception:  # noqa: BLE001
+                pass
+
+    def drain(self, timeout: float = 5.0) -> None:
+        deadline = time.monotonic() + timeout
+        while self.items and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+
+class _CudaWatcher(threading.Thread):
+    """Ends CUDA ops when their Work reports completion (non-blocking event queries, never a device sync)."""
+
+    def __init__(self):
+        super().__init__(name="disttrace-cuda-watch", daemon=True)
+        self.items: list = []
+        self.lock = threading.Lock()
+        self.wake = threading.Event()
+
+    def add(self, completion, ev, work) -> None:
+        """completion: the tracer's completion.Completion, which ends ev when work is completed."""
+        with self.lock:
+            self.items.append((completion, ev, work))
+        self.wake.set()
+
+    def run(self) -> None:
+        while True:
+            if not self.items:
+                self.wake.wait()
+                self.wake.clear()
+            with self.lock:
+                items, self.items = self.items, []
+            keep = []
+            now = time.monotonic_ns()
+            for completion, ev, work in items:
+                try:
+                    if ev.ended:
+                        continue
+                    if work.is_completed():
+                        completion.complete(ev, None, now)  # a failure surfaces at wait() or in the watchdog
+                        completion.finished(ev)
+                    else:
+                        keep.append((completion, ev, work))
+                except Exception as e:  # noqa: BLE001 - e.g. the process group is gone: stop watching it
+                    completion.complete(ev, e, now)
+            if keep:
+                with self.lock:
+                    self.items[:0] = keep
+                time.sleep(0.0005 if len(keep) < 64 else 0.002)
+
+
+_THREADS: dict = {}  # the one background thread of each kind, started on first use
+
+
+def _background(kind):
+    thread = _THREADS.get(kind)
+    if thread is None:
+        thread = _THREADS[kind] = kind()
+        thread.start()
+    return thread
+
+
+def resolver() -> _Resolver:
+    return _background(_Resolver)
+
+
+def cuda_watcher() -> _CudaWatcher:
+    return _background(_CudaWatcher)
+
+
+def drain_summaries() -> None:
+    """Wait a moment for the CUDA summaries still being resolved (a trace closes), if the resolver runs."""
+    r = _THREADS.get(_Resolver)
+    if r is not None:
+        r.drain()

@@ -1,0 +1,249 @@
+"""How each op ends: its Work followed from issue to completion, the user's wait() on it, the "e" and "w" records.
+
+When does an op end? gloo runs collectives on its own threads and returns a Work at once:
+- a synchronous Python API call (all_reduce(async_op=False), send, recv, ...) waits on that Work right away on
+  the same thread: the end is when that wait() returns (hooks.py wraps Work.wait);
+- anything else (async_op=True, isend/irecv, DDP's reducer, functional collectives, every CUDA op) ends when
+  the Work's future completes (a callback; it never blocks), and the user's wait() is recorded apart;
+- gloo's send/recv Works have no future: their end is the return of wait().
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import weakref
+
+import torch
+import torch.distributed as dist
+
+from . import background
+from .op_records import END_LINE, END_LINE_SEQ, WAIT_LINE, end_fields
+
+PENDING_LIMIT = 4096  # finished async ops kept for a wait() that may still come
+
+
+class _ThreadSlot(threading.local):
+    sync = None  # the synchronous op this thread issued last and waits on next (Work.wait ends it)
+
+
+class Event:
+    """An op in flight. `sync`: ends at the next wait() on this thread; `waited`: the user called wait().
+
+    Defaults live on the class: an op sets only what differs (one Event per op is made on the hot path)."""
+
+    tensors = None      # what to summarize at the end (summaries on)
+    ended = False
+    cuda = False
+    work = None         # the kernel path's own Python Work while the op is in flight (see Completion.track)
+    work_ref = None     # a weak reference to the Work: the job's own from the start, ours once the op finished
+    peer_any = False    # a recv from any source: the end record says which
+    seq = None          # the backend's sequence number for the op
+    out_ptr = 0         # output data_ptr, for functional collectives' wait_tensor
+    watched = False     # something will tell us when it completes (a future callback, the CUDA watcher)
+    info = None         # (op, group, group_seq, start, thread) for the watchdog
+
+    def __init__(self, id, sync, group):
+        self.id, self.sync, self.group = id, sync, group
+
+    def held_work(self):
+        """The op's Work if it is still alive, held strongly or weakly; else None."""
+        if self.work is not None:
+            return self.work
+        return self.work_ref() if self.work_ref is not None else None
+
+
+class Completion:
+    """The ops issued and not yet let go of: their Works, their ends and the waits on them (one per Tracer).
+
+    rec: the recorder; in_flight: the Tracer's table of the ops the watchdog watches (event id -> Event.info);
+    summary(event id, "out", tensors): the output summary to put in the end record, or None. It holds nothing of
+    the Tracer's own: the Tracer, and the groups it keeps, go when hooks.py lets go of it."""
+
+    def __init__(self, rec, in_flight: dict, summary):
+        self.rec, self.in_flight, self.summary = rec, in_flight, summary
+        self.pending: dict[int, Event] = {}   # id(python Work) -> event, for async ops the user may wait on
+        self.by_ptr: dict[int, Event] = {}    # output data_ptr -> event, for functional collectives' wait_tensor
+        # event id -> Event, for the async ops whose future's callback will end them: the job may let go of the
+        # Work (DDP does, once its reducer waited in C++) before gloo's thread has run the callback
+        self.awaited: dict[int, Event] = {}
+        self.tls = _ThreadSlot()
+
+    # -- issue ----------------------------------------------------------------------------------
+    def issued(self, ev: Event, result) -> None:
+        """The backend accepted the op; `result` is what the c10d op returned (Work, or (tensors, Work))."""
+        work = result[-1] if isinstance(result, tuple) else result
+        if work is not None and not isinstance(work, torch.ScriptObject):
+            work = None
+        self.issued_work(ev, None if work is None else dist.distributed_c10d.Work.unbox(work), ours=True)
+
+    def issued_work(self, ev: Event, work, ours: bool = False) -> None:
+        """The backend accepted the op and returned `work` (a Python Work, or None). ours: `work` is a wrapper
+        this tracer made (the kernel's path), not the object the job will be handed (the fast path)."""
+        try:  # the backend's own sequence number, read right after issue: Flight Recorder's id for this op
+            ev.seq = ev.group.pg._get_sequence_number_for_group()
+        except Exception:  # noqa: BLE001
+            pass
+        if work is None:
+            self.complete(ev)  # the backend finished it synchronously (monitored_barrier, ...)
+            return
+        if ev.sync and not ev.cuda:
+            self.tls.sync = ev   # distributed_c10d waits on it next, on this thread
+            return
+        self.track(ev, work, ours)
+
+    def error(self, ev: Event, err: BaseException) -> None:
+        """The backend refused the op."""
+        if self.tls.sync is ev:
+            self.tls.sync = None
+        self.complete(ev, err)
+
+    # -- following the Work ---------------------------------------------------------------------
+    def track(self, ev: Event, w, ours: bool) -> None:
+        """Follow an async op's Work: its future's completion, the user's wait() on it.
+
+        The job's own Work object (the fast path's) is held weakly: the entry lasts as long as the job holds it.
+        A wrapper of ours (the kernel's path) is held until the op completes: the job is handed that same object
+        only if it is alive when the op returns to Python, else a new one whose wait() we would not know."""
+        self.pending[id(w)] = ev
+        if ours:
+            ev.work = w
+        else:
+            self._hold_weakly(ev, w)
+        if ev.out_ptr:
+            self.by_ptr[ev.out_ptr] = ev  # functional collectives complete through wait_tensor(output)
+        if ev.cuda:
+            ev.watched = True
+            # A CUDA Work's future completes on the host as soon as the op is enqueued, so its callback says
+            # nothing about the device. Work.is_completed() queries the op's CUDA events without blocking: a
+            # watcher thread polls it (resolution: the polling interval, about a millisecond).
+            background.cuda_watcher().add(self, ev, w)
+            return
+        try:
+            fut = w.get_future()
+        except Exception:  # noqa: BLE001 - gloo send/recv have no future: they end at wait()
+            return
+        ev.watched = True
+        self.awaited[ev.id] = ev
+        fut.add_done_callback(lambda f, ev=ev: self._future_done(ev, f))
+
+    def _future_done(self, ev: Event, fut) -> None:
+        try:
+            err = None
+            try:
+                fut.value()
+            except Exception as e:  # noqa: BLE001
+                err = e
+            self.complete(ev, err)
+            self.finished(ev)
+        except Exception as e:  # noqa: BLE001
+            self.rec.fail(e)
+
+    def _hold_weakly(self, ev: Event, w) -> None:
+        """Keep ev in `pending` under id(w) for as long as w lives, without keeping w alive."""
+        key, pending = id(w), self.pending
+
+        def gone(_ref, key=key, ev=ev) -> None:  # w is being freed: its id may be reused after this
+            if pending.get(key) is ev:
+                pending.pop(key, None)
+        ev.work_ref = weakref.ref(w, gone)
+
+    def finished(self, ev: Event) -> None:
+        """ev's op has completed: hold its Work weakly from now on. It stays in `pending` so that a later wait()
+        on it is timed, for as long as the job holds the Work; a Work held by us alone would keep its tensors
+        alive after the job let go of them (a job that waits through work.get_future() never calls wait())."""
+        w = ev.work
+        if w is None:
+            return
+        ev.work = None
+        self._hold_weakly(ev, w)
+        # Works the job holds but never waits on from Python: past a bound, forget the finished ones
+        pending = self.pending
+        if len(pending) > PENDING_LIMIT:
+            for k in [k for k, e in list(pending.items()) if e.ended]:
+                pending.pop(k, None)
+
+    # -- the end ----------------------------------------------------------------------------------
+    def complete(self, ev: Event, err: BaseException | None = None, t: int | None = None, bound=False) -> None:
+        if ev.ended:
+            return
+        ev.ended = True
+        t = t or time.monotonic_ns()
+        self.in_flight.pop(ev.id, None)
+        self.awaited.pop(ev.id, None)
+        if ev.out_ptr and self.by_ptr.get(ev.out_ptr) is ev and ev.work is None:
+            del self.by_ptr[ev.out_ptr]
+        if err is None and not bound and not ev.peer_any and ev.tensors is None:
+            # the common case, formatted directly: a third of the cost of a dict through orjson
+            if type(ev.seq) is int:
+                self.rec.write_raw(END_LINE_SEQ % (ev.id, t, ev.seq))
+            else:
+                self.rec.write_raw(END_LINE % (ev.id, t))
+            return
+        rec = end_fields(ev.id, t, ev.seq, err, bound)
+        work = ev.held_work() if ev.peer_any else None
+        if work is not None:  # a recv from any source: now we know which
+            try:
+                rec["peer"] = work._source_rank() if hasattr(work, "_source_rank") else work.source_rank()
+            except Exception:  # noqa: BLE001
+                pass
+        if ev.tensors is not None and err is None:
+            summary = self.summary(ev.id, "out", ev.tensors)
+            if summary is not None:
+                rec["out"] = summary
+            ev.tensors = None
+        self.rec.write(rec)
+
+    # -- waits ------------------------------------------------------------------------------------
+    def wait_begins(self, work, t0: int) -> None:
+        ev = self.pending.get(id(work))
+        if ev is not None and not ev.ended:
+            self.in_flight[ev.id] = ev.info[:3] + (t0,) + ev.info[4:]
+
+    def waited(self, work, t0: int, t1: int, err: BaseException | None) -> None:
+        """The user's (or a library's) wait() on an async op's `work` ran from t0 to t1."""
+        ev = self.pending.pop(id(work), None)
+        if ev is None:
+            return
+        self.in_flight.pop(ev.id, None)
+        self.rec.write_raw(WAIT_LINE % (ev.id, t0, t1))
+        if not ev.ended and (not ev.watched or err is not None):
+            self.complete(ev, err, t1)
+        ev.work = None
+
+    def tensor_waited(self, tensor, t0: int, t1: int) -> None:
+        """_c10d_functional.wait_tensor(tensor) ran from t0 to t1 (functional collectives, DTensor)."""
+        ev = self.by_ptr.pop(tensor.data_ptr(), None)
+        if ev is None:
+            return
+        self.rec.write_raw(WAIT_LINE % (ev.id, t0, t1))
+        if ev.work is not None:
+            self.pending.pop(id(ev.work), None)
+            ev.work = None
+        if not ev.ended:
+            self.complete(ev, None, t1)  # gloo gives no future for some ops: their end is the wait
+
+    # -- letting go ---------------------------------------------------------------------------------
+    def end_unwaited(self, which) -> None:
+        """Let go of the async ops that `which` picks among those nobody waited on: the ones whose backend
+        gives no completion callback and that are done by now are said to be, with an end time that is only
+        an upper bound."""
+        for table in (self.pending, self.by_ptr):
+            for key, ev in list(table.items()):
+                if not which(ev):
+                    continue
+                try:
+                    work = ev.held_work()
+                    if not ev.ended and work is not None and work.is_completed():
+                        self.complete(ev, bound=True)
+                except Exception:  # noqa: BLE001
+                    pass
+                table.pop(key, None)  # (a Work's weakref callback may have taken it meanwhile)
+                ev.work = None
+
+    def settle(self, timeout_s: float = 0.1) -> None:
+        """Give the completion callbacks of ops that are done a moment to run (on gloo's threads) before the
+        groups go or the file closes: an op whose end is never recorded reads as a hang."""
+        deadline = time.monotonic() + timeout_s
+        while self.awaited and time.monotonic() < deadline:
+            time.sleep(0.001)
