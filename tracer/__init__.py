@@ -21,6 +21,7 @@ import contextlib
 import sys
 
 _HOOKS = __name__ + ".record.hooks"  # imported (with torch) only where tracing may start
+_CURRENT = __name__ + ".record.current"  # the process's tracer, set by the hooks (torch-free)
 
 
 @contextlib.contextmanager
@@ -45,6 +46,6 @@ def mark_step() -> None:
     Named mark_step, not step: `for step in range(...)` would shadow it. A job that calls torch.profiler's
     `prof.step()` needs nothing more (each call is a marker; calling both at the same place counts once).
     Untraced it does nothing (a dictionary lookup) and never imports torch; it never raises into the job."""
-    hooks = sys.modules.get(_HOOKS)
-    if hooks is not None and hooks._tracer is not None:
-        hooks.mark_step()
+    current = sys.modules.get(_CURRENT)
+    if current is not None and current.tracer is not None:
+        sys.modules[_HOOKS].mark_step()

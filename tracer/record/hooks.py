@@ -42,14 +42,6 @@ _funcol_lib = None
 _installed = False
 
 
-def __getattr__(name: str):
-    # disttrace.tracer.mark_step (torch-free, outside record/) asks `hooks._tracer` whether tracing runs; the
-    # tracer lives in current.py
-    if name == "_tracer":
-        return current.tracer
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 def install(out_dir: str, summaries: str = "off", hang_timeout: float = 0.0) -> None:
     """Arrange for tracing to start when the default process group is initialized (or now, if it is)."""
     global _installed
