@@ -69,6 +69,16 @@ def test_a_reader_that_closes_the_pipe_is_not_a_finding(command, tmp_path):
     assert (proc.returncode, proc.stderr) == (141, "")
 
 
+def test_a_traced_job_s_traceback_is_the_one_it_prints_untraced(tmp_path):
+    # rank 0's recv times out inside gloo: the error passes through the tracer's Work.wait wrapper on its way to
+    # the user's line, and must not show it
+    proc = run_disttrace("run", "--out", tmp_path / "t", "--", *torchrun_cmd("wait_timeout.py", 2), timeout=120)
+    assert proc.returncode != 0
+    tb = proc.stderr[proc.stderr.index("Traceback (most recent call last)"):]
+    assert f'{JOBS / "wait_timeout.py"}", line 14, in main' in tb, tb
+    assert "disttrace" not in tb.split("ChildFailedError")[0] and "tracer/record" not in tb, tb
+
+
 def test_unwritable_out_fails_before_the_job_starts(tmp_path):
     # a path below a regular file cannot be created, even by root
     (tmp_path / "file").write_text("x")

@@ -28,7 +28,7 @@ import torch.distributed as dist
 from torch._C import DispatchKey
 
 from ..format import LEFT, STEP
-from . import callsite, clock, current, fastpath, nocompile
+from . import callsite, clock, current, fastpath, nocompile, tracebacks
 from .capture import Tracer
 from .specs import SPECS
 
@@ -63,6 +63,7 @@ def uninstall() -> None:
             lib._destroy()
     _lib = _funcol_lib = None
     fastpath.uninstall()
+    tracebacks.uninstall()
     c10d = dist.distributed_c10d
     for owner, name in ((c10d.Work, "wait"), (torch.autograd, "backward"), (torch.profiler.profile, "step")):
         _restore(owner, name)
@@ -129,6 +130,7 @@ def _start() -> None:
         _patch_work_wait()
         _patch_backward()
         _patch_profiler_step()
+        tracebacks.install()
         atexit.register(stop)
         if _config.get("hang_timeout"):
             from .watchdog import start_watchdog

@@ -1,0 +1,20 @@
+"""A recv that times out (gloo, 2 s): rank 1 never sends. The traceback the job prints must be the one it prints
+untraced (tests/test_run_cli.py): the user's line and torch's, none of disttrace's frames."""
+
+import datetime
+import time
+
+
+def main() -> None:
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=2))
+    if dist.get_rank() == 0:
+        dist.recv(torch.zeros(4), src=1)  # never sent: gloo raises after the timeout
+    else:
+        time.sleep(4)
+
+
+if __name__ == "__main__":
+    main()
