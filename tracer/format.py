@@ -14,6 +14,8 @@ import tempfile
 
 # The on-disk format's version: the "v" of a rank file's meta record. A reader refuses a newer one.
 FORMAT_VERSION = 2
+# The normalized events' version (the "v" of each line `disttrace events` prints; docs/FORMAT.md). 3: the `run` key
+EVENTS_VERSION = 3
 
 # -- records ---------------------------------------------------------------------------------------
 # A rank file is JSON Lines; each record's "k" says its kind (docs/FORMAT.md lists their keys).

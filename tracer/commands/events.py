@@ -1,4 +1,5 @@
-"""`disttrace events TRACE...`: the merged, aligned events as JSON Lines on stdout, sorted by start time."""
+"""`disttrace events TRACE... [--run N|all]`: the merged, aligned events as JSON Lines on stdout, sorted by start
+time; with `--run all`, each run's events after the previous run's (each event says its `run`)."""
 
 from __future__ import annotations
 
@@ -6,18 +7,21 @@ import sys
 
 from ..data.events import iter_jsonl
 from ..data.reader import load_trace
+from .run_choice import add_run_argument, chosen_runs
 
 
 def add_arguments(p) -> None:
     p.add_argument("traces", nargs="+", metavar="TRACE", help="trace dirs (one per node) or a normalized events file")
+    add_run_argument(p)
 
 
 def main(args) -> int:
-    table = load_trace(args.traces)
-    for w in table.warnings:
-        sys.stderr.write(f"disttrace: warning: {w}\n")
     out = sys.stdout.buffer
-    for line in iter_jsonl(table):
-        out.write(line)
+    for run in chosen_runs(args):
+        table = load_trace(args.traces, run=run)
+        for w in table.warnings:
+            sys.stderr.write(f"disttrace: warning: {w}\n")
+        for line in iter_jsonl(table):
+            out.write(line)
     out.flush()
     return 0

@@ -12,19 +12,18 @@ and `read_jsonl` convert to and from the JSON Lines form that `disttrace events`
 from __future__ import annotations
 
 import gc
+import mmap
 import os
+import re
 from array import array
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator
 
 import orjson
 
-from ..format import is_user_file
+from ..format import EVENTS_VERSION, is_user_file
 from .columns import CodedColumn, SparseColumn, json_key
 from ..errors import TraceError  # noqa: F401 - here since the beginning: every reader imports it from here
-
-#: Version of the normalized event format (the "v" key of each event line).
-EVENTS_VERSION = 2
 
 #: The canonical op names; every API variant maps onto one of these.
 OPS = (
@@ -105,6 +104,10 @@ class EventTable:
     warnings: list = field(default_factory=list)
     # rank -> the hang watchdog's "stacks" records (docs/FORMAT.md), in file order, "t" aligned like the events
     stacks: dict = field(default_factory=dict)
+    # the runs (process-group worlds, data/runs.py) of the trace dirs read, and the number of the one in the table
+    # (0: not read from rank files)
+    runs: list = field(default_factory=list)
+    run: int = 0
 
     def __len__(self) -> int:
         return len(self.rank)
@@ -187,6 +190,7 @@ class EventTable:
         g = self.groups[self.gid[i]]
         ev = {
             "v": EVENTS_VERSION,
+            "run": self.run,
             "rank": self.rank[i],
             "host": self.host[i],
             "op": self.op[i],
@@ -213,6 +217,8 @@ class EventTable:
             "site": self.site[i] or None,
             "id": _null(self.id[i]),
         }
+        if not self.run:  # not read from rank files (an events file of one run, a Flight Recorder dump)
+            del ev["run"]
         if self.user_step[i] != NONE:
             ev["step"] = self.user_step[i]
         if self.extra[i]:
@@ -245,9 +251,9 @@ ROW_COLUMNS = ("rank", "gid", "group_seq", "peer", "root", "bytes", "start_ns", 
                "in_", "out", "error", "extra", "async_op")
 
 _KNOWN_KEYS = frozenset({
-    "v", "rank", "host", "op", "api", "group", "group_ranks", "group_seq", "seq", "peer", "root", "tag", "bytes",
-    "dtype", "shape", "async_op", "start_ns", "end_ns", "wait_start_ns", "wait_end_ns", "status", "error", "in",
-    "out", "site", "id", "step",
+    "v", "run", "rank", "host", "op", "api", "group", "group_ranks", "group_seq", "seq", "peer", "root", "tag",
+    "bytes", "dtype", "shape", "async_op", "start_ns", "end_ns", "wait_start_ns", "wait_end_ns", "status", "error",
+    "in", "out", "site", "id", "step",
 })
 
 
@@ -319,10 +325,11 @@ def iter_jsonl(table: EventTable) -> Iterator[bytes]:
             yield dumps(row) + b"\n"
 
 
-def read_jsonl(path: str, table: EventTable | None = None, progress=None) -> EventTable:
+def read_jsonl(path: str, table: EventTable | None = None, progress=None, run: int | None = None) -> EventTable:
     """Read a normalized events file (what `disttrace events` prints). Lines that are not valid events are
     skipped with a warning; a file with no valid event raises TraceError. `progress(fraction, label)` is called
-    now and then on large files."""
+    now and then on large files. A file of several runs (`disttrace events --run all`) is read one run at a time:
+    `run`, or the last."""
     table = table if table is not None else EventTable()
     try:
         fh = open(path, "rb")
@@ -330,7 +337,33 @@ def read_jsonl(path: str, table: EventTable | None = None, progress=None) -> Eve
     except OSError as e:
         raise TraceError(f"cannot read {path}: {e.strerror or e}") from None
     with fh, gc_paused():
-        return _read_lines(path, fh, size, table, progress)
+        keep, present = _run_to_keep(path, fh, run, table.warnings)
+        table.run = keep if keep is not None else present[0] if len(present) == 1 else table.run
+        return _read_lines(path, fh, size, table, progress, keep)
+
+
+def _run_to_keep(path: str, fh, run: int | None, warnings: list) -> tuple[int | None, list[int]]:
+    """(the run to read of an events file: None when it holds at most one and none was asked for, the runs in
+    it). The runs are
+    found by the bytes that start each line (`{"v":3,"run":N,`, as `disttrace events` writes them): no parsing."""
+    try:
+        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as m:
+            present = sorted({int(n) for n in _RUN_AT_START.findall(m)})
+    except (OSError, ValueError):  # an empty file, or one that cannot be mapped: read it whole
+        present = []
+    if run is not None:
+        if run not in present and (present or run != 0):
+            runs = ", ".join(map(str, present)) or "none (it has no run numbers)"
+            raise TraceError(f"{path}: no run {run} in this events file; its runs: {runs}")
+        return run, present
+    if len(present) > 1:
+        warnings.append(f"{path}: this file holds {len(present)} runs; reading the last, run {present[-1]} "
+                        f"(pick one with --run N)")
+        return present[-1], present
+    return None, present
+
+
+_RUN_AT_START = re.compile(rb'^\{"v":\d+,"run":(\d+),', re.M)
 
 
 class gc_paused:
@@ -347,7 +380,7 @@ class gc_paused:
         return False
 
 
-def _read_lines(path, fh, size, table, progress):
+def _read_lines(path, fh, size, table, progress, keep_run: int | None = None):
     loads = orjson.loads
     bad = 0
     first_bad = ""
@@ -373,6 +406,8 @@ def _read_lines(path, fh, size, table, progress):
         if type(v) is int and v > EVENTS_VERSION:
             raise TraceError(f"{path}: written by a newer disttrace (events format v{v}, this reads "
                              f"v{EVENTS_VERSION}); upgrade disttrace")
+        if keep_run is not None and ev.get("run") != keep_run:
+            continue
         events.append(ev)
         if len(events) == _BATCH:
             # columns a batch at a time: the parsed dicts (a KB or more each) never pile up for the whole file

@@ -25,6 +25,7 @@ import orjson
 from ..format import (BEGIN, CLOCK, END, FORMAT_VERSION, GROUP, LEFT, META, STACKS, STEP, SUMMARY, WAIT,
                       is_rank_file)
 from .events import NONE, OPS, EventTable, RankInfo, TraceError, gc_paused, read_jsonl, text_field
+from .runs import find_runs, pick
 
 _INT = int
 
@@ -39,8 +40,11 @@ def find_rank_files(path: str) -> list[str]:
     return [os.path.join(path, n) for n in names if is_rank_file(n)]
 
 
-def load_trace(paths: list[str] | str, progress: Progress | None = None) -> EventTable:
-    """Load trace dirs (one per node), or normalized events .jsonl files, into one sorted EventTable."""
+def load_trace(paths: list[str] | str, progress: Progress | None = None, run: int | None = None) -> EventTable:
+    """Load trace dirs (one per node), or normalized events .jsonl files, into one sorted EventTable.
+
+    Trace dirs may hold several runs (process-group worlds: restarts, successive jobs; data/runs.py): `run` picks
+    one by its number; by default the only one, else the last, with a note that there are others."""
     if isinstance(paths, str):
         paths = [paths]
     if not paths:
@@ -60,14 +64,22 @@ def load_trace(paths: list[str] | str, progress: Progress | None = None) -> Even
                 continue
             raise TraceError(f"{p}: not a disttrace trace (no rank-*.jsonl files in it)")
         elif os.path.isfile(p):
-            read_jsonl(p, table, progress)
+            read_jsonl(p, table, progress, run)
         elif not os.path.exists(p):
             raise TraceError(f"{p}: no such file or directory")
         else:
             raise TraceError(f"{p}: not a trace directory or events file")
     if rank_files:
+        runs, unreadable = find_runs(rank_files)
+        for path in unreadable:
+            table.warnings.append(f"{path}: no metadata record; file skipped (not a disttrace rank file?)")
+        if not runs:
+            raise TraceError(f"{os.path.dirname(rank_files[0]) or '.'}: no readable rank files in this trace")
+        chosen = pick(runs, run, table.warnings, " ".join(paths))
+        table.runs, table.run = runs, chosen.number
         with gc_paused():
-            _load_rank_files(rank_files, table, progress)
+            _load_rank_files([f.path for f in chosen.files], table, progress)
+
     if len(table) == 0:
         raise TraceError(f"{', '.join(paths)}: the trace holds no events (did the job call torch.distributed?)")
     table.sort()
@@ -189,7 +201,7 @@ def _load_rank_files(files: list[str], table: EventTable, progress: Progress | N
         done += max(os.path.getsize(path), 1)
         if progress:
             progress(0.8 * done / total, "reading")
-        if rf.meta is None or not isinstance(rf.meta.get("rank"), int):
+        if rf.meta is None or not isinstance(rf.meta.get("rank"), int):  # (runs.scan read it: it changed since)
             table.warnings.append(f"{path}: no metadata record; file skipped (not a disttrace rank file?)")
             continue
         v = rf.meta.get("v", 1)
@@ -199,25 +211,10 @@ def _load_rank_files(files: list[str], table: EventTable, progress: Progress | N
         parsed.append(rf)
     if not parsed:
         raise TraceError(f"{os.path.dirname(files[0]) or '.'}: no readable rank files in this trace")
-    parsed = _latest_per_rank(parsed, table)
     for i, rf in enumerate(parsed):
         _append_rank(rf, table)
         if progress:
             progress(0.8 + 0.2 * (i + 1) / len(parsed), "aligning")
-
-
-def _latest_per_rank(parsed: list[_RankFile], table: EventTable) -> list[_RankFile]:
-    """An elastic restart leaves one file per attempt and rank: keep the latest attempt."""
-    best: dict[int, _RankFile] = {}
-    for rf in parsed:
-        r = rf.meta["rank"]
-        cur = best.get(r)
-        key = (_ns(rf.meta, "restart") or 0, _ns(rf.meta, "wall_ns") or 0)
-        if cur is None or key > (_ns(cur.meta, "restart") or 0, _ns(cur.meta, "wall_ns") or 0):
-            if cur is not None:
-                table.warnings.append(f"rank {r}: several files (restarts?); using {os.path.basename(rf.path)}")
-            best[r] = rf
-    return [best[r] for r in sorted(best)]
 
 
 def _append_rank(rf: _RankFile, table: EventTable) -> None:

@@ -41,7 +41,7 @@ _Tensor = torch.Tensor
 class Tracer:
     """One per traced process, created when the process group is initialized."""
 
-    def __init__(self, out_dir: str, mode: str = "off"):
+    def __init__(self, out_dir: str, mode: str = "off", init: int = 1):
         self.mode = mode  # summaries: off | stats | full
         self.rank = dist.get_rank()
         self.world_size = dist.get_world_size()
@@ -52,7 +52,7 @@ class Tracer:
         name = rank_file_stem(self.rank, self.host, self.pid, restart)
         self.path = os.path.join(out_dir, name + RANK_FILE_SUFFIX)
         n = 1
-        while os.path.exists(self.path):  # a second trace() block in the same process
+        while os.path.exists(self.path):  # a second trace() block or process group world in the same process
             n += 1
             self.path = os.path.join(out_dir, f"{name}-s{n}{RANK_FILE_SUFFIX}")
         self.rec = Recorder(self.path)
@@ -70,7 +70,7 @@ class Tracer:
             "local_rank": int(os.environ.get("LOCAL_RANK", -1)), "host": self.host, "pid": self.pid,
             "backend": str(dist.get_backend()), "torch": torch.__version__, "summaries": mode,
             "mono_ns": time.monotonic_ns(), "wall_ns": time.time_ns(), "argv": sys.argv[:20],
-            "restart": int(restart) if restart.isdigit() else 0,
+            "restart": int(restart) if restart.isdigit() else 0, **_world_identity(init),
         })
 
     # -- the hot path ------------------------------------------------------------------------------
@@ -208,3 +208,17 @@ class Tracer:
         self.completion.end_unwaited(lambda ev: True)
         background.drain_summaries()
         self.rec.close()
+
+
+def _world_identity(init: int) -> dict:
+    """What the ranks of one process-group world share, for the reader to tell the runs in a trace dir apart
+    (format.py, data/runs.py): this process's init number (the n-th init_process_group it traced), the rendezvous
+    (torchrun's run id, fixed across its restarts, and the store's address) where the environment names them."""
+    out = {"init": init}
+    run_id = os.environ.get("TORCHELASTIC_RUN_ID")
+    if run_id:
+        out["run_id"] = run_id[:200]
+    addr, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
+    if addr and port:
+        out["master"] = f"{addr}:{port}"[:200]
+    return out

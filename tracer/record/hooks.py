@@ -37,6 +37,7 @@ _PACKAGE = __name__.rsplit(".", 2)[0]  # disttrace.tracer: this process's disttr
 _clock_sync: clock.Sync | None = None
 _config: dict = {}
 _steps = 0  # step markers this tracer has written
+_inits = 0  # process-group worlds this process has traced: each is a run, in a rank file of its own
 _lib = None
 _funcol_lib = None
 _installed = False
@@ -88,8 +89,15 @@ def _patch_lifecycle() -> None:
     @functools.wraps(orig_init)
     def init_process_group(*args, **kwargs):
         result = orig_init(*args, **kwargs)
-        if current.tracer is None and _config:
-            _start()
+        if _config:
+            t = current.tracer
+            if t is not None and getattr(t, "_left", False):
+                # the world that tracer recorded was destroyed: this is another run (a second init in the same
+                # process), recorded in a rank file of its own
+                stop()
+                t = None
+            if t is None:
+                _start()
         return result
 
     @functools.wraps(orig_destroy)
@@ -113,10 +121,11 @@ def _patch_lifecycle() -> None:
 
 
 def _start() -> None:
-    global _steps
+    global _steps, _inits
     _steps = 0
+    _inits += 1
     try:
-        t = current.tracer = Tracer(_config["out"], _config.get("summaries", "off"))
+        t = current.tracer = Tracer(_config["out"], _config.get("summaries", "off"), init=_inits)
     except Exception as e:  # noqa: BLE001
         from .recorder import warn_once
 

@@ -1,0 +1,67 @@
+"""Jobs that leave several runs (process-group worlds) in one trace dir (tests/test_runs.py).
+
+argv[1] is the case:
+- restart: under torchrun --max-restarts=1, rank 1 dies (os._exit) after 3 all_reduces in the first attempt
+  only; the second attempt does 5 and ends cleanly;
+- cycles: one process per rank calls init_process_group / destroy_process_group twice: 2 all_reduces in the first
+  world, 4 in the second;
+- spawnloop: `python runs_cases.py spawnloop` starts three 2-rank jobs one after another (torch.multiprocessing
+  spawn, the same port each time), doing 1, 2 and 3 all_reduces.
+"""
+
+import os
+import sys
+
+OPS = {"restart": [3, 5], "cycles": [2, 4], "spawnloop": [1, 2, 3]}  # all_reduces per rank, per run
+
+
+def all_reduces(n: int) -> None:
+    import torch
+    import torch.distributed as dist
+
+    for _ in range(n):
+        dist.all_reduce(torch.ones(4))
+
+
+def restart() -> None:
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    first = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"
+    all_reduces(OPS["restart"][0] if first else OPS["restart"][1])
+    if first and dist.get_rank() == 1:
+        os._exit(3)  # the failed attempt: rank 1 dies without a word
+    if first:
+        import time
+
+        time.sleep(30)  # rank 0 waits to be stopped by the agent, as a real rank blocked in the next op would be
+    dist.destroy_process_group()
+
+
+def cycles() -> None:
+    import torch.distributed as dist
+
+    for n in OPS["cycles"]:
+        dist.init_process_group("gloo")
+        all_reduces(n)
+        dist.destroy_process_group()
+
+
+def _spawned(rank: int, n: int) -> None:
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    all_reduces(n)
+    dist.destroy_process_group()
+
+
+def spawnloop() -> None:
+    import torch.multiprocessing as mp
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ.get("RUNS_PORT", "29533"))
+    for n in OPS["spawnloop"]:
+        mp.spawn(_spawned, args=(n,), nprocs=2)
+
+
+if __name__ == "__main__":
+    {"restart": restart, "cycles": cycles, "spawnloop": spawnloop}[sys.argv[1]]()

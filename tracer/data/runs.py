@@ -1,0 +1,207 @@
+"""Runs: the process-group worlds that a trace dir holds.
+
+`disttrace run` around a command that starts several jobs (a test suite whose tests spawn fresh ranks, a sweep, a
+script that calls init_process_group twice, torchrun restarting a failed attempt) leaves the rank files of each in
+one dir. A run is one world: the files of its ranks, one per rank. Files belong to the same run when they share
+what the recorder wrote of the world's identity in its meta record (torchrun's run id and restart attempt, the
+store's address, the world size, the process's init number: format.py) and were started together: sorted by their
+start, a rank met a second time begins the next run. Traces recorded before those keys existed are told apart by
+the second rule alone. The ranks of one run on several nodes (several trace dirs) are one run.
+
+Finding the runs reads each file once without parsing its events (the meta record, counts of marked records and
+the last record's time); the reader then parses only the run it was asked for.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import orjson
+
+from ..errors import TraceError
+from ..format import BEGIN, LEFT, META, kind_marker
+
+_BEGIN, _LEFT = kind_marker(BEGIN), kind_marker(LEFT)
+
+
+@dataclass
+class RankFile:
+    """What a rank file says about its run, without its events."""
+    path: str
+    meta: dict
+    ops: int          # begin records
+    left: bool        # the rank said it left alive (destroy_process_group, a clean exit)
+    torn: bool        # its last record is cut: the rank died while writing it
+    end_wall_ns: int  # its last record's time, on its wall clock
+
+    @property
+    def rank(self) -> int:
+        return self.meta["rank"]
+
+    @property
+    def start_wall_ns(self) -> int:
+        return _int(self.meta.get("wall_ns"))
+
+    def key(self) -> tuple:
+        m = self.meta
+        return (m.get("run_id"), _int(m.get("restart")), m.get("master"), _int(m.get("world_size")), m.get("init"))
+
+
+@dataclass
+class Run:
+    """One process-group world; `number` counts from 1 in the order the runs started."""
+    number: int
+    files: list = field(default_factory=list)  # RankFile, by rank
+
+    @property
+    def ranks(self) -> list[int]:
+        return [f.rank for f in self.files]
+
+    @property
+    def world_size(self) -> int:
+        return max((_int(f.meta.get("world_size")) for f in self.files), default=0)
+
+    @property
+    def attempt(self) -> int:
+        """torchrun's restart count: 0 for the first attempt."""
+        return max((_int(f.meta.get("restart")) for f in self.files), default=0)
+
+    @property
+    def start_wall_ns(self) -> int:
+        return min(f.start_wall_ns for f in self.files)
+
+    @property
+    def end_wall_ns(self) -> int:
+        return max(f.end_wall_ns for f in self.files)
+
+    @property
+    def ops(self) -> int:
+        return sum(f.ops for f in self.files)
+
+    @property
+    def hosts(self) -> list[str]:
+        return sorted({str(f.meta.get("host", "")) for f in self.files})
+
+    @property
+    def argv(self) -> list:
+        argv = self.files[0].meta.get("argv")
+        return [str(a) for a in argv] if isinstance(argv, list) else []
+
+    @property
+    def died(self) -> list[int]:
+        """Ranks whose file stops without their saying they left: they crashed or were killed."""
+        return [f.rank for f in self.files if not f.left or f.torn]
+
+    @property
+    def missing(self) -> list[int]:
+        """Ranks of the world with no file in the trace (not traced, or their node's dir not given)."""
+        return sorted(set(range(self.world_size)) - set(self.ranks))
+
+    @property
+    def ok(self) -> bool:
+        return not self.died and not self.missing
+
+    def outcome(self) -> str:
+        parts = []
+        if self.died:
+            parts.append(f"rank{'s' if len(self.died) > 1 else ''} {_list(self.died)} died")
+        if self.missing:
+            parts.append(f"rank{'s' if len(self.missing) > 1 else ''} {_list(self.missing)} not in the trace")
+        return "; ".join(parts) or "ok"
+
+    def to_json(self) -> dict:
+        return {"run": self.number, "attempt": self.attempt, "start_wall_ns": self.start_wall_ns,
+                "duration_ns": max(self.end_wall_ns - self.start_wall_ns, 0), "world_size": self.world_size,
+                "ranks": self.ranks, "hosts": self.hosts, "ops": self.ops, "ok": self.ok, "died": self.died,
+                "missing": self.missing, "argv": self.argv, "files": [f.path for f in self.files]}
+
+
+def scan(path: str) -> RankFile | None:
+    """The run facts of one rank file; None when it has no readable meta record (the reader says so)."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise TraceError(f"cannot read {path}: {e.strerror or e}") from None
+    data = data.rstrip(b"\0")  # a recorder that died leaves its preallocated tail zeroed
+    first = data.split(b"\n", 1)[0]
+    try:
+        meta = orjson.loads(first)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(meta, dict) or meta.get("k") != META or type(meta.get("rank")) is not int:
+        return None
+    torn = not data.endswith(b"\n")
+    return RankFile(path, meta, data.count(_BEGIN), _LEFT in data, torn, _end_wall(data, meta))
+
+
+def _end_wall(data: bytes, meta: dict) -> int:
+    """The wall time of the file's last timed record: its monotonic time moved onto the meta's wall clock."""
+    mono0, wall0 = _int(meta.get("mono_ns")), _int(meta.get("wall_ns"))
+    end = len(data)
+    for _ in range(64):  # the last few records; a torn one, or one without a time, is passed over
+        start = data.rfind(b"\n", 0, end - 1) + 1
+        try:
+            rec = orjson.loads(data[start:end])
+            t = rec.get("t", rec.get("mono_ns")) if isinstance(rec, dict) else None
+            if type(t) is int:
+                return wall0 + (t - mono0)
+        except orjson.JSONDecodeError:
+            pass
+        if start == 0:
+            break
+        end = start - 1
+    return wall0
+
+
+def group(files: list[RankFile]) -> list[Run]:
+    """The runs these rank files make up, numbered in the order they started."""
+    by_key: dict[tuple, list[RankFile]] = {}
+    for f in files:
+        by_key.setdefault(f.key(), []).append(f)
+    runs: list[list[RankFile]] = []
+    for same in by_key.values():
+        current: dict[int, RankFile] = {}
+        for f in sorted(same, key=lambda f: (f.start_wall_ns, f.rank, f.path)):
+            if f.rank in current:  # this rank again: the world before ended, this is the next one
+                runs.append(list(current.values()))
+                current = {}
+            current[f.rank] = f
+        runs.append(list(current.values()))
+    runs.sort(key=lambda fs: (min(f.start_wall_ns for f in fs), min(f.path for f in fs)))
+    return [Run(n, sorted(fs, key=lambda f: f.rank)) for n, fs in enumerate(runs, 1)]
+
+
+def pick(runs: list[Run], which: int | None, warnings: list[str], trace: str = "TRACE") -> Run:
+    """The run asked for (its number), or the only one, or the last, with a note that says there are others."""
+    if which is None:
+        if len(runs) > 1:
+            warnings.append(f"this trace holds {len(runs)} runs (process-group worlds, e.g. restarts or successive "
+                            f"jobs); showing the last, run {runs[-1].number}: list them with `disttrace runs "
+                            f"{trace}`, pick one with --run N")
+        return runs[-1]
+    for run in runs:
+        if run.number == which:
+            return run
+    raise TraceError(f"no run {which} in this trace: it holds run{'s' if len(runs) > 1 else ''} "
+                     f"{_list([r.number for r in runs])} (see `disttrace runs {trace}`)")
+
+
+def _int(v) -> int:
+    return v if type(v) is int and abs(v) < 2 ** 62 else 0
+
+
+def _list(xs: list[int]) -> str:
+    return ", ".join(map(str, xs))
+
+
+def find_runs(files: list[str]) -> tuple[list[Run], list[str]]:
+    """Scan rank files and group them: (runs, the files without a readable meta record)."""
+    scanned, unreadable = [], []
+    for path in files:
+        rf = scan(path)
+        (scanned.append(rf) if rf is not None else unreadable.append(path))
+    return group(scanned), unreadable
+
+
+__all__ = ["RankFile", "Run", "find_runs", "group", "pick", "scan"]
