@@ -53,7 +53,7 @@ def _problem(q) -> dict:
 def _collectives(ct: CollectiveTable, key: dict[int, str]) -> list[dict]:
     """One dict per instance, read from the table's columns (a view per instance would cost ~20 property reads)."""
     t = ct.events
-    groups, rank_c, start_c, end_c, wait_end_c = t.groups, t.rank, t.start_ns, t.end_ns, t.wait_end_ns
+    groups, rank_c, start_c = t.groups, t.rank, t.start_ns
     ops, kinds = ct.op.values, ct.wait_kind.values
     rows_c, waits_c, offset, missing = ct.rows, ct.waits, ct.offset, ct.missing
     out = []
@@ -64,10 +64,8 @@ def _collectives(ct: CollectiveTable, key: dict[int, str]) -> list[dict]:
                                    ct.root, ct.complete, ct.is_async, ct.last_arrival)):
         rows = rows_c[offset[k]:offset[k + 1]]
         keys = [key[rank_c[i]] for i in rows]
-        ends = list(map(end_c.__getitem__, rows))
+        ends = ct.ends_of(k)
         if NONE in ends:
-            if is_async:
-                ends = [e if e != NONE else wait_end_c[i] for e, i in zip(ends, rows)]
             ends = [None if e == NONE else e for e in ends]
         grp = groups[g]
         append({

@@ -20,7 +20,7 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 from ..data.events import NONE, EventTable, stacks_site
-from .matching import finished_at, last_event_of_rank
+from .matching import finished, finished_at, last_event_of_rank
 from .model import CollectiveInstance, P2PMatch, Problem
 from .units import fmt_bytes, fmt_ns, fmt_ranks
 
@@ -154,8 +154,7 @@ class _Reach:
         entered: dict[tuple[int, int], int] = {}
         done: dict[tuple[int, int], int] = {}
         alive: dict[int, int] = {}
-        for r, g, s, start, end, wait_end in zip(t.rank, t.gid, t.group_seq, t.start_ns, t.end_ns, t.wait_end_ns):
-            end = end if end != NONE else wait_end
+        for r, g, s, start, end in zip(t.rank, t.gid, t.group_seq, t.start_ns, finished(t)):
             if max(start, end) > alive.get(r, -1):
                 alive[r] = max(start, end)
             if s >= 0:

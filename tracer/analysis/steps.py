@@ -27,6 +27,7 @@ from operator import eq
 from statistics import median
 
 from ..data.events import NONE, EventTable
+from .matching import finished
 from .model import Step
 
 MIN_REPEATS = 2       # a sequence seen once is not a loop
@@ -198,8 +199,7 @@ def build_steps(t: EventTable, step_of: array) -> list[Step]:
     hi = [-1] * n_steps
     cur: dict[int, int] = {}       # rank -> the step of its previous row
     prev_end: dict[int, int] = {}  # rank -> the end of its previous ops
-    ends = [e if e != NONE else w for e, w in zip(t.end_ns, t.wait_end_ns)]  # the op-end rule of matching.finished_at
-    for k, r, s, e in zip(step_of, t.rank, t.start_ns, ends):
+    for k, r, s, e in zip(step_of, t.rank, t.start_ns, finished(t)):
         if k >= 0:
             if cur.get(r) != k:  # the rank's first op of step k: the step began when its op before ended
                 cur[r] = k
