@@ -18,13 +18,12 @@ from ..data.events import NONE, EventTable
 if TYPE_CHECKING:
     from .tables import CollectiveTable, P2PTable
 
-# Wait-state kinds (Scalasca's patterns, in PyTorch's words)
+# Wait-state kinds of collectives (Scalasca's patterns, in PyTorch's words; a message's Late Sender and Late Receiver
+# waits are P2PMatch's late_sender_ns and late_receiver_ns)
 WAIT_NXN = "wait_at_nxn"            # all_reduce, all_gather, reduce_scatter, all_to_all: latest start - own start
 WAIT_BARRIER = "wait_at_barrier"    # barrier: latest start - own start
 LATE_BROADCAST = "late_broadcast"   # broadcast/scatter: root start - own start, when positive (non-roots wait)
 EARLY_REDUCE = "early_reduce"       # reduce/gather: the root waits for the latest sender
-LATE_SENDER = "late_sender"         # recv posted before its send started: the receiver waits
-LATE_RECEIVER = "late_receiver"     # send started before its recv was posted: the sender waits
 
 
 class CollectiveInstance:
