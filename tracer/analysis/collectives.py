@@ -20,7 +20,7 @@ _ROOT_INPUT_IS_S = frozenset({"broadcast", "scatter"})  # the root's input is th
 
 
 def build_collectives(t: EventTable, buckets: list[list[int]], traced: set[int], progress=None
-                      ) -> tuple[CollectiveTable, array, list[int | None], list[int]]:
+                      ) -> tuple[CollectiveTable, array, list[int | None], set[int]]:
     """Instances, event row -> instance index (or -1), per instance the rank that caused its waits, and the
     instances whose ranks disagree on some argument (candidates for a mismatch)."""
     rank_c, start_c, end_c, bytes_c, root_c = t.rank, t.start_ns, t.end_ns, t.bytes, t.root
@@ -32,7 +32,7 @@ def build_collectives(t: EventTable, buckets: list[list[int]], traced: set[int],
     instance_of = array("i", [-1]) * len(t)  # 4 bytes a row, not a pointer and an int object
     out = CollectiveTable(t)
     culprits: list[int | None] = []
-    suspects: list[int] = []
+    suspects: set[int] = set()
     expected_cache: dict[int, tuple[int, ...]] = {}
     step = max(1, len(buckets) // 20)
     for n_inst, rows in enumerate(buckets):
@@ -53,9 +53,9 @@ def build_collectives(t: EventTable, buckets: list[list[int]], traced: set[int],
             op = op_names[op]
             all_ok = status_names[status] == "ok"
             if shapes.count(shapes[0]) != len(shapes):
-                suspects.append(n_inst)
+                suspects.add(n_inst)
         else:
-            suspects.append(n_inst)
+            suspects.add(n_inst)
             op = op_names[op_c[i0]]
             if len({x[0] for x in sig}) > 1:  # a mismatch: take the majority's op
                 op = op_names[Counter(op_c[j] for j in rows).most_common(1)[0][0]]

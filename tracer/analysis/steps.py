@@ -25,10 +25,14 @@ from collections import Counter
 from itertools import groupby, islice
 from operator import eq
 from statistics import median
+from typing import TYPE_CHECKING
 
 from ..data.events import NONE, EventTable
 from .matching import finished
 from .model import Step
+
+if TYPE_CHECKING:
+    from .tables import P2PTable
 
 MIN_REPEATS = 2       # a sequence seen once is not a loop
 _CANDIDATES = 16      # the most frequent spacings between repeats of a key tried as the period
@@ -37,11 +41,11 @@ WARMUP_LONG = 3       # a leading step this many times the median one is warm-up
 _VOTES = 4096         # collectives (and messages) sampled to number the steps alike across ranks
 
 
-def find_steps(t: EventTable, instance_rows: list, p2p_pairs) -> tuple[array, str]:
+def find_steps(t: EventTable, instance_rows: list, p2p: P2PTable) -> tuple[array, str]:
     """(step index per event row, or -1; "marker", "detected" or "" when no step was found).
 
-    instance_rows: each collective instance's rows; p2p_pairs: (send row, recv row) of matched messages (NONE
-    where a side is missing): what ties the ranks' numbering together."""
+    instance_rows: each collective instance's rows; with the matched messages, what ties the ranks' numbering
+    together."""
     n = len(t)
     if t.user_step.count(NONE) < n:  # the job marked its steps
         return array("i", t.user_step), "marker"
@@ -72,7 +76,7 @@ def find_steps(t: EventTable, instance_rows: list, p2p_pairs) -> tuple[array, st
             step_of[i] = k
     if not found:
         return step_of, ""
-    _align(t, step_of, instance_rows, p2p_pairs)
+    _align(t, step_of, instance_rows, zip(p2p.send, p2p.recv))
     return step_of, "detected"
 
 

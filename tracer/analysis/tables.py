@@ -113,7 +113,9 @@ class CollectiveTable:
 
     def ends_of(self, k: int) -> array:
         rows = self.rows_of(k)
-        return finished(self.events, rows) if self.is_async[k] else array("q", map(self.events.end_ns.__getitem__, rows))
+        if self.is_async[k]:
+            return finished(self.events, rows)  # the op-end rule: a wait() return where the end is unknown
+        return array("q", map(self.events.end_ns.__getitem__, rows))
 
     def first_starts(self) -> array:
         """The earliest arrival of every instance, in one pass over the rows."""
