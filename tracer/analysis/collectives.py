@@ -10,6 +10,7 @@ from collections import Counter
 
 from ..data.events import NONE, EventTable
 from .bandwidth import busbw_factor, size_s
+from .matching import finished
 from .model import WAIT_BARRIER, WAIT_NXN
 from .tables import CollectiveTable
 from .waits import WAIT_KIND, collective_waits
@@ -19,19 +20,19 @@ _ROOT_INPUT_IS_S = frozenset({"broadcast", "scatter"})  # the root's input is th
 
 
 def build_collectives(t: EventTable, buckets: list[list[int]], traced: set[int], progress=None
-                      ) -> tuple[CollectiveTable, array, list[int | None], list[int]]:
+                      ) -> tuple[CollectiveTable, array, list[int | None], set[int]]:
     """Instances, event row -> instance index (or -1), per instance the rank that caused its waits, and the
     instances whose ranks disagree on some argument (candidates for a mismatch)."""
     rank_c, start_c, end_c, bytes_c, root_c = t.rank, t.start_ns, t.end_ns, t.bytes, t.root
     # the text and shape columns are dictionary-encoded: their codes compare as the values do, and faster
     op_c, status_c, dtype_c, shape_c = t.op.codes, t.status.codes, t.dtype.codes, t.shape.codes
     op_names, status_names = t.op.values, t.status.values
-    wait_end_c, async_c = t.wait_end_ns, t.async_op
+    async_c = t.async_op
     groups = t.groups
     instance_of = array("i", [-1]) * len(t)  # 4 bytes a row, not a pointer and an int object
     out = CollectiveTable(t)
     culprits: list[int | None] = []
-    suspects: list[int] = []
+    suspects: set[int] = set()
     expected_cache: dict[int, tuple[int, ...]] = {}
     step = max(1, len(buckets) // 20)
     for n_inst, rows in enumerate(buckets):
@@ -52,9 +53,9 @@ def build_collectives(t: EventTable, buckets: list[list[int]], traced: set[int],
             op = op_names[op]
             all_ok = status_names[status] == "ok"
             if shapes.count(shapes[0]) != len(shapes):
-                suspects.append(n_inst)
+                suspects.add(n_inst)
         else:
-            suspects.append(n_inst)
+            suspects.add(n_inst)
             op = op_names[op_c[i0]]
             if len({x[0] for x in sig}) > 1:  # a mismatch: take the majority's op
                 op = op_names[Counter(op_c[j] for j in rows).most_common(1)[0][0]]
@@ -65,7 +66,7 @@ def build_collectives(t: EventTable, buckets: list[list[int]], traced: set[int],
         starts = [start_c[i] for i in rows]
         ends = [end_c[i] for i in rows]
         if is_async and NONE in ends:  # an async op whose completion was not seen was over when wait() returned
-            ends = [e if e != NONE else wait_end_c[i] for e, i in zip(ends, rows)]
+            ends = finished(t, rows)
         latest = max(starts)
         root = root_c[i0]
         root = None if root == NONE else root
@@ -77,8 +78,7 @@ def build_collectives(t: EventTable, buckets: list[list[int]], traced: set[int],
             waits, culprit = collective_waits(kind, ranks, starts, ends, root)
         n = len(expected)
         missing = () if len(rows) >= n else tuple(r for r in expected if r not in ranks)
-        finished = NONE not in ends
-        complete = not missing and finished and all_ok
+        complete = not missing and NONE not in ends and all_ok
         if op in _ROOT_INPUT_IS_S and root is not None and root in ranks:
             nbytes = bytes_c[rows[ranks.index(root)]]
         factor = busbw_factor(op, n)

@@ -1,8 +1,18 @@
-"""analyze(table): the whole analysis in one pass per stage, data flowing one way:
+"""analyze(table): the whole analysis as a list of stages (STAGES), one pass each, data flowing one way:
 matching -> collectives (waits, bandwidth) and P2P -> theory -> steps -> pipeline -> waits per rank and step,
-stragglers and the verdict -> links -> problems."""
+stragglers and the verdict -> problems -> links.
+
+A stage is a function of the table and of earlier stages' results, named in its `reads` and passed in that order;
+it returns the results named in its `adds` (a tuple when it adds more than one). The Analysis is built by keyword
+from the results that are its fields; the others (each instance's rows, culprits, suspects, the wait records) are
+intermediate. Adding an analysis: its module, its result's field in model.py (the --json follows from it), and
+one line in STAGES."""
 
 from __future__ import annotations
+
+from array import array
+from dataclasses import dataclass, fields
+from typing import Callable
 
 from ..data.events import NONE, EventTable, gc_paused
 from .bandwidth import links_of
@@ -12,9 +22,84 @@ from .model import Analysis
 from .p2p import build_p2p
 from .pipeline import pipeline_stats
 from .problems import find_problems
+from .tables import CollectiveTable, P2PTable
 from .steps import build_steps, find_steps
 from .stragglers import fill_steps, stragglers_of, verdict, wait_records, wait_totals
 from .theory import fit_models, flag_slow
+from .waits import event_waits
+
+
+@dataclass(frozen=True)
+class Stage:
+    run: Callable
+    reads: tuple[str, ...]     # "table", earlier stages' adds, or "progress": a callback(fraction, label) for the
+    #                            stretch up to the next labelled stage (None when nobody listens)
+    adds: tuple[str, ...]      # empty: it only fills in earlier results (columns, fields of the steps)
+    label: str = ""            # said to the progress callback when the stage starts ("": it goes on the last one)
+    at: float = 0.0            # with a label: the fraction of the analysis done when it starts
+
+
+def _ranks(t: EventTable) -> tuple[set[int], list[int]]:
+    """The ranks with a file or an event (a rank of a group with neither is absent, left out of matching)."""
+    traced = set(t.ranks) | set(t.rank)
+    return traced, sorted(traced)
+
+
+def _span_and_notes(t: EventTable, traced: set[int]) -> tuple[tuple[int, int], list[str]]:
+    span = (min(t.start_ns), max(max(t.end_ns), max(t.wait_end_ns))) if len(t) else (0, 0)
+    if span[1] == NONE:
+        span = (span[0], span[0])
+    notes = []
+    absent = sorted({r for g in t.groups for r in g.ranks} - traced)
+    if absent:
+        notes.append(f"no events from ranks {absent}: their files are missing, so they are left out of matching")
+    return span, notes
+
+
+STAGES: tuple[Stage, ...] = (
+    Stage(_ranks, ("table",), ("traced", "ranks")),
+    Stage(group_collectives, ("table",), ("buckets",), "matching", 0.0),
+    Stage(build_collectives, ("table", "buckets", "traced", "progress"),
+          ("collectives", "instance_of", "culprits", "suspects"), "collectives", 0.15),
+    Stage(build_p2p, ("table",), ("p2p", "p2p_of"), "point-to-point", 0.7),
+    Stage(fit_models, ("collectives", "p2p"), ("models",), "models", 0.8),
+    Stage(flag_slow, ("collectives", "models"), ()),  # fills the collectives' model_ns and slow
+    Stage(find_steps, ("table", "buckets", "p2p"), ("step_of", "steps_source"), "steps", 0.82),
+    Stage(build_steps, ("table", "step_of"), ("steps",)),
+    Stage(pipeline_stats, ("table", "p2p", "collectives", "steps", "step_of"), ("pipeline",), "pipeline", 0.85),
+    Stage(wait_records, ("table", "collectives", "culprits", "p2p", "pipeline"), ("wait_records",), "waits", 0.87),
+    Stage(wait_totals, ("wait_records", "ranks"), ("waits",)),
+    Stage(event_waits, ("table", "collectives", "p2p"), ("event_wait_ns",)),
+    Stage(stragglers_of, ("wait_records", "culprits", "ranks"), ("stragglers",)),
+    Stage(fill_steps, ("wait_records", "steps", "step_of"), ()),  # fills each step's wait_ns and caused_ns
+    Stage(verdict, ("table", "wait_records", "steps", "step_of"), ("straggler",)),  # and each step's late_rank
+    Stage(find_problems, ("table", "collectives", "p2p", "suspects"), ("problems",), "problems", 0.9),
+    Stage(links_of, ("p2p",), ("links",)),
+    Stage(_span_and_notes, ("table", "traced"), ("span_ns", "notes")),
+)
+
+
+def _check(stages: tuple[Stage, ...]) -> list[tuple[float, float]]:
+    """That every stage reads only what earlier ones add and that every field of Analysis is added (a wiring
+    mistake fails at import, not in the middle of a trace). Returns each stage's stretch of the progress: from its
+    labelled stage's start to the next labelled stage's."""
+    have = {"table", "progress"}
+    for s in stages:
+        if missing := [name for name in s.reads if name not in have]:
+            raise TypeError(f"stage {s.run.__name__} reads {missing}, which no earlier stage adds")
+        have.update(s.adds)
+    if missing := [f.name for f in fields(Analysis) if f.name not in have]:
+        raise TypeError(f"no stage adds the Analysis fields {missing}")
+    ats = [s.at for s in stages if s.label] + [1.0]
+    lo, k, out = 0.0, -1, []
+    for s in stages:
+        if s.label:
+            lo, k = s.at, k + 1
+        out.append((lo, ats[k + 1]))
+    return out
+
+
+_STRETCH = _check(STAGES)
 
 
 def analyze(table: EventTable, progress=None) -> Analysis:
@@ -25,44 +110,33 @@ def analyze(table: EventTable, progress=None) -> Analysis:
 
 
 def _analyze(table: EventTable, progress) -> Analysis:
-    def say(f: float, label: str) -> None:
+    results = {"table": table, "progress": None}
+    for stage, (lo, hi) in zip(STAGES, _STRETCH):
         if progress is not None:
-            progress(f, label)
+            if stage.label:
+                progress(stage.at, stage.label)
+            if "progress" in stage.reads:
+                results["progress"] = _stretch(progress, lo, hi)
+        out = stage.run(*map(results.__getitem__, stage.reads))
+        if len(stage.adds) == 1:
+            results[stage.adds[0]] = out
+        elif stage.adds:
+            results.update(zip(stage.adds, out))
+    if progress is not None:
+        progress(1.0, "done")
+    return Analysis(**{f.name: results[f.name] for f in fields(Analysis)})
 
-    t = table
-    traced = set(t.ranks) | set(t.rank)
-    say(0.0, "matching")
-    buckets = group_collectives(t)
-    say(0.15, "collectives")
-    sub = (lambda f, label: say(0.15 + 0.55 * f, label)) if progress is not None else None
-    collectives, instance_of, culprits, suspects = build_collectives(t, buckets, traced, sub)
-    say(0.7, "point-to-point")
-    p2p, p2p_of = build_p2p(t)
-    say(0.8, "models")
-    models = fit_models(collectives, p2p)
-    flag_slow(collectives, models)
-    say(0.82, "steps")
-    step_of, steps_source = find_steps(t, buckets, zip(p2p.send, p2p.recv))
-    steps = build_steps(t, step_of)
-    say(0.85, "pipeline")
-    pipeline = pipeline_stats(t, p2p, collectives, steps, step_of)
-    say(0.87, "waits")
-    rec = wait_records(t, collectives, culprits, p2p, [set(p) for p in pipeline.pipelines] if pipeline else [])
-    ranks = sorted(traced)
-    waits = wait_totals(rec, ranks)
-    stragglers = stragglers_of(rec, collectives, culprits, ranks)
-    fill_steps(rec, steps, step_of)
-    straggler = verdict(t, rec, steps, step_of)
-    say(0.9, "problems")
-    problems = find_problems(t, collectives, p2p, set(suspects))
-    span = (min(t.start_ns), max(max(t.end_ns), max(t.wait_end_ns))) if len(t) else (0, 0)
-    notes = []
-    absent = sorted({r for g in t.groups for r in g.ranks} - traced)
-    if absent:
-        notes.append(f"no events from ranks {absent}: their files are missing, so they are left out of matching")
-    if span[1] == NONE:
-        span = (span[0], span[0])
-    say(1.0, "done")
-    return Analysis(t, collectives, instance_of, p2p, p2p_of, waits, stragglers, links_of(p2p), pipeline, problems,
-                    models, span, notes, steps=steps, step_of=step_of, steps_source=steps_source,
-                    straggler=straggler)
+
+def pending_analysis(table: EventTable) -> Analysis:
+    """The Analysis of a table not analysed yet, standing in until the real one is computed (the viewer shows the
+    events meanwhile): nothing matched, no waits, nothing found. A field with a default keeps it."""
+    n = len(table)
+    no_match = array("i", [-1]) * n
+    return Analysis(table=table, collectives=CollectiveTable(table), instance_of=no_match, p2p=P2PTable(),
+                    p2p_of=no_match, event_wait_ns=array("q", bytes(8 * n)), waits={}, stragglers=[], links=[],
+                    pipeline=None, problems=[], models={})
+
+
+def _stretch(progress, lo: float, hi: float):
+    """progress over [lo, hi] of the whole, for a stage that reports how far it got in its own work."""
+    return lambda f, label: progress(lo + (hi - lo) * f, label)

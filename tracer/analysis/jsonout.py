@@ -1,74 +1,94 @@
-"""to_json(a): the report's --json, plain dicts with string rank keys (JSON objects need string keys)."""
+"""to_json(a): the report's --json, plain dicts with string rank keys (JSON objects need string keys).
+
+Its keys are a "summary", then the fields of Analysis in their order, each in its plain form (`plain`) but where
+model.py's field metadata leaves it out and the few whose JSON is not their plain form (`_EXPLICIT`)."""
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import fields, is_dataclass
 from math import isnan
 
 from ..data.events import NONE
-from .model import NULL, Analysis
-from .tables import CollectiveTable
+from .model import JSON_IF_SET, NOT_IN_JSON, NULL, Analysis
+from .tables import CollectiveTable, P2PTable
+
+_IN_SUMMARY = frozenset({"span_ns", "notes"})  # fields the summary holds
 
 
 def to_json(a: Analysis) -> dict:
     t = a.table
-    groups = t.groups
-    key = {r: str(r) for g in groups for r in g.ranks}  # rank -> its JSON key, made once
+    out = {"summary": {"events": len(t), "ranks": t.world_ranks(), "groups": [
+        {"name": g.name, "ranks": list(g.ranks)} for g in t.groups],
+        "start_ns": a.span_ns[0], "end_ns": a.span_ns[1], "warnings": list(t.warnings), "notes": list(a.notes)}}
+    for name, v in _json_items(a):
+        if name not in _IN_SUMMARY:
+            explicit = _EXPLICIT.get(name)
+            out[name] = plain(v) if explicit is None else explicit(a, v)
+    return out
+
+
+def plain(v):
+    """v as JSON values: a dataclass as a dict of its fields (as model.py's metadata says), a dict keyed by rank
+    with string keys in rank order, lists and tuples as lists."""
+    if type(v) in _SCALARS:  # most values (a step's dicts hold a number per rank): answered first
+        return v
+    if is_dataclass(v):
+        return {name: plain(x) for name, x in _json_items(v)}
+    if isinstance(v, dict):
+        if v and isinstance(next(iter(v)), int):
+            return {str(k): plain(x) for k, x in sorted(v.items())}
+        return {k: plain(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [plain(x) for x in v]
+    return v
+
+
+_SCALARS = frozenset({int, float, str, bool, type(None)})
+_FIELDS: dict[type, list[tuple[str, bool]]] = {}  # dataclass -> (name, left out when empty) of its JSON's fields
+
+
+def _json_items(obj) -> list[tuple[str, object]]:
+    """(name, value) of the fields of a dataclass instance that its JSON has (model.py's field metadata)."""
+    cls = type(obj)
+    spec = _FIELDS.get(cls)
+    if spec is None:
+        spec = _FIELDS[cls] = [(f.name, f.metadata.get("json") == JSON_IF_SET["json"]) for f in fields(cls)
+                               if f.metadata.get("json") != NOT_IN_JSON["json"]]
+    return [(name, v) for name, if_set in spec if (v := getattr(obj, name)) or not if_set]
+
+
+def _rank_keys(a: Analysis) -> dict[int, str]:
+    """rank -> its JSON key, made once."""
+    t = a.table
+    key = {r: str(r) for g in t.groups for r in g.ranks}
     key.update((r, str(r)) for r in t.ranks)
-    colls = _collectives(a.collectives, key)
-    p, m = a.pipeline, a.p2p
-    return {
-        "summary": {"events": len(t), "ranks": t.world_ranks(), "groups": [
-            {"name": g.name, "ranks": list(g.ranks)} for g in groups],
-            "start_ns": a.span_ns[0], "end_ns": a.span_ns[1], "warnings": list(t.warnings), "notes": list(a.notes)},
-        "collectives": colls,
-        "waits": {str(r): w for r, w in sorted(a.waits.items())},
-        "stragglers": [asdict(s) for s in a.stragglers],
-        "links": [asdict(link) for link in a.links],
-        "p2p": {"messages": len(m), "unmatched": sum(1 for s, r in zip(m.send, m.recv) if s == NONE or r == NONE),
-                "late_sender_ns": sum(m.late_sender_ns), "late_receiver_ns": sum(m.late_receiver_ns)},
-        "pipeline": None if p is None else {
-            "stages": p.stages, "micro_batches": p.micro_batches, "bubble_fraction": p.bubble_fraction,
-            "expected_fraction": p.expected_fraction, "per_stage": [asdict(s) for s in p.per_stage],
-            "iterations": p.iterations, "slow_stage": p.slow_stage, "slow_factor": p.slow_factor},
-        "problems": [_problem(q) for q in a.problems],
-        "models": {op: asdict(m) for op, m in a.models.items()},
-        "steps": [{"index": s.index, "start_ns": s.start_ns, "end_ns": s.end_ns,
-                   "wait_ns": {str(r): w for r, w in sorted(s.wait_ns.items())},
-                   "caused_ns": {str(r): w for r, w in sorted(s.caused_ns.items())},
-                   "late_rank": s.late_rank, "warmup": s.warmup} for s in a.steps],
-        "steps_source": a.steps_source or None,
-        "straggler": None if a.straggler is None else asdict(a.straggler),
-    }
+    return key
 
 
-def _problem(q) -> dict:
-    d = {"kind": q.kind, "op": q.op, "group_ranks": list(q.group_ranks), "group_seq": q.group_seq, "ranks": q.ranks,
-         "message": q.message, "events": q.events, "time_ns": q.time_ns}
-    if q.where:
-        d["where"] = {str(r): w for r, w in sorted(q.where.items())}
-    return d
+def _p2p(a: Analysis, m: P2PTable) -> dict:
+    """The messages in sum (each message's waits are in its rows' events)."""
+    return {"messages": len(m), "unmatched": sum(1 for s, r in zip(m.send, m.recv) if s == NONE or r == NONE),
+            "late_sender_ns": sum(m.late_sender_ns), "late_receiver_ns": sum(m.late_receiver_ns)}
 
 
-def _collectives(ct: CollectiveTable, key: dict[int, str]) -> list[dict]:
+def _collectives(a: Analysis, ct: CollectiveTable) -> list[dict]:
     """One dict per instance, read from the table's columns (a view per instance would cost ~20 property reads)."""
+    key = _rank_keys(a)
     t = ct.events
-    groups, rank_c, start_c, end_c, wait_end_c = t.groups, t.rank, t.start_ns, t.end_ns, t.wait_end_ns
+    groups, rank_c, start_c, end_c = t.groups, t.rank, t.start_ns, t.end_ns
     ops, kinds = ct.op.values, ct.wait_kind.values
     rows_c, waits_c, offset, missing = ct.rows, ct.waits, ct.offset, ct.missing
     out = []
     append = out.append
-    for k, (op, kind, g, seq, nbytes, volume, skew, dur, algbw, busbw, model, slow, root, complete, is_async,
+    for k, (op, kind, g, seq, nbytes, volume, skew, dur, algbw, busbw, model, slow, root, complete,
             last) in enumerate(zip(ct.op.codes, ct.wait_kind.codes, ct.gid, ct.group_seq, ct.bytes, ct.volume_bytes,
                                    ct.skew_ns, ct.duration_ns, ct.algbw_gbps, ct.busbw_gbps, ct.model_ns, ct.slow,
-                                   ct.root, ct.complete, ct.is_async, ct.last_arrival)):
+                                   ct.root, ct.complete, ct.last_arrival)):
         rows = rows_c[offset[k]:offset[k + 1]]
         keys = [key[rank_c[i]] for i in rows]
         ends = list(map(end_c.__getitem__, rows))
-        if NONE in ends:
-            if is_async:
-                ends = [e if e != NONE else wait_end_c[i] for e, i in zip(ends, rows)]
-            ends = [None if e == NONE else e for e in ends]
+        if NONE in ends:  # the instance's own ends (an async op's wait() return where its end is unknown), or null
+            ends = [None if e == NONE else e for e in ct.ends_of(k)]
         grp = groups[g]
         append({
             "op": ops[op], "group": grp.name, "group_ranks": list(grp.ranks), "group_seq": seq,
@@ -83,3 +103,11 @@ def _collectives(ct: CollectiveTable, key: dict[int, str]) -> list[dict]:
             "missing": list(missing.get(k, ())),
         })
     return out
+
+
+# the fields whose JSON is not their plain form: (analysis, value) -> JSON
+_EXPLICIT = {
+    "collectives": _collectives,
+    "p2p": _p2p,
+    "steps_source": lambda a, v: v or None,  # "": none found
+}

@@ -4,12 +4,17 @@ a view of the analysis' CollectiveTable (tables.py).
 This is a contract: the viewer (tui/) reads these fields, `to_json` turns them into the report's --json
 keys. Add fields freely; do not rename or remove them. Event indices (`events`, `send`, `recv`, ...) are
 row numbers in the EventTable the analysis was run on. Times are integer ns on the aligned timeline.
+
+A field is in the --json as its plain form (jsonout.py: a dataclass as a dict of its fields, a rank-keyed dict with
+string keys in rank order) unless its metadata says otherwise: `NOT_IN_JSON` (the table, event-row indexes: the
+viewer's) or `JSON_IF_SET` (left out when empty).
 """
 
 from __future__ import annotations
 
 from array import array
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from math import isnan, nan
 from typing import TYPE_CHECKING
 
@@ -18,13 +23,15 @@ from ..data.events import NONE, EventTable
 if TYPE_CHECKING:
     from .tables import CollectiveTable, P2PTable
 
-# Wait-state kinds (Scalasca's patterns, in PyTorch's words)
+NOT_IN_JSON = MappingProxyType({"json": "no"})      # field metadata: the --json leaves the field out
+JSON_IF_SET = MappingProxyType({"json": "if set"})  # ... leaves it out when it is empty (falsy)
+
+# Wait-state kinds of collectives (Scalasca's patterns, in PyTorch's words; a message's Late Sender and Late Receiver
+# waits are P2PMatch's late_sender_ns and late_receiver_ns)
 WAIT_NXN = "wait_at_nxn"            # all_reduce, all_gather, reduce_scatter, all_to_all: latest start - own start
 WAIT_BARRIER = "wait_at_barrier"    # barrier: latest start - own start
 LATE_BROADCAST = "late_broadcast"   # broadcast/scatter: root start - own start, when positive (non-roots wait)
 EARLY_REDUCE = "early_reduce"       # reduce/gather: the root waits for the latest sender
-LATE_SENDER = "late_sender"         # recv posted before its send started: the receiver waits
-LATE_RECEIVER = "late_receiver"     # send started before its recv was posted: the sender waits
 
 
 class CollectiveInstance:
@@ -241,7 +248,8 @@ class Problem:
     message: str
     events: list[int] = field(default_factory=list)  # rows to jump to in the viewer
     time_ns: int | None = None
-    where: dict[int, str] = field(default_factory=dict)  # hang: rank -> "file:line in function" from its stacks
+    # hang: rank -> "file:line in function" from its stacks
+    where: dict[int, str] = field(default_factory=dict, metadata=JSON_IF_SET)
 
 
 @dataclass
@@ -264,7 +272,8 @@ class PipelineStats:
     iterations: int = 1            # pipeline iterations (training steps) the micro-batches were counted over
     slow_stage: int | None = None  # the stage whose compute sets the pace (an imbalance), or None
     slow_factor: float = 1.0       # its compute over the median of the other stages'
-    pipelines: list[list[int]] = field(default_factory=list)  # every pipeline's ranks in stage order (DP x PP: many)
+    # every pipeline's ranks in stage order (DP x PP: many); the viewer's and the straggler verdict's, not the --json's
+    pipelines: list[list[int]] = field(default_factory=list, metadata=NOT_IN_JSON)
 
 
 @dataclass
@@ -316,20 +325,27 @@ class StragglerVerdict:
 
 @dataclass
 class Analysis:
-    table: EventTable
+    """What analyze() returns, built by keyword from its stages' results (engine.STAGES). The order of the fields is
+    the order of the --json's keys (after its "summary", which holds the table's counts, span_ns and notes). A new
+    field takes a default, its empty value, which engine.pending_analysis (the viewer's stand-in) then keeps."""
+
+    table: EventTable = field(metadata=NOT_IN_JSON)
     collectives: CollectiveTable   # reads like a list of CollectiveInstance
-    instance_of: array             # event row -> index in collectives, or -1 (array of "i")
-    p2p: P2PTable                  # reads like a list of P2PMatch
-    p2p_of: array                  # event row -> index in p2p, or -1 (array of "i")
+    instance_of: array = field(metadata=NOT_IN_JSON)  # event row -> index in collectives, or -1 (array of "i")
     waits: dict[int, int]          # rank -> total wait ns
     stragglers: list[Straggler]    # worst first
     links: list[Link]
+    p2p: P2PTable                  # reads like a list of P2PMatch
+    p2p_of: array = field(metadata=NOT_IN_JSON)  # event row -> index in p2p, or -1 (array of "i")
+    # event row -> the time it waited for a late peer (ns, 0: none; array of "q"): the waiting part the viewer draws
+    event_wait_ns: array = field(metadata=NOT_IN_JSON)
     pipeline: PipelineStats | None
     problems: list[Problem]
     models: dict[str, AlphaBeta]
     span_ns: tuple[int, int] = (0, 0)  # earliest start, latest end of the trace
     notes: list[str] = field(default_factory=list)  # things worth saying that are not problems
     steps: list[Step] = field(default_factory=list)
-    step_of: array = field(default_factory=lambda: array("i"))  # event row -> step index, or -1 (outside steps)
+    # event row -> step index, or -1 (outside steps)
+    step_of: array = field(default_factory=lambda: array("i"), metadata=NOT_IN_JSON)
     steps_source: str = ""         # "marker" (the user's), "detected" (repeating ops), "" (none found)
     straggler: StragglerVerdict | None = None

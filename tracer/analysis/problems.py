@@ -20,7 +20,7 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 from ..data.events import NONE, EventTable, stacks_site
-from .matching import finished_at, last_event_of_rank
+from .matching import finished, finished_at, last_event_of_rank
 from .model import CollectiveInstance, P2PMatch, Problem
 from .units import fmt_bytes, fmt_ns, fmt_ranks
 
@@ -87,10 +87,9 @@ def _describe_values(name: str, vals: dict, fmt=str) -> str:
     return "; ".join(parts)
 
 
-def find_problems(t: EventTable, collectives: CollectiveTable, p2p: P2PTable,
-                  suspects: set[int] | None = None) -> list[Problem]:
-    """suspects: indices of the instances whose ranks' arguments differ (None: check every instance). Damage the
-    analysis finds (lost records) is added to t.warnings."""
+def find_problems(t: EventTable, collectives: CollectiveTable, p2p: P2PTable, suspects: set[int]) -> list[Problem]:
+    """suspects: indices of the instances whose ranks' arguments differ (collectives.py). Damage the analysis finds
+    (lost records) is added to t.warnings."""
     problems: list[Problem] = []
     incomplete: list[tuple[int, bool]] = []  # instances that never completed; True: a mismatch explains it
     cascade: dict[int, Problem] = {}  # group -> its first op mismatch; later ones only counted
@@ -99,11 +98,11 @@ def find_problems(t: EventTable, collectives: CollectiveTable, p2p: P2PTable,
     complete_c, op_c = collectives.complete, collectives.op
     for k in range(len(collectives)):
         # most instances have nothing to look at: no view is made for them
-        if complete_c[k] and suspects is not None and k not in suspects and not (has_out and op_c[k] in _SAME_OUTPUT):
+        if complete_c[k] and k not in suspects and not (has_out and op_c[k] in _SAME_OUTPUT):
             continue
         c = collectives[k]
         rows = c.events
-        if len(rows) > 1 and (suspects is None or k in suspects):
+        if len(rows) > 1 and k in suspects:
             what = _mismatches(t, c)
             if what:
                 if not c.complete:
@@ -154,8 +153,7 @@ class _Reach:
         entered: dict[tuple[int, int], int] = {}
         done: dict[tuple[int, int], int] = {}
         alive: dict[int, int] = {}
-        for r, g, s, start, end, wait_end in zip(t.rank, t.gid, t.group_seq, t.start_ns, t.end_ns, t.wait_end_ns):
-            end = end if end != NONE else wait_end
+        for r, g, s, start, end in zip(t.rank, t.gid, t.group_seq, t.start_ns, finished(t)):
             if max(start, end) > alive.get(r, -1):
                 alive[r] = max(start, end)
             if s >= 0:

@@ -25,9 +25,14 @@ from collections import Counter
 from itertools import groupby, islice
 from operator import eq
 from statistics import median
+from typing import TYPE_CHECKING
 
 from ..data.events import NONE, EventTable
+from .matching import finished
 from .model import Step
+
+if TYPE_CHECKING:
+    from .tables import P2PTable
 
 MIN_REPEATS = 2       # a sequence seen once is not a loop
 _CANDIDATES = 16      # the most frequent spacings between repeats of a key tried as the period
@@ -36,11 +41,11 @@ WARMUP_LONG = 3       # a leading step this many times the median one is warm-up
 _VOTES = 4096         # collectives (and messages) sampled to number the steps alike across ranks
 
 
-def find_steps(t: EventTable, instance_rows: list, p2p_pairs) -> tuple[array, str]:
+def find_steps(t: EventTable, instance_rows: list, p2p: P2PTable) -> tuple[array, str]:
     """(step index per event row, or -1; "marker", "detected" or "" when no step was found).
 
-    instance_rows: each collective instance's rows; p2p_pairs: (send row, recv row) of matched messages (NONE
-    where a side is missing): what ties the ranks' numbering together."""
+    instance_rows: each collective instance's rows; with the matched messages, what ties the ranks' numbering
+    together."""
     n = len(t)
     if t.user_step.count(NONE) < n:  # the job marked its steps
         return array("i", t.user_step), "marker"
@@ -71,7 +76,7 @@ def find_steps(t: EventTable, instance_rows: list, p2p_pairs) -> tuple[array, st
             step_of[i] = k
     if not found:
         return step_of, ""
-    _align(t, step_of, instance_rows, p2p_pairs)
+    _align(t, step_of, instance_rows, zip(p2p.send, p2p.recv))
     return step_of, "detected"
 
 
@@ -198,8 +203,7 @@ def build_steps(t: EventTable, step_of: array) -> list[Step]:
     hi = [-1] * n_steps
     cur: dict[int, int] = {}       # rank -> the step of its previous row
     prev_end: dict[int, int] = {}  # rank -> the end of its previous ops
-    ends = [e if e != NONE else w for e, w in zip(t.end_ns, t.wait_end_ns)]  # the op-end rule of matching.finished_at
-    for k, r, s, e in zip(step_of, t.rank, t.start_ns, ends):
+    for k, r, s, e in zip(step_of, t.rank, t.start_ns, finished(t)):
         if k >= 0:
             if cur.get(r) != k:  # the rank's first op of step k: the step began when its op before ended
                 cur[r] = k

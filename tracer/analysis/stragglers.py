@@ -27,7 +27,7 @@ from statistics import median
 from typing import TYPE_CHECKING
 
 from ..data.events import NONE, EventTable
-from .model import Step, Straggler, StragglerVerdict
+from .model import PipelineStats, Step, Straggler, StragglerVerdict
 from .waits import union_ns
 
 if TYPE_CHECKING:
@@ -75,8 +75,9 @@ class WaitRecord:
 
 
 def wait_records(t: EventTable, collectives: CollectiveTable, culprits: list[int | None], p2p: P2PTable,
-                 pipelines: list[set[int]]) -> WaitRecord:
+                 pipeline: PipelineStats | None) -> WaitRecord:
     out = WaitRecord()
+    pipelines = [set(p) for p in pipeline.pipelines] if pipeline else []
     rank_c, start_c, groups = t.rank, t.start_ns, t.groups
     rows_c, waits_c, offset = collectives.rows, collectives.waits, collectives.offset
 
@@ -132,8 +133,7 @@ def _caused_per(rec: WaitRecord, units: list, keep=None) -> dict[int, dict[int, 
     return out
 
 
-def stragglers_of(rec: WaitRecord, collectives: CollectiveTable, culprits: list[int | None],
-                  ranks: list[int]) -> list[Straggler]:
+def stragglers_of(rec: WaitRecord, culprits: list[int | None], ranks: list[int]) -> list[Straggler]:
     """Per rank, the waiting it caused others (its delay cost) and how often it arrived last; worst first."""
     cost = dict.fromkeys(ranks, 0)
     cost.update(_caused_per(rec, repeat(0)).get(0, {}))

@@ -16,6 +16,7 @@ from weakref import WeakValueDictionary
 
 from ..data.columns import CodedColumn
 from ..data.events import NONE, EventTable
+from .matching import finished
 from .model import NULL, CollectiveInstance, P2PMatch
 
 
@@ -111,12 +112,10 @@ class CollectiveTable:
         return array("q", map(self.events.start_ns.__getitem__, self.rows_of(k)))
 
     def ends_of(self, k: int) -> array:
-        t = self.events
-        ends = array("q", map(t.end_ns.__getitem__, self.rows_of(k)))
-        if self.is_async[k] and NONE in ends:
-            wait_end = t.wait_end_ns
-            ends = array("q", [e if e != NONE else wait_end[i] for e, i in zip(ends, self.rows_of(k))])
-        return ends
+        rows = self.rows_of(k)
+        if self.is_async[k]:
+            return finished(self.events, rows)  # the op-end rule: a wait() return where the end is unknown
+        return array("q", map(self.events.end_ns.__getitem__, rows))
 
     def first_starts(self) -> array:
         """The earliest arrival of every instance, in one pass over the rows."""

@@ -2,24 +2,19 @@
 
 Volume per rank with ring algorithms (the seeds' table, per rank rather than in total): all_reduce 2(N-1)/N*S,
 all_gather / reduce_scatter / all_to_all / gather / scatter (N-1)/N*S, broadcast / reduce / send S — i.e.
-nccl-tests' busbw factor times S (see bandwidth.py). The model t = alpha + beta*volume is fitted per op from the
-trace's own instances: the lower quartile of duration per power-of-two size bucket (what the link achieves
-without interference), then least squares over the buckets. An instance far above it is flagged slow."""
+nccl-tests' busbw factor times S (see bandwidth.py; collectives.py keeps it per instance as volume_bytes). The
+model t = alpha + beta*volume is fitted per op from the trace's own instances: the lower quartile of duration per
+power-of-two size bucket (what the link achieves without interference), then least squares over the buckets. An
+instance far above it is flagged slow."""
 
 from __future__ import annotations
 
 from ..data.events import NONE
-from .bandwidth import busbw_factor
 from .model import NULL, AlphaBeta
 from .tables import CollectiveTable, P2PTable
 
 SLOW_FACTOR = 4.0       # slower than 4x the model...
 SLOW_MIN_NS = 1_000_000  # ...and by more than 1 ms (scheduler noise on a loaded box is that large)
-
-
-def volume_bytes(op: str, s: int, n: int) -> int:
-    """Bytes one rank must move for op on nccl-tests' size S in a group of n."""
-    return int(busbw_factor(op, n) * s)
 
 
 def _fit(points: list[tuple[int, int]]) -> tuple[float, float]:

@@ -20,9 +20,15 @@ count the same interval twice.
 
 from __future__ import annotations
 
+from array import array
+from typing import TYPE_CHECKING
+
 from ..data.events import NONE, EventTable
 from .matching import finished_at
 from .model import EARLY_REDUCE, LATE_BROADCAST, WAIT_BARRIER, WAIT_NXN
+
+if TYPE_CHECKING:
+    from .tables import CollectiveTable, P2PTable
 
 WAIT_KIND = {
     "all_reduce": WAIT_NXN, "all_gather": WAIT_NXN, "reduce_scatter": WAIT_NXN, "all_to_all": WAIT_NXN,
@@ -95,6 +101,22 @@ def p2p_waits(t: EventTable, send: int, recv: int) -> tuple[int, int]:
             return 0, 0  # the send was over before the recv was posted: buffered, it waited for nobody
         return 0, _until(ss, e, rs)
     return 0, 0
+
+
+def event_waits(t: EventTable, collectives: CollectiveTable, p2p: P2PTable) -> array:
+    """Event row -> its wait (ns, 0: none): a collective's per-rank wait, a message's Late Sender wait on its recv
+    and Late Receiver wait on its send (what the viewer draws as the waiting part of each event)."""
+    wait_ns = array("q", bytes(8 * len(t)))
+    for row, w in zip(collectives.rows, collectives.waits):
+        if w > 0:
+            wait_ns[row] = w
+    for send, w in zip(p2p.send, p2p.late_receiver_ns):
+        if w > 0 and send != NONE:
+            wait_ns[send] = w
+    for recv, w in zip(p2p.recv, p2p.late_sender_ns):
+        if w > 0 and recv != NONE:
+            wait_ns[recv] = w
+    return wait_ns
 
 
 def union_ns(intervals: list[tuple[int, int]]) -> int:

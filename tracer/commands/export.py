@@ -18,6 +18,7 @@ from typing import Iterator
 import orjson
 
 from ..analysis import analyze
+from ..analysis.matching import finished, finished_at
 from ..analysis.model import Analysis
 from ..data.events import NONE, P2P_OPS, TraceError
 from ..data.reader import load_trace
@@ -137,8 +138,8 @@ def chrome_events(a: Analysis, stats: dict | None = None) -> Iterator[dict]:
     def us(ns: int) -> float:
         return (ns - t0) / 1000.0
 
-    finished = [e if e != NONE else w for e, w in zip(t.end_ns, t.wait_end_ns)]  # see _end()
-    ends = [t_end if e == NONE else (e if e >= s else s) for e, s in zip(finished, t.start_ns)]
+    done = finished(t)
+    ends = [t_end if e == NONE else (e if e >= s else s) for e, s in zip(done, t.start_ns)]
     tids = _lanes(t, ends)
 
     # -- metadata: names and order of processes (ranks) and threads (tracks)
@@ -197,7 +198,7 @@ def chrome_events(a: Analysis, stats: dict | None = None) -> Iterator[dict]:
 
     # -- counters: bytes this rank has put into ops that have not finished yet
     deltas: dict[int, dict[int, int]] = {}
-    for r, b, start, fin, e in zip(t.rank, t.bytes, t.start_ns, finished, ends):
+    for r, b, start, fin, e in zip(t.rank, t.bytes, t.start_ns, done, ends):
         if b <= 0:
             continue
         d = deltas.get(r)
@@ -216,12 +217,6 @@ def chrome_events(a: Analysis, stats: dict | None = None) -> Iterator[dict]:
 def _flow(fid, cat, name, pid_s, tid_s, ts_s, pid_f, tid_f, ts_f) -> Iterator[dict]:
     yield {"ph": "s", "id": fid, "name": name, "cat": cat, "pid": pid_s, "tid": tid_s, "ts": ts_s}
     yield {"ph": "f", "bp": "e", "id": fid, "name": name, "cat": cat, "pid": pid_f, "tid": tid_f, "ts": ts_f}
-
-
-def _end(t, i: int) -> int:
-    """When op i finished on its rank: its end, or for an async op the return of wait() when that is all we have."""
-    e = t.end_ns[i]
-    return e if e != NONE else t.wait_end_ns[i]
 
 
 def _trace_end(a: Analysis) -> int:
@@ -281,7 +276,7 @@ class _Args:
             args["async_op"] = True
         if t.wait_start_ns[i] != NONE:
             args["wait_call_ns"] = [t.wait_start_ns[i], t.wait_end_ns[i] if t.wait_end_ns[i] != NONE else None]
-        if t.end_ns[i] == NONE and t.wait_end_ns[i] == NONE and args["status"] == "ok":
+        if finished_at(t, i) == NONE and args["status"] == "ok":
             args["status"] = "unfinished"
         k = a.instance_of[i] if i < self.n_inst else -1
         if k >= 0:

@@ -11,8 +11,8 @@ from array import array
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 
+from disttrace.tracer.analysis.engine import pending_analysis
 from disttrace.tracer.analysis.model import Analysis
-from disttrace.tracer.analysis.tables import CollectiveTable, P2PTable
 from disttrace.tracer.data.events import NONE, P2P_OPS, EventTable, gc_paused
 
 from .lod import Lane
@@ -38,14 +38,6 @@ class RankRow:
     rank: int
     host: str
     lane: Lane
-
-
-def pending_analysis(table: EventTable) -> Analysis:
-    """An empty Analysis standing in until the real one is computed (no matches, no waits, nothing found)."""
-    n = len(table)
-    no_match = array("i", [-1]) * n
-    return Analysis(table=table, collectives=CollectiveTable(table), instance_of=no_match, p2p=P2PTable(),
-                    p2p_of=no_match, waits={}, stragglers=[], links=[], pipeline=None, problems=[], models={})
 
 
 class TraceStore:
@@ -103,24 +95,13 @@ class TraceStore:
 
     def _take_analysis(self, analysis: Analysis | None) -> None:
         """The analysis, the wait part of every event, and the order of the collectives."""
-        table = self.table
         self.analysed = analysis is not None
         if analysis is None:
-            analysis = pending_analysis(table)
+            analysis = pending_analysis(self.table)
         self.analysis = analysis
-        # wait part of each event (the time it spent waiting for a late peer), from the analysis
-        wait_ns = self.wait_ns = array("q", bytes(8 * len(table)))
-        colls, p2p = analysis.collectives, analysis.p2p
-        for row, w in zip(colls.rows, colls.waits):
-            if w > 0:
-                wait_ns[row] = w
-        for send, w in zip(p2p.send, p2p.late_receiver_ns):
-            if w > 0 and send != NONE:
-                wait_ns[send] = w
-        for recv, w in zip(p2p.recv, p2p.late_sender_ns):
-            if w > 0 and recv != NONE:
-                wait_ns[recv] = w
+        self.wait_ns = analysis.event_wait_ns  # wait part of each event (the time it spent waiting for a late peer)
         # collectives in order of their first arrival
+        colls = analysis.collectives
         first = colls.first_starts()
         self.coll_order = sorted(range(len(colls)), key=first.__getitem__)
         self.coll_pos = {c: k for k, c in enumerate(self.coll_order)}
