@@ -13,10 +13,11 @@ from textual.timer import Timer
 from textual.widgets import Footer, Static, TabbedContent, TabPane
 
 from disttrace.tracer.analysis import describe
+from disttrace.tracer.analysis.units import fmt_ns_short
 
 from ..loading import settle
 from ..model import viewport
-from ..model.replay import SPEEDS, format_ns, parse_goto, search, step_collective, step_event
+from ..model.replay import SPEEDS, parse_goto, search, step_collective, step_event
 from ..model.store import TraceStore
 from ..widgets.detail import DetailPane, NarrationPane
 from ..widgets.event_list import EventList
@@ -58,7 +59,7 @@ class PlayheadLine(Static):
         if row < 0:
             return f"{state}  before the first event — n: next event, N: next collective, space: play, ?: help"
         t = self.store.table.start_ns[row] - self.store.t0
-        return f"{state}  {row + 1}/{self.store.n_events} @{format_ns(t)}  {describe(self.store.analysis, row)}"
+        return f"{state}  {row + 1}/{self.store.n_events} @{fmt_ns_short(t)}  {describe(self.store.analysis, row)}"
 
 
 class ViewerScreen(Screen):

@@ -14,9 +14,9 @@ from textual.reactive import reactive
 from textual.widgets import DataTable, OptionList, Static
 
 from disttrace.tracer.analysis.describe import straggler_sentence
-from disttrace.tracer.analysis.units import fmt_gbps, gbps_unit, ns_unit
+from disttrace.tracer.analysis.units import fmt_bytes_short, fmt_gbps, fmt_ns_short, gbps_unit, ns_unit
 
-from ..model.replay import format_bytes, format_ns, row_at_time
+from ..model.replay import row_at_time
 from ..model.store import TraceStore
 from .palette import OP_COLORS
 from .plot import PlotChart
@@ -80,7 +80,7 @@ class PipelineView(Vertical):
             table.add_column(col, justify="right" if col not in ("", "stage") else "left")
         for s in p.per_stage:
             bar = "█" * int(round(s.bubble_fraction * 30))
-            table.add_row(str(s.stage), f"r{s.rank}", format_ns(s.window_ns), format_ns(s.blocked_ns),
+            table.add_row(str(s.stage), f"r{s.rank}", fmt_ns_short(s.window_ns), fmt_ns_short(s.blocked_ns),
                           f"{s.bubble_fraction:.1%}", Text(bar, style="#ff8c5a"))
         yield Static(table)
 
@@ -116,8 +116,8 @@ class WaitsView(Vertical):
                 t = DataTable(id="straggler-table", cursor_type="row", zebra_stripes=True)
                 t.add_columns("rank", "caused", "last at", "own wait")
                 for s in a.stragglers:
-                    t.add_row(f"r{s.rank}", format_ns(s.delay_cost_ns), str(s.late_count),
-                              format_ns(a.waits.get(s.rank, 0)))
+                    t.add_row(f"r{s.rank}", fmt_ns_short(s.delay_cost_ns), str(s.late_count),
+                              fmt_ns_short(a.waits.get(s.rank, 0)))
                 yield t
                 if a.steps:
                     yield Static(f"Steps ({'marked' if a.steps_source == 'marker' else 'found'}; enter: show)")
@@ -126,9 +126,9 @@ class WaitsView(Vertical):
                     targets = self._step_targets()
                     for s in a.steps[:MAX_ROWS]:
                         late = s.late_rank
-                        t.add_row(f"{s.index}{' w' if s.warmup else ''}", format_ns(s.end_ns - s.start_ns),
+                        t.add_row(f"{s.index}{' w' if s.warmup else ''}", fmt_ns_short(s.end_ns - s.start_ns),
                                   "—" if late is None else f"r{late}",
-                                  "" if late is None else format_ns(s.caused_ns.get(late, 0)))
+                                  "" if late is None else fmt_ns_short(s.caused_ns.get(late, 0)))
                         self._step_rows.append(targets.get(s.index, 0))
                     yield t
             with Vertical():
@@ -140,9 +140,9 @@ class WaitsView(Vertical):
                 for c in colls:
                     worst = max(c.wait_ns, key=lambda r: c.wait_ns[r])
                     t.add_row(Text(c.op, style=OP_COLORS.get(c.op, "")), groups[c.gid].name, str(c.group_seq),
-                              format_ns(sum(c.wait_ns.values())), format_ns(c.skew_ns),
+                              fmt_ns_short(sum(c.wait_ns.values())), fmt_ns_short(c.skew_ns),
                               f"r{c.last_arrival}" if c.last_arrival is not None else "—",
-                              f"r{worst} {format_ns(c.wait_ns[worst])}")
+                              f"r{worst} {fmt_ns_short(c.wait_ns[worst])}")
                     target = c.events.get(c.last_arrival) if c.last_arrival is not None else None
                     self._rows.append(target if target is not None else min(c.events.values()))
                 if not colls:
@@ -227,7 +227,7 @@ class LinksView(VerticalScroll):
                     cells.append(Text("  ", style=f"on {bg}"))
                 else:
                     gb = fmt_gbps(link.gbps) if link.gbps else "—"
-                    cells.append(Text(f"{format_bytes(link.bytes)}\n{gb}", style=f"bold on {bg}"))
+                    cells.append(Text(f"{fmt_bytes_short(link.bytes)}\n{gb}", style=f"bold on {bg}"))
             table.add_row(f"r{s}", *cells)
         # the title above the table, not as its title: a table of two ranks would wrap it into three lines
         return Group(Text("P2P bytes and bandwidth, src (rows) → dst (columns); hotter is more bytes", style="italic"),
