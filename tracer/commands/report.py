@@ -17,7 +17,8 @@ from statistics import median
 
 import orjson
 
-from ..analysis import analyze, straggler_sentence, to_json
+from ..analysis import analyze, to_json
+from ..analysis.describe import micro_batches, straggler_verdict
 from ..analysis.model import Analysis
 from ..analysis.units import fmt_bytes, fmt_gbps, fmt_list, fmt_ns, fmt_ranks, gbps_unit, in_unit, ns_unit
 from ..data.events import TraceError
@@ -204,9 +205,8 @@ def _waits(console, a: Analysis, top: int, span: int) -> None:
     console.print(table)
     from rich.text import Text
 
-    sentence = Text(straggler_sentence(a))
-    sentence.stylize("bold", 0, sentence.plain.find(":") + 1)
-    console.print(sentence)
+    label, rest = straggler_verdict(a)
+    console.print(Text.assemble((label, "bold"), rest))
     if len(a.waits) > 1 and any(a.waits.values()):
         by_rank = sorted(a.waits)[:64]
         unit, _ = ns_unit(max(a.waits.values()))
@@ -304,9 +304,8 @@ def _pipeline(console, a: Analysis) -> None:
     p = a.pipeline
     if p is None:
         return
-    its = f"{p.iterations} iterations of " if p.iterations > 1 else ""
     console.print(f"[bold]Pipeline[/]: {len(p.stages)} stages ({' → '.join(map(str, p.stages))}), "
-                  f"{its}{p.micro_batches} micro-batches; bubble {p.bubble_fraction:.1%} "
+                  f"{micro_batches(p)}; bubble {p.bubble_fraction:.1%} "
                   f"(GPipe's (P-1)/(M+P-1) = {p.expected_fraction:.1%} with M = {p.micro_batches})")
     if p.slow_stage is not None:
         ranks = [s.rank for s in p.per_stage if s.stage == p.slow_stage]

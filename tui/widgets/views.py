@@ -13,7 +13,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.reactive import reactive
 from textual.widgets import DataTable, OptionList, Static
 
-from disttrace.tracer.analysis.describe import straggler_sentence
+from disttrace.tracer.analysis.describe import micro_batches, straggler_verdict
 from disttrace.tracer.analysis.units import fmt_bytes_short, fmt_gbps, fmt_ns_short, gbps_unit, ns_unit
 
 from ..model.replay import row_at_time
@@ -61,13 +61,12 @@ class PipelineView(Vertical):
                          "(Pipeline-parallel jobs show here: stages × time with their bubbles.)")
             return
         stages = [self.store.rank_index[r] for r in p.stages if r in self.store.rank_index]
-        its = f"{p.iterations} iterations of " if p.iterations > 1 else ""
         slow = ""
         if p.slow_stage is not None:
             slow = (f"  Stage {p.slow_stage} computes {p.slow_factor:.1f}x what the others do: it sets the pace "
                     f"(the others' waits for it are bubble, not straggling).")
         yield Static(Text.assemble(
-            ("Pipeline: ", "bold"), f"{len(p.stages)} stages, {its}{p.micro_batches} micro-batches.  Bubble fraction ",
+            ("Pipeline: ", "bold"), f"{len(p.stages)} stages, {micro_batches(p)}.  Bubble fraction ",
             (f"{p.bubble_fraction:.1%}", "bold"), " measured vs ", (f"{p.expected_fraction:.1%}", "bold"),
             f" expected from (P−1)/(M+P−1) with M = {p.micro_batches}.", (slow, "bold #ff8c5a"),
             "  ─ compute, █ send/recv, ▒ waiting in them (the bubble)."))
@@ -107,9 +106,8 @@ class WaitsView(Vertical):
 
     def compose(self) -> ComposeResult:
         a = self.store.analysis
-        verdict = Text(straggler_sentence(a))
-        verdict.stylize("bold", 0, verdict.plain.find(":") + 1)
-        yield Static(verdict, id="verdict")
+        label, rest = straggler_verdict(a)
+        yield Static(Text.assemble((label, "bold"), rest), id="verdict")
         with Horizontal():
             with Vertical(id="stragglers"):
                 yield Static("Ranks by the wait they caused others, and their own wait")
