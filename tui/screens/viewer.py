@@ -22,7 +22,7 @@ from ..model.store import TraceStore
 from ..widgets.detail import DetailPane, NarrationPane
 from ..widgets.event_list import EventList
 from ..widgets.header import ViewerHeader
-from ..widgets.messages import AnalysisReady, EventPicked, LoadProgress, ViewChanged
+from ..widgets.messages import AnalysisReady, EventPicked, LoadProgress, ShowInTimeline, ViewChanged
 from ..widgets.timeline import Ruler, Timeline
 from ..widgets.views import ChartsView, LinksView, PipelineView, ProblemsView, RingView, WaitsView
 from .help import HelpScreen
@@ -444,7 +444,8 @@ class ViewerScreen(Screen):
         event.stop()
         self.zoom, self.offset_ns = event.zoom, event.offset_ns
 
-    def jump_to(self, row: int) -> None:
-        """Put the playhead on row and show the timeline (used by the waits and problems views)."""
-        self.playhead = row
+    @on(ShowInTimeline)
+    def _show_in_timeline(self, event: ShowInTimeline) -> None:
+        event.stop()
+        self.playhead = event.row
         self.action_view("timeline")

@@ -18,6 +18,7 @@ from disttrace.tracer.analysis.units import fmt_bytes_short, fmt_gbps, fmt_ns_sh
 
 from ..model.replay import row_at_time
 from ..model.store import TraceStore
+from .messages import ShowInTimeline
 from .palette import OP_COLORS
 from .plot import PlotChart
 from .ring import RingView
@@ -26,10 +27,6 @@ from .timeline import Ruler, Timeline
 __all__ = ["RingView", "PipelineView", "WaitsView", "LinksView", "ChartsView", "ProblemsView"]
 
 MAX_ROWS = 2000  # rows of a table view: the worst first; the timeline has the rest
-
-
-def _jump(widget, row: int) -> None:
-    widget.screen.jump_to(row)
 
 
 class PipelineView(Vertical):
@@ -164,15 +161,15 @@ class WaitsView(Vertical):
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         event.stop()
         if event.data_table.id == "wait-table" and event.cursor_row < len(self._rows):
-            _jump(self, self._rows[event.cursor_row])
+            self.post_message(ShowInTimeline(self._rows[event.cursor_row]))
         elif event.data_table.id == "step-table" and event.cursor_row < len(self._step_rows):
-            _jump(self, self._step_rows[event.cursor_row])
+            self.post_message(ShowInTimeline(self._step_rows[event.cursor_row]))
         elif event.data_table.id == "straggler-table":
             s = self.store.analysis.stragglers[event.cursor_row]
             late = [c for c in self.store.analysis.collectives if c.last_arrival == s.rank and s.rank in c.ranks]
             if late:
                 worst = max(late, key=lambda c: sum(c.waits))
-                _jump(self, worst.row_of(s.rank))
+                self.post_message(ShowInTimeline(worst.row_of(s.rank)))
 
 
 def _heat(v: float, vmax: float) -> str:
@@ -360,6 +357,6 @@ class ProblemsView(Vertical):
         event.stop()
         p = self.store.analysis.problems[event.option_index]
         if p.events:
-            _jump(self, p.events[0])
+            self.post_message(ShowInTimeline(p.events[0]))
         elif p.time_ns is not None:
-            _jump(self, row_at_time(self.store, p.time_ns))
+            self.post_message(ShowInTimeline(row_at_time(self.store, p.time_ns)))
