@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from .narrate_common import DemoRun, Narration, add, chunks, duration, ms, nbytes, show, show_summary, values
+from disttrace.tracer.analysis.units import fmt_bytes_si, fmt_in, fmt_ns_prose
+
+from .narrate_common import DemoRun, Narration, add, chunks, duration, show, show_summary, values
 
 
 # -- ring all-reduce ---------------------------------------------------------------------------
@@ -104,11 +106,11 @@ APPROACHES = (("all_reduce", ("all_reduce",)), ("reduce + broadcast", ("reduce",
 
 def _theory(approach: str, n: int, phi: int) -> str:
     if approach == "all_reduce":
-        return f"ring: 2(N-1)/N Φ = {nbytes(2 * (n - 1) / n * phi)} sent by every rank"
+        return f"ring: 2(N-1)/N Φ = {fmt_bytes_si(2 * (n - 1) / n * phi)} sent by every rank"
     if approach == "reduce + broadcast":
-        return (f"rank 0 receives (N-1)Φ = {nbytes((n - 1) * phi)} and sends (N-1)Φ = {nbytes((n - 1) * phi)}; "
-                f"every other rank sends and receives Φ = {nbytes(phi)}")
-    return f"(N-1)/N Φ + (N-1)/N Φ = {nbytes(2 * (n - 1) / n * phi)} sent by every rank"
+        return (f"rank 0 receives (N-1)Φ = {fmt_bytes_si((n - 1) * phi)} and sends (N-1)Φ = "
+                f"{fmt_bytes_si((n - 1) * phi)}; every other rank sends and receives Φ = {fmt_bytes_si(phi)}")
+    return f"(N-1)/N Φ + (N-1)/N Φ = {fmt_bytes_si(2 * (n - 1) / n * phi)} sent by every rank"
 
 
 def rounds(run: DemoRun) -> list[dict]:
@@ -143,8 +145,8 @@ def three_ways(run: DemoRun) -> dict:
             phi = max(r["in_bytes"].values())
     narration = Narration(
         run, "all_reduce, reduce + broadcast, reduce_scatter + all_gather: the same sum three ways",
-        f"Seed 004's puzzler: three ways to sum a tensor of {phi // 4:,} fp32 values (Φ = {nbytes(phi)}) over {n} "
-        "ranks. Each seed function makes its own process group, so each round is one group in the trace. "
+        f"Seed 004's puzzler: three ways to sum a tensor of {phi // 4:,} fp32 values (Φ = {fmt_bytes_si(phi)}) "
+        f"over {n} ranks. Each seed function makes its own process group, so each round is one group in the trace. "
         "Compare the times: what makes them differ is how much data each rank moves, and whether one rank "
         "does all the work.")
     count: dict[str, int] = {}
@@ -156,8 +158,9 @@ def three_ways(run: DemoRun) -> dict:
             if ev["op"] in ("reduce", "broadcast"):
                 role = " (the root)" if ev["rank"] == ev["root"] else ""
             narration.say(row, f"{r['approach']}, round {i}: rank {ev['rank']}{role} is in {ev['op']} with "
-                               f"{nbytes(ev['bytes'])} of input; the call took {ms(duration(ev))}. This round took "
-                               f"{ms(r['time_ns'])} (the time its slowest rank spent in the round's calls).")
+                               f"{fmt_bytes_si(ev['bytes'])} of input; the call took {fmt_ns_prose(duration(ev))}. "
+                               f"This round took {fmt_ns_prose(r['time_ns'])} (the time its slowest rank spent in "
+                               "the round's calls).")
     lines = []
     for approach, _ in APPROACHES:
         mine = [r for r in found if r["approach"] == approach]
@@ -167,9 +170,9 @@ def three_ways(run: DemoRun) -> dict:
         rec = max(max(r["in_bytes"].values()) for r in mine)
         per_rank = [res["seconds"][approach] for res in run.results.values() if approach in res.get("seconds", {})]
         own = [max(times) for times in zip(*per_rank)]  # each round's slowest rank
-        timed = f" (the program's own clock around the calls: {ms(min(own) * 1e9)})" if own else ""
-        lines.append(f"{approach}: best round {ms(best)} of {len(mine)}{timed}; input of its calls {nbytes(rec)} "
-                     f"per rank; theory: {_theory(approach, n, phi)}.")
+        timed = f" (the program's own clock around the calls: {fmt_ns_prose(min(own) * 1e9)})" if own else ""
+        lines.append(f"{approach}: best round {fmt_ns_prose(best)} of {len(mine)}{timed}; input of its calls "
+                     f"{fmt_bytes_si(rec)} per rank; theory: {_theory(approach, n, phi)}.")
     best = {name: min(r["time_ns"] for r in found if r["approach"] == name) for name, _ in APPROACHES
             if any(r["approach"] == name for r in found)}
     fastest = min(best, key=best.get) if best else None
@@ -195,7 +198,7 @@ def p2p_bandwidth(run: DemoRun) -> dict:
     size = sends[0][1]["bytes"] if sends else 0
     narration = Narration(
         run, "P2P bandwidth: the same bytes, rank 0 to each other rank",
-        f"Seed 004's puzzler 1: rank 0 copies the same data, 10 tensors of {nbytes(size)}, to each other rank "
+        f"Seed 004's puzzler 1: rank 0 copies the same data, 10 tensors of {fmt_bytes_si(size)}, to each other rank "
         "in turn (the seed: 10 x 10**7 fp32 values from GPU 0 to GPUs 1, 2 and 4, in 4.5 ms, 53.2 ms and 8.8 ms). "
         "Each receiver answers with one tiny message when it has everything.")
     for rank in sorted(run.table.ranks):
@@ -203,12 +206,13 @@ def p2p_bandwidth(run: DemoRun) -> dict:
             peer = ev["peer"]
             if ev["op"] == "send" and rank == 0:
                 link = links.get((0, peer))
-                rate = f" (link 0 -> {peer}: {link.gbps:.2f} GB/s over all its messages)" if link and link.gbps else ""
-                narration.say(row, f"Rank 0 sends {nbytes(ev['bytes'])} to rank {peer}; the send took "
-                                   f"{ms(duration(ev))}{rate}.")
+                rate = (f" (link 0 -> {peer}: {fmt_in(link.gbps, 'GB/s', '.2f')} over all its messages)"
+                        if link and link.gbps else "")
+                narration.say(row, f"Rank 0 sends {fmt_bytes_si(ev['bytes'])} to rank {peer}; the send took "
+                                   f"{fmt_ns_prose(duration(ev))}{rate}.")
             elif ev["op"] == "recv" and rank != 0:
-                narration.say(row, f"Rank {rank} receives {nbytes(ev['bytes'])} from rank {peer} in "
-                                   f"{ms(duration(ev))} (from posting the recv to having the data).")
+                narration.say(row, f"Rank {rank} receives {fmt_bytes_si(ev['bytes'])} from rank {peer} in "
+                                   f"{fmt_ns_prose(duration(ev))} (from posting the recv to having the data).")
             elif ev["op"] == "send":
                 narration.say(row, f"Rank {rank} tells rank {peer} it has received everything (one value).")
             else:
@@ -218,10 +222,11 @@ def p2p_bandwidth(run: DemoRun) -> dict:
     for (src, dst), link in sorted(links.items()):
         if src != 0 or link.messages < 2:
             continue
-        lines.append(f"rank 0 -> rank {dst}: {nbytes(link.bytes)} in {link.messages} messages, "
-                     f"{ms(link.transfer_ns)} on the wire, {link.gbps:.2f} GB/s" if link.gbps else
-                     f"rank 0 -> rank {dst}: {nbytes(link.bytes)}, no bandwidth measured")
-    seed = ", ".join(f"GPU 0 -> {d}: {0.4 / (t / 1e3):.1f} GB/s" for d, t in SEED_TIMES_MS.items())
+        lines.append(f"rank 0 -> rank {dst}: {fmt_bytes_si(link.bytes)} in {link.messages} messages, "
+                     f"{fmt_ns_prose(link.transfer_ns)} on the wire, {fmt_in(link.gbps, 'GB/s', '.2f')}"
+                     if link.gbps else f"rank 0 -> rank {dst}: {fmt_bytes_si(link.bytes)}, no bandwidth measured")
+    seed = ", ".join(f"GPU 0 -> {d}: {fmt_in(0.4 / (t / 1e3), 'GB/s', '.1f')}"
+                     for d, t in SEED_TIMES_MS.items())
     return narration.write(
         "Measured per link (the analysis' communication matrix):\n  " + "\n  ".join(lines) +
         f"\nThe seed's server: {seed} - the same 400 MB, a factor of 12 between links, because the GPU pairs are "

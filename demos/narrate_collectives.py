@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from .narrate_common import DemoRun, Narration, chunks, duration, flat, ms, show, values
+from disttrace.tracer.analysis.units import fmt_ns_prose
+
+from .narrate_common import DemoRun, Narration, chunks, duration, flat, show, values
 
 def _seed_note(run: DemoRun, default_n: int, seed: str = "seed 002") -> str:
     return f"These are the numbers of {seed}'s worked example." if run.nproc == default_n else \
@@ -38,8 +40,8 @@ def broadcast(run: DemoRun) -> dict:
                     f"{run.nproc - 1} other rank{'s' if run.nproc > 2 else ''}; its own tensor is unchanged: {show(after)}.")
         else:
             text = (f"Rank {ev['rank']} enters with {show(before)} - just a buffer - and leaves with "
-                    f"{show(after)}, a copy of rank {root}'s tensor. It spent {ms(duration(ev))} in the call, "
-                    f"waiting for the data to arrive.")
+                    f"{show(after)}, a copy of rank {root}'s tensor. It spent {fmt_ns_prose(duration(ev))} in the "
+                    f"call, waiting for the data to arrive.")
         n.say(row, text)
     return _finish(run, n, f"Every rank now holds {show(result)}. Broadcast is how data-parallel jobs start all "
                            "replicas from the same weights (seed 002). Volume: the root's tensor reaches N-1 ranks, "
@@ -213,11 +215,11 @@ def barrier(run: DemoRun) -> dict:
         arrive = ev["start_ns"] - first
         leave = ev["end_ns"] - first if ev["end_ns"] is not None else None
         if r == last_rank:
-            text = (f"Rank {r} arrives last, {ms(arrive)} after the first rank, and leaves at once "
-                    f"({ms(duration(ev))} in the barrier): everyone else was already waiting.")
+            text = (f"Rank {r} arrives last, {fmt_ns_prose(arrive)} after the first rank, and leaves at once "
+                    f"({fmt_ns_prose(duration(ev))} in the barrier): everyone else was already waiting.")
         else:
-            text = (f"Rank {r} arrives at +{ms(arrive)} and leaves at +{ms(leave)}: it waited "
-                    f"{ms(last - ev['start_ns'])} for rank {last_rank}, the last to arrive.")
+            text = (f"Rank {r} arrives at +{fmt_ns_prose(arrive)} and leaves at +{fmt_ns_prose(leave)}: it waited "
+                    f"{fmt_ns_prose(last - ev['start_ns'])} for rank {last_rank}, the last to arrive.")
         n.say(row, text)
     return _finish(run, n, "A barrier moves no data; its whole cost is waiting for the slowest rank. A debugger "
                            "reads that wait as 'waiting for rank N' (see `disttrace demo straggler`).")
@@ -238,8 +240,8 @@ def send_recv(run: DemoRun) -> dict:
             wait = ""
             m = analysis.p2p_of[row]
             if m >= 0 and analysis.p2p[m].late_sender_ns > 0:
-                wait = (f" It posted the recv {ms(analysis.p2p[m].late_sender_ns)} before the sender started: "
-                        "a late sender, the receiver waits.")
+                wait = (f" It posted the recv {fmt_ns_prose(analysis.p2p[m].late_sender_ns)} before the sender "
+                        "started: a late sender, the receiver waits.")
             n.say(row, f"Rank {r} receives {show(values(ev['out']))} from rank {ev['peer']}.{wait}")
     return _finish(run, n, "Every message is a pair: a send on one rank and the matching recv on another. A recv "
                            "whose send never comes waits forever - the simplest hang.")

@@ -1,4 +1,5 @@
-"""What every narration needs: the recorded run, value formatting, and the narration being written.
+"""What every narration needs: the recorded run, value formatting, and the narration being written (times and
+sizes are written by disttrace.tracer.analysis.units, as everywhere else).
 
 A narration is written after the demo ran, from the trace: every number it quotes is a recorded one (the
 values of small tensors, the bytes, the times), so that the text and the viewer never disagree. Imports
@@ -132,24 +133,8 @@ def add(*vectors) -> list:
     return [sum(xs) for xs in zip(*vectors)]
 
 
-# -- times and sizes ---------------------------------------------------------------------------
-
-def ms(ns: int | float | None) -> str:
-    if ns is None:
-        return "?"
-    if abs(ns) < 1_000_000:
-        return f"{ns / 1000:.0f} µs"
-    if abs(ns) < 1_000_000_000:
-        return f"{ns / 1e6:.1f} ms"
-    return f"{ns / 1e9:.2f} s"
-
+# -- events ------------------------------------------------------------------------------------
 
 def duration(ev: dict) -> int | None:
     return None if ev["end_ns"] is None else ev["end_ns"] - ev["start_ns"]
 
-
-def nbytes(n: float) -> str:
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
-        if n >= scale:
-            return f"{n / scale:.2f} {unit}"
-    return f"{n:.0f} B"

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from .narrate_common import DemoRun, Narration, duration, ms, nbytes, show, values
+from disttrace.tracer.analysis.units import fmt_bytes_si, fmt_in, fmt_ns_prose
+
+from .narrate_common import DemoRun, Narration, duration, show, values
 
 
 def _check(run: DemoRun) -> str:
@@ -47,7 +49,7 @@ def data_parallel(run: DemoRun) -> dict:
                    f"{ev['rank']} leaves with {show(out)} - "
                    + ("the mean of the ranks' gradients, the same on every rank." if is_mean else
                       "(the recorded values do not show the mean: see the trace).")
-                   + f" {ms(duration(ev))} in the call.")
+                   + f" {fmt_ns_prose(duration(ev))} in the call.")
     return n.write(f"{_check(run)} Averaging the gradients of equal shares of the batch gives the gradient of the "
                    "whole batch: that is why data parallelism computes exactly what one process would. The cost: one "
                    "all-reduce of every gradient per step, 2(N-1)/N of the model's size per rank (seed 000).")
@@ -104,7 +106,7 @@ def pipeline_parallel(run: DemoRun) -> dict:
             idle = " The wait before it is the bubble: this stage has nothing to do until the data comes." if k == 0 \
                 else ""
             n.say(row, f"Forward, micro-batch {k}: stage {rank} receives its input {show(values(ev['out']))} from stage "
-                       f"{rank - 1} ({ms(duration(ev))} in recv).{idle}")
+                       f"{rank - 1} ({fmt_ns_prose(duration(ev))} in recv).{idle}")
         for k, (row, ev) in enumerate(bwd_send):
             mb = m - 1 - k
             n.say(row, f"Backward, micro-batch {mb}: stage {rank} ran the backward of its layers and sends "
@@ -112,8 +114,8 @@ def pipeline_parallel(run: DemoRun) -> dict:
         for k, (row, ev) in enumerate(bwd_recv):
             mb = m - 1 - k
             n.say(row, f"Backward, micro-batch {mb}: stage {rank} receives the gradient of its output, "
-                       f"{show(values(ev['out']))}, from stage {rank + 1} ({ms(duration(ev))} in recv), and runs "
-                       "the backward of its layers with it.")
+                       f"{show(values(ev['out']))}, from stage {rank + 1} ({fmt_ns_prose(duration(ev))} in recv), "
+                       "and runs the backward of its layers with it.")
     stats = run.analysis.pipeline
     bubble = (f"The analysis measures a bubble of {stats.bubble_fraction:.0%} (idle share of the stages' time); "
               f"GPipe's (P-1)/(M+P-1) = ({p}-1)/({m}+{p}-1) = {stats.expected_fraction:.0%} counts compute only; at this "
@@ -139,16 +141,16 @@ def zero1(run: DemoRun) -> dict:
         step_of[key] = step + 1
         if ev["op"] == "reduce_scatter":
             text = (f"Step {step}, part 2 of 4 (reduce-scatter): rank {ev['rank']} puts in the bf16 gradients of all {psi:,} parameters "
-                    f"({nbytes(ev['bytes'])}) and receives the sum for its shard only: "
+                    f"({fmt_bytes_si(ev['bytes'])}) and receives the sum for its shard only: "
                     f"{(ev['out'] or {}).get('numel', '?'):,} values.")
         elif ev["op"] == "all_gather":
             text = (f"Step {step}, parts 3 and 4 (update, all-gather): Adam has updated rank {ev['rank']}'s fp32 master shard; it gives the shard in "
-                    f"bf16 ({nbytes(ev['bytes'])}) and receives everyone's: all {psi:,} parameters, updated.")
+                    f"bf16 ({fmt_bytes_si(ev['bytes'])}) and receives everyone's: all {psi:,} parameters, updated.")
         elif ev["op"] == "all_reduce":
-            text = (f"Step {step}, the check: an all-reduce of all gradients ({nbytes(ev['bytes'])}), as plain data "
-                    "parallelism would do, so that the program can compare ZeRO-1 with unsharded Adam.")
+            text = (f"Step {step}, the check: an all-reduce of all gradients ({fmt_bytes_si(ev['bytes'])}), as plain "
+                    "data parallelism would do, so that the program can compare ZeRO-1 with unsharded Adam.")
         else:
-            text = f"A {ev['op']} of {nbytes(ev['bytes'])}."
+            text = f"A {ev['op']} of {fmt_bytes_si(ev['bytes'])}."
         n.say(row, text)
     lines = []
     for rank, r in sorted(res.items()):
@@ -157,7 +159,7 @@ def zero1(run: DemoRun) -> dict:
                      f"(without ZeRO: 16Ψ = {r['unsharded']:,} B)")
     big = 7.5e9
     summary = ("Memory held per rank, measured on the tensors:\n  " + "\n  ".join(lines) +
-               f"\nSeed 003's example: a 7.5B-parameter model needs 16Ψ = {16 * big / 1e9:.0f} GB per rank without "
-               f"ZeRO; with P_os and N_d = 64, (2+2)Ψ + 12Ψ/64 = {(4 + 12 / 64) * big / 1e9:.1f} GB. As N_d grows this "
-               f"tends to 4Ψ, 4/(4+K) = 1/4 of the original. {_check(run).replace('1e-5', '1e-4')}")
+               f"\nSeed 003's example: a 7.5B-parameter model needs 16Ψ = {fmt_in(16 * big, 'GB', '.0f')} per rank "
+               f"without ZeRO; with P_os and N_d = 64, (2+2)Ψ + 12Ψ/64 = {fmt_in((4 + 12 / 64) * big, 'GB', '.1f')}. "
+               f"As N_d grows this tends to 4Ψ, 4/(4+K) = 1/4 of the original. {_check(run).replace('1e-5', '1e-4')}")
     return n.write(summary)

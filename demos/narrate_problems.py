@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import re
 
-from .narrate_common import DemoRun, Narration, duration, ms
+from disttrace.tracer.analysis.units import fmt_ns_prose
+
+from .narrate_common import DemoRun, Narration, duration
 
 
 def plain_error(error: str) -> str:
@@ -26,25 +28,27 @@ def straggler(run: DemoRun) -> dict:
         inst = a.collectives[ci] if ci >= 0 else None
         r = ev["rank"]
         if inst is None:
-            n.say(row, f"Step {ev['group_seq']}: rank {r} in the all-reduce for {ms(duration(ev))}.")
+            n.say(row, f"Step {ev['group_seq']}: rank {r} in the all-reduce for {fmt_ns_prose(duration(ev))}.")
             continue
         first = min(inst.start_ns.values())
         if r == inst.last_arrival and r == late_rank and ev["group_seq"] == late_step:
-            text = (f"Step {ev['group_seq']}: rank {r} arrives last, {ms(inst.skew_ns)} after the first rank - the "
-                    f"demo kept it busy for {delay} ms. Once it is in, the all-reduce completes in "
-                    f"{ms(duration(ev))}; everyone else spent that time waiting.")
+            text = (f"Step {ev['group_seq']}: rank {r} arrives last, {fmt_ns_prose(inst.skew_ns)} after the first "
+                    f"rank - the demo kept it busy for {delay} ms. Once it is in, the all-reduce completes in "
+                    f"{fmt_ns_prose(duration(ev))}; everyone else spent that time waiting.")
         elif r == inst.last_arrival:
-            text = (f"Step {ev['group_seq']}: rank {r} arrives last, {ms(inst.skew_ns)} after the first rank (ranks "
-                    f"never run exactly in step: start-up, scheduling). It spends {ms(duration(ev))} in the call.")
+            text = (f"Step {ev['group_seq']}: rank {r} arrives last, {fmt_ns_prose(inst.skew_ns)} after the first "
+                    f"rank (ranks never run exactly in step: start-up, scheduling). It spends "
+                    f"{fmt_ns_prose(duration(ev))} in the call.")
         else:
-            text = (f"Step {ev['group_seq']}: rank {r} enters the all-reduce at +{ms(ev['start_ns'] - first)} and "
-                    f"spends {ms(duration(ev))} in it, {ms(inst.wait_ns.get(r, 0))} of them waiting for rank "
-                    f"{inst.last_arrival}, the last to arrive.")
+            text = (f"Step {ev['group_seq']}: rank {r} enters the all-reduce at "
+                    f"+{fmt_ns_prose(ev['start_ns'] - first)} and spends {fmt_ns_prose(duration(ev))} in it, "
+                    f"{fmt_ns_prose(inst.wait_ns.get(r, 0))} of them waiting for rank {inst.last_arrival}, the last "
+                    "to arrive.")
         n.say(row, text)
     if a.stragglers:
         s = a.stragglers[0]
         found = (f"The analysis names rank {s.rank} as the straggler: it arrived last {s.late_count} time(s) and "
-                 f"cost the others {ms(s.delay_cost_ns)} of waiting in all.")
+                 f"cost the others {fmt_ns_prose(s.delay_cost_ns)} of waiting in all.")
     else:
         found = "The analysis found no straggler."
     return n.write(f"{found} The program made rank {late_rank} late by {delay} ms at step {late_step}. In a real job, "
@@ -64,10 +68,11 @@ def hang(run: DemoRun) -> dict:
     for row, ev in run.events("all_reduce"):
         r, step = ev["rank"], ev["group_seq"]
         if ev["status"] == "ok":
-            n.say(row, f"Step {step}: rank {r} in the all-reduce for {ms(duration(ev))}; every rank came, it completed.")
+            n.say(row, f"Step {step}: rank {r} in the all-reduce for {fmt_ns_prose(duration(ev))}; every rank came, "
+                       "it completed.")
         else:
             err = plain_error(ev["error"]) if ev["error"] else "none recorded"
-            waited = f"{ms(duration(ev))}" if duration(ev) is not None else "until the end of the trace"
+            waited = f"{fmt_ns_prose(duration(ev))}" if duration(ev) is not None else "until the end of the trace"
             n.say(row, f"Step {step}: rank {r} enters the all-reduce and waits for rank {hang_rank}, which never "
                        f"comes. It waits {waited}; status: {ev['status']}; error: {err}.")
     problems = [p.message for p in a.problems if p.kind == "hang"] or [p.message for p in a.problems]

@@ -1,10 +1,11 @@
 """Sentences on the analysis for people: describe(a, row) on what happened at an event (the viewer's step-through
-replay), straggler_sentence(a) on the straggler verdict (the report and the viewer's waits view)."""
+replay), straggler_verdict(a) on the straggler verdict (the report and the viewer's waits view), micro_batches(p)
+on a pipeline's work (the report and the viewer's pipeline view). Plain text: each renderer styles it."""
 
 from __future__ import annotations
 
 from ..data.events import NONE
-from .model import EARLY_REDUCE, LATE_BROADCAST, Analysis
+from .model import EARLY_REDUCE, LATE_BROADCAST, Analysis, PipelineStats
 from .problems import where
 from .units import fmt_bytes, fmt_gbps, fmt_list, fmt_ns, fmt_ordinal, fmt_ranks
 
@@ -75,12 +76,18 @@ def _p2p(a: Analysis, row: int, r: int, m) -> str:
 def straggler_sentence(a: Analysis) -> str:
     """The straggler verdict in one sentence: the rank, its steps, their period, its cost and where it was; or why
     no rank is named."""
+    return "".join(straggler_verdict(a))
+
+
+def straggler_verdict(a: Analysis) -> tuple[str, str]:
+    """The straggler sentence as (label, the rest): the label ("Straggler:" or "No straggler:") is what a renderer
+    sets apart (the report and the viewer in bold); label + rest is straggler_sentence."""
     v = a.straggler
     if v is None:
         worst = a.stragglers[0] if a.stragglers else None
         if worst is None or worst.delay_cost_ns == 0:
-            return "No straggler: no rank made the others wait."
-        return (f"No straggler: no rank's late arrivals stand out from the job's own jitter (the most: rank "
+            return "No straggler:", " no rank made the others wait."
+        return ("No straggler:", f" no rank's late arrivals stand out from the job's own jitter (the most: rank "
                 f"{worst.rank} made the others wait {fmt_ns(worst.delay_cost_ns)} in all).")
     if v.steps:
         if v.period == 1 and len(v.steps) == sum(not s.warmup for s in a.steps):
@@ -96,5 +103,11 @@ def straggler_sentence(a: Analysis) -> str:
         when = f"{v.late_count} times"
         per = f"{fmt_ns(v.per_step_ns)} each"
     where = f"; it arrived late at {v.to_site}, coming from its op at {v.from_site}" if v.to_site else ""
-    return (f"Straggler: rank {v.rank} was late {when}, making the others wait {fmt_ns(v.delay_cost_ns)} in all ({per}; "
-            f"{v.share:.0%} of all the waiting, the job's jitter is under {fmt_ns(v.noise_ns)}){where}.")
+    return ("Straggler:", f" rank {v.rank} was late {when}, making the others wait {fmt_ns(v.delay_cost_ns)} in all "
+            f"({per}; {v.share:.0%} of all the waiting, the job's jitter is under {fmt_ns(v.noise_ns)}){where}.")
+
+
+def micro_batches(p: PipelineStats) -> str:
+    """A pipeline's work in words: "8 micro-batches", or "3 iterations of 8 micro-batches"."""
+    its = f"{p.iterations} iterations of " if p.iterations > 1 else ""
+    return f"{its}{p.micro_batches} micro-batches"

@@ -17,9 +17,10 @@ from statistics import median
 
 import orjson
 
-from ..analysis import analyze, straggler_sentence, to_json
+from ..analysis import analyze, to_json
+from ..analysis.describe import micro_batches, straggler_verdict
 from ..analysis.model import Analysis
-from ..analysis.units import fmt_bytes, fmt_gbps, fmt_list, fmt_ns, fmt_ranks
+from ..analysis.units import fmt_bytes, fmt_gbps, fmt_list, fmt_ns, fmt_ranks, gbps_unit, in_unit, ns_unit
 from ..data.events import TraceError
 from ..data.reader import load_trace, run_info, trace_size
 
@@ -204,14 +205,13 @@ def _waits(console, a: Analysis, top: int, span: int) -> None:
     console.print(table)
     from rich.text import Text
 
-    sentence = Text(straggler_sentence(a))
-    sentence.stylize("bold", 0, sentence.plain.find(":") + 1)
-    console.print(sentence)
+    label, rest = straggler_verdict(a)
+    console.print(Text.assemble((label, "bold"), rest))
     if len(a.waits) > 1 and any(a.waits.values()):
         by_rank = sorted(a.waits)[:64]
-        unit, scale = _time_unit(max(a.waits.values()))
+        unit, _ = ns_unit(max(a.waits.values()))
         _chart(console, f"waits per rank ({unit})", "bar", [str(r) for r in by_rank],
-               [a.waits[r] / scale for r in by_rank])
+               [in_unit(a.waits[r], unit) for r in by_rank])
 
 
 def _steps(console, a: Analysis, top: int) -> None:
@@ -280,9 +280,9 @@ def _collectives(console, a: Analysis, top: int) -> None:
             by_size[b].append(bw)
         sizes = sorted(by_size)
         ys = [median(by_size[s]) for s in sizes]
-        unit, scale = ("GB/s", 1.0) if max(ys) >= 1 else ("MB/s", 1e-3)
+        unit, _ = gbps_unit(max(ys))
         _chart(console, f"collective busbw ({unit}, median) against message size", "scatter",
-               sizes, [y / scale for y in ys], log_x=True)
+               sizes, [in_unit(y, unit) for y in ys], log_x=True)
 
 
 def _links(console, a: Analysis, top: int) -> None:
@@ -304,9 +304,8 @@ def _pipeline(console, a: Analysis) -> None:
     p = a.pipeline
     if p is None:
         return
-    its = f"{p.iterations} iterations of " if p.iterations > 1 else ""
     console.print(f"[bold]Pipeline[/]: {len(p.stages)} stages ({' → '.join(map(str, p.stages))}), "
-                  f"{its}{p.micro_batches} micro-batches; bubble {p.bubble_fraction:.1%} "
+                  f"{micro_batches(p)}; bubble {p.bubble_fraction:.1%} "
                   f"(GPipe's (P-1)/(M+P-1) = {p.expected_fraction:.1%} with M = {p.micro_batches})")
     if p.slow_stage is not None:
         ranks = [s.rank for s in p.per_stage if s.stage == p.slow_stage]
@@ -341,10 +340,6 @@ def _models(console, a: Analysis) -> None:
         table.add_row(op, fmt_ns(m.alpha_ns), fmt_gbps(1 / m.beta_ns_per_byte) if m.beta_ns_per_byte > 0 else "-",
                       str(m.samples))
     console.print(table)
-
-
-def _time_unit(ns: float) -> tuple[str, float]:
-    return ("s", 1e9) if ns >= 1e9 else ("ms", 1e6) if ns >= 1e6 else ("µs", 1e3)
 
 
 def _chart(console, title: str, kind: str, xs, ys, log_x: bool = False) -> None:

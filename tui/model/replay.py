@@ -6,7 +6,7 @@ before the first event. Stepping by collective uses the analysis' matched instan
 
 from __future__ import annotations
 
-import re
+from disttrace.tracer.analysis.units import parse_ns
 
 from .store import TraceStore
 
@@ -29,18 +29,13 @@ def step_collective(store: TraceStore, row: int, direction: int) -> int:
     return row if nxt is None else nxt
 
 
-_TIME = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(ns|us|µs|ms|s)\s*$")
-_UNITS = {"ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
-
-
 def parse_goto(store: TraceStore, text: str) -> int:
     """`g` input: `12.5ms` (time from the trace start) or `#123`/`123` (event number in the list).
     Returns the row to put the playhead on; raises ValueError with a short message."""
     text = text.strip()
-    m = _TIME.match(text)
-    if m:
-        t = store.t0 + int(float(m.group(1)) * _UNITS[m.group(2)])
-        return row_at_time(store, t)
+    t = parse_ns(text)
+    if t is not None:
+        return row_at_time(store, store.t0 + t)
     digits = text.lstrip("#")
     if digits.isdigit():
         row = int(digits)
@@ -56,26 +51,6 @@ def row_at_time(store: TraceStore, t_ns: int) -> int:
 
     k = bisect_right(store.table.start_ns, t_ns) - 1
     return max(0, min(k, store.n_events - 1))
-
-
-def format_ns(ns: float) -> str:
-    """Short human time: 850ns, 12.3µs, 4.56ms, 1.234s."""
-    a = abs(ns)
-    if a < 1_000:
-        return f"{ns:.0f}ns"
-    if a < 1_000_000:
-        return f"{ns / 1e3:.3g}µs"
-    if a < 1_000_000_000:
-        return f"{ns / 1e6:.3g}ms"
-    return f"{ns / 1e9:.4g}s"
-
-
-def format_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f}{unit}" if unit == "B" else f"{n:.3g}{unit}"
-        n /= 1024
-    return f"{n}"
 
 
 def search(store: TraceStore, query: str, start: int, direction: int = 1) -> int | None:

@@ -3,6 +3,8 @@ binds to, turns keys into changes of that state, and hears the widgets' messages
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -10,24 +12,55 @@ from textual.containers import Horizontal, Vertical
 from textual.reactive import reactive, var
 from textual.screen import Screen
 from textual.timer import Timer
+from textual.widget import Widget
 from textual.widgets import Footer, Static, TabbedContent, TabPane
 
 from disttrace.tracer.analysis import describe
+from disttrace.tracer.analysis.units import fmt_ns_short
 
 from ..loading import settle
 from ..model import viewport
-from ..model.replay import SPEEDS, format_ns, parse_goto, search, step_collective, step_event
+from ..model.replay import SPEEDS, parse_goto, search, step_collective, step_event
 from ..model.store import TraceStore
 from ..widgets.detail import DetailPane, NarrationPane
 from ..widgets.event_list import EventList
 from ..widgets.header import ViewerHeader
-from ..widgets.messages import AnalysisReady, EventPicked, LoadProgress, ViewChanged
+from ..widgets.messages import AnalysisReady, EventPicked, LoadProgress, ShowInTimeline, ViewChanged
 from ..widgets.timeline import Ruler, Timeline
 from ..widgets.views import ChartsView, LinksView, PipelineView, ProblemsView, RingView, WaitsView
 from .help import HelpScreen
 from .prompt import Prompt
 
-VIEWS = ("timeline", "ring", "pipeline", "waits", "links", "charts", "problems")
+
+@dataclass(frozen=True)
+class View:
+    """One tab of the viewer: a new view is its widget (tui/widgets) and one line in VIEWS."""
+
+    id: str
+    """The tab's id, the name `action_view` takes."""
+    key: str
+    """The key that brings it to the front, also shown before its title on the tab."""
+    title: str
+    """The tab's title."""
+    description: str
+    """What `?` and the command palette say of the key."""
+    widget: type[Widget] | None = None
+    """The view, built as widget(store) once the analysis is there; None for the timeline, the screen's own."""
+    binds: tuple[str, ...] = ()
+    """The screen's state the view shows (attributes down): names of ViewerScreen's vars, bound to its reactives
+    of the same names."""
+
+
+VIEWS = (
+    View("timeline", "1", "Timeline", "timeline"),
+    View("ring", "2", "Ring", "ring view", RingView, ("playhead", "ring_step")),
+    View("pipeline", "3", "Pipeline", "pipeline view", PipelineView, ("playhead", "selection", "zoom", "offset_ns")),
+    View("waits", "4", "Waits", "waits view", WaitsView),
+    View("links", "5", "Links", "links view", LinksView),
+    View("charts", "6", "Charts", "charts view", ChartsView, ("playhead",)),
+    View("problems", "7", "Problems", "problems view", ProblemsView),
+)
+VIEW = {v.id: v for v in VIEWS}
 
 
 class PlayheadLine(Static):
@@ -58,7 +91,7 @@ class PlayheadLine(Static):
         if row < 0:
             return f"{state}  before the first event — n: next event, N: next collective, space: play, ?: help"
         t = self.store.table.start_ns[row] - self.store.t0
-        return f"{state}  {row + 1}/{self.store.n_events} @{format_ns(t)}  {describe(self.store.analysis, row)}"
+        return f"{state}  {row + 1}/{self.store.n_events} @{fmt_ns_short(t)}  {describe(self.store.analysis, row)}"
 
 
 class ViewerScreen(Screen):
@@ -96,13 +129,7 @@ class ViewerScreen(Screen):
         Binding("enter", "play_here", "playhead to the selection", show=False),
         Binding("slash", "search", "search", tooltip="search events (op, api, site, rank=N)"),
         Binding("g", "goto", "go to", tooltip="go to a time or an event number"),
-        Binding("1", "view('timeline')", "timeline", show=False),
-        Binding("2", "view('ring')", "ring view", show=False),
-        Binding("3", "view('pipeline')", "pipeline view", show=False),
-        Binding("4", "view('waits')", "waits view", show=False),
-        Binding("5", "view('links')", "links view", show=False),
-        Binding("6", "view('charts')", "charts view", show=False),
-        Binding("7", "view('problems')", "problems view", show=False),
+        *(Binding(v.key, f"view({v.id!r})", v.description, show=False) for v in VIEWS),
         Binding("left_square_bracket", "ring_step(-1)", "ring: previous step", show=False),
         Binding("right_square_bracket", "ring_step(1)", "ring: next step", show=False),
         Binding("question_mark", "help", "help"),
@@ -143,41 +170,36 @@ class ViewerScreen(Screen):
     def compose(self) -> ComposeResult:
         s = self.store
         yield ViewerHeader(icon="◆")
-        with TabbedContent(initial="timeline"):
-            with TabPane("1 Timeline", id="timeline"):
-                with Vertical():
-                    if self.narration is not None:
-                        yield NarrationPane(s, self.narration).data_bind(ViewerScreen.playhead)
-                    timeline = Timeline(s).data_bind(ViewerScreen.zoom, ViewerScreen.offset_ns,
-                                                     ViewerScreen.playhead, ViewerScreen.selection,
-                                                     ViewerScreen.focused_rank)
-                    yield Ruler(s, timeline).data_bind(ViewerScreen.zoom, ViewerScreen.offset_ns)
-                    yield timeline
-                    with Horizontal(id="lower"):
-                        yield EventList(s).data_bind(ViewerScreen.playhead, ViewerScreen.selection)
-                        yield DetailPane(s, id="detail").data_bind(ViewerScreen.selection)
-            for pane_id, title in (("ring", "2 Ring"), ("pipeline", "3 Pipeline"), ("waits", "4 Waits"),
-                                   ("links", "5 Links"), ("charts", "6 Charts"), ("problems", "7 Problems")):
-                with TabPane(title, id=pane_id):
-                    if s.analysed:
-                        yield self._analysis_view(pane_id)
+        with TabbedContent(initial=VIEWS[0].id):
+            for view in VIEWS:
+                with TabPane(f"{view.key} {view.title}", id=view.id):
+                    if view.widget is None:
+                        yield from self._compose_timeline()
+                    elif s.analysed:
+                        yield self._analysis_view(view)
                     else:
                         yield Static("analysing the trace…", classes="pending")
         yield PlayheadLine(s).data_bind(ViewerScreen.playhead, ViewerScreen.playing, ViewerScreen.speed,
                                         ViewerScreen.analysis_label)
         yield Footer()
 
-    def _analysis_view(self, pane_id: str):
-        """The view of a tab that shows analysis results, bound to this screen's state."""
+    def _compose_timeline(self) -> ComposeResult:
+        """The timeline tab: the narration (for a demo), the ruler and timeline, the event list and the detail."""
         s = self.store
-        if pane_id == "ring":
-            return RingView(s).data_bind(ViewerScreen.playhead, ViewerScreen.ring_step)
-        if pane_id == "pipeline":
-            return PipelineView(s).data_bind(ViewerScreen.playhead, ViewerScreen.selection, ViewerScreen.zoom,
-                                             ViewerScreen.offset_ns)
-        if pane_id == "charts":
-            return ChartsView(s).data_bind(ViewerScreen.playhead)
-        return {"waits": WaitsView, "links": LinksView, "problems": ProblemsView}[pane_id](s)
+        with Vertical():
+            if self.narration is not None:
+                yield NarrationPane(s, self.narration).data_bind(ViewerScreen.playhead)
+            timeline = Timeline(s).data_bind(ViewerScreen.zoom, ViewerScreen.offset_ns, ViewerScreen.playhead,
+                                             ViewerScreen.selection, ViewerScreen.focused_rank)
+            yield Ruler(s, timeline).data_bind(ViewerScreen.zoom, ViewerScreen.offset_ns)
+            yield timeline
+            with Horizontal(id="lower"):
+                yield EventList(s).data_bind(ViewerScreen.playhead, ViewerScreen.selection)
+                yield DetailPane(s, id="detail").data_bind(ViewerScreen.selection)
+
+    def _analysis_view(self, view: View):
+        """The widget of a tab that shows analysis results, bound to this screen's state."""
+        return view.widget(self.store).data_bind(*(getattr(ViewerScreen, name) for name in view.binds))
 
     def adopt_analysis(self, full: TraceStore) -> None:
         """Called on the UI thread when the worker has analysed the trace."""
@@ -230,8 +252,8 @@ class ViewerScreen(Screen):
             return
         self.app._told_warnings = key
         what = damaged or f"{len(t.warnings)} warning(s) about the input, first: {t.warnings[0]}."
-        self.notify(what + " The problems view (7) lists the warnings.", severity="warning", timeout=10,
-                    markup=False)  # paths hold brackets
+        self.notify(what + f" The problems view ({VIEW['problems'].key}) lists the warnings.", severity="warning",
+                    timeout=10, markup=False)  # paths hold brackets
 
     # -- state changes ------------------------------------------------------------------------------
     def watch_playhead(self, row: int) -> None:
@@ -376,7 +398,7 @@ class ViewerScreen(Screen):
             return False
         for p in pending:
             await p.remove()
-        await pane.mount(self._analysis_view(pane_id))
+        await pane.mount(self._analysis_view(VIEW[pane_id]))
         self.call_after_refresh(settle)  # its widgets and rows stay: out of the collector's sight
         return True
 
@@ -443,7 +465,8 @@ class ViewerScreen(Screen):
         event.stop()
         self.zoom, self.offset_ns = event.zoom, event.offset_ns
 
-    def jump_to(self, row: int) -> None:
-        """Put the playhead on row and show the timeline (used by the waits and problems views)."""
-        self.playhead = row
+    @on(ShowInTimeline)
+    def _show_in_timeline(self, event: ShowInTimeline) -> None:
+        event.stop()
+        self.playhead = event.row
         self.action_view("timeline")

@@ -11,10 +11,9 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 from textual.widgets import Static
 
-from disttrace.tracer.analysis.units import fmt_gbps
+from disttrace.tracer.analysis.units import fmt_bytes_short, fmt_gbps, fmt_ns_short
 from disttrace.tracer.data.events import NONE
 
-from ..model.replay import format_bytes, format_ns
 from ..model.store import TraceStore
 from .palette import OP_COLORS
 
@@ -63,14 +62,14 @@ def detail_table(store: TraceStore, row: int) -> Table:
     if t.root[row] != NONE:
         add("root", f"rank {t.root[row]}")
     shape = t.shape[row]
-    add("bytes", f"{format_bytes(t.bytes[row])} ({t.bytes[row]:,})" + (f"  {t.dtype[row]}" if t.dtype[row] else "")
+    add("bytes", f"{fmt_bytes_short(t.bytes[row])} ({t.bytes[row]:,})" + (f"  {t.dtype[row]}" if t.dtype[row] else "")
         + (f" {list(shape)}" if shape else "") + ("  async" if t.async_op[row] else ""))
     dur = t.duration_ns(row)
-    add("time", f"start {format_ns(t.start_ns[row] - store.t0)}  "
-        + (f"took {format_ns(dur)}" if dur is not None else "never finished"))
+    add("time", f"start {fmt_ns_short(t.start_ns[row] - store.t0)}  "
+        + (f"took {fmt_ns_short(dur)}" if dur is not None else "never finished"))
     if t.wait_end_ns[row] != NONE:
-        add("wait()", f"called at {format_ns(t.wait_start_ns[row] - store.t0)}, returned at "
-            f"{format_ns(t.wait_end_ns[row] - store.t0)}")
+        add("wait()", f"called at {fmt_ns_short(t.wait_start_ns[row] - store.t0)}, returned at "
+            f"{fmt_ns_short(t.wait_end_ns[row] - store.t0)}")
     if t.status[row] != "ok":
         add("status", Text(t.status[row] + (f": {t.error[row]}" if t.error[row] else ""), style="bold red"))
     if t.in_[row] is not None:
@@ -83,21 +82,22 @@ def detail_table(store: TraceStore, row: int) -> Table:
     k = a.step_of[row] if row < len(a.step_of) else -1
     if k >= 0:
         step = a.steps[k]
-        add("step", f"{k}" + (" (warm-up)" if step.warmup else "") + f"  took {format_ns(step.end_ns - step.start_ns)}"
+        add("step", f"{k}" + (" (warm-up)" if step.warmup else "")
+            + f"  took {fmt_ns_short(step.end_ns - step.start_ns)}"
             + (f", late: rank {step.late_rank}" if step.late_rank is not None else ""))
     inst = store.instance(row)
     if inst is not None:
         w = inst.wait_ns.get(t.rank[row], 0)
-        add("wait", Text(f"{format_ns(w)} ({inst.wait_kind})", style="bold #ff8c5a" if w else ""))
+        add("wait", Text(f"{fmt_ns_short(w)} ({inst.wait_kind})", style="bold #ff8c5a" if w else ""))
         if inst.missing:  # the rank the others waited for never came: none of those that did was "last"
-            add("skew", Text(f"{format_ns(inst.skew_ns)} among those that came; never arrived: "
+            add("skew", Text(f"{fmt_ns_short(inst.skew_ns)} among those that came; never arrived: "
                              f"rank{'s' if len(inst.missing) > 1 else ''} {_ranks(list(inst.missing))}",
                              style="bold red"))
         else:
-            add("skew", f"{format_ns(inst.skew_ns)}; last to arrive: "
+            add("skew", f"{fmt_ns_short(inst.skew_ns)}; last to arrive: "
                 + (f"rank {inst.last_arrival}" if inst.last_arrival is not None else "—"))
         if inst.duration_ns is not None:
-            add("transfer", format_ns(inst.duration_ns) + (f"  (α-β model {format_ns(inst.model_ns)})"
+            add("transfer", fmt_ns_short(inst.duration_ns) + (f"  (α-β model {fmt_ns_short(inst.model_ns)})"
                                                            if inst.model_ns else "") + ("  SLOW" if inst.slow else ""))
         if inst.algbw_gbps is not None:
             add("bandwidth", f"algbw {fmt_gbps(inst.algbw_gbps)}  busbw {fmt_gbps(inst.busbw_gbps or 0)}")
@@ -108,18 +108,18 @@ def detail_table(store: TraceStore, row: int) -> Table:
             add("", Text("incomplete: not every rank of the group finished it", style="bold red"))
     m = store.p2p_match(row)
     if m is not None:
-        add("message", f"#{m.order} of {m.src}→{m.dst}, {format_bytes(m.bytes)}")
+        add("message", f"#{m.order} of {m.src}→{m.dst}, {fmt_bytes_short(m.bytes)}")
         other = m.recv if row == m.send else m.send
         if other is None:
             add("match", Text("no matching " + ("recv" if row == m.send else "send"), style="bold red"))
         else:
             add("match", f"{t.op[other]} on rank {t.rank[other]} (m to jump)")
         if m.late_sender_ns:
-            add("wait", Text(f"late sender: the receiver waited {format_ns(m.late_sender_ns)}", style="#ff8c5a"))
+            add("wait", Text(f"late sender: the receiver waited {fmt_ns_short(m.late_sender_ns)}", style="#ff8c5a"))
         if m.late_receiver_ns:
-            add("wait", Text(f"late receiver: the sender waited {format_ns(m.late_receiver_ns)}", style="#ff8c5a"))
+            add("wait", Text(f"late receiver: the sender waited {fmt_ns_short(m.late_receiver_ns)}", style="#ff8c5a"))
         if m.transfer_ns:
-            add("transfer", f"{format_ns(m.transfer_ns)}  {fmt_gbps(m.bytes / m.transfer_ns)}")
+            add("transfer", f"{fmt_ns_short(m.transfer_ns)}  {fmt_gbps(m.bytes / m.transfer_ns)}")
     return grid
 
 

@@ -12,7 +12,8 @@ from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from ..model.replay import format_bytes, format_ns
+from disttrace.tracer.analysis.units import fmt_bytes_short, fmt_ns_short
+
 from ..model.store import TraceStore
 from .messages import EventPicked
 from .palette import OP_COLORS
@@ -74,9 +75,9 @@ class EventList(ScrollView, can_focus=False):
         seq = t.group_seq[row]
         dur = t.duration_ns(row)
         w = self.store.wait_ns[row]
-        return (f"{row:>7} {format_ns(t.start_ns[row] - self.store.t0):>8} r{t.rank[row]:<4}{t.op[row]:<15}"
-                f"{'' if seq < 0 else seq:>4} {format_bytes(t.bytes[row]):>7} "
-                f"{format_ns(dur) if dur is not None else 'never':>7} {format_ns(w) if w else '':>7}  "
+        return (f"{row:>7} {fmt_ns_short(t.start_ns[row] - self.store.t0):>8} r{t.rank[row]:<4}{t.op[row]:<15}"
+                f"{'' if seq < 0 else seq:>4} {fmt_bytes_short(t.bytes[row]):>7} "
+                f"{fmt_ns_short(dur) if dur is not None else 'never':>7} {fmt_ns_short(w) if w else '':>7}  "
                 f"{short_site(t.site[row])}")
 
     def render_line(self, y: int) -> Strip:

@@ -14,6 +14,15 @@ class EventPicked(Message):
         self.move_playhead = move_playhead
 
 
+class ShowInTimeline(Message):
+    """The user asked to see an event in the timeline (enter on a row of the waits or problems view): the replay
+    playhead goes there and the timeline tab comes to the front."""
+
+    def __init__(self, row: int) -> None:
+        super().__init__()
+        self.row = row
+
+
 class ViewChanged(Message):
     """New zoom level and window start asked by mouse input. Coalesces: only the latest one matters."""
 

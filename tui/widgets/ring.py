@@ -9,9 +9,8 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
 
-from disttrace.tracer.analysis.units import fmt_ordinal
+from disttrace.tracer.analysis.units import fmt_bytes_short, fmt_ordinal
 
-from ..model.replay import format_bytes
 from ..model.ring import RING_OPS, RingPlan, RingStep, p2p_steps, ring_plan
 from ..model.store import TraceStore
 from .palette import OP_COLORS
@@ -91,10 +90,10 @@ class RingView(Widget, can_focus=False):
         per = "K/N" if plan.op != "all_gather" else "K"
         total = {"all_reduce": "2(N−1)K/N", "reduce_scatter": "(N−1)K/N", "all_gather": "(N−1)K"}[plan.op]
         head = Text.assemble(
-            (f"{plan.op} #{inst.group_seq}", f"bold {OP_COLORS[plan.op]}"), f" of group {g}:  K = {format_bytes(k_bytes)}"
-            f" per rank, N = {n} ranks\n",
-            f"{steps_word} = {plan.n_steps} steps; each transfer is {per} = {format_bytes(plan.chunk_bytes)}; "
-            f"each rank sends {total} = {format_bytes(plan.per_rank_bytes)} in all.\n")
+            (f"{plan.op} #{inst.group_seq}", f"bold {OP_COLORS[plan.op]}"),
+            f" of group {g}:  K = {fmt_bytes_short(k_bytes)} per rank, N = {n} ranks\n",
+            f"{steps_word} = {plan.n_steps} steps; each transfer is {per} = {fmt_bytes_short(plan.chunk_bytes)}; "
+            f"each rank sends {total} = {fmt_bytes_short(plan.per_rank_bytes)} in all.\n")
         k = self.ring_step
         state = plan.state(k)
         if k < 0:
@@ -116,7 +115,10 @@ class RingView(Widget, can_focus=False):
             line.append(f" r{r} ", style="bold reverse")
             if step is not None:
                 tr = step.transfers[p] if p < len(step.transfers) else None
-                lab = f" c{tr.chunk} " if tr and tr.chunk is not None else f" {format_bytes(tr.bytes)} " if tr else ""
+                if tr is None:
+                    lab = ""
+                else:
+                    lab = f" c{tr.chunk} " if tr.chunk is not None else f" {fmt_bytes_short(tr.bytes)} "
                 line.append(f"─{lab}─▶", style="#ffd75f")
             else:
                 line.append(" ──▶ ", style="#606060")
@@ -161,7 +163,7 @@ class RingView(Widget, can_focus=False):
         total = sum(t.bytes for t in step.transfers)
         head = Text.assemble(("Hand-written send/recv exchange", "bold #ff6b6b"),
                              f": step {k + 1} of {len(steps)} (the {fmt_ordinal(k + 1)} message on every link), "
-                             f"{len(step.transfers)} messages, {format_bytes(total)} in all.   ] / [ other steps\n")
+                             f"{len(step.transfers)} messages, {fmt_bytes_short(total)} in all.   ] / [ other steps\n")
         lines = Text()
         table = self.store.table
         for t in step.transfers:
@@ -169,7 +171,7 @@ class RingView(Widget, can_focus=False):
             # what was sent, when the trace recorded the values (--summaries full): the chunk itself
             sent = table.in_[t.send_row] if t.send_row is not None else None
             values = sent.get("values") if isinstance(sent, dict) else None
-            what = f"{_short(values)} ({format_bytes(t.bytes)})" if values is not None else format_bytes(t.bytes)
+            what = f"{_short(values)} ({fmt_bytes_short(t.bytes)})" if values is not None else fmt_bytes_short(t.bytes)
             lines.append(f" ─ {what} ─▶ ", style="#ffd75f")
             lines.append(f" r{ranks[t.dst]} ", style="bold reverse")
             ring = (t.dst - t.src) % len(ranks) == 1

@@ -20,9 +20,11 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 from textual.widget import Widget
 
+from disttrace.tracer.analysis.units import fmt_ns_short
+
 from ..model import viewport
 from ..model.lod import BLANK_KEY, GAP_KEY
-from ..model.replay import format_ns, step_event
+from ..model.replay import step_event
 from ..model.store import TraceStore
 from .messages import EventPicked, ViewChanged
 from .palette import BG_PLAYHEAD, BG_SELECTED, GAP, OP_STYLES, WAIT_STYLES
@@ -493,7 +495,7 @@ class Ruler(Widget):
             x = int(t // ns) - first_cell
             if x >= width:
                 break
-            text = "▏" + format_ns(t)
+            text = "▏" + fmt_ns_short(t)
             if 0 <= x and x + len(text) <= width:
                 chars[x:x + len(text)] = list(text)
             t += tick

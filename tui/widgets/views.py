@@ -13,11 +13,12 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.reactive import reactive
 from textual.widgets import DataTable, OptionList, Static
 
-from disttrace.tracer.analysis.describe import straggler_sentence
-from disttrace.tracer.analysis.units import fmt_gbps, gbps_unit, ns_unit
+from disttrace.tracer.analysis.describe import micro_batches, straggler_verdict
+from disttrace.tracer.analysis.units import fmt_bytes_short, fmt_gbps, fmt_ns_short, gbps_unit, ns_unit
 
-from ..model.replay import format_bytes, format_ns, row_at_time
+from ..model.replay import row_at_time
 from ..model.store import TraceStore
+from .messages import ShowInTimeline
 from .palette import OP_COLORS
 from .plot import PlotChart
 from .ring import RingView
@@ -26,10 +27,6 @@ from .timeline import Ruler, Timeline
 __all__ = ["RingView", "PipelineView", "WaitsView", "LinksView", "ChartsView", "ProblemsView"]
 
 MAX_ROWS = 2000  # rows of a table view: the worst first; the timeline has the rest
-
-
-def _jump(widget, row: int) -> None:
-    widget.screen.jump_to(row)
 
 
 class PipelineView(Vertical):
@@ -61,13 +58,12 @@ class PipelineView(Vertical):
                          "(Pipeline-parallel jobs show here: stages × time with their bubbles.)")
             return
         stages = [self.store.rank_index[r] for r in p.stages if r in self.store.rank_index]
-        its = f"{p.iterations} iterations of " if p.iterations > 1 else ""
         slow = ""
         if p.slow_stage is not None:
             slow = (f"  Stage {p.slow_stage} computes {p.slow_factor:.1f}x what the others do: it sets the pace "
                     f"(the others' waits for it are bubble, not straggling).")
         yield Static(Text.assemble(
-            ("Pipeline: ", "bold"), f"{len(p.stages)} stages, {its}{p.micro_batches} micro-batches.  Bubble fraction ",
+            ("Pipeline: ", "bold"), f"{len(p.stages)} stages, {micro_batches(p)}.  Bubble fraction ",
             (f"{p.bubble_fraction:.1%}", "bold"), " measured vs ", (f"{p.expected_fraction:.1%}", "bold"),
             f" expected from (P−1)/(M+P−1) with M = {p.micro_batches}.", (slow, "bold #ff8c5a"),
             "  ─ compute, █ send/recv, ▒ waiting in them (the bubble)."))
@@ -80,7 +76,7 @@ class PipelineView(Vertical):
             table.add_column(col, justify="right" if col not in ("", "stage") else "left")
         for s in p.per_stage:
             bar = "█" * int(round(s.bubble_fraction * 30))
-            table.add_row(str(s.stage), f"r{s.rank}", format_ns(s.window_ns), format_ns(s.blocked_ns),
+            table.add_row(str(s.stage), f"r{s.rank}", fmt_ns_short(s.window_ns), fmt_ns_short(s.blocked_ns),
                           f"{s.bubble_fraction:.1%}", Text(bar, style="#ff8c5a"))
         yield Static(table)
 
@@ -107,17 +103,16 @@ class WaitsView(Vertical):
 
     def compose(self) -> ComposeResult:
         a = self.store.analysis
-        verdict = Text(straggler_sentence(a))
-        verdict.stylize("bold", 0, verdict.plain.find(":") + 1)
-        yield Static(verdict, id="verdict")
+        label, rest = straggler_verdict(a)
+        yield Static(Text.assemble((label, "bold"), rest), id="verdict")
         with Horizontal():
             with Vertical(id="stragglers"):
                 yield Static("Ranks by the wait they caused others, and their own wait")
                 t = DataTable(id="straggler-table", cursor_type="row", zebra_stripes=True)
                 t.add_columns("rank", "caused", "last at", "own wait")
                 for s in a.stragglers:
-                    t.add_row(f"r{s.rank}", format_ns(s.delay_cost_ns), str(s.late_count),
-                              format_ns(a.waits.get(s.rank, 0)))
+                    t.add_row(f"r{s.rank}", fmt_ns_short(s.delay_cost_ns), str(s.late_count),
+                              fmt_ns_short(a.waits.get(s.rank, 0)))
                 yield t
                 if a.steps:
                     yield Static(f"Steps ({'marked' if a.steps_source == 'marker' else 'found'}; enter: show)")
@@ -126,9 +121,9 @@ class WaitsView(Vertical):
                     targets = self._step_targets()
                     for s in a.steps[:MAX_ROWS]:
                         late = s.late_rank
-                        t.add_row(f"{s.index}{' w' if s.warmup else ''}", format_ns(s.end_ns - s.start_ns),
+                        t.add_row(f"{s.index}{' w' if s.warmup else ''}", fmt_ns_short(s.end_ns - s.start_ns),
                                   "—" if late is None else f"r{late}",
-                                  "" if late is None else format_ns(s.caused_ns.get(late, 0)))
+                                  "" if late is None else fmt_ns_short(s.caused_ns.get(late, 0)))
                         self._step_rows.append(targets.get(s.index, 0))
                     yield t
             with Vertical():
@@ -140,9 +135,9 @@ class WaitsView(Vertical):
                 for c in colls:
                     worst = max(c.wait_ns, key=lambda r: c.wait_ns[r])
                     t.add_row(Text(c.op, style=OP_COLORS.get(c.op, "")), groups[c.gid].name, str(c.group_seq),
-                              format_ns(sum(c.wait_ns.values())), format_ns(c.skew_ns),
+                              fmt_ns_short(sum(c.wait_ns.values())), fmt_ns_short(c.skew_ns),
                               f"r{c.last_arrival}" if c.last_arrival is not None else "—",
-                              f"r{worst} {format_ns(c.wait_ns[worst])}")
+                              f"r{worst} {fmt_ns_short(c.wait_ns[worst])}")
                     target = c.events.get(c.last_arrival) if c.last_arrival is not None else None
                     self._rows.append(target if target is not None else min(c.events.values()))
                 if not colls:
@@ -166,15 +161,15 @@ class WaitsView(Vertical):
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         event.stop()
         if event.data_table.id == "wait-table" and event.cursor_row < len(self._rows):
-            _jump(self, self._rows[event.cursor_row])
+            self.post_message(ShowInTimeline(self._rows[event.cursor_row]))
         elif event.data_table.id == "step-table" and event.cursor_row < len(self._step_rows):
-            _jump(self, self._step_rows[event.cursor_row])
+            self.post_message(ShowInTimeline(self._step_rows[event.cursor_row]))
         elif event.data_table.id == "straggler-table":
             s = self.store.analysis.stragglers[event.cursor_row]
             late = [c for c in self.store.analysis.collectives if c.last_arrival == s.rank and s.rank in c.ranks]
             if late:
                 worst = max(late, key=lambda c: sum(c.waits))
-                _jump(self, worst.row_of(s.rank))
+                self.post_message(ShowInTimeline(worst.row_of(s.rank)))
 
 
 def _heat(v: float, vmax: float) -> str:
@@ -227,7 +222,7 @@ class LinksView(VerticalScroll):
                     cells.append(Text("  ", style=f"on {bg}"))
                 else:
                     gb = fmt_gbps(link.gbps) if link.gbps else "—"
-                    cells.append(Text(f"{format_bytes(link.bytes)}\n{gb}", style=f"bold on {bg}"))
+                    cells.append(Text(f"{fmt_bytes_short(link.bytes)}\n{gb}", style=f"bold on {bg}"))
             table.add_row(f"r{s}", *cells)
         # the title above the table, not as its title: a table of two ranks would wrap it into three lines
         return Group(Text("P2P bytes and bandwidth, src (rows) → dst (columns); hotter is more bytes", style="italic"),
@@ -362,6 +357,6 @@ class ProblemsView(Vertical):
         event.stop()
         p = self.store.analysis.problems[event.option_index]
         if p.events:
-            _jump(self, p.events[0])
+            self.post_message(ShowInTimeline(p.events[0]))
         elif p.time_ns is not None:
-            _jump(self, row_at_time(self.store, p.time_ns))
+            self.post_message(ShowInTimeline(row_at_time(self.store, p.time_ns)))
