@@ -58,7 +58,7 @@ def test_the_error_names_the_subcommand_that_says_it(args, starts):
     assert one_line_error(run_disttrace(*args)).startswith(starts)
 
 
-@pytest.mark.parametrize("command", ["events"])
+@pytest.mark.parametrize("command", ["events", "report"])
 def test_a_reader_that_closes_the_pipe_is_not_a_finding(command, tmp_path):
     # `disttrace report T | head -1`: the reader went away; the command ends as one killed by SIGPIPE would (141,
     # what the shell shows for `yes | head -1`), silently, not with 1 ("problems found") or a traceback

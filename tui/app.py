@@ -58,13 +58,17 @@ class DisttraceApp(App[int]):
     TITLE = "disttrace"
 
     BINDINGS = [Binding("F", "follow_newest", "follow newest", show=False,
-                        tooltip="--follow: keep the playhead on the newest event")]
+                        tooltip="--follow: keep the playhead on the newest event"),
+                Binding("R", "next_run", "next run", show=False,
+                        tooltip="open the trace's next run (restarts, successive jobs: disttrace runs)")]
 
     FOLLOW_INTERVAL_S = 2.0
 
     def __init__(self, paths: list[str], step_mode: bool = False, table: EventTable | None = None,
-                 store: TraceStore | None = None, narration: Narration | None = None, follow: bool = False) -> None:
+                 store: TraceStore | None = None, narration: Narration | None = None, follow: bool = False,
+                 run: int | None = None) -> None:
         super().__init__()
+        self.run_number = run  # the run of the trace on screen (None: the reader's default)
         self.follow = follow
         self.follow_newest = False
         self._seen_size = -1
@@ -100,7 +104,7 @@ class DisttraceApp(App[int]):
         """Read the grown trace again (with its analysis) and swap it in on the UI thread."""
         try:
             with loading.background_work():
-                store, narration = loading.load_store(self.paths)
+                store, narration = loading.load_store(self.paths, run=self.run_number)
         except TraceError:
             return  # not readable yet (the job has not written its first events): try at the next poll
         self.call_from_thread(self._swap, store, narration)
@@ -136,6 +140,37 @@ class DisttraceApp(App[int]):
             self._seen_size = -1  # jump now
             self._poll_follow()
 
+    # -- runs: a trace of several process-group worlds ---------------------------------------------------------
+    def action_next_run(self) -> None:
+        runs = self.store.table.runs if self.store is not None else []
+        if len(runs) < 2:
+            self.notify("this trace holds one run")
+            return
+        numbers = [r.number for r in runs]
+        now = self.store.table.run
+        self.run_number = numbers[(numbers.index(now) + 1) % len(numbers)] if now in numbers else numbers[-1]
+        self.notify(f"opening run {self.run_number} of {len(runs)}")
+        self._open_run(self.run_number)
+
+    @work(thread=True, exclusive=True, group="run")
+    def _open_run(self, run: int) -> None:
+        try:
+            with loading.background_work():
+                store, narration = loading.load_store(self.paths, run=run)
+        except TraceError as e:
+            self.call_from_thread(self.notify, str(e), severity="error")
+            return
+        self.call_from_thread(self._show_run, store, narration)
+
+    def _show_run(self, store: TraceStore, narration: Narration | None) -> None:
+        self.store = store
+        self._set_sub_title(store)
+        self.switch_screen(ViewerScreen(store, narration, start_row=-1))
+
+    def _set_sub_title(self, store: TraceStore) -> None:
+        t = store.table
+        self.sub_title = " ".join(self.paths) + (f" — run {t.run} of {len(t.runs)}" if len(t.runs) > 1 else "")
+
     @work(thread=True, exclusive=True)
     def _load(self) -> None:
         """Read the trace and show its timeline at once; then analyse it and hand the analysis to the screen."""
@@ -148,7 +183,8 @@ class DisttraceApp(App[int]):
                 target[0].post_message(LoadProgress(fraction, label))
 
         try:
-            table = self.table if self.table is not None else loading.read_table(self.paths, progress)
+            table = self.table if self.table is not None else loading.read_table(self.paths, progress,
+                                                                                  self.run_number)
             progress(1.0, "indexing")
             bare = loading.bare_store(table)
             narration = self.narration if self.narration is not None else load_narration(self.paths)
@@ -169,6 +205,7 @@ class DisttraceApp(App[int]):
 
     def _show(self, store: TraceStore, narration: Narration | None) -> ViewerScreen:
         self.store = store
+        self._set_sub_title(store)
         # stepping (a demo's narration, --step) starts on the first event; browsing starts before it, with the hint
         start = 0 if (self.step_mode or narration is not None) else -1
         screen = ViewerScreen(store, narration, start_row=start)
@@ -190,7 +227,7 @@ class DisttraceApp(App[int]):
                                         lambda action=b.action: self.run_action(action, screen))
 
 
-def _wait_for_first_events(paths: list[str]) -> tuple[TraceStore, Narration | None]:
+def _wait_for_first_events(paths: list[str], run: int | None = None) -> tuple[TraceStore, Narration | None]:
     """--follow on a job that has not written its first events yet: wait for them (Ctrl-C gives up)."""
     said = False
     while True:
@@ -198,7 +235,7 @@ def _wait_for_first_events(paths: list[str]) -> tuple[TraceStore, Narration | No
             if not os.path.exists(p):
                 raise TraceError(f"{p}: no such file or directory")
         try:
-            return loading.load_store(paths)
+            return loading.load_store(paths, run=run)
         except TraceError as e:
             if not said:
                 sys.stderr.write(f"disttrace view: waiting for the job to write its trace ({e}); Ctrl-C to stop\n")
@@ -206,15 +243,15 @@ def _wait_for_first_events(paths: list[str]) -> tuple[TraceStore, Narration | No
         time.sleep(DisttraceApp.FOLLOW_INTERVAL_S / 2)
 
 
-def open_viewer(paths: list[str], step_mode: bool = False, follow: bool = False) -> int:
+def open_viewer(paths: list[str], step_mode: bool = False, follow: bool = False, run: int | None = None) -> int:
     """Open the viewer on trace dirs / events files; returns the exit code (2 with a message on bad input).
     With follow, the trace may still be being written (or not be there yet): the viewer keeps reading it."""
     try:
         store = narration = None
         if follow:
-            store, narration = _wait_for_first_events(paths)
+            store, narration = _wait_for_first_events(paths, run)
         elif loading.input_size(paths) < PRELOAD_BYTES:
-            store, narration = loading.load_store(paths)
+            store, narration = loading.load_store(paths, run=run)
         else:
             for p in paths:
                 if not os.path.exists(p):
@@ -224,7 +261,7 @@ def open_viewer(paths: list[str], step_mode: bool = False, follow: bool = False)
         return 2
     except KeyboardInterrupt:
         return 130
-    app = DisttraceApp(paths, step_mode=step_mode, store=store, narration=narration, follow=follow)
+    app = DisttraceApp(paths, step_mode=step_mode, store=store, narration=narration, follow=follow, run=run)
     app.run()
     if app.error:
         sys.stderr.write(f"disttrace view: error: {app.error}\n")

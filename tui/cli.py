@@ -11,6 +11,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "events .jsonl file (`disttrace events` output)")
     parser.add_argument("--step", action="store_true",
                         help="start in step-through mode at the first event (n/N step, space plays)")
+    parser.add_argument("--run", type=int, metavar="N", default=None,
+                        help="which run of the trace to open (see `disttrace runs`; default: the only one, else the "
+                             "last); R in the viewer goes to the next")
     parser.add_argument("--follow", action="store_true",
                         help="keep reading a trace that is still being written: new events appear as the job runs; "
                              "F moves the playhead to the newest event and keeps it there")
@@ -19,4 +22,4 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     from .app import open_viewer
 
-    return open_viewer(list(args.traces), step_mode=args.step, follow=args.follow)
+    return open_viewer(list(args.traces), step_mode=args.step, follow=args.follow, run=args.run)

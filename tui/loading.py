@@ -18,8 +18,9 @@ from .model.store import TraceStore
 Progress = Callable[[float, str], None]
 
 
-def read_table(paths: list[str], progress: Progress | None = None) -> EventTable:
-    """The merged EventTable of trace dirs / events files (raises TraceError with a one-line message)."""
+def read_table(paths: list[str], progress: Progress | None = None, run: int | None = None) -> EventTable:
+    """The merged EventTable of trace dirs / events files, of one run (`run`: its number; default the only or
+    the last); raises TraceError with a one-line message."""
     if not paths:
         raise TraceError("no trace given")
     try:
@@ -27,7 +28,7 @@ def read_table(paths: list[str], progress: Progress | None = None) -> EventTable
     except ImportError:  # the reader of trace dirs is not there: events files still open
         load_trace = None
     if load_trace is not None:
-        return load_trace(list(paths), progress=progress)
+        return load_trace(list(paths), progress=progress, run=run)
     from disttrace.tracer.data.events import read_jsonl
 
     table = EventTable()
@@ -36,7 +37,7 @@ def read_table(paths: list[str], progress: Progress | None = None) -> EventTable
             raise TraceError(f"{p}: no such file or directory")
         if os.path.isdir(p):
             raise TraceError(f"{p}: reading trace directories needs disttrace.tracer.data.reader")
-        read_jsonl(p, table)
+        read_jsonl(p, table, run=run)
     table.sort()
     return table
 
@@ -98,13 +99,14 @@ def analysed_store(bare: TraceStore, progress: Progress | None = None) -> TraceS
     return store
 
 
-def load_store(paths: list[str], progress: Progress | None = None) -> tuple[TraceStore, Narration | None]:
+def load_store(paths: list[str], progress: Progress | None = None,
+               run: int | None = None) -> tuple[TraceStore, Narration | None]:
     def sub(lo: float, hi: float) -> Progress | None:
         if progress is None:
             return None
         return lambda f, label: progress(lo + (hi - lo) * f, label)
 
-    table = read_table(paths, sub(0.0, 0.6))
+    table = read_table(paths, sub(0.0, 0.6), run)
     return build_store(table, sub(0.6, 1.0)), load_narration(paths)
 
 

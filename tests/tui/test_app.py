@@ -11,7 +11,7 @@ import pytest
 from textual.widgets import TabbedContent
 
 from disttrace.tui.app import DisttraceApp
-from disttrace.tui.screens.help import HelpScreen
+from disttrace.tui.screens.help import HelpScreen, keys_table
 from disttrace.tui.screens.viewer import ViewerScreen
 from disttrace.tui.widgets.timeline import Timeline
 
@@ -152,6 +152,17 @@ async def test_views_switch_and_help():
         assert isinstance(pilot.app.screen, HelpScreen)
         await pilot.press("escape")
         assert isinstance(pilot.app.screen, ViewerScreen)
+
+
+async def test_help_lists_every_key_the_app_answers_to():
+    # the app's own bindings (F: follow the newest event, R: next run) are keys too, not only the screen's
+    async with app_on().run_test(size=SIZE) as pilot:
+        await viewer(pilot)
+        await pilot.press("question_mark")
+        shown = " ".join(map(str, keys_table(pilot.app.screen.bindings_list).columns[1]._cells))
+        for b in [*pilot.app.BINDINGS, *ViewerScreen.BINDINGS]:
+            if b.tooltip or b.description:
+                assert (b.tooltip or b.description) in shown, b
 
 
 async def test_waits_view_jumps_to_the_straggler():

@@ -17,7 +17,7 @@ def add_arguments(p) -> None:
 
 def main(args) -> int:
     out = sys.stdout.buffer
-    for run in chosen_runs(args):
+    for run in chosen_runs(args.run, args.traces):
         table = load_trace(args.traces, run=run)
         for w in table.warnings:
             sys.stderr.write(f"disttrace: warning: {w}\n")

@@ -22,6 +22,7 @@ from ..analysis.matching import finished, finished_at
 from ..analysis.model import Analysis
 from ..data.events import NONE, P2P_OPS, TraceError
 from ..data.reader import load_trace
+from .run_choice import add_run_argument, chosen_runs
 
 # track (Chrome "thread") families per rank: tid = family base + lane
 _COLL_TID, _P2P_TID, _LANES = 0, 1000, 1000
@@ -33,21 +34,35 @@ def add_arguments(p) -> None:
     p.add_argument("--format", choices=("chrome",), default="chrome",
                    help="chrome: Chrome Trace Event JSON for Perfetto / chrome://tracing (the default)")
     p.add_argument("-o", "--output", metavar="FILE", default=None,
-                   help="file to write (default: TRACE's name + .json in the current directory; - for stdout)")
+                   help="file to write (default: TRACE's name + .chrome.json in the current directory; - for "
+                        "stdout); with --run all, one file per run, FILE's name + .runN")
+    add_run_argument(p)
 
 
 def main(args) -> int:
-    table = load_trace(args.traces)
+    runs = chosen_runs(args.run, args.traces)
+    if len(runs) > 1 and args.output == "-":
+        raise TraceError("--run all writes one file per run: give -o FILE, not -")
+    for run in runs:
+        export_run(args, run, len(runs) > 1)
+    return 0
+
+
+def export_run(args, run: int | None, several: bool) -> None:
+    table = load_trace(args.traces, run=run)
     for w in table.warnings:
         sys.stderr.write(f"disttrace: warning: {w}\n")
     a = analyze(table)
     out = args.output
     if out is None:
         out = (os.path.basename(os.path.normpath(args.traces[0])) or "trace") + ".chrome.json"
+    if several:
+        stem, ext = os.path.splitext(out)
+        out = f"{stem}.run{run}{ext}"
     if out == "-":
         write_chrome(a, sys.stdout.buffer, sources=args.traces)
         sys.stdout.flush()
-        return 0
+        return
     tmp = f"{out}.tmp{os.getpid()}"
     try:  # 0600 like the trace itself: summaries may hold tensor values
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -65,7 +80,6 @@ def main(args) -> int:
         raise TraceError(f"cannot write {out}: {e.strerror or e}") from None
     sys.stderr.write(f"disttrace: wrote {out} ({len(table)} ops of {len(table.ranks)} ranks); "
                      "open it in https://ui.perfetto.dev or chrome://tracing\n")
-    return 0
 
 
 def write_chrome(a: Analysis, fh, sources=()) -> None:

@@ -23,6 +23,7 @@ from ..analysis.model import Analysis
 from ..analysis.units import fmt_bytes, fmt_gbps, fmt_list, fmt_ns, fmt_ranks, gbps_unit, in_unit, ns_unit
 from ..data.events import TraceError
 from ..data.reader import load_trace, run_info, trace_size
+from .run_choice import add_run_argument, chosen_runs
 
 PROBLEM_STYLE = {"hang": "bold red", "mismatch": "bold red", "died": "bold red", "error": "red",
                  "divergence": "bold magenta", "nonfinite": "bold magenta", "unmatched": "yellow", "clock": "yellow"}
@@ -33,6 +34,7 @@ def add_arguments(p) -> None:
                    help="trace dir (several for a multi-node job) or a normalized events .jsonl file")
     p.add_argument("--json", action="store_true", help="print the analysis as one JSON object (for scripts and CI)")
     p.add_argument("--top", type=int, default=10, metavar="N", help="rows per table (default 10)")
+    add_run_argument(p)
     p.add_argument("--follow", action="store_true",
                    help="keep reading a trace that is still being written: a fresh report every --interval "
                         "seconds until the job ends (its run.json appears) or Ctrl-C")
@@ -43,28 +45,49 @@ def main(args) -> int:
     if args.top < 1:
         raise TraceError("--top must be at least 1")
     if args.follow:
+        if args.run == "all":
+            raise TraceError("--follow reads one run: the one being written (leave out --run)")
         return follow(args)
-    with _progress() as progress:
-        table = load_trace(args.trace, progress and (lambda f, label: progress(f * 0.5, f"loading: {label}")))
-        a = analyze(table, progress and (lambda f, label: progress(0.5 + f * 0.5, f"analyzing: {label}")))
-    if args.json:
-        sys.stdout.buffer.write(orjson.dumps(to_json(a), option=orjson.OPT_APPEND_NEWLINE))
-        sys.stdout.flush()
-    else:
-        render(a, args.top)
-    return 1 if a.problems else 0
+    runs = chosen_runs(args.run, args.trace)
+    found = False
+    for k, run in enumerate(runs):
+        with _progress() as progress:
+            table = load_trace(args.trace, progress and (lambda f, label: progress(f * 0.5, f"loading: {label}")),
+                               run=run)
+            a = analyze(table, progress and (lambda f, label: progress(0.5 + f * 0.5, f"analyzing: {label}")))
+        found = found or bool(a.problems)
+        if args.json:
+            sys.stdout.buffer.write(orjson.dumps(to_json(a), option=orjson.OPT_APPEND_NEWLINE))
+            sys.stdout.flush()
+        else:
+            console = _console()
+            if len(runs) > 1:
+                console.rule(f"run {run} of {len(runs)}")
+            render(a, args.top, console)
+    return 1 if found else 0
+
+
+def _console(**kwargs):
+    """rich's Console, but a reader that closed the pipe ends the command as a closed pipe (cli.py: exit 141):
+    rich's own handling exits with 1, this command's code for "problems found"."""
+    from rich.console import Console
+
+    class PipeConsole(Console):
+        def on_broken_pipe(self) -> None:
+            raise BrokenPipeError
+
+    if "width" not in kwargs and not (sys.stdout.isatty() or os.environ.get("COLUMNS")):
+        kwargs["width"] = 120  # piped or captured output: a width that fits the tables (rich's default is 80)
+    return PipeConsole(**kwargs)
 
 
 def follow(args) -> int:
     """Report on a live trace again and again: in a terminal the screen is redrawn, otherwise each new report
     (or JSON line) is printed when the trace has grown. Ends when every trace dir holds the launcher's run.json."""
-    from rich.console import Console
-
-
     if args.interval <= 0:
         raise TraceError("--interval must be a positive number of seconds")
     tty = sys.stdout.isatty()
-    console = Console() if tty else Console(width=120)
+    console = _console() if tty else _console(width=120)
     last_size, rc, waiting_said = None, 0, False
     try:
         while True:
@@ -72,7 +95,7 @@ def follow(args) -> int:
             size = trace_size(args.trace)
             if size != last_size or ended:
                 try:
-                    a = analyze(load_trace(args.trace))
+                    a = analyze(load_trace(args.trace, run=args.run))
                 except TraceError as e:
                     if ended or not ("no events" in str(e) or "no rank-" in str(e) or "no readable" in str(e)):
                         raise
@@ -122,13 +145,11 @@ class _progress:
 # -- the person-readable report -----------------------------------------------------------------------------
 
 def render(a: Analysis, top: int = 10, console=None) -> None:
-    from rich.console import Console
     from rich.markup import escape
     from rich.text import Text
 
     if console is None:
-        # piped or captured output gets a width that fits the tables rather than rich's default of 80
-        console = Console() if sys.stdout.isatty() or os.environ.get("COLUMNS") else Console(width=120)
+        console = _console()
     t = a.table
     span = a.span_ns[1] - a.span_ns[0]
     hosts = sorted({info.host for info in t.ranks.values() if info.host})

@@ -19,6 +19,7 @@ import time
 from datetime import datetime
 
 from ..errors import TraceError
+from ..format import is_rank_file
 
 BOOTSTRAP_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "_bootstrap")
 SUMMARY_MODES = ("off", "stats", "full")
@@ -49,7 +50,7 @@ def prepare_out(path: str) -> str:
         os.makedirs(out, exist_ok=True)
     except OSError as e:
         raise TraceError(f"cannot create trace directory {out}: {e.strerror or e}") from None
-    if any(n.startswith("rank-") and n.endswith(".jsonl") for n in os.listdir(out)):
+    if any(is_rank_file(n) for n in os.listdir(out)):
         raise TraceError(f"{out} already holds a trace; choose another --out or remove it")
     probe = os.path.join(out, ".disttrace-write-test")
     try:
@@ -115,9 +116,14 @@ def main(args) -> int:
     if rc < 0:
         rc = 128 - rc  # killed by a signal: the shell's convention
     _write_run_info(out, command, started, rc)
-    n = sum(1 for f in os.listdir(out) if f.startswith("rank-") and f.endswith(".jsonl"))
+    files = [os.path.join(out, f) for f in os.listdir(out) if is_rank_file(f)]
     where = os.path.relpath(out) if not os.path.relpath(out).startswith("..") else out
-    if n:
+    runs = _runs(files)
+    if len(runs) > 1:
+        sys.stderr.write(f"disttrace: trace of {len(runs)} runs ({len(files)} rank files) in {where}/ — list them "
+                         f"with: disttrace runs {where}; open the last with: disttrace view {where}\n")
+    elif files:
+        n = len(files)
         sys.stderr.write(f"disttrace: trace of {n} rank{'s' if n != 1 else ''} in {where}/ "
                          f"— open it with: disttrace view {where}\n")
     else:
@@ -136,3 +142,12 @@ def _write_run_info(out: str, command: list, started: float, rc: int) -> None:
             f.write(orjson.dumps(info, option=orjson.OPT_INDENT_2))
     except OSError:
         pass
+
+
+def _runs(files: list[str]) -> list:
+    from ..data.runs import find_runs  # (after the job: the launcher imports as little as it can before)
+
+    try:
+        return find_runs(files)[0]
+    except Exception:  # noqa: BLE001 - a damaged file: the reader will say what; this line just counts
+        return []

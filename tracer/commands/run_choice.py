@@ -25,11 +25,11 @@ def add_run_argument(p, all_too: bool = True) -> None:
                         + " (default: the only one, else the last)")
 
 
-def chosen_runs(args) -> list[int | None]:
+def chosen_runs(run, traces: list[str]) -> list[int | None]:
     """The run numbers to read, one after another: [None] for the default (the reader picks and says so)."""
-    if args.run != "all":
-        return [args.run]
-    files = [f for p in args.traces if os.path.isdir(p) for f in find_rank_files(p)]
+    if run != "all":
+        return [run]
+    files = [f for p in traces if os.path.isdir(p) for f in find_rank_files(p)]
     runs, _ = find_runs(files)
     if not runs:
         raise TraceError("--run all: runs are in trace dirs; this holds none")

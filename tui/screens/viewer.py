@@ -414,7 +414,7 @@ class ViewerScreen(Screen):
         self.ring_step = max(-1, min(ring.n_steps - 1, self.ring_step + direction))
 
     def action_help(self) -> None:
-        self.app.push_screen(HelpScreen(self.BINDINGS))
+        self.app.push_screen(HelpScreen(self.BINDINGS + list(self.app.BINDINGS)))  # the app's own too: F, R
 
     def action_search(self) -> None:
         def done(text: str | None) -> None:

@@ -1,0 +1,124 @@
+"""A trace keeps every run: torchrun restarts, successive process groups in one script, a loop of spawned jobs.
+
+Each case of tests/jobs/runs_cases.py runs once under `disttrace run`; the runs the trace holds, their ranks and
+their numbers of ops are checked against what the job did (runs_cases.OPS), through `disttrace runs`, `events` and
+`report`. The grouping rules themselves are checked on made-up rank files below."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import orjson
+import pytest
+
+from conftest import job, run_disttrace, torchrun_cmd
+from disttrace.tracer.data import runs as runs_mod
+
+CASES = job("runs_cases")
+
+
+@pytest.fixture(scope="module")
+def traces(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("runs")
+    made = {}
+    for case, cmd in (
+            ("restart", [*torchrun_cmd("runs_cases.py", 2, ["restart"])[:3], "--max-restarts=1",
+                         *torchrun_cmd("runs_cases.py", 2, ["restart"])[3:]]),
+            ("cycles", torchrun_cmd("runs_cases.py", 2, ["cycles"])),
+            ("spawnloop", [torchrun_cmd("runs_cases.py")[0], str(CASES.__file__), "spawnloop"])):
+        proc = run_disttrace("run", "--out", tmp / case, "--", *cmd, timeout=240, env={"RUNS_PORT": "29537"})
+        assert proc.returncode == 0, (case, proc.stderr[-3000:])
+        made[case] = tmp / case, proc
+    return made
+
+
+def runs_of(trace) -> list[dict]:
+    proc = run_disttrace("runs", "--json", trace)
+    assert proc.returncode == 0, proc.stderr
+    return [json.loads(line) for line in proc.stdout.splitlines()]
+
+
+def ops_per_rank(trace, run) -> Counter:
+    proc = run_disttrace("events", "--run", str(run), trace)
+    assert proc.returncode == 0, proc.stderr
+    events = [orjson.loads(line) for line in proc.stdout.splitlines()]
+    assert {e["run"] for e in events} == {run} and {e["v"] for e in events} == {3}
+    return Counter(e["rank"] for e in events if e["op"] == "all_reduce")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["restart", "cycles", "spawnloop"])
+def test_every_run_is_kept_with_its_ops(traces, case):
+    trace, proc = traces[case]
+    runs = runs_of(trace)
+    expected = CASES.OPS[case]
+    assert [r["run"] for r in runs] == list(range(1, len(expected) + 1)), runs
+    for run, n in zip(runs, expected):
+        assert run["ranks"] == [0, 1] and run["world_size"] == 2
+        ops = ops_per_rank(trace, run["run"])
+        if case == "restart" and run["attempt"] == 0:
+            # the failed attempt: rank 1 died after its 3; rank 0's 4th raised (its peer had gone)
+            assert ops == {0: n + 1, 1: n} and not run["ok"] and 1 in run["died"], run
+        else:
+            assert ops == {0: n, 1: n} and run["ok"], (run, ops)
+    if case == "restart":
+        assert [r["attempt"] for r in runs] == [0, 1]
+    # nothing recorded is dropped: every begin record of every rank file is in some run
+    begins = sum(f.read_bytes().count(b'"k":"b"') for f in trace.glob("rank-*.jsonl"))
+    assert sum(r["ops"] for r in runs) == begins
+    # `disttrace run` says what it left
+    assert f"{len(expected)} runs" in proc.stderr and "disttrace runs" in proc.stderr, proc.stderr
+
+
+@pytest.mark.slow
+def test_the_default_is_the_last_run_with_a_note_and_any_run_can_be_read(traces):
+    trace, _ = traces["cycles"]
+    default = run_disttrace("report", "--json", trace)
+    assert default.returncode == 0, default.stderr
+    report = json.loads(default.stdout)
+    assert report["summary"]["events"] == 2 * CASES.OPS["cycles"][-1]
+    assert any("holds 2 runs" in w and "--run N" in w for w in report["summary"]["warnings"]), report["summary"]
+    first = json.loads(run_disttrace("report", "--json", "--run", "1", trace).stdout)
+    assert first["summary"]["events"] == 2 * CASES.OPS["cycles"][0]
+    assert not any("holds 2 runs" in w for w in first["summary"]["warnings"])
+    every = run_disttrace("events", "--run", "all", trace).stdout.splitlines()
+    assert Counter(orjson.loads(line)["run"] for line in every) == {1: 4, 2: 8}
+    missing = run_disttrace("report", "--run", "3", trace)
+    assert missing.returncode == 2 and "no run 3 in this trace: it holds runs 1, 2" in missing.stderr
+
+
+# -- the grouping rules, on made-up rank files -------------------------------------------------------------
+def rank_file(rank, wall_s, path="", **meta) -> runs_mod.RankFile:
+    meta = {"k": "meta", "rank": rank, "world_size": 2, "wall_ns": int(wall_s * 1e9), "mono_ns": 0, **meta}
+    return runs_mod.RankFile(path or f"r{rank}-{wall_s}", meta, ops=1, left=True, torn=False,
+                             end_wall_ns=int((wall_s + 1) * 1e9))
+
+
+def test_the_ranks_of_one_world_on_several_nodes_are_one_run():
+    files = [rank_file(0, 10.0, run_id="x", master="n0:29500"), rank_file(1, 10.4, run_id="x", master="n0:29500")]
+    (run,) = runs_mod.group(files)
+    assert run.ranks == [0, 1] and run.ok
+
+
+def test_a_rank_met_again_starts_the_next_run_and_old_traces_are_split_by_it():
+    # traces from before the world's identity was recorded: the same key, told apart by time and repeated ranks
+    files = [rank_file(r, t) for t in (1.0, 5.0, 9.0) for r in (1, 0)]
+    runs = runs_mod.group(files)
+    assert [(run.number, run.ranks, run.start_wall_ns) for run in runs] == [
+        (1, [0, 1], 1e9), (2, [0, 1], 5e9), (3, [0, 1], 9e9)]
+
+
+def test_concurrent_jobs_with_their_own_stores_are_not_mixed():
+    a = [rank_file(r, 1.0 + r * 0.2, master="h:1000", path=f"a{r}") for r in (0, 1)]
+    b = [rank_file(r, 1.1 + r * 0.2, master="h:2000", path=f"b{r}") for r in (0, 1)]
+    runs = runs_mod.group(a + b)
+    assert [[f.path for f in run.files] for run in runs] == [["a0", "a1"], ["b0", "b1"]]
+
+
+def test_a_rank_that_did_not_leave_or_is_missing_is_said():
+    files = [rank_file(0, 1.0), runs_mod.RankFile("r1", rank_file(1, 1.0).meta, 1, False, True, 0)]
+    (run,) = runs_mod.group(files)
+    assert run.died == [1] and run.outcome() == "rank 1 died"
+    (alone,) = runs_mod.group([rank_file(0, 1.0)])
+    assert alone.missing == [1] and alone.outcome() == "rank 1 not in the trace"
