@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import free_port, job, run_disttrace, torchrun_cmd
+from harness import free_port, job, run_disttrace, torchrun_cmd
 from disttrace.tracer.analysis import analyze, describe, to_json
 from disttrace.tracer.analysis.units import fmt_ns
 from disttrace.tracer.data.reader import load_trace

@@ -14,7 +14,7 @@ import subprocess
 import orjson
 import pytest
 
-from conftest import JOBS, run_traced, torchrun_cmd
+from harness import JOBS, run_traced, torchrun_cmd
 
 pytestmark = pytest.mark.slow
 

@@ -10,7 +10,7 @@ import json
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from conftest import run_disttrace
+from harness import run_disttrace
 
 from disttrace.demos.narrate_algorithms import ring_chunks, ring_result_from_trace
 from disttrace.tracer.analysis import analyze

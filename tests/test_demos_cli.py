@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 
-from conftest import run_disttrace
+from harness import run_disttrace
 
 from disttrace.demos.narrate_algorithms import ring_chunks
 from disttrace.demos.registry import DEMOS, START_HERE

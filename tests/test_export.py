@@ -12,7 +12,7 @@ from collections import defaultdict
 
 import pytest
 
-from conftest import job, run_disttrace
+from harness import job, run_disttrace
 from disttrace.tracer.analysis import analyze
 from disttrace.tracer.data.events import EventTable
 from disttrace.tracer.commands.export import to_chrome

@@ -13,20 +13,11 @@ import pickle
 import orjson
 import pytest
 
-from conftest import JOBS, job, run_disttrace
+from harness import JOBS, job, run_disttrace, traced_fr_run
 from disttrace.tracer.data.events import TraceError
 from disttrace.tracer.data.flightrec import is_fr_dir, load_fr_dir
 from disttrace.tracer.data.events import EventTable
 from disttrace.tracer.data.reader import load_trace
-
-
-def traced_fr_run(traced, tmp_path_factory):
-    """(disttrace trace dir, dump dir) of one traced fr_ddp.py run, shared by every test module of the session
-    (the dump dir's path is part of the traced job's arguments, so it must be the same path each time)."""
-    dumps = tmp_path_factory.getbasetemp() / "fr_dumps"
-    dumps.mkdir(exist_ok=True)
-    trace = traced("fr_ddp.py", nproc=2, args=[str(dumps)], summaries="off")
-    return trace, dumps
 
 
 @pytest.fixture(scope="module")

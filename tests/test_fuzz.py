@@ -27,12 +27,12 @@ from pathlib import Path
 import orjson
 import pytest
 
-from conftest import disttrace_cmd
+from harness import disttrace_cmd
 from disttrace.tracer.analysis import analyze, to_json
 from disttrace.tracer.data.events import TraceError, iter_jsonl
 from disttrace.tracer.commands.export import write_chrome
 from disttrace.tracer.data.reader import load_trace
-from test_flightrec import traced_fr_run
+from harness import traced_fr_run
 
 SEED = 20261122
 IN_PROCESS = {"trace": 1000, "events": 400, "fr_json": 350, "fr_pickle": 250}   # mutations per input kind

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import JOBS, disttrace_cmd, torchrun_cmd
+from harness import JOBS, disttrace_cmd, torchrun_cmd
 
 pytestmark = pytest.mark.slow
 TIMEOUT_S = 3

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from conftest import REPO
+from harness import REPO
 
 def modules_under(*packages: str) -> list[str]:
     """Every module of these packages, found by walking them: a new module is covered without a list to edit."""

@@ -10,7 +10,7 @@ from disttrace.tracer.analysis import analyze, to_json
 from disttrace.tracer.analysis.problems import short_error
 from disttrace.tracer.data.events import stacks_site
 from disttrace.tracer.data.reader import load_trace
-from test_analysis import MS, Trace
+from synthetic import MS, Trace
 
 GLOO_RESET = ("RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:537] Read error "
               "[127.0.0.1]:47245: Connection reset by peer. This is typically caused by a remote worker hanging or "

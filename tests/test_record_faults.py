@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from conftest import run_disttrace, torchrun_cmd
+from harness import run_disttrace, torchrun_cmd
 from disttrace.tracer.data.reader import load_trace
 
 pytestmark = pytest.mark.slow

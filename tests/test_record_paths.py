@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from conftest import run_traced
+from harness import run_traced
 from disttrace.tracer.data.reader import load_trace
 
 pytestmark = pytest.mark.slow

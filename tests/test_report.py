@@ -10,7 +10,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from conftest import run_disttrace
+from harness import run_disttrace
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 from synth import write_synthetic  # noqa: E402
@@ -99,7 +99,7 @@ def test_render_shows_collectives_far_slower_than_the_model():
 
     from disttrace.tracer.analysis import analyze
     from disttrace.tracer.commands.report import render
-    from test_analysis import MS, Trace
+    from synthetic import MS, Trace
 
     tr = Trace(2)
     t0 = 0

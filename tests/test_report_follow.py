@@ -8,7 +8,7 @@ import time
 import orjson
 import pytest
 
-from conftest import disttrace_cmd, torchrun_cmd
+from harness import disttrace_cmd, torchrun_cmd
 
 pytestmark = pytest.mark.slow
 

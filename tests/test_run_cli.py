@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import JOBS, disttrace_cmd, free_port, run_disttrace, torchrun_cmd
+from harness import JOBS, disttrace_cmd, free_port, run_disttrace, torchrun_cmd
 from disttrace.tracer.data.reader import load_trace
 
 
@@ -167,7 +166,7 @@ def test_spawned_ranks_are_traced(tmp_path):
     assert sorted(table.ranks) == [0, 1]
     assert sorted((table.rank[i], table.op[i]) for i in range(len(table))) == [
         (0, "all_reduce"), (0, "barrier"), (1, "all_reduce"), (1, "barrier")]
-    assert f"disttrace view" in proc.stderr
+    assert "disttrace view" in proc.stderr
 
 
 @pytest.mark.slow

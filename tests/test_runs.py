@@ -12,7 +12,7 @@ from collections import Counter
 import orjson
 import pytest
 
-from conftest import job, run_disttrace, torchrun_cmd
+from harness import job, run_disttrace, torchrun_cmd
 from disttrace.tracer.data import runs as runs_mod
 
 CASES = job("runs_cases")

@@ -13,7 +13,7 @@ import textwrap
 import orjson
 import pytest
 
-from conftest import run_disttrace
+from harness import run_disttrace
 from disttrace.tracer.analysis import analyze
 from disttrace.tracer.data.events import NONE
 from disttrace.tracer.data.reader import load_trace

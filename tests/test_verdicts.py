@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import JOBS, disttrace_cmd, job
+from harness import JOBS, disttrace_cmd, job
 
 pytestmark = pytest.mark.slow
 
