@@ -25,7 +25,7 @@ import orjson
 from ..format import (BEGIN, CLOCK, END, FORMAT_VERSION, GROUP, LEFT, META, STACKS, STEP, SUMMARY, WAIT,
                       is_rank_file)
 from .events import NONE, OPS, EventTable, RankInfo, TraceError, gc_paused, read_jsonl, text_field
-from .runs import find_runs, pick
+from .runs import find_runs, pick, written
 
 _INT = int
 
@@ -109,12 +109,7 @@ class _RankFile:
 
 def _parse_file(path: str) -> _RankFile:
     rf = _RankFile(path)
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as e:
-        raise TraceError(f"cannot read {path}: {e.strerror or e}") from None
-    data = data.rstrip(b"\0")  # a recorder that died leaves its preallocated tail zeroed
+    data = written(path)
     lines = data.split(b"\n")
     if lines and lines[-1] == b"":
         lines.pop()

@@ -116,14 +116,18 @@ class Run:
                 "missing": self.missing, "argv": self.argv, "files": [f.path for f in self.files]}
 
 
-def scan(path: str) -> RankFile | None:
-    """The run facts of one rank file; None when it has no readable meta record (the reader says so)."""
+def written(path: str) -> bytes:
+    """The bytes a rank file holds: what its recorder wrote (one that died leaves its preallocated tail zeroed)."""
     try:
         with open(path, "rb") as f:
-            data = f.read()
+            return f.read().rstrip(b"\0")
     except OSError as e:
         raise TraceError(f"cannot read {path}: {e.strerror or e}") from None
-    data = data.rstrip(b"\0")  # a recorder that died leaves its preallocated tail zeroed
+
+
+def scan(path: str) -> RankFile | None:
+    """The run facts of one rank file; None when it has no readable meta record (the reader says so)."""
+    data = written(path)
     first = data.split(b"\n", 1)[0]
     try:
         meta = orjson.loads(first)
@@ -204,4 +208,4 @@ def find_runs(files: list[str]) -> tuple[list[Run], list[str]]:
     return group(scanned), unreadable
 
 
-__all__ = ["RankFile", "Run", "find_runs", "group", "pick", "scan"]
+__all__ = ["RankFile", "Run", "find_runs", "group", "pick", "scan", "written"]
