@@ -44,7 +44,8 @@ class RankFile:
 
     def key(self) -> tuple:
         m = self.meta
-        return (m.get("run_id"), _int(m.get("restart")), m.get("master"), _int(m.get("world_size")), m.get("init"))
+        return (_opaque(m.get("run_id")), _int(m.get("restart")), _opaque(m.get("master")),
+                _int(m.get("world_size")), _opaque(m.get("init")))
 
 
 @dataclass
@@ -193,6 +194,11 @@ def pick(runs: list[Run], which: int | None, warnings: list[str], trace: str = "
 
 def _int(v) -> int:
     return v if type(v) is int and abs(v) < 2 ** 62 else 0
+
+
+def _opaque(v):
+    """A meta value compared only for equality, made hashable (a damaged file may hold a list or a dict there)."""
+    return v if v is None or isinstance(v, (str, int, float)) else repr(v)
 
 
 def _list(xs: list[int]) -> str:
