@@ -34,7 +34,7 @@ from disttrace.tracer.commands.export import write_chrome
 from disttrace.tracer.data.reader import load_trace
 from harness import traced_fr_run
 
-SEED = 20261122
+SEED = int(os.environ.get("DISTTRACE_FUZZ_SEED", 20261122))  # another seed: another few thousand cases
 IN_PROCESS = {"trace": 1000, "events": 400, "fr_json": 350, "fr_pickle": 250}   # mutations per input kind
 CLI_SAMPLE = 18                                                                # of those, run as real commands
 CHILD_AS_LIMIT = 2 << 30                                                       # bytes of address space

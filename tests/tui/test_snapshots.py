@@ -44,8 +44,13 @@ def test_pipeline_view(snap_compare):
     assert snap_compare(app_on(PIPELINE_JOB), press=["3"], terminal_size=SIZE)
 
 
-def test_waits_view(snap_compare):
-    assert snap_compare(app_on(), press=["4"], terminal_size=SIZE)
+def test_waits_view_narrow(snap_compare):
+    # 90 columns: the collectives' table goes under the ranks and steps, every column of it on screen
+    assert snap_compare(app_on(), press=["4"], terminal_size=(90, 32))
+
+
+def test_waits_view_wide(snap_compare):
+    assert snap_compare(app_on(), press=["4"], terminal_size=(160, 40))
 
 
 def test_links_view(snap_compare):

@@ -18,8 +18,14 @@ pytestmark = [pytest.mark.slow,
 class Tmux:
     def __init__(self, command: str, width: int = 120, height: int = 40):
         self.name = f"disttrace-{uuid.uuid4().hex[:8]}"
+        # the pane is made at its size first, then the command started in it: a new session's pane starts at
+        # tmux's default size and is resized an instant later, which a busy machine's app can start before and miss
         subprocess.run(["tmux", "new-session", "-d", "-s", self.name, "-x", str(width), "-y", str(height),
-                        command], check=True)
+                        "sleep 600"], check=True)
+        # and told its size: on a loaded machine the app's size query (shutil.get_terminal_size, which reads
+        # COLUMNS and LINES first) now and then fell back to 80x24 in a 120x40 pane
+        subprocess.run(["tmux", "respawn-pane", "-k", "-t", self.name,
+                        f"env COLUMNS={width} LINES={height} {command}"], check=True)
 
     def screen(self) -> str:
         return subprocess.run(["tmux", "capture-pane", "-p", "-t", self.name], capture_output=True,
@@ -30,11 +36,12 @@ class Tmux:
             subprocess.run(["tmux", "send-keys", "-t", self.name, k], check=True)
             time.sleep(0.15)
 
-    def wait_for(self, text: str, timeout: float = 30) -> str:
+    def wait_for(self, text: str, timeout: float = 30, gone: str | None = None) -> str:
+        """The screen once `text` is on it (and `gone` is not)."""
         deadline = time.monotonic() + timeout
         while True:
             screen = self.screen()
-            if text in screen:
+            if text in screen and (gone is None or gone not in screen):
                 return screen
             if time.monotonic() > deadline:
                 raise AssertionError(f"{text!r} not on screen after {timeout}s:\n{screen}")
@@ -59,7 +66,7 @@ def test_view_a_real_trace_in_tmux(traced, tmp_path):
         # N five times: all_reduce, all_gather, reduce_scatter, broadcast, then the barrier rank 2 came 0.3 s late to
         term.keys("N", "N", "N", "N", "N")
         screen = term.wait_for("barrier #4")
-        assert "which arrived last" in screen and "rank 2" in screen
+        assert "which arrived last" in screen and "rank 2" in screen, screen
         # the waits view says the verdict and puts the straggler first
         term.keys("4")
         screen = term.wait_for("Ranks by the wait")
@@ -74,8 +81,10 @@ def test_view_a_real_trace_in_tmux(traced, tmp_path):
         assert "K/N = 1KiB" in screen
         term.keys("?")
         term.wait_for("next collective")
-        term.keys("Escape", "q")
-        deadline = time.monotonic() + 15
+        term.keys("Escape")  # then q once the help is gone: ESC and q read together would be alt+q
+        term.wait_for("Step 1 of 6", gone="next collective")
+        term.keys("q")
+        deadline = time.monotonic() + 30
         while not done.exists() and time.monotonic() < deadline:
             time.sleep(0.2)
         assert done.read_text().strip() == "0"

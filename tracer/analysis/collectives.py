@@ -15,6 +15,8 @@ from .model import WAIT_BARRIER, WAIT_NXN
 from .tables import CollectiveTable
 from .waits import WAIT_KIND, collective_waits
 
+_MAX_VOLUME = 2 ** 63 - 1  # the column's limit: a damaged byte count near it, times the busbw factor, passes it
+
 _OK = {"ok"}
 _ROOT_INPUT_IS_S = frozenset({"broadcast", "scatter"})  # the root's input is the payload; others may put in 0
 
@@ -95,6 +97,6 @@ def build_collectives(t: EventTable, buckets: list[list[int]], traced: set[int],
             last = {r: k for k, r in enumerate(ranks)}.values()
             rows, waits = [rows[k] for k in last], [waits[k] for k in last]
         out.append(op, g, t.group_seq[i0], rows, waits, nbytes, kind, latest - min(starts), duration, algbw, busbw,
-                   root, complete, is_async, ranks[starts.index(latest)], int(s * factor), missing)
+                   root, complete, is_async, ranks[starts.index(latest)], min(int(s * factor), _MAX_VOLUME), missing)
         culprits.append(culprit)
     return out, instance_of, culprits, suspects

@@ -186,7 +186,7 @@ def _sync_windows(t: EventTable, path: list[int], rows: dict[int, list[int]],
     complete."""
     members = set(path)
     syncs = [c for g, grp in enumerate(t.groups) if members <= set(grp.ranks) for c in by_group.get(g, ())
-             if not any(t.async_op[i] for i in c.rows)]
+             if not any(t.async_op[i] for i in c.rows) and members <= set(c.ranks)]  # (a damaged one may lack one)
     syncs.sort(key=lambda c: max(c.starts))
     starts = {r: [t.start_ns[i] for i in rows[r]] for r in path}
     out = []

@@ -363,17 +363,21 @@ def _run_to_keep(path: str, fh, run: int | None, warnings: list) -> tuple[int | 
     return None, present
 
 
-_RUN_KEY = re.compile(rb'"run":(\d+),')
+_RUN_KEY = re.compile(rb'"run":(\d{1,9}),')
+_FIND_EACH = 1000  # runs up to which each number is looked for by a byte search; beyond, one regex pass
 
 
 def _runs_in(m) -> list[int]:
     """The run numbers in an events file, by byte searches at memchr speed (no pass of Python over the lines):
-    the first event's and the last's, and each number between them that some line holds."""
+    the first event's and the last's, and each number between them that some line holds. A span of numbers too
+    wide for that (a damaged file) is read by one regular-expression pass instead."""
     first = _RUN_KEY.search(m, 0, 1 << 16)
     if first is None:
         return []
     last = _RUN_KEY.findall(m, max(len(m) - (1 << 16), 0))
     lo, hi = sorted((int(first.group(1)), int(last[-1]) if last else int(first.group(1))))
+    if hi - lo > _FIND_EACH:
+        return sorted({int(k) for k in _RUN_KEY.findall(m)})
     return [k for k in range(lo, hi + 1) if k in (lo, hi) or m.find(b'"run":%d,' % k) >= 0]
 
 

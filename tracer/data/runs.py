@@ -197,8 +197,9 @@ def _int(v) -> int:
 
 
 def _opaque(v):
-    """A meta value compared only for equality, made hashable (a damaged file may hold a list or a dict there)."""
-    return v if v is None or isinstance(v, (str, int, float)) else repr(v)
+    """A meta value compared only for equality, made hashable: a damaged file may hold a list or a dict there
+    (any nesting deep), which all compare equal."""
+    return v if v is None or isinstance(v, (str, int, float)) else type(v).__name__
 
 
 def _list(xs: list[int]) -> str:

@@ -55,8 +55,13 @@ def detail_table(store: TraceStore, row: int) -> Table:
         + (f", id {t.id[row]}" if t.id[row] != NONE else ""))
     add("op", Text(op, style=f"bold {OP_COLORS[op]}") + Text(f"  api {t.api[row]}" if t.api[row] != op else ""))
     ranks = ",".join(map(str, g.ranks)) if len(g.ranks) <= 16 else f"{len(g.ranks)} ranks"
-    add("group", f"{g.name} [{ranks}]" + (f"  group_seq {t.group_seq[row]}" if t.group_seq[row] != NONE else "")
-        + (f"  seq {t.seq[row]}" if t.seq[row] != NONE else ""))
+    add("group", f"{g.name} [{ranks}]")
+    # the two sequence numbers under the event format's names for them, which the event list's column and the
+    # waits view use too
+    if t.group_seq[row] != NONE:
+        add("group_seq", f"{t.group_seq[row]}  (in its group, on every rank)")
+    if t.seq[row] != NONE:
+        add("seq", f"{t.seq[row]}  (the backend's, FR's op_id)")
     if t.peer[row] != NONE:
         add("peer", f"rank {t.peer[row]}" + (f"  tag {t.tag[row]}" if t.tag[row] not in (NONE, 0) else ""))
     if t.root[row] != NONE:

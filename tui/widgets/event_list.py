@@ -3,6 +3,8 @@ nothing until they are on screen)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from rich.segment import Segment
 from rich.style import Style
 from textual.cache import LRUCache
@@ -18,7 +20,57 @@ from ..model.store import TraceStore
 from .messages import EventPicked
 from .palette import OP_COLORS
 
-HEADER = f"{'#':>7} {'time':>8} {'rank':<5}{'op':<15}{'seq':>4} {'bytes':>7} {'dur':>7} {'wait':>7}  site"
+
+@dataclass(frozen=True)
+class Column:
+    """One column of the list: its header (the event format's name for the field where it has one, the name the
+    detail pane gives it too), width, alignment, and when it goes on a narrow screen."""
+
+    name: str
+    width: int
+    right: bool = True
+    drop: int = 0
+    """The order in which columns leave when the list is too narrow for all of them (1 first); 0: never."""
+
+
+# A narrow list (a 90-column terminal leaves it about 50) drops its least needed columns rather than cutting
+# off the ones on the right: first # (the event number: the detail pane's "event #"), then bytes, then the start
+# time (the ruler and the playhead line say it); group_seq, which lines up the same collective on every rank,
+# stays longer. The detail pane shows every field of the selected event, dropped or not.
+def columns_of(store: TraceStore) -> list[Column]:
+    t = store.table
+    last_rank = max(t.ranks, default=0)
+    return [
+        Column("#", max(1, len(str(max(0, store.n_events - 1)))), drop=1),
+        Column("time", 7, drop=3),
+        Column("rank", max(4, len(f"r{last_rank}")), right=False),
+        Column("op", max([2, *map(len, t.op.values)]), right=False),
+        Column("group_seq", 9, drop=4),
+        Column("bytes", 6, drop=2),
+        Column("dur", 7, drop=5),
+        Column("wait", 7, drop=6),
+    ]
+
+
+def line_width(columns: list[Column]) -> int:
+    """Cells a line takes up to the site: the playhead mark, then each column after a space."""
+    return 1 + sum(c.width + 1 for c in columns)
+
+
+SITE_MIN = 14
+"""Cells kept for the call site (file name and line) before the columns start to leave."""
+
+
+def fit(columns: list[Column], width: int) -> list[Column]:
+    """The columns that fit in `width` cells with room for the site, dropping them in their `drop` order."""
+    shown = list(columns)
+    for c in sorted((c for c in columns if c.drop), key=lambda c: c.drop):
+        if line_width(shown) + SITE_MIN <= width:
+            break
+        shown.remove(c)
+    return shown
+
+
 SEL_STYLE = Style(bgcolor="#4a4a78", bold=True)
 PLAY_STYLE = Style(color="#ff8080", bold=True)
 
@@ -48,7 +100,9 @@ class EventList(ScrollView, can_focus=False):
         super().__init__(**kwargs)
         self.store = store
         self._lines: LRUCache = LRUCache(512)
-        self.virtual_size = Size(len(HEADER) + 40, store.n_events + 1)
+        self._all = columns_of(store)
+        self._shown: tuple[int, list[Column]] = (-1, self._all)  # (width, the columns that fit it)
+        self.virtual_size = Size(0, store.n_events + 1)  # no horizontal scrolling: the columns fit the width
 
     def clear_caches(self) -> None:
         self._lines.clear()
@@ -70,33 +124,67 @@ class EventList(ScrollView, can_focus=False):
     def on_resize(self) -> None:
         self._keep_visible(self.selection)
 
-    def text_of(self, row: int) -> str:
+    def columns(self, width: int | None = None) -> list[Column]:
+        """The columns shown at `width` (the list's own by default)."""
+        if width is None:
+            width = self.scrollable_content_region.width
+        if self._shown[0] != width:
+            self._shown = (width, fit(self._all, width))
+        return self._shown[1]
+
+    @staticmethod
+    def header(columns: list[Column]) -> str:
+        return " " + " ".join(c.name.rjust(c.width) if c.right else c.name.ljust(c.width) for c in columns) + "  site"
+
+    def cells(self, row: int, columns: list[Column]) -> list[str]:
+        """The text of each column for event `row`, padded to its width."""
         t = self.store.table
-        seq = t.group_seq[row]
-        dur = t.duration_ns(row)
-        w = self.store.wait_ns[row]
-        return (f"{row:>7} {fmt_ns_short(t.start_ns[row] - self.store.t0):>8} r{t.rank[row]:<4}{t.op[row]:<15}"
-                f"{'' if seq < 0 else seq:>4} {fmt_bytes_short(t.bytes[row]):>7} "
-                f"{fmt_ns_short(dur) if dur is not None else 'never':>7} {fmt_ns_short(w) if w else '':>7}  "
-                f"{short_site(t.site[row])}")
+        out = []
+        for c in columns:
+            name = c.name
+            if name == "#":
+                v = str(row)
+            elif name == "time":
+                v = fmt_ns_short(t.start_ns[row] - self.store.t0)
+            elif name == "rank":
+                v = f"r{t.rank[row]}"
+            elif name == "op":
+                v = t.op[row]
+            elif name == "group_seq":
+                seq = t.group_seq[row]
+                v = "" if seq < 0 else str(seq)
+            elif name == "bytes":
+                v = fmt_bytes_short(t.bytes[row])
+            elif name == "dur":
+                dur = t.duration_ns(row)
+                v = fmt_ns_short(dur) if dur is not None else "never"
+            else:  # wait
+                w = self.store.wait_ns[row]
+                v = fmt_ns_short(w) if w else ""
+            out.append(v.rjust(c.width) if c.right else v.ljust(c.width))
+        return out
 
     def render_line(self, y: int) -> Strip:
         width = self.scrollable_content_region.width
+        columns = self.columns(width)
         if y == 0:
-            return Strip([Segment(HEADER, Style(bold=True, color="#a0a0a0"))]).crop(0, width).extend_cell_length(width)
+            return (Strip([Segment(self.header(columns), Style(bold=True, color="#a0a0a0"))])
+                    .crop(0, width).extend_cell_length(width))
         row = y - 1 + int(self.scroll_y)
         if row >= self.store.n_events:
             return Strip.blank(width)
-        key = (row, row == self.selection, row == self.playhead, width, int(self.scroll_x))
+        key = (row, row == self.selection, row == self.playhead, width)
         strip = self._lines.get(key)
         if strip is None:
-            text = self.text_of(row)
             op = self.store.table.op[row]
             base = SEL_STYLE if row == self.selection else Style()
-            mark = Segment("▶" if row == self.playhead else " ", PLAY_STYLE + base)
-            segs = [mark, Segment(text[1:19], base), Segment(text[19:34], Style(color=OP_COLORS[op]) + base),
-                    Segment(text[34:], base)]
-            strip = Strip(segs).crop(int(self.scroll_x), int(self.scroll_x) + width).extend_cell_length(width, base)
+            op_style = Style(color=OP_COLORS[op]) + base
+            segs = [Segment("▶" if row == self.playhead else " ", PLAY_STYLE + base)]
+            for c, text in zip(columns, self.cells(row, columns)):
+                segs.append(Segment(" ", base))
+                segs.append(Segment(text, op_style if c.name == "op" else base))
+            segs.append(Segment("  " + short_site(self.store.table.site[row]), base))
+            strip = Strip(segs).crop(0, width).extend_cell_length(width, base)
             self._lines[key] = strip
         return strip
 

@@ -90,8 +90,8 @@ class RingView(Widget, can_focus=False):
         per = "K/N" if plan.op != "all_gather" else "K"
         total = {"all_reduce": "2(N−1)K/N", "reduce_scatter": "(N−1)K/N", "all_gather": "(N−1)K"}[plan.op]
         head = Text.assemble(
-            (f"{plan.op} #{inst.group_seq}", f"bold {OP_COLORS[plan.op]}"),
-            f" of group {g}:  K = {fmt_bytes_short(k_bytes)} per rank, N = {n} ranks\n",
+            (plan.op, f"bold {OP_COLORS[plan.op]}"),
+            f" of group {g}, group_seq {inst.group_seq}:  K = {fmt_bytes_short(k_bytes)} per rank, N = {n} ranks\n",
             f"{steps_word} = {plan.n_steps} steps; each transfer is {per} = {fmt_bytes_short(plan.chunk_bytes)}; "
             f"each rank sends {total} = {fmt_bytes_short(plan.per_rank_bytes)} in all.\n")
         k = self.ring_step

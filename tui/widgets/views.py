@@ -89,11 +89,20 @@ class WaitsView(Vertical):
     WaitsView { height: 1fr; }
     WaitsView #verdict { height: auto; padding: 0 1; color: $text; }
     WaitsView > Horizontal { height: 1fr; }
-    WaitsView Horizontal > Vertical { width: 1fr; }
-    WaitsView #stragglers { width: 48; }
+    WaitsView #ranks-steps { width: 48; }
+    WaitsView #ranks-steps > Vertical { height: 1fr; }
+    WaitsView #collectives { width: 1fr; }
+    WaitsView.-narrow > Horizontal { layout: vertical; }
+    WaitsView.-narrow #ranks-steps { width: 1fr; height: 1fr; layout: horizontal; }
+    WaitsView.-narrow #ranks-steps > Vertical { width: 1fr; }
+    WaitsView.-narrow #collectives { height: 1fr; }
     WaitsView Vertical > Static { height: auto; padding: 0 1; color: $text-muted; }
     WaitsView DataTable { height: 1fr; }
     """
+
+    NARROW = 130
+    """Below this width the collectives' table goes under the ranks and the steps (side by side), not beside them:
+    its seven columns need about 80 cells."""
 
     def __init__(self, store: TraceStore, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -106,43 +115,60 @@ class WaitsView(Vertical):
         label, rest = straggler_verdict(a)
         yield Static(Text.assemble((label, "bold"), rest), id="verdict")
         with Horizontal():
-            with Vertical(id="stragglers"):
-                yield Static("Ranks by the wait they caused others, and their own wait")
-                t = DataTable(id="straggler-table", cursor_type="row", zebra_stripes=True)
-                t.add_columns("rank", "caused", "last at", "own wait")
-                for s in a.stragglers:
-                    t.add_row(f"r{s.rank}", fmt_ns_short(s.delay_cost_ns), str(s.late_count),
-                              fmt_ns_short(a.waits.get(s.rank, 0)))
-                yield t
+            with Vertical(id="ranks-steps"):
+                with Vertical():
+                    yield Static("Ranks by the wait they caused others, and their own wait")
+                    yield self._ranks_table()
                 if a.steps:
-                    yield Static(f"Steps ({'marked' if a.steps_source == 'marker' else 'found'}; enter: show)")
-                    t = DataTable(id="step-table", cursor_type="row", zebra_stripes=True)
-                    t.add_columns("step", "time", "late", "caused")
-                    targets = self._step_targets()
-                    for s in a.steps[:MAX_ROWS]:
-                        late = s.late_rank
-                        t.add_row(f"{s.index}{' w' if s.warmup else ''}", fmt_ns_short(s.end_ns - s.start_ns),
-                                  "—" if late is None else f"r{late}",
-                                  "" if late is None else fmt_ns_short(s.caused_ns.get(late, 0)))
-                        self._step_rows.append(targets.get(s.index, 0))
-                    yield t
-            with Vertical():
+                    with Vertical():
+                        yield Static(f"Steps ({'marked' if a.steps_source == 'marker' else 'found'}; enter: show)")
+                        yield self._steps_table()
+            with Vertical(id="collectives"):
                 yield Static("Collectives by total wait (enter: show in the timeline)")
-                t = DataTable(id="wait-table", cursor_type="row", zebra_stripes=True)
-                t.add_columns("op", "group", "#", "total wait", "skew", "last", "who waited longest")
-                colls = sorted((c for c in a.collectives if sum(c.waits) > 0), key=lambda c: -sum(c.waits))[:MAX_ROWS]
-                groups = self.store.table.groups
-                for c in colls:
-                    worst = max(c.wait_ns, key=lambda r: c.wait_ns[r])
-                    t.add_row(Text(c.op, style=OP_COLORS.get(c.op, "")), groups[c.gid].name, str(c.group_seq),
-                              fmt_ns_short(sum(c.wait_ns.values())), fmt_ns_short(c.skew_ns),
-                              f"r{c.last_arrival}" if c.last_arrival is not None else "—",
-                              f"r{worst} {fmt_ns_short(c.wait_ns[worst])}")
-                    target = c.events.get(c.last_arrival) if c.last_arrival is not None else None
-                    self._rows.append(target if target is not None else min(c.events.values()))
-                if not colls:
-                    t.add_row("no collective had any rank waiting", "", "", "", "", "", "")
-                yield t
+                yield self._collectives_table()
+
+    def _ranks_table(self) -> DataTable:
+        a = self.store.analysis
+        t = DataTable(id="straggler-table", cursor_type="row", zebra_stripes=True)
+        t.add_columns("rank", "caused", "last at", "own wait")
+        for s in a.stragglers:
+            t.add_row(f"r{s.rank}", fmt_ns_short(s.delay_cost_ns), str(s.late_count),
+                      fmt_ns_short(a.waits.get(s.rank, 0)))
+        return t
+
+    def _steps_table(self) -> DataTable:
+        t = DataTable(id="step-table", cursor_type="row", zebra_stripes=True)
+        t.add_columns("step", "time", "late", "caused")
+        targets = self._step_targets()
+        for s in self.store.analysis.steps[:MAX_ROWS]:
+            late = s.late_rank
+            t.add_row(f"{s.index}{' w' if s.warmup else ''}", fmt_ns_short(s.end_ns - s.start_ns),
+                      "—" if late is None else f"r{late}",
+                      "" if late is None else fmt_ns_short(s.caused_ns.get(late, 0)))
+            self._step_rows.append(targets.get(s.index, 0))
+        return t
+
+    def _collectives_table(self) -> DataTable:
+        """The collectives by the waiting they held, named by group_seq (as the event list and detail pane do)."""
+        a = self.store.analysis
+        t = DataTable(id="wait-table", cursor_type="row", zebra_stripes=True)
+        t.add_columns("op", "group", "group_seq", "total wait", "skew", "last", "who waited longest")
+        colls = sorted((c for c in a.collectives if sum(c.waits) > 0), key=lambda c: -sum(c.waits))[:MAX_ROWS]
+        groups = self.store.table.groups
+        for c in colls:
+            worst = max(c.wait_ns, key=lambda r: c.wait_ns[r])
+            t.add_row(Text(c.op, style=OP_COLORS.get(c.op, "")), groups[c.gid].name, str(c.group_seq),
+                      fmt_ns_short(sum(c.wait_ns.values())), fmt_ns_short(c.skew_ns),
+                      f"r{c.last_arrival}" if c.last_arrival is not None else "—",
+                      f"r{worst} {fmt_ns_short(c.wait_ns[worst])}")
+            target = c.events.get(c.last_arrival) if c.last_arrival is not None else None
+            self._rows.append(target if target is not None else min(c.events.values()))
+        if not colls:
+            t.add_row("no collective had any rank waiting", "", "", "", "", "", "")
+        return t
+
+    def on_resize(self, event) -> None:
+        self.set_class(event.size.width < self.NARROW, "-narrow")
 
     def _step_targets(self) -> dict[int, int]:
         """step -> the row to show for it: the late rank's first event in it, else the step's first event (one
@@ -348,7 +374,7 @@ class ProblemsView(Vertical):
         yield Static(f"{len(problems)} problem(s), worst first. enter: show it in the timeline")
         options = []
         for p in problems[:MAX_ROWS]:
-            where = f"{p.op} #{p.group_seq}" if p.op and p.group_seq is not None else (p.op or "")
+            where = f"{p.op}, group_seq {p.group_seq}" if p.op and p.group_seq is not None else (p.op or "")
             options.append(Text.assemble((f"{p.kind.upper():<11}", "bold red"), (f"{where}\n", "bold"),
                                          (p.message, ""), "\n"))
         yield OptionList(*options, id="problem-list")
