@@ -78,6 +78,17 @@ def test_a_traced_job_s_traceback_is_the_one_it_prints_untraced(tmp_path):
     assert "disttrace" not in tb.split("ChildFailedError")[0] and "tracer/record" not in tb, tb
 
 
+def test_an_error_inside_init_process_group_shows_no_tracer_frame(tmp_path):
+    # the rendezvous fails (env:// without MASTER_ADDR) inside the tracer's init_process_group wrapper
+    code = ("import os\nos.environ.pop('MASTER_ADDR', None)\nimport torch.distributed as dist\n"
+            "dist.init_process_group('gloo', rank=0, world_size=1)\n")
+    proc = run_disttrace("run", "--out", tmp_path / "t", "--", sys.executable, "-c", code, timeout=120)
+    assert proc.returncode != 0
+    tb = proc.stderr[proc.stderr.index("Traceback (most recent call last)"):]
+    assert 'File "<string>", line 4, in <module>' in tb and "MASTER_ADDR" in tb, tb
+    assert "tracer/record" not in tb and "hooks.py" not in tb, tb
+
+
 def test_unwritable_out_fails_before_the_job_starts(tmp_path):
     # a path below a regular file cannot be created, even by root
     (tmp_path / "file").write_text("x")

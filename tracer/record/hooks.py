@@ -50,6 +50,7 @@ def install(out_dir: str, summaries: str = "off", hang_timeout: float = 0.0) -> 
     if not _installed:
         _installed = True
         _patch_lifecycle()
+        tracebacks.install()  # from here on: an error in init_process_group passes through our wrapper too
     if dist.is_initialized() and current.tracer is None:
         _start()
 
@@ -139,7 +140,6 @@ def _start() -> None:
         _patch_work_wait()
         _patch_backward()
         _patch_profiler_step()
-        tracebacks.install()
         atexit.register(stop)
         if _config.get("hang_timeout"):
             from .watchdog import start_watchdog
