@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from synth import ensure_synthetic, time_parse  # noqa: E402
 
 from disttrace.tracer.analysis import analyze, to_json  # noqa: E402
-from disttrace.tracer.data.reader import load_trace  # noqa: E402
+from disttrace.tracer.data.load import load_trace  # noqa: E402
 
 
 def main() -> None:

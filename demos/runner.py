@@ -50,7 +50,7 @@ def run_demo(demo: Demo, nproc: int, backend: str = "gloo", out: Path | None = N
              extra: list[str] | None = None) -> DemoRun:
     """Run the demo's program under the tracer, narrate it, and return the run (trace in run.out)."""
     from disttrace.tracer.commands.run import prepare_out
-    from disttrace.tracer.data.reader import load_trace
+    from disttrace.tracer.data.load import load_trace
 
     check_backend(backend, nproc)
     out = Path(prepare_out(str(out))) if out is not None else default_out(demo)

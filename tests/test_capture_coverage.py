@@ -9,7 +9,7 @@ from collections import Counter
 
 import pytest
 
-from disttrace.tracer.data.reader import load_trace
+from disttrace.tracer.data.load import load_trace
 
 pytestmark = pytest.mark.slow
 

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from harness import run_traced
-from disttrace.tracer.data.reader import load_trace
+from disttrace.tracer.data.load import load_trace
 
 pytestmark = pytest.mark.slow
 

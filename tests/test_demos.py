@@ -14,7 +14,7 @@ from harness import run_disttrace
 
 from disttrace.demos.narrate_algorithms import ring_chunks, ring_result_from_trace
 from disttrace.tracer.analysis import analyze
-from disttrace.tracer.data.reader import load_trace
+from disttrace.tracer.data.load import load_trace
 from disttrace.tui.model.narration import load_narration
 
 pytestmark = pytest.mark.slow

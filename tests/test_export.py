@@ -16,7 +16,7 @@ from harness import job, run_disttrace
 from disttrace.tracer.analysis import analyze
 from disttrace.tracer.data.events import EventTable
 from disttrace.tracer.commands.export import to_chrome
-from disttrace.tracer.data.reader import load_trace
+from disttrace.tracer.data.load import load_trace
 
 _KNOWN_M = {"process_name", "process_sort_index", "thread_name", "thread_sort_index"}
 

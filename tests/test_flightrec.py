@@ -17,7 +17,7 @@ from harness import JOBS, job, run_disttrace, traced_fr_run
 from disttrace.tracer.data.events import TraceError
 from disttrace.tracer.data.flightrec import is_fr_dir, load_fr_dir
 from disttrace.tracer.data.events import EventTable
-from disttrace.tracer.data.reader import load_trace
+from disttrace.tracer.data.load import load_trace
 
 
 @pytest.fixture(scope="module")

@@ -31,7 +31,7 @@ from harness import disttrace_cmd
 from disttrace.tracer.analysis import analyze, to_json
 from disttrace.tracer.data.events import TraceError, iter_jsonl
 from disttrace.tracer.commands.export import write_chrome
-from disttrace.tracer.data.reader import load_trace
+from disttrace.tracer.data.load import load_trace
 from harness import traced_fr_run
 
 SEED = int(os.environ.get("DISTTRACE_FUZZ_SEED", 20261122))  # another seed: another few thousand cases

@@ -9,7 +9,7 @@ import orjson
 from disttrace.tracer.analysis import analyze, to_json
 from disttrace.tracer.analysis.problems import short_error
 from disttrace.tracer.data.events import stacks_site
-from disttrace.tracer.data.reader import load_trace
+from disttrace.tracer.data.load import load_trace
 from synthetic import MS, Trace
 
 GLOO_RESET = ("RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:537] Read error "

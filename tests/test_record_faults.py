@@ -7,7 +7,7 @@ import subprocess
 import pytest
 
 from harness import run_disttrace, torchrun_cmd
-from disttrace.tracer.data.reader import load_trace
+from disttrace.tracer.data.load import load_trace
 
 pytestmark = pytest.mark.slow
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from disttrace.tracer.data.reader import load_trace
+from disttrace.tracer.data.load import load_trace
 
 pytestmark = pytest.mark.slow
 

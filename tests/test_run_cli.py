@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from harness import JOBS, disttrace_cmd, free_port, run_disttrace, torchrun_cmd
-from disttrace.tracer.data.reader import load_trace
+from disttrace.tracer.data.load import load_trace
 
 
 def one_line_error(proc):

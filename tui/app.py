@@ -18,7 +18,7 @@ from textual.screen import Screen
 from textual.widgets import Label, ProgressBar, TabbedContent
 
 from disttrace.tracer.data.events import EventTable, TraceError
-from disttrace.tracer.data.reader import trace_size
+from disttrace.tracer.data.load import trace_size
 
 from . import loading
 from .model.narration import Narration, load_narration

@@ -24,7 +24,7 @@ def read_table(paths: list[str], progress: Progress | None = None, run: int | No
     if not paths:
         raise TraceError("no trace given")
     try:
-        from disttrace.tracer.data.reader import load_trace
+        from disttrace.tracer.data.load import load_trace
     except ImportError:  # the reader of trace dirs is not there: events files still open
         load_trace = None
     if load_trace is not None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 
 from ..data.events import iter_jsonl
-from ..data.reader import load_trace
+from ..data.load import load_trace
 from .run_choice import add_run_argument, chosen_runs
 
 

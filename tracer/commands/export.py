@@ -21,7 +21,7 @@ from ..analysis import analyze
 from ..analysis.matching import finished, finished_at
 from ..analysis.model import Analysis
 from ..data.events import NONE, P2P_OPS, TraceError
-from ..data.reader import load_trace
+from ..data.load import load_trace
 from .run_choice import add_run_argument, chosen_runs
 
 # track (Chrome "thread") families per rank: tid = family base + lane

@@ -120,7 +120,7 @@ class HangMonitor(threading.Thread):
     def _problems(self) -> list[str]:
         try:
             from ..analysis import analyze
-            from ..data.reader import load_trace
+            from ..data.load import load_trace
 
             a = analyze(load_trace([self.out_dir]))
         except Exception as e:  # noqa: BLE001

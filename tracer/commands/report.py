@@ -22,7 +22,8 @@ from ..analysis.describe import micro_batches, straggler_verdict
 from ..analysis.model import Analysis
 from ..analysis.units import fmt_bytes, fmt_gbps, fmt_list, fmt_ns, fmt_ranks, gbps_unit, in_unit, ns_unit
 from ..data.events import TraceError
-from ..data.reader import load_trace, run_info, trace_size
+from ..data.load import load_trace, trace_size
+from ..data.reader import run_info
 from .run_choice import add_run_argument, chosen_runs
 
 PROBLEM_STYLE = {"hang": "bold red", "mismatch": "bold red", "died": "bold red", "error": "red",

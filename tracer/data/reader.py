@@ -1,4 +1,4 @@
-"""The tolerant trace reader: per-rank files of one or several trace dirs (nodes) -> one aligned EventTable.
+"""disttrace's own traces: the rank files of one or several trace dirs (nodes) -> one aligned EventTable.
 
 What it tolerates, with a warning each (never a crash): a torn last line (a rank killed mid-write), the zero
 bytes a crashed recorder leaves at the end of its file, malformed lines, records of unknown kinds, ends without
@@ -24,7 +24,7 @@ import orjson
 
 from ..format import (BEGIN, CLOCK, END, FORMAT_VERSION, GROUP, LEFT, META, STACKS, STEP, SUMMARY, WAIT,
                       is_rank_file)
-from .events import NONE, OPS, EventTable, RankInfo, TraceError, gc_paused, read_jsonl, text_field
+from .events import NONE, OPS, EventTable, RankInfo, TraceError, gc_paused, text_field
 from .runs import find_runs, pick, written
 
 _INT = int
@@ -40,50 +40,27 @@ def find_rank_files(path: str) -> list[str]:
     return [os.path.join(path, n) for n in names if is_rank_file(n)]
 
 
-def load_trace(paths: list[str] | str, progress: Progress | None = None, run: int | None = None) -> EventTable:
-    """Load trace dirs (one per node), or normalized events .jsonl files, into one sorted EventTable.
+def is_trace_dir(path: str) -> bool:
+    """A directory that holds disttrace rank files."""
+    return os.path.isdir(path) and bool(find_rank_files(path))
 
-    Trace dirs may hold several runs (process-group worlds: restarts, successive jobs; data/runs.py): `run` picks
-    one by its number; by default the only one, else the last, with a note that there are others."""
-    if isinstance(paths, str):
-        paths = [paths]
-    if not paths:
-        raise TraceError("no trace given")
-    table = EventTable()
-    rank_files: list[str] = []
-    for p in paths:
-        if os.path.isdir(p):
-            files = find_rank_files(p)
-            if files:
-                rank_files += files
-                continue
-            from . import flightrec  # a directory of PyTorch Flight Recorder dumps, perhaps
 
-            if flightrec.is_fr_dir(p):
-                flightrec.load_fr_dir(p, table)
-                continue
-            raise TraceError(f"{p}: not a disttrace trace (no rank-*.jsonl files in it)")
-        elif os.path.isfile(p):
-            read_jsonl(p, table, progress, run)
-        elif not os.path.exists(p):
-            raise TraceError(f"{p}: no such file or directory")
-        else:
-            raise TraceError(f"{p}: not a trace directory or events file")
-    if rank_files:
-        runs, unreadable = find_runs(rank_files)
-        for path in unreadable:
-            table.warnings.append(f"{path}: no metadata record; file skipped (not a disttrace rank file?)")
-        if not runs:
-            raise TraceError(f"{os.path.dirname(rank_files[0]) or '.'}: no readable rank files in this trace")
-        chosen = pick(runs, run, table.warnings, " ".join(paths))
-        table.runs, table.run = runs, chosen.number
-        with gc_paused():
-            _load_rank_files([f.path for f in chosen.files], table, progress)
+def load_trace_dirs(paths: list[str], table: EventTable, progress: Progress | None = None,
+                    run: int | None = None) -> None:
+    """Load disttrace trace dirs (one per node: their rank files make one trace) into `table`.
 
-    if len(table) == 0:
-        raise TraceError(f"{', '.join(paths)}: the trace holds no events (did the job call torch.distributed?)")
-    table.sort()
-    return table
+    They may hold several runs (process-group worlds: restarts, successive jobs; data/runs.py): `run` picks one by
+    its number; by default the only one, else the last, with a note that there are others."""
+    rank_files = [f for p in paths for f in find_rank_files(p)]
+    runs, unreadable = find_runs(rank_files)
+    for path in unreadable:
+        table.warnings.append(f"{path}: no metadata record; file skipped (not a disttrace rank file?)")
+    if not runs:
+        raise TraceError(f"{os.path.dirname(rank_files[0]) or '.'}: no readable rank files in this trace")
+    chosen = pick(runs, run, table.warnings, " ".join(paths))
+    table.runs, table.run = runs, chosen.number
+    with gc_paused():
+        _load_rank_files([f.path for f in chosen.files], table, progress)
 
 
 class _RankFile:
@@ -342,17 +319,6 @@ def written_size(path: str, tail: int = 16 << 20) -> int:
     return size if zero < 0 else start + zero
 
 
-def trace_size(paths) -> int:
-    """Bytes written so far into trace dirs and events files: grows while a job runs (for --follow)."""
-    total = 0
-    for p in paths:
-        if os.path.isdir(p):
-            total += sum(written_size(f) for f in find_rank_files(p))
-        elif os.path.isfile(p):
-            total += os.path.getsize(p)
-    return total
-
-
 def run_info(path: str) -> dict | None:
     """The launcher's run.json of a trace dir (command, host, exit code), if there is one."""
     try:
@@ -363,4 +329,4 @@ def run_info(path: str) -> dict | None:
         return None
 
 
-__all__ = ["load_trace", "find_rank_files", "run_info", "FORMAT_VERSION"]
+__all__ = ["find_rank_files", "is_trace_dir", "load_trace_dirs", "run_info", "written_size", "FORMAT_VERSION"]

@@ -1,0 +1,89 @@
+"""Any trace a user names -> one EventTable, through the importers' registry.
+
+An importer says which paths it reads (`claims`) and loads all of those at once (`load`): the trace dirs of one
+job's nodes make one trace. Each path goes to the first importer in IMPORTERS that claims it, so the more
+particular formats come first and the events file, which claims any file, last. Another trace format is its
+module in this folder, filling the table through EventTable.add_rows / append / extend, and one line here.
+
+Imports neither torch nor textual.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Callable
+
+from . import flightrec
+from .events import EventTable, TraceError, read_jsonl
+from .reader import Progress, find_rank_files, is_trace_dir, load_trace_dirs, written_size
+
+
+@dataclass(frozen=True)
+class Importer:
+    name: str
+    claims: Callable[[str], bool]
+    """Whether a path (a file or a directory) is in this format."""
+    load: Callable[[list[str], EventTable, "Progress | None", "int | None"], None]
+    """Load the paths claimed into the table: (paths, table, progress, run)."""
+
+
+def _load_fr_dirs(paths: list[str], table: EventTable, progress, run) -> None:
+    for p in paths:  # Flight Recorder dumps hold one run
+        flightrec.load_fr_dir(p, table)
+
+
+def _load_events_files(paths: list[str], table: EventTable, progress, run) -> None:
+    for p in paths:
+        read_jsonl(p, table, progress, run)
+
+
+IMPORTERS: tuple[Importer, ...] = (
+    Importer("disttrace trace dir", is_trace_dir, load_trace_dirs),
+    Importer("Flight Recorder dumps", flightrec.is_fr_dir, _load_fr_dirs),
+    Importer("normalized events file (disttrace events)", os.path.isfile, _load_events_files),
+)
+
+
+def load_trace(paths: list[str] | str, progress: Progress | None = None, run: int | None = None) -> EventTable:
+    """Load trace dirs (one per node), Flight Recorder dumps or events files into one sorted EventTable; `run`
+    picks one run of a trace that holds several (data/runs.py)."""
+    if isinstance(paths, str):
+        paths = [paths]
+    if not paths:
+        raise TraceError("no trace given")
+    claimed: dict[Importer, list[str]] = {}
+    for p in paths:
+        importer = next((i for i in IMPORTERS if i.claims(p)), None)
+        if importer is None:
+            raise TraceError(_unclaimed(p))
+        claimed.setdefault(importer, []).append(p)
+    table = EventTable()
+    for importer, mine in claimed.items():
+        importer.load(mine, table, progress, run)
+    if len(table) == 0:
+        raise TraceError(f"{', '.join(paths)}: the trace holds no events (did the job call torch.distributed?)")
+    table.sort()
+    return table
+
+
+def _unclaimed(path: str) -> str:
+    if not os.path.exists(path):
+        return f"{path}: no such file or directory"
+    if os.path.isdir(path):
+        return f"{path}: not a disttrace trace (no rank-*.jsonl files in it)"
+    return f"{path}: not a trace directory or events file"
+
+
+def trace_size(paths) -> int:
+    """Bytes written so far into trace dirs and events files: grows while a job runs (for --follow)."""
+    total = 0
+    for p in paths:
+        if os.path.isdir(p):
+            total += sum(written_size(f) for f in find_rank_files(p))
+        elif os.path.isfile(p):
+            total += os.path.getsize(p)
+    return total
+
+
+__all__ = ["IMPORTERS", "Importer", "load_trace", "trace_size"]
