@@ -70,17 +70,26 @@ def _job(kind: str, out: str) -> None:
         json.dump(marks, f)
 
 
+RERUNS = {False: 0, True: 0}  # runs done again after torch's abort at exit, untraced and traced
+
+
 def _run(kind: str, traced: bool, tmp: str, n: int) -> dict:
     out = os.path.join(tmp, f"{kind}-{'t' if traced else 'u'}-{n}")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", __file__,
            "--as-job", kind, out]
     if traced:
         cmd = [sys.executable, "-m", "disttrace", "run", "--out", out + ".trace", "--", *cmd]
-    t0 = time.time()
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    t1 = time.time()
-    if proc.returncode != 0:
-        raise SystemExit(f"{kind} ({'traced' if traced else 'untraced'}) failed:\n{proc.stderr[-2000:]}")
+    for attempt in range(3):
+        t0 = time.time()
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        t1 = time.time()
+        if proc.returncode == 0:
+            break
+        # torch 2.13 now and then aborts a rank at the interpreter's exit, untraced as often as traced ("terminate
+        # called without an active exception"): that run's time is not the job's, so it is run again
+        if "exitcode  : -6" not in proc.stderr or attempt == 2:
+            raise SystemExit(f"{kind} ({'traced' if traced else 'untraced'}) failed:\n{proc.stderr[-2000:]}")
+        RERUNS[traced] += 1
     with open(out + ".0") as f:
         m = json.load(f)
     times = [t0, m["start"], m["import"], m["init"], m["setup"], m["steps"], m["destroy"], t1]
@@ -115,6 +124,8 @@ def main() -> None:
         for p in PHASES:
             a, b = med(r[p] for r in u) * 1e3, med(r[p] for r in t) * 1e3
             print(f"  {p:<8} {a:9.0f} {b:9.0f} {b - a:+8.0f}")
+    if any(RERUNS.values()):
+        print(f"\nruns repeated after torch's abort at exit: untraced {RERUNS[False]}, traced {RERUNS[True]}")
 
 
 if __name__ == "__main__":
