@@ -4,6 +4,7 @@ nothing until they are on screen)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 from rich.segment import Segment
 from rich.style import Style
@@ -28,6 +29,8 @@ class Column:
 
     name: str
     width: int
+    text: Callable[[TraceStore, int], str]
+    """The cell's text for an event row."""
     right: bool = True
     drop: int = 0
     """The order in which columns leave when the list is too narrow for all of them (1 first); 0: never."""
@@ -41,15 +44,20 @@ def columns_of(store: TraceStore) -> list[Column]:
     t = store.table
     last_rank = max(t.ranks, default=0)
     return [
-        Column("#", max(1, len(str(max(0, store.n_events - 1)))), drop=1),
-        Column("time", 7, drop=3),
-        Column("rank", max(4, len(f"r{last_rank}")), right=False),
-        Column("op", max([2, *map(len, t.op.values)]), right=False),
-        Column("group_seq", 9, drop=4),
-        Column("bytes", 6, drop=2),
-        Column("dur", 7, drop=5),
-        Column("wait", 7, drop=6),
+        Column("#", max(1, len(str(max(0, store.n_events - 1)))), lambda s, i: str(i), drop=1),
+        Column("time", 7, lambda s, i: fmt_ns_short(s.table.start_ns[i] - s.t0), drop=3),
+        Column("rank", max(4, len(f"r{last_rank}")), lambda s, i: f"r{s.table.rank[i]}", right=False),
+        Column("op", max([2, *map(len, t.op.values)]), lambda s, i: s.table.op[i], right=False),
+        Column("group_seq", 9, lambda s, i: "" if s.table.group_seq[i] < 0 else str(s.table.group_seq[i]), drop=4),
+        Column("bytes", 6, lambda s, i: fmt_bytes_short(s.table.bytes[i]), drop=2),
+        Column("dur", 7, _duration, drop=5),
+        Column("wait", 7, lambda s, i: fmt_ns_short(s.wait_ns[i]) if s.wait_ns[i] else "", drop=6),
     ]
+
+
+def _duration(store: TraceStore, row: int) -> str:
+    dur = store.table.duration_ns(row)
+    return fmt_ns_short(dur) if dur is not None else "never"
 
 
 def line_width(columns: list[Column]) -> int:
@@ -124,10 +132,8 @@ class EventList(ScrollView, can_focus=False):
     def on_resize(self) -> None:
         self._keep_visible(self.selection)
 
-    def columns(self, width: int | None = None) -> list[Column]:
-        """The columns shown at `width` (the list's own by default)."""
-        if width is None:
-            width = self.scrollable_content_region.width
+    def columns(self, width: int) -> list[Column]:
+        """The columns shown at `width`."""
         if self._shown[0] != width:
             self._shown = (width, fit(self._all, width))
         return self._shown[1]
@@ -138,31 +144,7 @@ class EventList(ScrollView, can_focus=False):
 
     def cells(self, row: int, columns: list[Column]) -> list[str]:
         """The text of each column for event `row`, padded to its width."""
-        t = self.store.table
-        out = []
-        for c in columns:
-            name = c.name
-            if name == "#":
-                v = str(row)
-            elif name == "time":
-                v = fmt_ns_short(t.start_ns[row] - self.store.t0)
-            elif name == "rank":
-                v = f"r{t.rank[row]}"
-            elif name == "op":
-                v = t.op[row]
-            elif name == "group_seq":
-                seq = t.group_seq[row]
-                v = "" if seq < 0 else str(seq)
-            elif name == "bytes":
-                v = fmt_bytes_short(t.bytes[row])
-            elif name == "dur":
-                dur = t.duration_ns(row)
-                v = fmt_ns_short(dur) if dur is not None else "never"
-            else:  # wait
-                w = self.store.wait_ns[row]
-                v = fmt_ns_short(w) if w else ""
-            out.append(v.rjust(c.width) if c.right else v.ljust(c.width))
-        return out
+        return [(str.rjust if c.right else str.ljust)(c.text(self.store, row), c.width) for c in columns]
 
     def render_line(self, y: int) -> Strip:
         width = self.scrollable_content_region.width
