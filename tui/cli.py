@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from disttrace.tracer.commands.run_choice import add_run_argument
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("traces", nargs="+", metavar="TRACE",
@@ -11,9 +13,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "events .jsonl file (`disttrace events` output)")
     parser.add_argument("--step", action="store_true",
                         help="start in step-through mode at the first event (n/N step, space plays)")
-    parser.add_argument("--run", type=int, metavar="N", default=None,
-                        help="which run of the trace to open (see `disttrace runs`; default: the only one, else the "
-                             "last); R in the viewer goes to the next")
+    add_run_argument(parser, all_too=False)  # R in the viewer goes to the next run
     parser.add_argument("--follow", action="store_true",
                         help="keep reading a trace that is still being written: new events appear as the job runs; "
                              "F moves the playhead to the newest event and keeps it there")

@@ -10,16 +10,23 @@ from ..data.runs import find_runs
 from ..errors import TraceError
 
 
+def _run_number(value: str) -> int:
+    if value.isdigit() and int(value) > 0:
+        return int(value)
+    raise argparse.ArgumentTypeError(f"expected a run number (1, 2, ...), got {value!r}")
+
+
 def _run(value: str):
     if value == "all":
         return value
-    if value.isdigit() and int(value) > 0:
-        return int(value)
-    raise argparse.ArgumentTypeError(f"expected a run number (1, 2, ...) or 'all', got {value!r}")
+    try:
+        return _run_number(value)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"expected a run number (1, 2, ...) or 'all', got {value!r}") from None
 
 
 def add_run_argument(p, all_too: bool = True) -> None:
-    p.add_argument("--run", type=_run, metavar="N|all" if all_too else "N",
+    p.add_argument("--run", type=_run if all_too else _run_number, metavar="N|all" if all_too else "N",
                    help="which run of the trace (see `disttrace runs`): its number"
                         + (", or all of them, one after another" if all_too else "")
                         + " (default: the only one, else the last)")

@@ -55,6 +55,10 @@ def columns_of(store: TraceStore) -> list[Column]:
     ]
 
 
+def _pad(c: Column, text: str) -> str:
+    return text.rjust(c.width) if c.right else text.ljust(c.width)
+
+
 def _duration(store: TraceStore, row: int) -> str:
     dur = store.table.duration_ns(row)
     return fmt_ns_short(dur) if dur is not None else "never"
@@ -140,11 +144,12 @@ class EventList(ScrollView, can_focus=False):
 
     @staticmethod
     def header(columns: list[Column]) -> str:
-        return " " + " ".join(c.name.rjust(c.width) if c.right else c.name.ljust(c.width) for c in columns) + "  site"
+        """The names laid out as a line is: the playhead mark's cell, then each column after a space."""
+        return " " + "".join(" " + _pad(c, c.name) for c in columns) + "  site"
 
     def cells(self, row: int, columns: list[Column]) -> list[str]:
         """The text of each column for event `row`, padded to its width."""
-        return [(str.rjust if c.right else str.ljust)(c.text(self.store, row), c.width) for c in columns]
+        return [_pad(c, c.text(self.store, row)) for c in columns]
 
     def render_line(self, y: int) -> Strip:
         width = self.scrollable_content_region.width
