@@ -1,14 +1,15 @@
-"""Clock alignment (tracer/clock.py) runs beside the job: offsets at the start and again while the job runs
+"""Clock alignment (tracer/record/clock.py) runs beside the job: offsets at the start and again while the job runs
 (the drift), and destroy_process_group waits neither for it nor for a rank that left (the exchange in line
 waited 3 s there for each rank that never came)."""
 
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 
-from harness import run_traced
+from harness import free_port, run_disttrace, run_traced
 from disttrace.tracer.data.load import load_trace
 
 pytestmark = pytest.mark.slow
@@ -45,3 +46,25 @@ def test_the_drift_is_interpolated_between_measurements_and_held_past_them(tmp_p
     # the offset grows from 1000 to 3000 over [10 us, 20 us] and stays at 3000 after (not 7000 by extrapolation)
     assert sorted(t.start_ns) == [5_000 + 1000, 15_000 + 2000, 40_000 + 3000]
     assert t.ranks[1].clock_drift_ns == 2000 and t.ranks[1].clock_uncertainty_ns == 80
+
+
+def test_a_finished_world_s_tracer_is_let_go(tmp_path):
+    # the clock thread idles to the interpreter's exit; it must not keep the tracer of a destroyed world (its
+    # Works' table, its record cache) alive while the job goes on with the next one
+    script = tmp_path / "cycles.py"
+    script.write_text(
+        "import gc, time, weakref, torch, torch.distributed as dist\n"
+        "from disttrace.tracer.record import current\n"
+        f"store = dist.TCPStore('127.0.0.1', {free_port()}, 1, True)\n"
+        "refs = []\n"
+        "for k in range(2):\n"
+        "    dist.init_process_group('gloo', store=dist.PrefixStore(f'c{k}', store), rank=0, world_size=1)\n"
+        "    refs.append(weakref.ref(current.tracer))\n"
+        "    dist.all_reduce(torch.ones(2))\n"
+        "    dist.destroy_process_group()\n"
+        "time.sleep(0.5)\n"
+        "gc.collect()\n"
+        "print('alive', refs[0]() is not None)\n")
+    proc = run_disttrace("run", "--out", tmp_path / "trace", "--", sys.executable, str(script), timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "alive False" in proc.stdout, proc.stdout

@@ -157,6 +157,7 @@ class Sync(threading.Thread):
         except Exception:  # noqa: BLE001 - a rank gone, a store gone at the job's end: no alignment, no harm
             pass
         self.store = None  # the connection ends with the job's process group
+        self.write = None  # and the tracer it wrote to is let go (a later world has its own)
         self.idle.set()
         # The thread itself lives on, idle, to the interpreter's exit (as the watchdog's does): ending at
         # destroy_process_group, it would be one more thread that the destroy ends than untraced.

@@ -205,11 +205,13 @@ def _align_clock(phase: str, timeout_s: float = 30.0) -> None:
 
 def stop() -> None:
     """Flush and close this process's trace (atexit; also called by tracer.trace())."""
+    global _clock_sync
     t = current.tracer
     if t is None:
         return
-    if _clock_sync is not None:  # tracing ends without destroy_process_group: no waiting for anyone's clock
-        _clock_sync.stop(0.0)
+    sync, _clock_sync = _clock_sync, None
+    if sync is not None:  # tracing ends without destroy_process_group: no waiting for anyone's clock
+        sync.stop(0.0)
     if not hasattr(sys, "last_value"):  # (set when an uncaught exception ended the program: that rank died)
         _left("exit")
     current.tracer = None
