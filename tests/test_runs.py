@@ -91,8 +91,8 @@ def test_the_default_is_the_last_run_with_a_note_and_any_run_can_be_read(traces)
 # -- the grouping rules, on made-up rank files -------------------------------------------------------------
 def rank_file(rank, wall_s, path="", **meta) -> runs_mod.RankFile:
     meta = {"k": "meta", "rank": rank, "world_size": 2, "wall_ns": int(wall_s * 1e9), "mono_ns": 0, **meta}
-    return runs_mod.RankFile(path or f"r{rank}-{wall_s}", meta, ops=1, left=True, torn=False,
-                             end_wall_ns=int((wall_s + 1) * 1e9))
+    return runs_mod.RankFile(path or f"r{rank}-{wall_s}", meta,
+                             runs_mod.Ending(ops=1, left=True, torn=False, end_wall_ns=int((wall_s + 1) * 1e9)))
 
 
 def test_the_ranks_of_one_world_on_several_nodes_are_one_run():
@@ -117,8 +117,21 @@ def test_concurrent_jobs_with_their_own_stores_are_not_mixed():
 
 
 def test_a_rank_that_did_not_leave_or_is_missing_is_said():
-    files = [rank_file(0, 1.0), runs_mod.RankFile("r1", rank_file(1, 1.0).meta, 1, False, True, 0)]
+    files = [rank_file(0, 1.0), runs_mod.RankFile("r1", rank_file(1, 1.0).meta, runs_mod.Ending(1, False, True, 0))]
     (run,) = runs_mod.group(files)
     assert run.died == [1] and run.outcome() == "rank 1 died"
     (alone,) = runs_mod.group([rank_file(0, 1.0)])
     assert alone.missing == [1] and alone.outcome() == "rank 1 not in the trace"
+
+
+def test_a_rank_of_an_old_trace_that_left_alive_is_not_said_to_have_died(tmp_path):
+    # before the "left" record, a rank's one clock "end" measurement (at destroy_process_group) said so; the
+    # reader has always read it that way (format.says_left), and `disttrace runs` must agree with it
+    lines = [{"k": "meta", "v": 2, "rank": r, "world_size": 2, "wall_ns": 10, "mono_ns": 0} for r in (0, 1)]
+    for r, meta in enumerate(lines):
+        records = [meta, {"k": "clock", "phase": "start", "offset_ns": 0, "mono_ns": 5}]
+        if r == 0:
+            records.append({"k": "clock", "phase": "end", "offset_ns": 0, "mono_ns": 9})
+        (tmp_path / f"rank-{r:05d}-h-{r}.jsonl").write_bytes(b"".join(orjson.dumps(x) + b"\n" for x in records))
+    (run,) = runs_mod.find_runs(sorted(str(p) for p in tmp_path.iterdir()))[0]
+    assert run.died == [1]

@@ -23,7 +23,13 @@ META, GROUP = "meta", "group"                 # the rank and its process; a proc
 BEGIN, END, WAIT, SUMMARY = "b", "e", "w", "s"  # an op issued, an op ended, a wait() on it, a tensor summary
 STEP, CLOCK, LEFT, STACKS = "step", "clock", "left", "stacks"  # a step marker; clock offsets; how the rank left;
 #                                                                  all threads' stacks (the watchdog, on a hang)
-RECORD_KINDS = (META, GROUP, BEGIN, END, WAIT, SUMMARY, STEP, CLOCK, LEFT, STACKS)
+
+
+def says_left(rec: dict) -> bool:
+    """Whether a record says that its rank left the job alive (destroy_process_group, a clean exit): a "left"
+    record, or in traces from before it, the one clock "end" measurement, taken at destroy_process_group."""
+    k = rec.get("k")
+    return k == LEFT or (k == CLOCK and rec.get("phase") == "end" and "window" not in rec)
 
 
 def kind_marker(kind: str) -> bytes:

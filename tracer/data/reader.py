@@ -23,7 +23,7 @@ from typing import Callable
 import orjson
 
 from ..format import (BEGIN, CLOCK, END, FORMAT_VERSION, GROUP, LEFT, META, STACKS, STEP, SUMMARY, WAIT,
-                      is_rank_file)
+                      is_rank_file, says_left)
 from .events import NONE, OPS, EventTable, RankInfo, TraceError, gc_paused, text_field
 from .runs import find_runs, pick, written
 
@@ -123,8 +123,7 @@ def _parse_file(path: str) -> _RankFile:
                 rf.steps.append((r["t"], text_field(r.get("src"))))
             elif k == CLOCK:
                 rf.clock[r.get("phase", "start")] = r
-                # before the "left" record, a rank's one "end" measurement was at destroy_process_group
-                rf.left = rf.left or (r.get("phase") == "end" and "window" not in r)
+                rf.left = rf.left or says_left(r)
             elif k == LEFT:
                 rf.left = True
             elif k == STACKS:

@@ -8,31 +8,46 @@ store's address, the world size, the process's init number: format.py) and were 
 start, a rank met a second time begins the next run. Traces recorded before those keys existed are told apart by
 the second rule alone. The ranks of one run on several nodes (several trace dirs) are one run.
 
-Finding the runs reads each file once without parsing its events (the meta record, counts of marked records and
-the last record's time); the reader then parses only the run it was asked for.
+Finding the runs reads only each file's first line, its meta record; the reader then parses only the run it was
+asked for. How each file ended (its ops, whether the rank left alive, its last record's time) is read on demand,
+without parsing its events, by `disttrace runs`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import orjson
 
 from ..errors import TraceError
-from ..format import BEGIN, LEFT, META, kind_marker
+from ..format import BEGIN, CLOCK, LEFT, META, kind_marker, says_left
 
-_BEGIN, _LEFT = kind_marker(BEGIN), kind_marker(LEFT)
+_BEGIN, _LEFT, _CLOCK = kind_marker(BEGIN), kind_marker(LEFT), kind_marker(CLOCK)
+
+
+class Ending(NamedTuple):
+    """How a rank file ended."""
+    ops: int          # its begin records
+    left: bool        # the rank said it left alive (destroy_process_group, a clean exit)
+    torn: bool        # its last record is cut: the rank died while writing it
+    end_wall_ns: int  # its last record's time, on its wall clock
 
 
 @dataclass
 class RankFile:
-    """What a rank file says about its run, without its events."""
+    """What a rank file says about its run: its meta record, and how it ended (read on first use, without parsing
+    its events: only `disttrace runs` needs it)."""
     path: str
     meta: dict
-    ops: int          # begin records
-    left: bool        # the rank said it left alive (destroy_process_group, a clean exit)
-    torn: bool        # its last record is cut: the rank died while writing it
-    end_wall_ns: int  # its last record's time, on its wall clock
+    ending: Ending | None = None
+
+    def ended(self) -> Ending:
+        if self.ending is None:
+            data = written(self.path)
+            self.ending = Ending(data.count(_BEGIN), _left_alive(data), not data.endswith(b"\n"),
+                                 _end_wall(data, self.meta))
+        return self.ending
 
     @property
     def rank(self) -> int:
@@ -73,11 +88,11 @@ class Run:
 
     @property
     def end_wall_ns(self) -> int:
-        return max(f.end_wall_ns for f in self.files)
+        return max(f.ended().end_wall_ns for f in self.files)
 
     @property
     def ops(self) -> int:
-        return sum(f.ops for f in self.files)
+        return sum(f.ended().ops for f in self.files)
 
     @property
     def hosts(self) -> list[str]:
@@ -91,7 +106,7 @@ class Run:
     @property
     def died(self) -> list[int]:
         """Ranks whose file stops without their saying they left: they crashed or were killed."""
-        return [f.rank for f in self.files if not f.left or f.torn]
+        return [f.rank for f in self.files if not f.ended().left or f.ended().torn]
 
     @property
     def missing(self) -> list[int]:
@@ -127,17 +142,39 @@ def written(path: str) -> bytes:
 
 
 def scan(path: str) -> RankFile | None:
-    """The run facts of one rank file; None when it has no readable meta record (the reader says so)."""
-    data = written(path)
-    first = data.split(b"\n", 1)[0]
+    """The run facts of one rank file from its first line; None when it has no readable meta record (the reader
+    says so)."""
+    try:
+        with open(path, "rb") as f:
+            first = f.readline()
+    except OSError as e:
+        raise TraceError(f"cannot read {path}: {e.strerror or e}") from None
     try:
         meta = orjson.loads(first)
     except orjson.JSONDecodeError:
         return None
     if not isinstance(meta, dict) or meta.get("k") != META or type(meta.get("rank")) is not int:
         return None
-    torn = not data.endswith(b"\n")
-    return RankFile(path, meta, data.count(_BEGIN), _LEFT in data, torn, _end_wall(data, meta))
+    return RankFile(path, meta)
+
+
+def _left_alive(data: bytes) -> bool:
+    """Whether a record says the rank left alive (format.says_left): the "left" record, else an old trace's
+    clock "end" record (the few clock records are parsed; nothing else is)."""
+    if _LEFT in data:
+        return True
+    at = data.find(_CLOCK)
+    while at >= 0:
+        start, end = data.rfind(b"\n", 0, at) + 1, data.find(b"\n", at)
+        end = len(data) if end < 0 else end
+        try:
+            rec = orjson.loads(data[start:end])
+            if isinstance(rec, dict) and says_left(rec):
+                return True
+        except orjson.JSONDecodeError:
+            pass
+        at = data.find(_CLOCK, end)
+    return False
 
 
 def _end_wall(data: bytes, meta: dict) -> int:
@@ -215,4 +252,4 @@ def find_runs(files: list[str]) -> tuple[list[Run], list[str]]:
     return group(scanned), unreadable
 
 
-__all__ = ["RankFile", "Run", "find_runs", "group", "pick", "scan", "written"]
+__all__ = ["Ending", "RankFile", "Run", "find_runs", "group", "pick", "scan", "written"]
