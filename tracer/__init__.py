@@ -1,4 +1,5 @@
-"""disttrace's tracer: recording (hooks, capture, recorder), reading (events, reader) and analysis.
+"""disttrace's tracer: recording (record/), trace data and its readers (data/), analysis (analysis/) and the
+commands (commands/).
 
 Importing this package is cheap: torch is imported only by the recording modules, when tracing starts.
 

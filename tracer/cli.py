@@ -12,6 +12,8 @@ import importlib
 import os
 import sys
 
+from .errors import TraceError
+
 # name -> (module, one-line help)
 SUBCOMMANDS = {
     "run": ("disttrace.tracer.commands.run", "trace a job: disttrace run [options] torchrun ... | python script.py ..."),
@@ -80,15 +82,9 @@ def main(argv: list[str] | None = None) -> int:
         # (128 + 13, what the shell shows for `yes | head -1`), not with a code that means "problems found"
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the interpreter's last flush fails too
         return 141
-    except _user_errors() as e:
+    except TraceError as e:
         sys.stderr.write(f"disttrace {args.subcommand}: error: {e}\n")
         return 2
-
-
-def _user_errors() -> tuple[type[BaseException], ...]:
-    from .errors import TraceError
-
-    return (TraceError,)
 
 
 if __name__ == "__main__":

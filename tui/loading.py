@@ -36,7 +36,7 @@ def read_table(paths: list[str], progress: Progress | None = None, run: int | No
         if not os.path.exists(p):
             raise TraceError(f"{p}: no such file or directory")
         if os.path.isdir(p):
-            raise TraceError(f"{p}: reading trace directories needs disttrace.tracer.data.reader")
+            raise TraceError(f"{p}: reading trace directories needs disttrace.tracer.data.load")
         read_jsonl(p, table, run=run)
     table.sort()
     return table

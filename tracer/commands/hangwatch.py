@@ -99,7 +99,6 @@ class HangMonitor(threading.Thread):
             self.stream.flush()
             kill_tree(self.proc.pid)
 
-
     def explain(self) -> list[str]:
         stuck = {r: s for r, s in self.stacks.items() if s.get("reason") == "in_flight"}
         secs = max((s.get("for_ns", 0) for s in stuck.values()), default=0) / 1e9

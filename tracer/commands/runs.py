@@ -22,9 +22,10 @@ def add_arguments(p) -> None:
 def main(args) -> int:
     files = []
     for path in args.traces:
-        files += find_rank_files(path)
-        if not files:
+        mine = find_rank_files(path)
+        if not mine:
             raise TraceError(f"{path}: no rank files in it (runs are in trace dirs, not events files)")
+        files += mine
     runs, unreadable = find_runs(files)
     for path in unreadable:
         sys.stderr.write(f"disttrace: warning: {path}: no metadata record; file skipped\n")

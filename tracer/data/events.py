@@ -23,7 +23,7 @@ import orjson
 
 from ..format import EVENTS_VERSION, is_user_file
 from .columns import CodedColumn, SparseColumn, json_key
-from ..errors import TraceError  # noqa: F401 - here since the beginning: every reader imports it from here
+from ..errors import TraceError  # noqa: F401 - importable from here too, where it was first defined
 
 #: The canonical op names; every API variant maps onto one of these.
 OPS = (
@@ -246,9 +246,7 @@ class EventTable:
 
 
 # The columns that hold one value per row (EventTable.add_rows appends to all of them at once)
-ROW_COLUMNS = ("rank", "gid", "group_seq", "peer", "root", "bytes", "start_ns", "end_ns", "wait_start_ns",
-               "wait_end_ns", "seq", "tag", "id", "user_step", "op", "api", "dtype", "status", "site", "host", "shape",
-               "in_", "out", "error", "extra", "async_op")
+ROW_COLUMNS = _INT_COLUMNS + _STR_COLUMNS + _OBJ_COLUMNS + ("async_op",)
 
 _KNOWN_KEYS = frozenset({
     "v", "run", "rank", "host", "op", "api", "group", "group_ranks", "group_seq", "seq", "peer", "root", "tag",
@@ -343,9 +341,9 @@ def read_jsonl(path: str, table: EventTable | None = None, progress=None, run: i
 
 
 def _run_to_keep(path: str, fh, run: int | None, warnings: list) -> tuple[int | None, list[int]]:
-    """(the run to read of an events file: None when it holds at most one and none was asked for, the runs in
-    it). The runs are
-    found by the bytes that start each line (`{"v":3,"run":N,`, as `disttrace events` writes them): no parsing."""
+    """(the run to read of an events file: None when it holds at most one and none was asked for; the runs in
+    it). The runs are found by the bytes that start each line (`{"v":3,"run":N,`, as `disttrace events` writes
+    them): no parsing."""
     try:
         with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as m:
             present = _runs_in(m)

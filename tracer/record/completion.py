@@ -28,7 +28,7 @@ class _ThreadSlot(threading.local):
 
 
 class Event:
-    """An op in flight. `sync`: ends at the next wait() on this thread; `waited`: the user called wait().
+    """An op in flight. `sync`: ends at the next wait() on this thread.
 
     Defaults live on the class: an op sets only what differs (one Event per op is made on the hot path)."""
 

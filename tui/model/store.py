@@ -1,5 +1,5 @@
 """Indexes over an EventTable and its Analysis that the viewer needs: per-rank rows in time order, the
-order of collectives, the wait part of every event, and the lanes the timeline draws from.
+order of collectives and the lanes the timeline draws from (the wait part of every event is the analysis').
 
 No Textual here (and no torch): everything is plain ints and arrays so it can be unit-tested and built
 in a worker thread.
