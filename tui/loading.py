@@ -8,14 +8,12 @@ from __future__ import annotations
 import gc
 import os
 import sys
-from typing import Callable
 
-from disttrace.tracer.data.events import EventTable, TraceError
+from disttrace.tracer.data.events import EventTable, Progress, TraceError, part_of
 
 from .model.narration import Narration, load_narration
 from .model.store import TraceStore
 
-Progress = Callable[[float, str], None]
 
 
 def read_table(paths: list[str], progress: Progress | None = None, run: int | None = None) -> EventTable:
@@ -77,15 +75,10 @@ def build_store(table: EventTable, progress: Progress | None = None) -> TraceSto
     """The store with its analysis (matching, waits, bandwidth, problems: slower than the bare store)."""
     from disttrace.tracer.analysis import analyze
 
-    def sub(lo: float, hi: float) -> Progress | None:
-        if progress is None:
-            return None
-        return lambda f, label: progress(lo + (hi - lo) * f, label)
-
     if not len(table):
         raise TraceError("the trace has no events")
-    analysis = analyze(table, progress=sub(0.0, 0.8))
-    store = TraceStore(table, analysis, progress=sub(0.8, 1.0))
+    analysis = analyze(table, progress=part_of(progress, 0.0, 0.8))
+    store = TraceStore(table, analysis, progress=part_of(progress, 0.8, 1.0))
     settle()
     return store
 
@@ -101,13 +94,8 @@ def analysed_store(bare: TraceStore, progress: Progress | None = None) -> TraceS
 
 def load_store(paths: list[str], progress: Progress | None = None,
                run: int | None = None) -> tuple[TraceStore, Narration | None]:
-    def sub(lo: float, hi: float) -> Progress | None:
-        if progress is None:
-            return None
-        return lambda f, label: progress(lo + (hi - lo) * f, label)
-
-    table = read_table(paths, sub(0.0, 0.6), run)
-    return build_store(table, sub(0.6, 1.0)), load_narration(paths)
+    table = read_table(paths, part_of(progress, 0.0, 0.6), run)
+    return build_store(table, part_of(progress, 0.6, 1.0)), load_narration(paths)
 
 
 def input_size(paths: list[str]) -> int:

@@ -14,7 +14,7 @@ from array import array
 from dataclasses import dataclass, fields
 from typing import Callable
 
-from ..data.events import NONE, EventTable, gc_paused
+from ..data.events import NONE, EventTable, gc_paused, part_of
 from .bandwidth import links_of
 from .collectives import build_collectives
 from .matching import group_collectives
@@ -116,7 +116,7 @@ def _analyze(table: EventTable, progress) -> Analysis:
             if stage.label:
                 progress(stage.at, stage.label)
             if "progress" in stage.reads:
-                results["progress"] = _stretch(progress, lo, hi)
+                results["progress"] = part_of(progress, lo, hi)
         out = stage.run(*map(results.__getitem__, stage.reads))
         if len(stage.adds) == 1:
             results[stage.adds[0]] = out
@@ -136,7 +136,3 @@ def pending_analysis(table: EventTable) -> Analysis:
                     p2p_of=no_match, event_wait_ns=array("q", bytes(8 * n)), waits={}, stragglers=[], links=[],
                     pipeline=None, problems=[], models={})
 
-
-def _stretch(progress, lo: float, hi: float):
-    """progress over [lo, hi] of the whole, for a stage that reports how far it got in its own work."""
-    return lambda f, label: progress(lo + (hi - lo) * f, label)

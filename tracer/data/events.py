@@ -17,7 +17,7 @@ import os
 import re
 from array import array
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import orjson
 
@@ -32,6 +32,16 @@ OPS = (
 )
 COLLECTIVE_OPS = frozenset(OPS) - {"send", "recv"}
 P2P_OPS = frozenset({"send", "recv"})
+
+Progress = Callable[[float, str], None]  # progress(fraction done, what is being done)
+
+
+def part_of(progress: Progress | None, lo: float, hi: float) -> Progress | None:
+    """A progress callback for a part of the work, the stretch [lo, hi] of the whole (None for None)."""
+    if progress is None:
+        return None
+    return lambda f, label: progress(lo + (hi - lo) * f, label)
+
 
 NONE = -1  # stands for null in the integer columns (ranks, seqs and times are never negative)
 

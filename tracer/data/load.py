@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 from . import flightrec
-from .events import EventTable, TraceError, read_jsonl
-from .reader import Progress, find_rank_files, is_trace_dir, load_trace_dirs, written_size
+from .events import EventTable, Progress, TraceError, read_jsonl
+from .reader import find_rank_files, is_trace_dir, load_trace_dirs, written_size
 
 
 @dataclass(frozen=True)

@@ -18,19 +18,15 @@ from __future__ import annotations
 import os
 from array import array
 from bisect import bisect_right
-from typing import Callable
 
 import orjson
 
 from ..format import (BEGIN, CLOCK, END, FORMAT_VERSION, GROUP, LEFT, META, STACKS, STEP, SUMMARY, WAIT,
                       is_rank_file, says_left)
-from .events import NONE, OPS, EventTable, RankInfo, TraceError, gc_paused, text_field
+from .events import NONE, OPS, EventTable, Progress, RankInfo, TraceError, gc_paused, text_field
 from .runs import find_runs, pick, written
 
 _INT = int
-
-Progress = Callable[[float, str], None]
-
 
 def find_rank_files(path: str) -> list[str]:
     try:
