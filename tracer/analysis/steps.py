@@ -56,11 +56,8 @@ def find_steps(t: EventTable, instance_rows: list, p2p: P2PTable) -> tuple[array
     loose_all = _dense(zip(t.op.codes, t.gid, t.site.codes))
     full_all = _dense(zip(loose_all, t.bytes))
     found = False
-    lo = 0
-    for _, same in groupby(map(t.rank.__getitem__, order)):
-        hi = lo + len(list(same))
-        rows = order[lo:hi]
-        lo = hi
+    for _, same in groupby(order, key=t.rank.__getitem__):
+        rows = list(same)
         starts = _step_starts(list(map(full_all.__getitem__, rows)), list(map(loose_all.__getitem__, rows)))
         if not starts:
             continue

@@ -200,10 +200,10 @@ def verdict(t: EventTable, rec: WaitRecord, steps: list[Step], step_of: array) -
         # (its own extra work), however much a start-up hiccup of another rank adds to theirs
         mine = [cost[u][rank] for u in late]
         level = median(mine)
-        steady = median(abs(x - level) for x in mine) <= STEADY * level
+        even = median(abs(x - level) for x in mine) <= STEADY * level
         ratio = total[rank] / max(1, everyone - total[rank])
         if len(units) >= MIN_UNITS and n >= PERSISTENT * len(units) and (
-                ratio >= DOMINANT or (steady and ratio >= DOMINANT_STEADY)):
+                ratio >= DOMINANT or (even and ratio >= DOMINANT_STEADY)):
             return _named(t, rec, steps, step_of, cost, per_step, by_step, rank, late, floor, total, everyone)
     # an occasional or periodic straggler: its delays are outliers against the jitter, and cost at least twice
     # everyone else's outliers together (random hiccups of the machine strike ranks alike); fewer than
