@@ -61,6 +61,7 @@ class Tracer:
         self.groups = Groups(self.rec.write)
         self.watchdog = None
         self.backward_site = None  # the user's backward() line while a backward pass runs (hooks.py sets it)
+        self.left = False  # its "left" record is written: the rank leaves the job alive (hooks.py sets it)
         self.in_flight: dict[int, tuple] = {}  # event id -> (op, group, group_seq, start, thread) for the watchdog
         # the summary of an op's tensors for its record (summaries on): summaries.for_record, bound to this trace
         self.summary = functools.partial(summaries.for_record, mode == "full", self.rec.write)

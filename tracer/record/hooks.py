@@ -92,7 +92,7 @@ def _patch_lifecycle() -> None:
         result = orig_init(*args, **kwargs)
         if _config:
             t = current.tracer
-            if t is not None and getattr(t, "_left", False):
+            if t is not None and t.left:
                 # the world that tracer recorded was destroyed: this is another run (a second init in the same
                 # process), recorded in a rank file of its own
                 stop()
@@ -172,8 +172,8 @@ def _left(how: str) -> None:
     """Record that this rank leaves the job alive (destroy_process_group, or the end of the program): a rank whose
     file just stops while the others go on did not, and the analysis says it died."""
     t = current.tracer
-    if t is not None and not getattr(t, "_left", False):
-        t._left = True
+    if t is not None and not t.left:
+        t.left = True
         current.safe(t.write, {"k": LEFT, "t": time.monotonic_ns(), "how": how})
 
 
