@@ -10,7 +10,7 @@ import orjson
 
 from ..analysis.units import fmt_ns
 from ..data.reader import find_rank_files
-from ..data.runs import find_runs
+from ..data.runs import find_runs, unreadable
 from ..errors import TraceError
 
 
@@ -28,7 +28,7 @@ def main(args) -> int:
         files += mine
     runs, unreadable = find_runs(files)
     for path in unreadable:
-        sys.stderr.write(f"disttrace: warning: {path}: no metadata record; file skipped\n")
+        sys.stderr.write(f"disttrace: warning: {unreadable(path)}\n")
     if not runs:
         raise TraceError(f"{', '.join(args.traces)}: no readable rank files")
     out = sys.stdout

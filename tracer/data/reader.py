@@ -24,7 +24,7 @@ import orjson
 from ..format import (BEGIN, CLOCK, END, FORMAT_VERSION, GROUP, LEFT, META, STACKS, STEP, SUMMARY, WAIT,
                       is_rank_file, says_left)
 from .events import NONE, OPS, EventTable, Progress, RankInfo, TraceError, gc_paused, text_field
-from .runs import find_runs, pick, written
+from .runs import find_runs, pick, unreadable, written
 
 _INT = int
 
@@ -50,7 +50,7 @@ def load_trace_dirs(paths: list[str], table: EventTable, progress: Progress | No
     rank_files = [f for p in paths for f in find_rank_files(p)]
     runs, unreadable = find_runs(rank_files)
     for path in unreadable:
-        table.warnings.append(f"{path}: no metadata record; file skipped (not a disttrace rank file?)")
+        table.warnings.append(unreadable(path))
     if not runs:
         raise TraceError(f"{os.path.dirname(rank_files[0]) or '.'}: no readable rank files in this trace")
     chosen = pick(runs, run, table.warnings, " ".join(paths))
@@ -169,7 +169,7 @@ def _load_rank_files(files: list[str], table: EventTable, progress: Progress | N
         if progress:
             progress(0.8 * done / total, "reading")
         if rf.meta is None or not isinstance(rf.meta.get("rank"), int):  # (runs.scan read it: it changed since)
-            table.warnings.append(f"{path}: no metadata record; file skipped (not a disttrace rank file?)")
+            table.warnings.append(unreadable(path))
             continue
         v = rf.meta.get("v", 1)
         if isinstance(v, int) and v > FORMAT_VERSION:

@@ -141,6 +141,11 @@ def written(path: str) -> bytes:
         raise TraceError(f"cannot read {path}: {e.strerror or e}") from None
 
 
+def unreadable(path: str) -> str:
+    """What is said of a rank file without a readable meta record (scan gives None): it is skipped."""
+    return f"{path}: no metadata record; file skipped (not a disttrace rank file?)"
+
+
 def scan(path: str) -> RankFile | None:
     """The run facts of one rank file from its first line; None when it has no readable meta record (the reader
     says so)."""
@@ -252,4 +257,4 @@ def find_runs(files: list[str]) -> tuple[list[Run], list[str]]:
     return group(scanned), unreadable
 
 
-__all__ = ["Ending", "RankFile", "Run", "find_runs", "group", "pick", "scan", "written"]
+__all__ = ["Ending", "RankFile", "Run", "find_runs", "group", "pick", "scan", "unreadable", "written"]
