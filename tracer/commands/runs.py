@@ -26,8 +26,8 @@ def main(args) -> int:
         if not mine:
             raise TraceError(f"{path}: no rank files in it (runs are in trace dirs, not events files)")
         files += mine
-    runs, unreadable = find_runs(files)
-    for path in unreadable:
+    runs, skipped = find_runs(files)
+    for path in skipped:
         sys.stderr.write(f"disttrace: warning: {unreadable(path)}\n")
     if not runs:
         raise TraceError(f"{', '.join(args.traces)}: no readable rank files")

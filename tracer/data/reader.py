@@ -48,8 +48,8 @@ def load_trace_dirs(paths: list[str], table: EventTable, progress: Progress | No
     They may hold several runs (process-group worlds: restarts, successive jobs; data/runs.py): `run` picks one by
     its number; by default the only one, else the last, with a note that there are others."""
     rank_files = [f for p in paths for f in find_rank_files(p)]
-    runs, unreadable = find_runs(rank_files)
-    for path in unreadable:
+    runs, skipped = find_runs(rank_files)
+    for path in skipped:
         table.warnings.append(unreadable(path))
     if not runs:
         raise TraceError(f"{os.path.dirname(rank_files[0]) or '.'}: no readable rank files in this trace")
