@@ -58,7 +58,11 @@ def cut(src: Path, dst: Path, rank: int) -> None:
     shutil.copytree(src, dst)
     f = _rank_file(dst, rank)
     data = f.read_bytes().rstrip(b"\0")
-    f.write_bytes(data[: len(data) // 2])
+    # Half way, moved past a line's end if it falls just after one: a cut there would leave no torn record.
+    half = len(data) // 2
+    while data[half - 1:half] == b"\n" or data[half:half + 1] == b"\n":
+        half += 1
+    f.write_bytes(data[:half])
 
 
 DAMAGERS = {"garbled": garble, "cut": cut}
