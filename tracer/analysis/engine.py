@@ -17,6 +17,7 @@ from typing import Callable
 from ..data.events import NONE, EventTable, gc_paused, part_of
 from .bandwidth import links_of
 from .collectives import build_collectives
+from .critical_path import critical_paths
 from .matching import group_collectives
 from .model import Analysis
 from .p2p import build_p2p
@@ -73,6 +74,9 @@ STAGES: tuple[Stage, ...] = (
     Stage(stragglers_of, ("wait_records", "culprits", "ranks"), ("stragglers",)),
     Stage(fill_steps, ("wait_records", "steps", "step_of"), ()),  # fills each step's wait_ns and caused_ns
     Stage(verdict, ("table", "wait_records", "steps", "step_of"), ("straggler",)),  # and each step's late_rank
+    Stage(critical_paths, ("table", "collectives", "instance_of", "culprits", "p2p", "p2p_of", "event_wait_ns",
+                           "steps", "step_of", "straggler"), ("critical_path", "causes", "what_if"),
+          "critical path", 0.88),
     Stage(find_problems, ("table", "collectives", "p2p", "suspects"), ("problems",), "problems", 0.9),
     Stage(links_of, ("p2p",), ("links",)),
     Stage(_span_and_notes, ("table", "traced"), ("span_ns", "notes")),

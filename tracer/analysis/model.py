@@ -307,6 +307,48 @@ class Step:
 
 
 @dataclass
+class PathPart:
+    """A stretch of a step's critical path (critical_path.py): a rank computing (its span: the sites of the ops
+    around it), communicating in an op, or waiting in one for a cause the trace does not show."""
+
+    rank: int
+    kind: str                      # "compute", "comm" or "wait"
+    ns: int
+    start_ns: int
+    span: str | None = field(default=None, metadata=JSON_IF_SET)  # compute: "train.py:40 → train.py:52"
+    op: str | None = field(default=None, metadata=JSON_IF_SET)    # comm, wait: "all_reduce world #3"
+
+
+@dataclass
+class CriticalPath:
+    """The longest chain of compute and communication through a step, across ranks; its parts add up to it."""
+
+    index: int                     # the step (0: the whole trace, when no steps were found)
+    length_ns: int
+    parts: list[PathPart]          # in time order
+
+
+@dataclass
+class DelayCause:
+    """A root cause of waiting: what ran on the path while ranks waited (a rank's compute span, or an op)."""
+
+    rank: int
+    kind: str                      # "compute", "comm" or "wait" (a wait whose own cause is not in the trace)
+    span: str                      # the compute span, or the op
+    caused_wait_ns: int
+    ranks_delayed: list[int]
+
+
+@dataclass
+class WhatIf:
+    """A change, re-timed on the critical paths: the mean steady step before and after."""
+
+    change: str
+    step_ns_before: int
+    step_ns_after: int
+
+
+@dataclass
 class StragglerVerdict:
     """The rank whose late arrivals cost the others significantly more than the job's own jitter."""
 
@@ -350,3 +392,6 @@ class Analysis:
     step_of: array = field(default_factory=lambda: array("i"), metadata=NOT_IN_JSON)
     steps_source: str = ""         # "marker" (the user's), "detected" (repeating ops), "" (none found)
     straggler: StragglerVerdict | None = None
+    critical_path: list[CriticalPath] = field(default_factory=list)  # per step
+    causes: list[DelayCause] = field(default_factory=list)            # the waits' root causes, worst first
+    what_if: list[WhatIf] = field(default_factory=list)

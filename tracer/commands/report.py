@@ -169,6 +169,7 @@ def render(a: Analysis, top: int = 10, console=None) -> None:
     _problems(console, a, top)
     _steps(console, a, top)
     _waits(console, a, top, span)
+    _critical_path(console, a, top)
     _collectives(console, a, top)
     _links(console, a, top)
     _pipeline(console, a)
@@ -256,6 +257,39 @@ def _steps(console, a: Analysis, top: int) -> None:
                       ", ".join(f"{r}: {fmt_ns(w)}" for r, w in sorted(s.wait_ns.items(), key=lambda x: -x[1])[:4]
                                 if w) or "-")
     console.print(table)
+
+
+def _critical_path(console, a: Analysis, top: int) -> None:
+    """The critical paths summed over the (steady) steps: what the step's time is made of, the waits' root causes
+    and what the straggler on time would save."""
+    if not a.critical_path:
+        return
+    warm = {s.index for s in a.steps if s.warmup}
+    paths = [p for p in a.critical_path if p.index not in warm] or a.critical_path
+    total = sum(p.length_ns for p in paths) or 1
+    parts: dict[tuple, int] = {}
+    for p in paths:
+        for part in p.parts:
+            # communication summed per op kind and group (the path names each op: "all_reduce world #13")
+            key = (part.rank, part.kind, part.span or (part.op or "").split(" #")[0])
+            parts[key] = parts.get(key, 0) + part.ns
+    per = "step" if a.steps else "run"
+    console.print(f"[bold]Critical path[/]: {fmt_ns(total // len(paths))} a {per}"
+                  + (f" ({len(paths)} steady steps)" if a.steps else "") + "; what it is made of:")
+    table = _table("", "rank", "kind", "span or op", "time", "share")
+    for (rank, kind, what), ns in sorted(parts.items(), key=lambda x: -x[1])[:top]:
+        table.add_row(str(rank), kind, what, fmt_ns(ns), f"{100 * ns / total:.0f}%")
+    console.print(table)
+    if a.causes:
+        table = _table("Root causes of the waiting (what ran on the path while ranks waited)", "rank", "kind",
+                       "span or op", "caused", "ranks delayed")
+        for c in a.causes[:top]:
+            table.add_row(str(c.rank), c.kind, c.span, fmt_ns(c.caused_wait_ns), fmt_ranks(c.ranks_delayed))
+        console.print(table)
+    for w in a.what_if:
+        saved = w.step_ns_before - w.step_ns_after
+        console.print(f"What if: {w.change}, {fmt_ns(w.step_ns_before)} → {fmt_ns(w.step_ns_after)} a {per} "
+                      f"(−{100 * saved / max(w.step_ns_before, 1):.0f}%), re-timed on the critical paths.")
 
 
 def _collectives(console, a: Analysis, top: int) -> None:

@@ -1,0 +1,45 @@
+"""DDP whose steps compute 20 ms on every rank (a sleep in the forward: the host busy, as in a real model's
+compute), with a straggler: rank 1 computes 50 ms more before its forward in steps 3, 7 and 11 of 12. With
+--no-fault it runs on time: the critical path's what-if for "rank 1 on time" on the faulty run must predict the
+on-time run's step time (tests/test_critical_path.py)."""
+
+import sys
+import time
+
+STEPS = 12
+LATE_RANK, LATE_STEPS, LATE_S, COMPUTE_S = 1, (3, 7, 11), 0.050, 0.020
+NO_FAULT = "--no-fault" in sys.argv
+
+
+def _line(tag: str) -> int:
+    """The line of this file that carries the comment `# <tag>` (sites are asserted as file:line)."""
+    with open(__file__) as f:
+        return next(n for n, text in enumerate(f, 1) if text.rstrip().endswith(f"# <{tag}>"))
+
+
+BACKWARD_LINE = _line("backward")
+
+
+def main() -> None:
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
+    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
+    for step in range(STEPS):
+        x = torch.randn(32, 64)
+        time.sleep(COMPUTE_S)
+        if rank == LATE_RANK and step in LATE_STEPS and not NO_FAULT:
+            time.sleep(LATE_S)
+        opt.zero_grad()
+        ddp(x).square().mean().backward()  # <backward>
+        opt.step()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
