@@ -27,14 +27,16 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_left
-from statistics import median
 
 from ..data.events import NONE, EventTable
 from .matching import finished
-from .model import CriticalPath, DelayCause, PathPart, Step, StragglerVerdict, WhatIf
+from .model import CriticalPath, DelayCause, PathPart, Step
 from .tables import CollectiveTable, P2PTable
 
 _MAX_MOVES = 1_000_000  # a bound on one walk's moves: a damaged trace must not make it loop
+
+
+SYNC, ISSUE, WAIT = 0, 1, 2  # a host interval: a synchronous op's call, an async op's issue (empty), a wait() call
 
 
 class _Host:
@@ -43,17 +45,21 @@ class _Host:
 
     def __init__(self, t: EventTable, rows: list[int], fin) -> None:
         spans = []
+        add = spans.append
+        start, async_op, ws, we = t.start_ns, t.async_op, t.wait_start_ns, t.wait_end_ns
         for i in rows:
-            if t.async_op[i]:
-                spans.append((t.start_ns[i], t.start_ns[i], i))
-                if t.wait_start_ns[i] != NONE and t.wait_end_ns[i] != NONE:
-                    spans.append((t.wait_start_ns[i], t.wait_end_ns[i], i))
+            st = start[i]
+            if async_op[i]:
+                add((st, st, i, ISSUE))
+                if ws[i] != NONE and we[i] != NONE:
+                    add((ws[i], we[i], i, WAIT))
             else:
-                spans.append((t.start_ns[i], fin[i] if fin[i] != NONE else t.start_ns[i], i))
+                add((st, fin[i] if fin[i] != NONE else st, i, SYNC))
         spans.sort()
         self.a = [s[0] for s in spans]
         self.b = [s[1] for s in spans]
         self.row = [s[2] for s in spans]
+        self.kind = [s[3] for s in spans]
         self.maxb: list[int] = []
         m = -(1 << 62)
         for b in self.b:
@@ -96,6 +102,10 @@ class _Walker:
             by_rank.setdefault(r, []).append(i)
         self.hosts = {r: _Host(t, rows, self.fin) for r, rows in by_rank.items()}
         self._sites: dict[str, str] = {}
+        self._floor = min(t.start_ns) if len(t) else 0  # no walk goes before the trace's first op
+        self.parts: list[tuple] = []  # the walk's nodes: their raw parts, and what comes after each
+        self._after: list = []        # ...: a node, -1 (none), or the state to find it from (not made yet)
+        self._memo: dict[tuple, int] = {}
         self.culprit_row = array("q", [-1]) * len(collectives)  # each collective's row of the rank waited for
         for k, culprit in enumerate(culprits):
             ranks = collectives.ranks_of(k)
@@ -108,10 +118,11 @@ class _Walker:
         return f"{t.op[i]} {t.groups[t.gid[i]].name}" + (f" #{seq}" if seq != NONE else "")
 
     def site(self, i: int | None) -> str:
-        """Row i's site as "file.py:line" (the path's spans are named by them), made once per distinct site."""
-        if i is None:
-            return "start"
-        full = self.t.site[i]
+        """Row i's site as "file.py:line" (the path's spans are named by them)."""
+        return "start" if i is None else self.site_of(self.t.site[i])
+
+    def site_of(self, full: str) -> str:
+        """A site as "file.py:line", made once per distinct site."""
         short = self._sites.get(full)
         if short is None:
             head = full.partition(" in ")[0]
@@ -131,81 +142,137 @@ class _Walker:
             return msg.recv if i == msg.send else msg.send
         return None
 
-    def walk(self, row: int, t_end: int, floor: int) -> list[PathPart]:
-        """The path from inside op `row` at time t_end back to `floor`, latest part first."""
-        t = self.t
-        parts: list[PathPart] = []
-        add = parts.append
-        kind, x, r, nxt, now = "op", row, t.rank[row], row, t_end
-        seen: set[int] = set()  # the ops crossed to at this instant: a cycle of waits (damage) must not loop
-        seen_at = now
+    # The walk is made of nodes, one per part, made on demand and shared: a part's successor depends only on the
+    # state the walk is in after it (an op at an instant, or a rank's host at an instant before an op), never on
+    # where the walk began or how far back it goes, so the walks of many waits go on along the same nodes.
+
+    def node(self, state: tuple) -> int:
+        """The node of the first part the walk emits from `state` (-1: the walk ends there)."""
+        n = self._memo.get(state)
+        if n is None:
+            part, after = self._advance(state)
+            if part is None:
+                n = -1
+            else:
+                n = len(self.parts)
+                self.parts.append(part)
+                self._after.append(after if after is not None else -1)
+            self._memo[state] = n
+        return n
+
+    def next(self, n: int) -> int:
+        """The node after node n, back in time (-1: none)."""
+        after = self._after[n]
+        if type(after) is tuple:
+            after = self._after[n] = self.node(after)
+        return after
+
+    def walk(self, row: int, t_end: int, floor: int) -> list[tuple]:
+        """The path from inside op `row` at time t_end back to `floor`, latest part first, as raw parts
+        (rank, kind, start, ns, x, y): x the op's row for "comm" and "wait"; for "compute" x the row of the op
+        before the span (-1: none) and y the row of the op after it (`part` makes a PathPart of one)."""
+        out = []
+        n = self.node(("op", row, t_end))
+        while n >= 0:
+            p = self.parts[n]
+            if p[2] + p[3] <= floor:
+                break
+            if p[2] < floor:
+                out.append((p[0], p[1], floor, p[2] + p[3] - floor, p[4], p[5]))
+                break
+            out.append(p)
+            n = self.next(n)
+        return out
+
+    def _advance(self, state: tuple) -> tuple[tuple | None, tuple | None]:
+        """From a state, ("op", row, now) or ("host", rank, row of the op after, now), the walk's next part and
+        the state after it; (None, None) where the walk ends (the trace's start, or nothing before)."""
+        t, floor = self.t, self._floor
+        start, wait, fin, async_op, rank_of = t.start_ns, self.wait, self.fin, t.async_op, t.rank
+        if state[0] == "op":
+            kind, x, now = state
+            r = nxt = None
+        else:
+            kind, r, nxt, now = state
+            x = None
+        seen = None  # the ops crossed to at this instant: a cycle of waits (damage) must not loop
         for _ in range(_MAX_MOVES):
             if now <= floor:
-                break
-            if now != seen_at:
-                seen.clear()
-                seen_at = now
+                return None, None
             if kind == "op":
-                st, w = t.start_ns[x], self.wait[x]
+                r = rank_of[x]
+                st, w = start[x], wait[x]
                 lo = max(st + w, floor)
                 if now > lo:
-                    add(PathPart(r, "comm", now - lo, lo, op=self.label(x)))
-                    now = lo
-                if now <= floor:
-                    break
+                    return (r, "comm", lo, now - lo, x, -1), ("op", x, lo)
                 if w > 0:
                     j = self.cause_row(x)
-                    if j is not None and j not in seen and t.start_ns[j] <= now:
+                    if j is not None and start[j] <= now and (seen is None or j not in seen):
+                        seen = seen or set()
                         seen.add(x)
-                        kind, x, r = "op", j, t.rank[j]
+                        x = j
                         continue
                     lo = max(st, floor)
-                    add(PathPart(r, "wait", now - lo, lo, op=self.label(x)))
-                    now = lo
+                    if now > lo:
+                        return (r, "wait", lo, now - lo, x, -1), ("host", r, x, lo)
                 kind, nxt = "host", x
                 continue
             host = self.hosts[r]
             k = host.blocked_at(now)
             if k is not None:
                 y = host.row[k]
-                if not t.async_op[y]:
+                if not async_op[y]:
                     kind, x = "op", y
                     continue
-                end = self.fin[y]
+                end = fin[y]
                 lo = max(end, host.a[k]) if end != NONE else host.a[k]
                 if now > lo:  # returning from wait() after the op was over
-                    add(PathPart(r, "comm", now - max(lo, floor), max(lo, floor), op=self.label(y)))
-                    now = lo
+                    lo2 = max(lo, floor)
+                    after = ("op", y, lo) if lo > host.a[k] else ("host", r, y, lo)
+                    return (r, "comm", lo2, now - lo2, y, -1), after
                 if now > host.a[k]:
                     kind, x = "op", y
                 else:
                     nxt = y
                 continue
             k = host.before(now)
-            prev = host.row[k] if k is not None else None
+            prev = host.row[k] if k is not None else -1
             lo = max(host.b[k] if k is not None else floor, floor)
             if now > lo:
-                add(PathPart(r, "compute", now - lo, lo, span=f"{self.site(prev)} → {self.site(nxt)}"))
-                now = lo
-            if prev is None:
-                break
+                return (r, "compute", lo, now - lo, prev, nxt), (("host", r, prev, lo) if prev >= 0 else None)
+            if prev < 0:
+                return None, None
             nxt = prev
-        return parts
+        return None, None
+
+    def span(self, prev: int, nxt: int) -> str:
+        """A compute span's name: the sites of the ops around it, "train.py:40 → train.py:52"."""
+        return f"{self.site(prev if prev >= 0 else None)} → {self.site(nxt)}"
+
+    def part(self, raw: tuple) -> PathPart:
+        r, kind, lo, ns, x, y = raw
+        if kind == "compute":
+            return PathPart(r, kind, ns, lo, span=self.span(x, y))
+        return PathPart(r, kind, ns, lo, op=self.label(x))
+
+    def compute_before(self, i: int) -> int | None:
+        """How long row i's rank computed before issuing it: since the host was last blocked or issued an op."""
+        host = self.hosts[self.t.rank[i]]
+        k = host.before(self.t.start_ns[i])
+        return None if k is None else self.t.start_ns[i] - host.b[k]
 
 
 def critical_paths(t: EventTable, collectives: CollectiveTable, instance_of, culprits, p2p: P2PTable, p2p_of,
-                   event_wait_ns, steps: list[Step], step_of, straggler: StragglerVerdict | None
-                   ) -> tuple[list[CriticalPath], list[DelayCause], list[WhatIf]]:
-    if not len(t):
-        return [], [], []
+                   event_wait_ns, steps: list[Step], step_of) -> tuple[list[CriticalPath], list[DelayCause], "_Walker"]:
+    """Each step's critical path, the waits' root causes, and the walker (the hosts' intervals, which the what-if
+    re-times)."""
     w = _Walker(t, collectives, instance_of, culprits, p2p, p2p_of, event_wait_ns)
-    windows = _windows(t, w.fin, steps, step_of)
-    paths, raw = [], {}
-    for index, (start, end, last) in windows.items():
-        raw[index] = w.walk(last, end, start)
-        paths.append(CriticalPath(index, end - start, _merged(raw[index])))
-    causes = _causes(t, w, event_wait_ns)
-    return paths, causes, _what_if(t, w, paths, raw, steps, straggler, collectives)
+    if not len(t):
+        return [], [], w
+    paths = []
+    for index, (start, end, last) in _windows(t, w.fin, steps, step_of).items():
+        paths.append(CriticalPath(index, end - start, _merged([w.part(p) for p in w.walk(last, end, start)])))
+    return paths, _causes(t, w, event_wait_ns), w
 
 
 def _windows(t: EventTable, fin, steps: list[Step], step_of) -> dict[int, tuple[int, int, int]]:
@@ -223,90 +290,82 @@ def _windows(t: EventTable, fin, steps: list[Step], step_of) -> dict[int, tuple[
 
 
 def _merged(parts: list[PathPart]) -> list[PathPart]:
-    """The path from the step's start on, neighbouring parts of the same rank, kind and span or op made one."""
+    """The path from the step's start on (parts come latest first), neighbouring parts of the same rank, kind and
+    span or op made one."""
     out: list[PathPart] = []
     for p in reversed(parts):
         q = out[-1] if out else None
         if q is not None and (q.rank, q.kind, q.span, q.op) == (p.rank, p.kind, p.span, p.op):
             q.ns += p.ns
         elif p.ns > 0:
-            out.append(PathPart(p.rank, p.kind, p.ns, p.start_ns, span=p.span, op=p.op))
+            out.append(p)
     return out
 
 
 def _causes(t: EventTable, w: _Walker, event_wait_ns) -> list[DelayCause]:
-    """Every wait's root causes, a rank's overlapping waits counted once, worst first."""
+    """Every wait's root causes, a rank's overlapping waits counted once, worst first. A cause is a rank's compute
+    span, or its communication or unexplained waiting in an op kind and group.
+
+    The ranks that waited for the same arrival (a collective's culprit) share one walk back from it: the walk
+    does not depend on how far back it goes, so each wait takes the part of it down to its own start."""
+    waits: dict[tuple[int, int], list[tuple[int, int]]] = {}  # (cause row, end of waiting) -> [(rank, start)]
+    total: dict[tuple, list] = {}  # (rank, kind, x, y) -> [ns, ranks delayed]
+    sites, ops, gids, rank_of, start = t.site.codes, t.op.codes, t.gid, t.rank, t.start_ns
+
+    def key(r: int, kind: str, x: int, y: int) -> tuple:
+        if kind == "compute":  # a span: the sites around it
+            return (r, kind, sites[x] if x >= 0 else -1, sites[y])
+        return (r, kind, ops[x], gids[x])  # an op kind in a group
+
     by_rank: dict[int, list[int]] = {}
     for i, x in enumerate(event_wait_ns):
         if x > 0:
-            by_rank.setdefault(t.rank[i], []).append(i)
-    total: dict[tuple[int, str, str], list] = {}
+            by_rank.setdefault(rank_of[i], []).append(i)
     for r, rows in by_rank.items():
         covered = -(1 << 62)
-        for i in sorted(rows, key=t.start_ns.__getitem__):
-            st = t.start_ns[i]
+        for i in sorted(rows, key=start.__getitem__):
+            st = start[i]
             lo, hi = max(st, covered), st + event_wait_ns[i]
             if hi <= lo:
                 continue
             covered = hi
             j = w.cause_row(i)
-            if j is None or j == i or t.start_ns[j] > hi:
-                parts = [PathPart(r, "wait", hi - lo, lo, op=w.label(i))]
-            else:
-                parts = w.walk(j, hi, lo)
-            for p in parts:
-                key = (p.rank, p.kind, p.span or p.op or "")
-                acc = total.setdefault(key, [0, set()])
-                acc[0] += p.ns
+            if j is None or j == i or start[j] > hi:
+                acc = total.setdefault(key(r, "wait", i, -1), [0, set()])
+                acc[0] += hi - lo
                 acc[1].add(r)
-    causes = [DelayCause(rank, kind, what, ns, sorted(ranks)) for (rank, kind, what), (ns, ranks) in total.items()]
+            else:
+                waits.setdefault((j, hi), []).append((r, lo))
+    parts, after, keys = w.parts, w._after, []
+    for (j, hi), waiters in waits.items():
+        head = w.node(("op", j, hi))
+        for r, lo in waiters:
+            n = head
+            while n >= 0:
+                p = parts[n]
+                end = p[2] + p[3]
+                if end <= lo:
+                    break
+                while len(keys) <= n:
+                    q = parts[len(keys)]
+                    keys.append(key(q[0], q[1], q[4], q[5]))
+                acc = total.get(keys[n])
+                if acc is None:
+                    acc = total[keys[n]] = [0, {r}]
+                elif r not in acc[1]:
+                    acc[1].add(r)
+                acc[0] += end - (p[2] if p[2] > lo else lo)
+                nxt = after[n]
+                n = nxt if type(nxt) is int else w.next(n)
+    causes = []
+    for (rank, kind, x, y), (ns, ranks) in total.items():
+        if kind == "compute":
+            what = f"{w.site_of(t.site.values[x]) if x >= 0 else 'start'} → {w.site_of(t.site.values[y])}"
+        else:
+            what = f"{t.op.values[x]} {t.groups[y].name}"
+        causes.append(DelayCause(rank, kind, what, ns, sorted(ranks)))
     causes.sort(key=lambda c: -c.caused_wait_ns)
     return causes
-
-
-def _what_if(t: EventTable, w: _Walker, paths: list[CriticalPath], raw: dict[int, list[PathPart]],
-             steps: list[Step], straggler: StragglerVerdict | None, collectives: CollectiveTable) -> list[WhatIf]:
-    """'Rank R on time' for the named straggler."""
-    if not paths or straggler is None:
-        return []
-    ranks = [straggler.rank]
-    warm = {s.index for s in steps if s.warmup}
-    steady = [p for p in paths if p.index not in warm] or paths
-    before = sum(p.length_ns for p in steady) // len(steady)
-    out = []
-    for rank in ranks:
-        excess = _compute_excess(t, w, rank, collectives)
-        after = 0
-        for p in steady:  # each compute part of the rank on the path ends at its arrival at the op after it
-            saved = sum(min(part.ns, excess.get(part.start_ns + part.ns, 0)) for part in raw[p.index]
-                        if part.rank == rank and part.kind == "compute")
-            after += p.length_ns - saved
-        out.append(WhatIf(f"rank {rank} on time", before, after // len(steady)))
-    return out
-
-
-def _compute_excess(t: EventTable, w: _Walker, rank: int, collectives: CollectiveTable) -> dict:
-    """For each collective the rank entered: (the end of the rank's compute before it, i.e. its arrival) -> how
-    much longer that compute was than the median of the other ranks' compute before the same collective."""
-    out: dict[int, int] = {}
-    for k in range(len(collectives)):
-        rows = collectives[k].events
-        mine = rows.get(rank)
-        if mine is None or len(rows) < 2:
-            continue
-        spans = {r: _compute_before(t, w, i) for r, i in rows.items()}
-        others = [d for r, d in spans.items() if r != rank and d is not None]
-        if spans[rank] is None or not others:
-            continue
-        out[t.start_ns[mine]] = max(0, spans[rank] - int(median(others)))
-    return out
-
-
-def _compute_before(t: EventTable, w: _Walker, i: int) -> int | None:
-    """How long row i's rank computed before issuing it: since the host was last blocked or issued an op."""
-    host = w.hosts[t.rank[i]]
-    k = host.before(t.start_ns[i])
-    return None if k is None else t.start_ns[i] - host.b[k]
 
 
 __all__ = ["critical_paths"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from array import array
 from dataclasses import dataclass, fields
+from time import perf_counter
 from typing import Callable
 
 from ..data.events import NONE, EventTable, gc_paused, part_of
@@ -20,6 +21,7 @@ from .collectives import build_collectives
 from .critical_path import critical_paths
 from .matching import group_collectives
 from .model import Analysis
+from .overlap import overlaps
 from .p2p import build_p2p
 from .pipeline import pipeline_stats
 from .problems import find_problems
@@ -28,13 +30,15 @@ from .steps import build_steps, find_steps
 from .stragglers import fill_steps, stragglers_of, verdict, wait_records, wait_totals
 from .theory import fit_models, flag_slow
 from .waits import event_waits
+from .what_if import ChangeSpec, what_ifs
 
 
 @dataclass(frozen=True)
 class Stage:
     run: Callable
-    reads: tuple[str, ...]     # "table", earlier stages' adds, or "progress": a callback(fraction, label) for the
-    #                            stretch up to the next labelled stage (None when nobody listens)
+    reads: tuple[str, ...]     # "table", earlier stages' adds, "changes" (analyze's), or "progress": a
+    #                            callback(fraction, label) for the stretch up to the next labelled stage (None when
+    #                            nobody listens)
     adds: tuple[str, ...]      # empty: it only fills in earlier results (columns, fields of the steps)
     label: str = ""            # said to the progress callback when the stage starts ("": it goes on the last one)
     at: float = 0.0            # with a label: the fraction of the analysis done when it starts
@@ -75,8 +79,10 @@ STAGES: tuple[Stage, ...] = (
     Stage(fill_steps, ("wait_records", "steps", "step_of"), ()),  # fills each step's wait_ns and caused_ns
     Stage(verdict, ("table", "wait_records", "steps", "step_of"), ("straggler",)),  # and each step's late_rank
     Stage(critical_paths, ("table", "collectives", "instance_of", "culprits", "p2p", "p2p_of", "event_wait_ns",
-                           "steps", "step_of", "straggler"), ("critical_path", "causes", "what_if"),
-          "critical path", 0.88),
+                           "steps", "step_of"), ("critical_path", "causes", "walker"), "critical path", 0.88),
+    Stage(overlaps, ("table", "walker", "event_wait_ns"), ("event_overlap_ns", "overlap")),
+    Stage(what_ifs, ("table", "walker", "collectives", "instance_of", "p2p", "p2p_of", "event_wait_ns", "models",
+                     "steps", "step_of", "critical_path", "straggler", "changes"), ("what_if",), "what if", 0.89),
     Stage(find_problems, ("table", "collectives", "p2p", "suspects"), ("problems",), "problems", 0.9),
     Stage(links_of, ("p2p",), ("links",)),
     Stage(_span_and_notes, ("table", "traced"), ("span_ns", "notes")),
@@ -87,7 +93,7 @@ def _check(stages: tuple[Stage, ...]) -> list[tuple[float, float]]:
     """That every stage reads only what earlier ones add and that every field of Analysis is added (a wiring
     mistake fails at import, not in the middle of a trace). Returns each stage's stretch of the progress: from its
     labelled stage's start to the next labelled stage's."""
-    have = {"table", "progress"}
+    have = {"table", "progress", "changes"}
     for s in stages:
         if missing := [name for name in s.reads if name not in have]:
             raise TypeError(f"stage {s.run.__name__} reads {missing}, which no earlier stage adds")
@@ -106,22 +112,28 @@ def _check(stages: tuple[Stage, ...]) -> list[tuple[float, float]]:
 _STRETCH = _check(STAGES)
 
 
-def analyze(table: EventTable, progress=None) -> Analysis:
+def analyze(table: EventTable, progress=None, changes: tuple[ChangeSpec, ...] = (),
+            timings: dict[str, float] | None = None) -> Analysis:
+    """The analysis of a table; `changes` are the what-ifs to re-time (what_if.py; none: its defaults). `timings`,
+    when given, gets each stage's seconds by its function's name (benchmarks/bench_analysis.py)."""
     # The analysis makes ~10^5-10^6 small acyclic objects; the cyclic collector would rescan the whole table
     # again and again while they are made (half the time on a 1M-event trace), so it pauses meanwhile.
     with gc_paused():
-        return _analyze(table, progress)
+        return _analyze(table, progress, tuple(changes), timings)
 
 
-def _analyze(table: EventTable, progress) -> Analysis:
-    results = {"table": table, "progress": None}
+def _analyze(table: EventTable, progress, changes: tuple[ChangeSpec, ...], timings) -> Analysis:
+    results = {"table": table, "progress": None, "changes": changes}
     for stage, (lo, hi) in zip(STAGES, _STRETCH):
         if progress is not None:
             if stage.label:
                 progress(stage.at, stage.label)
             if "progress" in stage.reads:
                 results["progress"] = part_of(progress, lo, hi)
+        t0 = perf_counter()
         out = stage.run(*map(results.__getitem__, stage.reads))
+        if timings is not None:
+            timings[stage.run.__name__] = perf_counter() - t0
         if len(stage.adds) == 1:
             results[stage.adds[0]] = out
         elif stage.adds:
@@ -138,5 +150,5 @@ def pending_analysis(table: EventTable) -> Analysis:
     no_match = array("i", [-1]) * n
     return Analysis(table=table, collectives=CollectiveTable(table), instance_of=no_match, p2p=P2PTable(),
                     p2p_of=no_match, event_wait_ns=array("q", bytes(8 * n)), waits={}, stragglers=[], links=[],
-                    pipeline=None, problems=[], models={})
+                    pipeline=None, problems=[], models={}, event_overlap_ns=array("q", bytes(8 * n)))
 

@@ -341,11 +341,23 @@ class DelayCause:
 
 @dataclass
 class WhatIf:
-    """A change, re-timed on the critical paths: the mean steady step before and after."""
+    """A change, its steps replayed with it (what_if.py): the mean steady step measured and predicted."""
 
-    change: str
+    change: str                    # "rank 1 on time", "the spans ending at train.py:52 50% faster", ...
     step_ns_before: int
     step_ns_after: int
+    steps: int                     # the steps replayed (a sample of the steady ones when they are very many)
+    note: str = field(default="", metadata=JSON_IF_SET)  # why the change could not be re-timed, if so
+
+
+@dataclass
+class Overlap:
+    """A rank's communication and how much of it ran while the rank computed, as far as the trace proves it
+    (overlap.py)."""
+
+    rank: int
+    comm_ns: int                   # the union of its ops' communication: from the arrival needed to the end
+    overlapped_ns: int             # ...of which the host went on calling ops and was not blocked in one
 
 
 @dataclass
@@ -395,3 +407,6 @@ class Analysis:
     critical_path: list[CriticalPath] = field(default_factory=list)  # per step
     causes: list[DelayCause] = field(default_factory=list)            # the waits' root causes, worst first
     what_if: list[WhatIf] = field(default_factory=list)
+    overlap: list[Overlap] = field(default_factory=list)              # per rank
+    # event row -> the ns of it that overlapped its rank's compute (array of "q"; 0 for a synchronous op)
+    event_overlap_ns: array = field(default_factory=lambda: array("q"), metadata=NOT_IN_JSON)

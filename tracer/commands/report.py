@@ -8,6 +8,7 @@ right under the title line; `--json` lists it in `summary.warnings` (docs/FORMAT
 
 from __future__ import annotations
 
+import argparse
 import math
 import os
 import sys
@@ -20,6 +21,7 @@ import orjson
 from ..analysis import analyze, to_json
 from ..analysis.describe import micro_batches, straggler_verdict
 from ..analysis.model import Analysis
+from ..analysis.what_if import ChangeSpec, parse_change
 from ..analysis.units import fmt_bytes, fmt_gbps, fmt_list, fmt_ns, fmt_ranks, gbps_unit, in_unit, ns_unit
 from ..data.events import TraceError
 from ..data.load import load_trace, trace_size
@@ -30,11 +32,23 @@ PROBLEM_STYLE = {"hang": "bold red", "mismatch": "bold red", "died": "bold red",
                  "divergence": "bold magenta", "nonfinite": "bold magenta", "unmatched": "yellow", "clock": "yellow"}
 
 
+def _change(spec: str) -> ChangeSpec:
+    try:
+        return parse_change(spec)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e).removeprefix(f"--what-if {spec!r}: ")) from None
+
+
 def add_arguments(p) -> None:
     p.add_argument("trace", nargs="+", metavar="TRACE",
                    help="trace dir (several for a multi-node job) or a normalized events .jsonl file")
     p.add_argument("--json", action="store_true", help="print the analysis as one JSON object (for scripts and CI)")
     p.add_argument("--top", type=int, default=10, metavar="N", help="rows per table (default 10)")
+    p.add_argument("--what-if", action="append", type=_change, default=[], metavar="CHANGE", dest="what_if",
+                   help="re-time the steps with a change and say the step time it predicts (repeatable): rank:R "
+                        "(rank R on time), span:FILE.py:LINE=N%% (the compute before ops at that line N%% faster; "
+                        "or span:'A.py:1 → B.py:2'=N%%), bandwidth=Kx or bandwidth:OP=Kx. Default: the straggler "
+                        "on time, the span most on the critical path 50%% faster, 2x bandwidth")
     add_run_argument(p)
     p.add_argument("--follow", action="store_true",
                    help="keep reading a trace that is still being written: a fresh report every --interval "
@@ -55,7 +69,8 @@ def main(args) -> int:
         with _progress() as progress:
             table = load_trace(args.trace, progress and (lambda f, label: progress(f * 0.5, f"loading: {label}")),
                                run=run)
-            a = analyze(table, progress and (lambda f, label: progress(0.5 + f * 0.5, f"analyzing: {label}")))
+            a = analyze(table, progress and (lambda f, label: progress(0.5 + f * 0.5, f"analyzing: {label}")),
+                        args.what_if)
         found = found or bool(a.problems)
         if args.json:
             sys.stdout.buffer.write(orjson.dumps(to_json(a), option=orjson.OPT_APPEND_NEWLINE))
@@ -96,7 +111,7 @@ def follow(args) -> int:
             size = trace_size(args.trace)
             if size != last_size or ended:
                 try:
-                    a = analyze(load_trace(args.trace, run=args.run))
+                    a = analyze(load_trace(args.trace, run=args.run), changes=args.what_if)
                 except TraceError as e:
                     if ended or not ("no events" in str(e) or "no rank-" in str(e) or "no readable" in str(e)):
                         raise
@@ -260,8 +275,8 @@ def _steps(console, a: Analysis, top: int) -> None:
 
 
 def _critical_path(console, a: Analysis, top: int) -> None:
-    """The critical paths summed over the (steady) steps: what the step's time is made of, the waits' root causes
-    and what the straggler on time would save."""
+    """The critical paths summed over the (steady) steps: what the step's time is made of, the waits' root causes,
+    the communication hidden behind compute, and what the what-ifs would save."""
     if not a.critical_path:
         return
     warm = {s.index for s in a.steps if s.warmup}
@@ -274,8 +289,10 @@ def _critical_path(console, a: Analysis, top: int) -> None:
             key = (part.rank, part.kind, part.span or (part.op or "").split(" #")[0])
             parts[key] = parts.get(key, 0) + part.ns
     per = "step" if a.steps else "run"
+    kinds = {k: sum(ns for (_, kind, _), ns in parts.items() if kind == k) for k in ("compute", "comm", "wait")}
     console.print(f"[bold]Critical path[/]: {fmt_ns(total // len(paths))} a {per}"
-                  + (f" ({len(paths)} steady steps)" if a.steps else "") + "; what it is made of:")
+                  + (f" ({len(paths)} steady steps)" if a.steps else "") + ": "
+                  + ", ".join(f"{100 * ns / total:.0f}% {k}" for k, ns in kinds.items() if ns) + ". Its parts:")
     table = _table("", "rank", "kind", "span or op", "time", "share")
     for (rank, kind, what), ns in sorted(parts.items(), key=lambda x: -x[1])[:top]:
         table.add_row(str(rank), kind, what, fmt_ns(ns), f"{100 * ns / total:.0f}%")
@@ -286,10 +303,16 @@ def _critical_path(console, a: Analysis, top: int) -> None:
         for c in a.causes[:top]:
             table.add_row(str(c.rank), c.kind, c.span, fmt_ns(c.caused_wait_ns), fmt_ranks(c.ranks_delayed))
         console.print(table)
+    hidden = [o for o in a.overlap if o.comm_ns]
+    if hidden:
+        console.print("Communication hidden behind compute: " + ", ".join(
+            f"rank {o.rank} {100 * o.overlapped_ns / o.comm_ns:.0f}% of {fmt_ns(o.comm_ns)}" for o in hidden[:top])
+            + (f" (and {len(hidden) - top} more ranks)" if len(hidden) > top else "") + ".")
     for w in a.what_if:
         saved = w.step_ns_before - w.step_ns_after
-        console.print(f"What if: {w.change}, {fmt_ns(w.step_ns_before)} → {fmt_ns(w.step_ns_after)} a {per} "
-                      f"(−{100 * saved / max(w.step_ns_before, 1):.0f}%), re-timed on the critical paths.")
+        console.print(f"What if {w.change}: {fmt_ns(w.step_ns_before)} → {fmt_ns(w.step_ns_after)} a {per} "
+                      f"({'−' if saved >= 0 else '+'}{100 * abs(saved) / max(w.step_ns_before, 1):.0f}%; "
+                      f"{w.steps} steps replayed)" + (f": {w.note}" if w.note else "") + ".")
 
 
 def _collectives(console, a: Analysis, top: int) -> None:
