@@ -8,7 +8,7 @@ from __future__ import annotations
 from disttrace.tui.app import DisttraceApp
 from disttrace.tui.model.narration import Narration
 
-from tui_helpers import DATA, PIPELINE_JOB, TUI_JOB, fixture_store
+from tui_helpers import DATA, PIPELINE_JOB, TUI_JOB, fixture_store, steps_store
 
 SIZE = (120, 40)
 
@@ -51,6 +51,18 @@ def test_waits_view_narrow(snap_compare):
 
 def test_waits_view_wide(snap_compare):
     assert snap_compare(app_on(), press=["4"], terminal_size=(160, 40))
+
+
+def test_critical_path_view_narrow(snap_compare):
+    # step 2 of the hand-timed steps (} twice): rank 1's late compute, then rank 2 to the step's end, marked on the
+    # timeline; 90 columns: the causes under the path's parts
+    app = DisttraceApp(["steps.jsonl"], store=steps_store(), step_mode=True)
+    assert snap_compare(app, press=["8", "right_curly_bracket", "right_curly_bracket"], terminal_size=(90, 32))
+
+
+def test_critical_path_view_wide(snap_compare):
+    app = DisttraceApp(["steps.jsonl"], store=steps_store(), step_mode=True)
+    assert snap_compare(app, press=["8", "right_curly_bracket", "right_curly_bracket"], terminal_size=(160, 40))
 
 
 def test_links_view(snap_compare):

@@ -50,3 +50,30 @@ def detail_text(store: TraceStore, row: int, width: int = 100) -> str:
     c = Console(width=width, record=True, file=io.StringIO())
     c.print(detail_table(store, row))
     return c.export_text()
+
+
+def steps_trace():
+    """3 ranks, 6 steps of compute, all_reduce, compute, all_gather (tests/synthetic.py, times in ms): rank 2
+    arrives 1 ms late at every all_reduce, rank 1 8 ms later still in steps 2 and 4. The critical path of a step
+    is rank 2's, but in steps 2 and 4 it starts with rank 1's 18 ms of compute, then hops to rank 2."""
+    from synthetic import MS, Trace
+
+    tr = Trace(3)
+    t = 0
+    for k in range(6):
+        starts = {r: t + 10 * MS for r in range(3)}
+        if k in (2, 4):
+            starts[1] += 8 * MS
+        starts[2] += 1 * MS
+        end = max(starts.values()) + 2 * MS
+        tr.coll("all_reduce", starts, end, nbytes=4096, site="train.py:40 in step")
+        tr.coll("all_gather", {r: end + 3 * MS + r * MS // 2 for r in range(3)}, end + 6 * MS, nbytes=1024,
+                site="train.py:52 in step")
+        t = end + 6 * MS
+    return tr
+
+
+def steps_store() -> TraceStore:
+    t = steps_trace().table()
+    t.sort()
+    return TraceStore(t, analyze(t))

@@ -12,8 +12,9 @@ from textual.widgets import Static
 INTRO = ("disttrace view: one line per rank, time across. █ is time inside a collective or send/recv, ▒ its "
          "waiting part (the rank was early and waited for a late peer), ─ compute between ops, ▁▂▃ a cell "
          "that is only partly communication. The red column is the playhead, the blue cells the selected "
-         "collective on every rank.  Mouse: click an event, wheel scrolls ranks, ctrl+wheel zooms, "
-         "shift+wheel pans.")
+         "collective on every rank. With the critical path marked (x, or on showing tab 8), the cells of the "
+         "playhead's step's path are pink, ━ where it computes: follow it across the ranks.  Mouse: click an "
+         "event, wheel scrolls ranks, ctrl+wheel zooms, shift+wheel pans.")
 
 
 def keys_table(bindings: list[Binding]) -> Table:
@@ -30,6 +31,7 @@ def keys_table(bindings: list[Binding]) -> Table:
         keys = keys.replace("plus", "+").replace("minus", "-").replace("question_mark", "?").replace("slash", "/")
         keys = keys.replace("space", "space").replace("less_than_sign", "<").replace("greater_than_sign", ">")
         keys = keys.replace("left_square_bracket", "[").replace("right_square_bracket", "]").replace("full_stop", ".")
+        keys = keys.replace("left_curly_bracket", "{").replace("right_curly_bracket", "}")
         keys = keys.replace("equals_sign", "=")
         table.add_row(keys, what)
     return table

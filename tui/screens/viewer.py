@@ -20,8 +20,10 @@ from disttrace.tracer.analysis.units import fmt_ns_short
 
 from ..loading import settle
 from ..model import viewport
+from ..model.critical import step_paths
 from ..model.replay import SPEEDS, parse_goto, search, step_collective, step_event
 from ..model.store import TraceStore
+from ..widgets.critical_path import CriticalPathView
 from ..widgets.detail import DetailPane, NarrationPane
 from ..widgets.event_list import EventList
 from ..widgets.header import ViewerHeader
@@ -59,6 +61,8 @@ VIEWS = (
     View("links", "5", "Links", "links view", LinksView),
     View("charts", "6", "Charts", "charts view", ChartsView, ("playhead",)),
     View("problems", "7", "Problems", "problems view", ProblemsView),
+    View("critical", "8", "Critical path", "critical path view", CriticalPathView,
+         ("playhead", "selection", "zoom", "offset_ns", "path_step")),
 )
 VIEW = {v.id: v for v in VIEWS}
 
@@ -132,6 +136,12 @@ class ViewerScreen(Screen):
         *(Binding(v.key, f"view({v.id!r})", v.description, show=False) for v in VIEWS),
         Binding("left_square_bracket", "ring_step(-1)", "ring: previous step", show=False),
         Binding("right_square_bracket", "ring_step(1)", "ring: next step", show=False),
+        Binding("left_curly_bracket", "train_step(-1)", "previous training step", show=False,
+                tooltip="previous training step (the window shows all of it)"),
+        Binding("right_curly_bracket", "train_step(1)", "next training step", show=False,
+                tooltip="next training step (the window shows all of it)"),
+        Binding("x", "toggle_path", "critical path marks", show=False,
+                tooltip="mark the critical path of the playhead's step on the timeline (on once tab 8 is shown)"),
         Binding("question_mark", "help", "help"),
         Binding("q", "app.quit", "quit"),
     ]
@@ -152,6 +162,11 @@ class ViewerScreen(Screen):
     """Replay speed in events per second."""
     ring_step: var[int] = var(-1, init=False)
     """Step shown in the ring view (-1: before the first step)."""
+    show_path: var[bool] = var(False, init=False)
+    """Whether the timelines mark the critical path of the playhead's step (x; showing the critical path view
+    turns it on)."""
+    path_step: var[int] = var(-1, init=False)
+    """Step whose critical path the timelines mark: the playhead's while show_path is on, else -1."""
     analysis_label: var[str] = var("", init=False)
     """Progress of the analysis while it runs in the background ("" once done)."""
 
@@ -190,7 +205,8 @@ class ViewerScreen(Screen):
             if self.narration is not None:
                 yield NarrationPane(s, self.narration).data_bind(ViewerScreen.playhead)
             timeline = Timeline(s).data_bind(ViewerScreen.zoom, ViewerScreen.offset_ns, ViewerScreen.playhead,
-                                             ViewerScreen.selection, ViewerScreen.focused_rank)
+                                             ViewerScreen.selection, ViewerScreen.focused_rank,
+                                             ViewerScreen.path_step)
             yield Ruler(s, timeline).data_bind(ViewerScreen.zoom, ViewerScreen.offset_ns)
             yield timeline
             with Horizontal(id="lower"):
@@ -222,6 +238,7 @@ class ViewerScreen(Screen):
             w.rerender()
         self.query_one(PlayheadLine).refresh()
         self.analysis_label = ""
+        self._mark_path()
         # the views' widgets and rows are built now: keep the collector from walking them on every full collection
         self.call_after_refresh(settle)
 
@@ -266,6 +283,15 @@ class ViewerScreen(Screen):
             self._follow(self.store.table.start_ns[row])
         if row >= self.store.n_events - 1 and self._timer is not None:
             self.playing = False
+        self._mark_path()
+
+    def watch_show_path(self) -> None:
+        self._mark_path()
+
+    def _mark_path(self) -> None:
+        """The step whose critical path the timelines mark: the playhead's, while the marks are on."""
+        step = step_paths(self.store).step_at(self.playhead) if self.show_path and self.store.analysed else None
+        self.path_step = -1 if step is None else step
 
     def _follow(self, t_ns: int) -> None:
         self.offset_ns = viewport.follow(self.store.span_ns, self.zoom, self.offset_ns, t_ns - self.store.t0)
@@ -404,10 +430,65 @@ class ViewerScreen(Screen):
 
     @on(TabbedContent.TabActivated)
     async def _tab_activated(self, event: TabbedContent.TabActivated) -> None:
+        if event.pane is not None and event.pane.id == "critical":
+            self.show_path = True
+            self._frame_step(only_if_small=True)
         if event.pane is not None and event.pane.id:
             if await self._mount_view(event.pane.id):
                 self._focus_view(event.pane.id)
             self.call_after_refresh(self._focus_view, event.pane.id)
+
+    def action_toggle_path(self) -> None:
+        self.show_path = not self.show_path
+        if self.show_path and self.store.analysed and not self.store.analysis.critical_path:
+            self.notify("no critical path to mark: the analysis found none", severity="warning")
+
+    def action_train_step(self, direction: int) -> None:
+        """The playhead to the first event of the previous or next training step, the window on all of it."""
+        if not self.store.analysed:
+            self.notify("the analysis is still running", severity="warning")
+            return
+        sp = step_paths(self.store)
+        if not sp.by_step:
+            self.notify("no training steps found in this trace", severity="warning")
+            return
+        here = sp.step_at(self.playhead)
+        row = self.playhead
+        outside = row < 0 or self.store.analysis.step_of[row] != here  # before the first step, or after the last
+        if outside and (direction > 0) == (row < sp.first_row(here)):
+            target = here
+        else:
+            target = sp.neighbour(here, direction)
+        if target is None:
+            self.notify(f"this is the {'last' if direction > 0 else 'first'} step", timeout=2)
+            return
+        self.playhead = sp.first_row(target)
+        self._frame(*sp.window(target))
+
+    def _frame_step(self, only_if_small: bool = False) -> None:
+        """Show the whole of the playhead's step in the window; only_if_small: unless it is in it already and
+        takes a quarter of it or more."""
+        sp = step_paths(self.store)
+        step = sp.step_at(self.playhead) if self.store.analysed and sp.by_step else None
+        if step is None:
+            return
+        start, end = sp.window(step)
+        w = viewport.window_ns(self.store.span_ns, self.zoom)
+        lo = self.store.t0 + self.offset_ns
+        if only_if_small and lo <= start and end <= lo + w and (end - start) * 4 >= w:
+            return
+        self._frame(start, end)
+
+    def _frame(self, start_ns: int, end_ns: int) -> None:
+        """Zoom and pan so that [start_ns, end_ns] fills most of the window."""
+        span, t0 = self.store.span_ns, self.store.t0
+        length = max(1, end_ns - start_ns) * 1.1
+        z = 0
+        while z < viewport.max_zoom(span, self._timeline().lane_width) and viewport.window_ns(span, z + 1) >= length:
+            z += 1
+        w = viewport.window_ns(span, z)
+        self.zoom = z
+        self.offset_ns = viewport.clamp_offset(span, z, start_ns - t0 - (w - (end_ns - start_ns)) / 2)
 
     def action_ring_step(self, direction: int) -> None:
         ring = self.query_one(RingView)

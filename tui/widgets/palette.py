@@ -21,6 +21,8 @@ OP_COLORS = {
 GAP = Style(color="#505050")
 BG_SELECTED = Color.parse("#4a4a78")
 BG_PLAYHEAD = Color.parse("#8a2a2a")
+PATH = "#ff5fd7"
+"""The critical path's cells (a colour no op has): ━ where it computes, its op's glyph where it communicates."""
 
 
 def _darker(hex_color: str, f: float = 0.45) -> str:

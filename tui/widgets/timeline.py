@@ -1,14 +1,16 @@
 """The timeline: one line per rank, time across, drawn with the Line API from the store's lanes.
 
 Nothing here is a widget per event: `render_line` asks the rank's Lane for the cells of the visible
-window, then lays the playhead and selection over them. Cells sit on a fixed grid per zoom level (cell i
-covers [i, i + 1) cell widths from the trace start, the window starts at a whole cell), and are drawn and
-cached CHUNK cells at a time: a pan draws only the chunks it brings into view.
+window, then lays the critical path's marks, the selection and the playhead over them. Cells sit on a fixed
+grid per zoom level (cell i covers [i, i + 1) cell widths from the trace start, the window starts at a whole
+cell), and are drawn and cached CHUNK cells at a time: a pan draws only the chunks it brings into view. The
+marks are not in the cached chunks: they are part of the key of the cached segments (one per run of style).
 """
 
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 
 from rich.segment import Segment
 from rich.style import Style
@@ -23,17 +25,19 @@ from textual.widget import Widget
 from disttrace.tracer.analysis.units import fmt_ns_short
 
 from ..model import viewport
+from ..model.critical import step_paths
 from ..model.lod import BLANK_KEY, GAP_KEY
 from ..model.replay import step_event
 from ..model.store import TraceStore
 from .messages import EventPicked, ViewChanged
-from .palette import BG_PLAYHEAD, BG_SELECTED, GAP, OP_STYLES, WAIT_STYLES
+from .palette import BG_PLAYHEAD, BG_SELECTED, GAP, OP_STYLES, PATH, WAIT_STYLES
 
 _EIGHTHS = " ▁▂▃▄▅▆▇█"
 _GAP = ("─", GAP)
 _BLANK = (" ", Style())
 _SELECTED = Style(bgcolor=BG_SELECTED)
 _PLAYHEAD = Style(bgcolor=BG_PLAYHEAD)
+_PATH = Style(color=PATH, bold=True)
 
 
 CHUNK = 32
@@ -44,6 +48,8 @@ _RUNS = re.compile(r"(.)\1*", re.S)
 """Runs of equal style in a lane's style string (one segment each)."""
 _THIN = str.maketrans({" ": "▏", "─": "▏"})
 _THIN_PLAYHEAD = str.maketrans({" ": "│", "─": "│"})
+_PATH_LINE = str.maketrans({" ": "━", "─": "━"})
+"""A critical path's compute (no event: the gap or blank cells) is drawn as a heavy line in the path's colour."""
 
 
 def _glyph(op: str, waiting: bool, level: int) -> tuple[str, Style]:
@@ -70,11 +76,12 @@ class _Palette:
             self.styles.append(style)
         return c
 
-    def marked(self, c: str, bg: Style) -> str:
-        """The character of style c with the playhead's or the selection's background."""
-        m = self._marked.get((c, id(bg)))
+    def marked(self, c: str, mark: Style) -> str:
+        """The character of style c with a mark laid over: the playhead's or the selection's background, the
+        critical path's colour."""
+        m = self._marked.get((c, id(mark)))
         if m is None:
-            m = self._marked[(c, id(bg))] = self.char(self.styles[ord(c)] + bg)
+            m = self._marked[(c, id(mark))] = self.char(self.styles[ord(c)] + mark)
         return m
 
 
@@ -128,6 +135,8 @@ class Timeline(ScrollView, can_focus=False):
     """Event row shown in the detail pane."""
     focused_rank: reactive[int] = reactive(0)
     """Display index of the focused rank."""
+    path_step: reactive[int] = reactive(-1)
+    """Step whose critical path is marked on the lanes (the analysis' CriticalPath.index; -1: none)."""
 
     def __init__(self, store: TraceStore, rank_indices: list[int] | None = None, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -214,6 +223,9 @@ class Timeline(ScrollView, can_focus=False):
             return
         index = self.store.rank_index
         self._refresh_lanes({index[r] for r in before | set(self._highlight_rows()) if r in index})
+
+    def watch_path_step(self) -> None:
+        self.refresh()
 
     def watch_focused_rank(self, old: int, k: int) -> None:
         if k in self.rank_indices:
@@ -323,9 +335,34 @@ class Timeline(ScrollView, can_focus=False):
         return Strip([Segment(label, FOCUS_STYLE if k == self.focused_rank else LABEL_STYLE), *segs],
                      self.label_w + width)
 
+    def _path_spans(self, rank: int, col_of, width: int) -> tuple[tuple[int, int], ...]:
+        """The columns (first, last) of the window that the marked critical path covers on this rank."""
+        if self.path_step < 0:
+            return ()
+        marks = step_paths(self.store).marks(self.path_step).get(rank)
+        if not marks:
+            return ()
+        out: list[tuple[int, int]] = []
+        # the stretches are sorted and apart: start at the first one ending in the window
+        lo_ns = self.store.t0 + self.first_cell * self.ns_per_cell
+        for a, b in marks[max(0, bisect_right(marks, (lo_ns,)) - 1):]:
+            c0 = col_of(a)
+            if c0 >= width:
+                break
+            c1 = max(c0, col_of(b - 1))
+            if c1 < 0:
+                continue
+            c0, c1 = max(0, c0), min(width - 1, c1)
+            if out and c0 <= out[-1][1] + 1:  # two stretches in one cell (or touching): one run of marks
+                out[-1] = (out[-1][0], max(c1, out[-1][1]))
+            else:
+                out.append((c0, c1))
+        return tuple(out)
+
     def _lane_segments(self, k: int, rank: int, width: int) -> list[Segment]:
-        """Display rank k's lane with the selection and the playhead laid over, one segment per run of equal
-        style (cached by what is marked: moving the focus or the selection redraws only what changed)."""
+        """Display rank k's lane with the critical path's marks, the selection and the playhead laid over, one
+        segment per run of equal style (cached by what is marked: moving the focus or the selection redraws only
+        what changed)."""
         table, t0 = self.store.table, self.store.t0
         _, ns, first = self._geometry()
 
@@ -342,12 +379,17 @@ class Timeline(ScrollView, can_focus=False):
         px = col_of(table.start_ns[self.playhead]) if self.playhead >= 0 else -1
         if not 0 <= px < width:
             px = -1
-        key = (k, self.zoom, first, width, tuple(spans), px)
+        path = self._path_spans(rank, col_of, width)
+        key = (k, self.zoom, first, width, tuple(spans), px, path)
         segs = self._segments.get(key)
         if segs is not None:
             return segs
         chars, styles = self.base_cells(k, width)
         palette = self._palette
+        for c0, c1 in path:  # under the selection and the playhead: their backgrounds stay
+            chars = chars[:c0] + chars[c0:c1 + 1].translate(_PATH_LINE) + chars[c1 + 1:]
+            styles = (styles[:c0] + "".join([palette.marked(c, _PATH) for c in styles[c0:c1 + 1]])
+                      + styles[c1 + 1:])
         for c0, c1 in spans:
             chars = chars[:c0] + chars[c0:c1 + 1].translate(_THIN) + chars[c1 + 1:]
             styles = (styles[:c0] + "".join([palette.marked(c, _SELECTED) for c in styles[c0:c1 + 1]])

@@ -1,0 +1,164 @@
+"""The analysis' critical paths as the viewer needs them: the step at the playhead, the row a step or a path part
+is shown at, and each rank's stretches of a step's path (what the timeline marks). Nothing is recomputed: the
+paths, causes and what-ifs are the analysis' (tracer/analysis/critical_path.py); this only finds rows for them.
+
+No Textual here: plain ints, so it can be unit-tested.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+
+from disttrace.tracer.analysis.model import CriticalPath, PathPart, Step
+
+from .store import TraceStore
+
+_SCAN = 4096
+"""Rows looked at from a step's start for its first row before one pass over all of them."""
+
+
+class StepPaths:
+    """The critical paths of one analysis by step, in time order (index 0: the whole trace, when the analysis found
+    no steps)."""
+
+    def __init__(self, store: TraceStore) -> None:
+        a = store.analysis
+        self.store = store
+        self.analysis = a
+        self.paths: dict[int, CriticalPath] = {p.index: p for p in a.critical_path}
+        self.steps: dict[int, Step] = {s.index: s for s in a.steps}
+        # the steps with a path, by start (steps without one: no op of theirs finished)
+        if self.steps:
+            self.order = sorted((k for k in self.paths if k in self.steps), key=lambda k: self.steps[k].start_ns)
+        else:
+            self.order = sorted(self.paths)
+        self._starts = [self.steps[k].start_ns for k in self.order] if self.steps else []
+        self._marks: dict[int, dict[int, list[tuple[int, int]]]] = {}
+        self._first: dict[int, int] = {}
+
+    @property
+    def by_step(self) -> bool:
+        """Whether the paths are per step (else one path for the whole trace)."""
+        return bool(self.steps)
+
+    def step_at(self, row: int) -> int | None:
+        """The step whose path to show for the playhead at `row`: the step of its event; for an event outside
+        every step (set-up, the end), the step under or after its time, else the last; before the first event,
+        the first. None when the analysis has no critical path."""
+        if not self.order:
+            return None
+        if not self.steps or row < 0:
+            return self.order[0]
+        step_of = self.analysis.step_of
+        k = step_of[row] if row < len(step_of) else -1
+        if k in self.paths and k in self.steps:
+            return k
+        t = self.store.table.start_ns[row]
+        j = bisect_right(self._starts, t) - 1
+        if j >= 0 and t <= self.steps[self.order[j]].end_ns:
+            return self.order[j]
+        return self.order[min(j + 1, len(self.order) - 1)]
+
+    def neighbour(self, step: int | None, direction: int) -> int | None:
+        """The step before (-1) or after (+1) this one that has a path, None at the ends."""
+        if step is None or step not in self.paths:
+            return None
+        j = self.order.index(step) + direction
+        return self.order[j] if 0 <= j < len(self.order) else None
+
+    def position(self, step: int) -> int:
+        """1-based place of the step among those with a path."""
+        return self.order.index(step) + 1
+
+    def first_row(self, step: int) -> int:
+        """The step's first event in time (rows are in start order), the playhead's place for it."""
+        row = self._first.get(step)
+        if row is not None:
+            return row
+        n, step_of = self.store.n_events, self.analysis.step_of
+        if not self.steps or not n:
+            return 0
+        start = bisect_left(self.store.table.start_ns, self.steps[step].start_ns)
+        for i in range(start, min(n, start + _SCAN)):
+            if step_of[i] == step:
+                self._first[step] = i
+                return i
+        row = next((i for i in range(n) if step_of[i] == step), start if start < n else n - 1)
+        self._first[step] = row
+        return row
+
+    def window(self, step: int) -> tuple[int, int]:
+        """(start, end) of the step's path, absolute ns."""
+        p = self.paths[step]
+        start = p.parts[0].start_ns if p.parts else (self.steps[step].start_ns if step in self.steps else
+                                                      self.store.t0)
+        return start, start + p.length_ns
+
+    def marks(self, step: int) -> dict[int, list[tuple[int, int]]]:
+        """rank -> the stretches [start, end) of the step's path on it, sorted and merged (what the timeline
+        marks)."""
+        got = self._marks.get(step)
+        if got is not None:
+            return got
+        by_rank: dict[int, list[tuple[int, int]]] = {}
+        p = self.paths.get(step)
+        for part in p.parts if p is not None else ():
+            by_rank.setdefault(part.rank, []).append((part.start_ns, part.start_ns + part.ns))
+        for rank, spans in by_rank.items():
+            spans.sort()
+            merged = [spans[0]]
+            for a, b in spans[1:]:
+                if a <= merged[-1][1]:
+                    merged[-1] = (merged[-1][0], max(b, merged[-1][1]))
+                else:
+                    merged.append((a, b))
+            by_rank[rank] = merged
+        self._marks[step] = by_rank
+        return by_rank
+
+    def part_row(self, part: PathPart) -> int | None:
+        """The event to show for a part of a path: the op it communicated or waited in, or the op that ended a
+        compute span (the rank's arrival at it, or its wait() on it)."""
+        store, t = self.store, self.store.table
+        k = store.rank_index.get(part.rank)
+        if k is None:
+            return None
+        lane = store.rows[k].lane
+        if not lane.rows:
+            return None
+        end = part.start_ns + part.ns
+        if part.kind == "compute":
+            j = bisect_left(lane.starts, end)
+            if j < len(lane.rows) and lane.starts[j] == end:
+                return lane.rows[j]
+            for q in range(j - 1, max(-1, j - 65), -1):  # an async op's wait() started at the end
+                if t.wait_start_ns[lane.rows[q]] == end:
+                    return lane.rows[q]
+            return lane.rows[j] if j < len(lane.rows) else lane.rows[-1]
+        # comm, wait: the op of this rank running over the part, by name when several overlap
+        name, _, seq = (part.op or "").partition(" #")
+        op = name.split(" ")[0]
+        mid = part.start_ns + part.ns // 2
+        j = bisect_right(lane.starts, mid) - 1
+        best = None
+        for q in range(j, max(-1, j - 65), -1):
+            row = lane.rows[q]
+            if lane.ends[q] < mid and lane.maxend[q] < mid:
+                break
+            if lane.starts[q] <= mid <= lane.ends[q]:
+                if t.op[row] == op and (not seq or str(t.group_seq[row]) == seq):
+                    return row
+                if best is None:
+                    best = row
+        return best if best is not None else store.event_at(k, mid)
+
+
+def step_paths(store: TraceStore) -> StepPaths:
+    """The StepPaths of the store's analysis, made once per analysis (kept on the store)."""
+    got = getattr(store, "_step_paths", None)
+    if got is None or got.analysis is not store.analysis:
+        got = store._step_paths = StepPaths(store)
+    return got
+
+
+__all__ = ["StepPaths", "step_paths"]
