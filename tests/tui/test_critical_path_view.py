@@ -104,7 +104,7 @@ async def test_view_lists_the_path_of_the_step_at_the_playhead():
         causes = view.query_one("#cause-table", DataTable)
         assert [str(c) for c in causes.get_row_at(0)] == ["r1", "compute", "train.py:52 → :40", "30ms", "0, 2"]
         what_if = str(view.query_one("#what-if").render())
-        assert "What if rank 1 on time: 19.67 ms → 17.17 ms a step (−13%)" in what_if
+        assert "What if rank 1 on time: 19.67 ms → 17.33 ms a step (−12%; 6 steps replayed)." in what_if
 
 
 async def test_step_keys_move_the_playhead_to_the_next_step_and_show_all_of_it():

@@ -1,11 +1,12 @@
 """Sentences on the analysis for people: describe(a, row) on what happened at an event (the viewer's step-through
 replay), straggler_verdict(a) on the straggler verdict (the report and the viewer's waits view), micro_batches(p)
-on a pipeline's work (the report and the viewer's pipeline view). Plain text: each renderer styles it."""
+on a pipeline's work (the report and the viewer's pipeline view), what_if_sentence(w, per) on a re-timed change
+(the report and the viewer's critical path view). Plain text: each renderer styles it."""
 
 from __future__ import annotations
 
 from ..data.events import NONE
-from .model import EARLY_REDUCE, LATE_BROADCAST, Analysis, PipelineStats
+from .model import EARLY_REDUCE, LATE_BROADCAST, Analysis, PipelineStats, WhatIf
 from .problems import where
 from .units import fmt_bytes, fmt_gbps, fmt_list, fmt_ns, fmt_ordinal, fmt_ranks
 
@@ -111,3 +112,11 @@ def micro_batches(p: PipelineStats) -> str:
     """A pipeline's work in words: "8 micro-batches", or "3 iterations of 8 micro-batches"."""
     its = f"{p.iterations} iterations of " if p.iterations > 1 else ""
     return f"{its}{p.micro_batches} micro-batches"
+
+
+def what_if_sentence(w: WhatIf, per: str = "step") -> str:
+    """ "What if rank 1 on time: 41.2 ms → 36.0 ms a step (−13%; 11 steps replayed)." """
+    saved = w.step_ns_before - w.step_ns_after
+    return (f"What if {w.change}: {fmt_ns(w.step_ns_before)} → {fmt_ns(w.step_ns_after)} a {per} "
+            f"({'−' if saved >= 0 else '+'}{100 * abs(saved) / max(w.step_ns_before, 1):.0f}%; "
+            f"{w.steps} {'step' if w.steps == 1 else 'steps'} replayed)" + (f": {w.note}" if w.note else "") + ".")

@@ -19,7 +19,7 @@ from statistics import median
 import orjson
 
 from ..analysis import analyze, to_json
-from ..analysis.describe import micro_batches, straggler_verdict
+from ..analysis.describe import micro_batches, straggler_verdict, what_if_sentence
 from ..analysis.model import Analysis
 from ..analysis.what_if import ChangeSpec, parse_change
 from ..analysis.units import fmt_bytes, fmt_gbps, fmt_list, fmt_ns, fmt_ranks, gbps_unit, in_unit, ns_unit
@@ -309,10 +309,7 @@ def _critical_path(console, a: Analysis, top: int) -> None:
             f"rank {o.rank} {100 * o.overlapped_ns / o.comm_ns:.0f}% of {fmt_ns(o.comm_ns)}" for o in hidden[:top])
             + (f" (and {len(hidden) - top} more ranks)" if len(hidden) > top else "") + ".")
     for w in a.what_if:
-        saved = w.step_ns_before - w.step_ns_after
-        console.print(f"What if {w.change}: {fmt_ns(w.step_ns_before)} → {fmt_ns(w.step_ns_after)} a {per} "
-                      f"({'−' if saved >= 0 else '+'}{100 * abs(saved) / max(w.step_ns_before, 1):.0f}%; "
-                      f"{w.steps} steps replayed)" + (f": {w.note}" if w.note else "") + ".")
+        console.print(what_if_sentence(w, per))
 
 
 def _collectives(console, a: Analysis, top: int) -> None:

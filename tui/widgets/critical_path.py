@@ -10,6 +10,7 @@ from textual.containers import Horizontal, Vertical
 from textual.reactive import reactive
 from textual.widgets import DataTable, Static
 
+from disttrace.tracer.analysis.describe import what_if_sentence
 from disttrace.tracer.analysis.model import CriticalPath, PathPart
 from disttrace.tracer.analysis.units import fmt_ns, fmt_ns_short
 
@@ -55,12 +56,6 @@ def short_span(span: str) -> str:
 def _kind(part: PathPart) -> Text:
     op = (part.op or "").split(" ")[0]
     return Text(part.kind, style=KIND_STYLES.get(part.kind, OP_COLORS.get(op, "")))
-
-
-def what_if_sentence(w, per: str) -> str:
-    saved = w.step_ns_before - w.step_ns_after
-    return (f"What if {w.change}: {fmt_ns(w.step_ns_before)} → {fmt_ns(w.step_ns_after)} a {per} "
-            f"(−{100 * saved / max(w.step_ns_before, 1):.0f}%)")
 
 
 class CriticalPathView(Vertical):
