@@ -287,8 +287,13 @@ def what_ifs(t: EventTable, walker, collectives: CollectiveTable, instance_of, p
         note = ""
         if c.kind == "rank":
             gap = _rank_on_time(replay, c.rank)
+            if c.rank not in walker.hosts:
+                note = f"rank {c.rank} has no ops in the trace"
         elif c.kind == "span":
             gap = _span_faster(replay, c.span, c.percent)
+            site = c.span.rpartition(" → ")[2]
+            if not any(walker.site_of(v) == site for v in t.site.values):
+                note = f"no op of the trace was called at {site}"
         else:
             saved = _more_bandwidth(replay, c.factor, c.op)
             if not any(m.beta_ns_per_byte > 0 for op, m in models.items() if not c.op or op == c.op):
