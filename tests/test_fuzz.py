@@ -365,6 +365,9 @@ REPRODUCERS = {
                                                                {"k": "clock", "phase": "end", "offset_ns": 1,
                                                                 "mono_ns": 9}, _BEGIN, _END)),
     "trace: a meta pid that is a list": ("trace", _lines({**_META, "pid": [1]}, _GROUP, _BEGIN, _END)),
+    "trace: an op that ends before it begins": ("trace", _lines(_META, _GROUP, _BEGIN, _END,
+                                                                {**_BEGIN, "i": 1, "gs": 1, "t": 300},
+                                                                {**_END, "i": 1, "t": 250})),
     "trace: a meta world_size of 5000 digits": ("trace", _lines({**_META, "world_size": "9" * 5000}, _GROUP, _BEGIN,
                                                                 _END)),
 }

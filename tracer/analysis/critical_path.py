@@ -49,12 +49,12 @@ class _Host:
         start, async_op, ws, we = t.start_ns, t.async_op, t.wait_start_ns, t.wait_end_ns
         for i in rows:
             st = start[i]
-            if async_op[i]:
+            if async_op[i]:  # (an end before its start is damage: the interval is made empty)
                 add((st, st, i, ISSUE))
                 if ws[i] != NONE and we[i] != NONE:
-                    add((ws[i], we[i], i, WAIT))
+                    add((ws[i], max(ws[i], we[i]), i, WAIT))
             else:
-                add((st, fin[i] if fin[i] != NONE else st, i, SYNC))
+                add((st, max(st, fin[i]) if fin[i] != NONE else st, i, SYNC))
         spans.sort()
         self.a = [s[0] for s in spans]
         self.b = [s[1] for s in spans]
