@@ -25,6 +25,7 @@ of the steady critical paths 50% faster, and communication at 2x bandwidth.
 from __future__ import annotations
 
 import random
+from collections import Counter
 from dataclasses import dataclass
 from statistics import median
 from typing import Callable
@@ -84,17 +85,17 @@ class _Replay:
     """The re-timing of steps: each op's dependencies and measured times, and each step's host intervals."""
 
     def __init__(self, t: EventTable, walker, collectives: CollectiveTable, instance_of, p2p: P2PTable, p2p_of,
-                 event_wait_ns, models: dict[str, AlphaBeta], steps: list[Step], step_of) -> None:
+                 event_wait_ns, models: dict[str, AlphaBeta], steps: list[Step], step_of, windows: set[int]) -> None:
         self.t, self.w, self.wait, self.fin = t, walker, event_wait_ns, walker.fin
         self.colls, self.instance_of, self.p2p, self.p2p_of = collectives, instance_of, p2p, p2p_of
         self.models = models
         # step index -> rank -> its host intervals in the step (indexes into walker.hosts[rank]), in time order
-        self.items: dict[int, dict[int, list[int]]] = {}
+        self.items: dict[int, dict[int, list[int]]] = {k: {} for k in windows}
         for r, host in walker.hosts.items():
             for idx, row in enumerate(host.row):
                 k = step_of[row] if steps else 0
-                if k >= 0:
-                    self.items.setdefault(k, {}).setdefault(r, []).append(idx)
+                if k in windows:
+                    self.items[k].setdefault(r, []).append(idx)
         self.start = {s.index: s.start_ns for s in steps} if steps else {0: min(t.start_ns) if len(t) else 0}
 
     def deps(self, i: int) -> list[int]:
@@ -269,18 +270,22 @@ def what_ifs(t: EventTable, walker, collectives: CollectiveTable, instance_of, p
     if not paths:
         return []
     warm = {s.index for s in steps if s.warmup}
-    replay = _Replay(t, walker, collectives, instance_of, p2p, p2p_of, event_wait_ns, models, steps, step_of)
-    windows = [p.index for p in paths if p.index not in warm and p.index in replay.items] or \
-        [p.index for p in paths if p.index in replay.items]
-    if sum(sum(map(len, replay.items[k].values())) for k in windows) > _BUDGET:
+    windows = [p.index for p in paths if p.index not in warm] or [p.index for p in paths]
+    size = Counter(step_of) if steps else {0: len(t)}  # a step's events: about its host intervals
+    if sum(size[k] for k in windows) > _BUDGET:
         random.Random(0).shuffle(windows)
         kept, n = [], 0
         for k in windows:
             if kept and n >= _BUDGET:
                 break
             kept.append(k)
-            n += sum(map(len, replay.items[k].values()))
+            n += size[k]
         windows = kept
+    replay = _Replay(t, walker, collectives, instance_of, p2p, p2p_of, event_wait_ns, models, steps, step_of,
+                     set(windows))
+    windows = [k for k in windows if replay.items[k]]
+    if not windows:
+        return []
     out = []
     for c in changes or _default_changes(paths, warm, straggler, models):
         gap = saved = None
