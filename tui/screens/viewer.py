@@ -61,7 +61,7 @@ VIEWS = (
     View("links", "5", "Links", "links view", LinksView),
     View("charts", "6", "Charts", "charts view", ChartsView, ("playhead",)),
     View("problems", "7", "Problems", "problems view", ProblemsView),
-    View("critical", "8", "Critical path", "critical path view", CriticalPathView,
+    View("critical", "8", "Path", "critical path view", CriticalPathView,
          ("playhead", "selection", "zoom", "offset_ns", "path_step")),
 )
 VIEW = {v.id: v for v in VIEWS}
