@@ -12,6 +12,8 @@ from pathlib import Path
 
 JOBS = Path(__file__).parent / "jobs"
 REPO = Path(__file__).resolve().parent.parent
+if str(JOBS) not in sys.path:  # a job imports its helpers (tagged.py) as a script does, from its own folder
+    sys.path.append(str(JOBS))
 
 
 def job(name: str):

@@ -6,18 +6,14 @@ on-time run's step time (tests/test_critical_path.py)."""
 import sys
 import time
 
+from tagged import line
+
 STEPS = 12
 LATE_RANK, LATE_STEPS, LATE_S, COMPUTE_S = 1, (3, 7, 11), 0.050, 0.020
 NO_FAULT = "--no-fault" in sys.argv
 
 
-def _line(tag: str) -> int:
-    """The line of this file that carries the comment `# <tag>` (sites are asserted as file:line)."""
-    with open(__file__) as f:
-        return next(n for n, text in enumerate(f, 1) if text.rstrip().endswith(f"# <{tag}>"))
-
-
-BACKWARD_LINE = _line("backward")
+BACKWARD_LINE = line(__file__, "backward")
 
 
 def main() -> None:

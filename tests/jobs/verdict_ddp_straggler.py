@@ -6,18 +6,14 @@ late between two backward() calls."""
 
 import time
 
+from tagged import line
+
 RUN = {"nproc": 2, "summaries": "off"}
 STEPS = 20
 LATE_RANK, LATE_STEPS, LATE_S = 1, (4, 9, 14, 19), 0.050
 
 
-def _line(tag: str) -> int:
-    """The line of this file that carries the comment `# <tag>` (sites are asserted as file:line)."""
-    with open(__file__) as f:
-        return next(n for n, text in enumerate(f, 1) if text.rstrip().endswith(f"# <{tag}>"))
-
-
-BACKWARD_LINE = _line("backward")  # DDP's all-reduces are issued from the backward() call
+BACKWARD_LINE = line(__file__, "backward")  # DDP's all-reduces are issued from the backward() call
 
 EXPECT = {
     "straggler": {"rank": LATE_RANK, "steps": list(LATE_STEPS), "period": 5,

@@ -8,18 +8,14 @@ the forward call."""
 
 import time
 
+from tagged import line
+
 RUN = {"nproc": 2, "summaries": "off"}
 STEPS = 12
 LATE_RANK, LATE_S = 1, 0.020
 
 
-def _line(tag: str) -> int:
-    """The line of this file that carries the comment `# <tag>` (sites are asserted as file:line)."""
-    with open(__file__) as f:
-        return next(n for n, text in enumerate(f, 1) if text.rstrip().endswith(f"# <{tag}>"))
-
-
-FORWARD_LINE = _line("forward")  # FSDP2's first all-gather of a step is issued from the forward call
+FORWARD_LINE = line(__file__, "forward")  # FSDP2's first all-gather of a step is issued from the forward call
 
 EXPECT = {
     "straggler": {"rank": LATE_RANK, "steps": None, "period": 1,

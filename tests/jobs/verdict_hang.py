@@ -7,17 +7,13 @@ in load_next_batch's sleep, rank 0 in the all_reduce call."""
 
 import time
 
+from tagged import line
+
 RUN = {"nproc": 2, "summaries": "off", "run_args": ("--hang-timeout", "2", "--kill-on-hang"), "rc": 137}
 STEPS, STUCK_STEP, STUCK_RANK = 5, 3, 1
 
 
-def _line(tag: str) -> int:
-    """The line of this file that carries the comment `# <tag>` (sites are asserted as file:line)."""
-    with open(__file__) as f:
-        return next(n for n, text in enumerate(f, 1) if text.rstrip().endswith(f"# <{tag}>"))
-
-
-SLEEP_LINE, ALL_REDUCE_LINE = _line("sleep"), _line("all_reduce")
+SLEEP_LINE, ALL_REDUCE_LINE = line(__file__, "sleep"), line(__file__, "all_reduce")
 
 EXPECT = {
     "problems": [

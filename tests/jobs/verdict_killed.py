@@ -8,17 +8,13 @@ The verdict: rank 1 died after all_reduce #4, and rank 0's all_reduce #5 ended i
 import os
 import signal
 
+from tagged import line
+
 RUN = {"nproc": 2, "summaries": "off", "rc": 1}
 STEPS, KILL_STEP, KILLED_RANK = 10, 5, 1
 
 
-def _line(tag: str) -> int:
-    """The line of this file that carries the comment `# <tag>` (sites are asserted as file:line)."""
-    with open(__file__) as f:
-        return next(n for n, text in enumerate(f, 1) if text.rstrip().endswith(f"# <{tag}>"))
-
-
-SITE = f"verdict_killed.py:{_line('all_reduce')}"
+SITE = f"verdict_killed.py:{line(__file__, 'all_reduce')}"
 
 EXPECT = {
     "problems": [

@@ -8,18 +8,14 @@ verdict: rank 0, steps 2, 5 and 8, every 3rd, ~90 ms of waiting caused, late bef
 
 import time
 
+from tagged import line
+
 RUN = {"nproc": 2, "summaries": "off"}
 STEPS = 10
 LATE_RANK, LATE_STEPS, LATE_S = 0, (2, 5, 8), 0.030
 
 
-def _line(tag: str) -> int:
-    """The line of this file that carries the comment `# <tag>` (sites are asserted as file:line)."""
-    with open(__file__) as f:
-        return next(n for n, text in enumerate(f, 1) if text.rstrip().endswith(f"# <{tag}>"))
-
-
-GRAD_LINE = _line("grad_all_reduce")  # where the late rank arrives: its first gradient all-reduce of the step
+GRAD_LINE = line(__file__, "grad_all_reduce")  # where the late rank arrives: its first gradient all-reduce of the step
 
 EXPECT = {
     "straggler": {"rank": LATE_RANK, "steps": list(LATE_STEPS), "period": 3,

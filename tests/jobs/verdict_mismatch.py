@@ -6,18 +6,15 @@ and it raises a RuntimeError; torchrun stops the job (exit code 1 here).
 The verdict: the mismatch itself (all_reduce #3: 4 KiB against 8 KiB), the error on rank 1, which raised, and the
 death of rank 0, which aborted inside the op and never finished it; no hang."""
 
+from tagged import line
+
+
 RUN = {"nproc": 2, "summaries": "off", "rc": 1}
 STEPS, BAD_STEP = 6, 3
 NUMEL, BAD_RANK = 1024, 1
 
 
-def _line(tag: str) -> int:
-    """The line of this file that carries the comment `# <tag>` (sites are asserted as file:line)."""
-    with open(__file__) as f:
-        return next(n for n, text in enumerate(f, 1) if text.rstrip().endswith(f"# <{tag}>"))
-
-
-SITE = f"verdict_mismatch.py:{_line('all_reduce')}"
+SITE = f"verdict_mismatch.py:{line(__file__, 'all_reduce')}"
 OP = f"all_reduce #{BAD_STEP}"  # one all_reduce per step
 
 EXPECT = {

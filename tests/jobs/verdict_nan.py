@@ -6,18 +6,15 @@ every op after it carries NaN on both ranks. Recorded with `--summaries stats` (
 The verdict: one `nonfinite` problem naming rank 1's input to all_reduce #6 and its site. No divergence: the
 all-reduce hands both ranks the same NaN bits, so their outputs' checksums stay equal."""
 
+from tagged import line
+
+
 RUN = {"nproc": 2, "summaries": "stats"}
 STEPS, NAN_STEP, NAN_RANK = 6, 3, 1
 PARAMS = 2  # the linear layer's weight and bias: one all_reduce each per step
 
 
-def _line(tag: str) -> int:
-    """The line of this file that carries the comment `# <tag>` (sites are asserted as file:line)."""
-    with open(__file__) as f:
-        return next(n for n, text in enumerate(f, 1) if text.rstrip().endswith(f"# <{tag}>"))
-
-
-SITE = f"verdict_nan.py:{_line('grad_all_reduce')}"
+SITE = f"verdict_nan.py:{line(__file__, 'grad_all_reduce')}"
 
 EXPECT = {
     "problems": [
