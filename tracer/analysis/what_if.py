@@ -13,7 +13,8 @@ them when they hold more than `_BUDGET` host intervals).
 
 The changes (`parse_change` reads them from `report --what-if`):
 - `rank:R`, rank R on time: each compute span of R before a collective shortened by its excess over the median of
-  the other ranks' spans before the same collective (the straggler's own delay, not the job's pace);
+  the other ranks' spans before the same collective (the straggler's own delay, not the job's pace); before a send
+  or a recv, which nobody else runs, by its excess over the median of its own spans between the same two sites;
 - `span:SITE=N%`, a span N% faster on every rank: the compute spans ending at SITE ("train.py:52"), or one span by
   its whole name ("train.py:40 → train.py:52");
 - `bandwidth=Kx` (or `bandwidth:OP=Kx`, one op kind): each op's time less β·volume·(1 − 1/K), with β the α–β model
@@ -190,13 +191,25 @@ class _Replay:
 
 
 def _rank_on_time(replay: _Replay, rank: int) -> Callable:
-    """The gap function: rank's compute before a collective shortened by its excess over the others' median."""
-    w, colls, instance_of = replay.w, replay.colls, replay.instance_of
+    """The gap function: rank's compute before a collective shortened by its excess over the median of the other
+    ranks' compute before the same collective; before any other op (a send, a recv: nobody else runs that span), by
+    its excess over the median of its own spans between the same two sites, its usual time."""
+    w, colls, instance_of, sites = replay.w, replay.colls, replay.instance_of, replay.t.site.codes
     excess: dict[int, int] = {}
+    usual: dict[tuple[int, int], list[int] | int] = {}
+    host = w.hosts.get(rank)
+    for idx in range(1, len(host.a) if host else 0):
+        g = host.a[idx] - host.maxb[idx - 1]
+        if g >= 0:
+            usual.setdefault((sites[host.row[idx - 1]], sites[host.row[idx]]), []).append(g)
+    usual = {k: int(median(v)) for k, v in usual.items()}
 
     def gap(r: int, prev: int, row: int, g: int) -> int:
-        if r != rank or instance_of[row] < 0:
+        if r != rank:
             return g
+        if instance_of[row] < 0:
+            u = usual.get((sites[prev] if prev >= 0 else -1, sites[row]))
+            return g if u is None else min(g, u)
         x = excess.get(row)
         if x is None:
             others = [d for j in colls.rows_of(instance_of[row]) if j != row
