@@ -252,8 +252,8 @@ class _Walker:
     def part(self, raw: tuple) -> PathPart:
         r, kind, lo, ns, x, y = raw
         if kind == "compute":
-            return PathPart(r, kind, ns, lo, span=self.span(x, y))
-        return PathPart(r, kind, ns, lo, op=self.label(x))
+            return PathPart(r, kind, ns, lo, span=self.span(x, y), row=y)
+        return PathPart(r, kind, ns, lo, op=self.label(x), row=x)
 
     def compute_before(self, i: int) -> int | None:
         """How long row i's rank computed before issuing it: since the host was last blocked or issued an op."""

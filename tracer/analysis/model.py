@@ -317,6 +317,8 @@ class PathPart:
     start_ns: int
     span: str | None = field(default=None, metadata=JSON_IF_SET)  # compute: "train.py:40 → train.py:52"
     op: str | None = field(default=None, metadata=JSON_IF_SET)    # comm, wait: "all_reduce world #3"
+    # the event it is shown at: the op communicated or waited in, or the op a compute span ended at (-1: none)
+    row: int = field(default=-1, metadata=NOT_IN_JSON)
 
 
 @dataclass

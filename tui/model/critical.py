@@ -116,41 +116,11 @@ class StepPaths:
         self._marks[step] = by_rank
         return by_rank
 
-    def part_row(self, part: PathPart) -> int | None:
+    @staticmethod
+    def part_row(part: PathPart) -> int | None:
         """The event to show for a part of a path: the op it communicated or waited in, or the op that ended a
-        compute span (the rank's arrival at it, or its wait() on it)."""
-        store, t = self.store, self.store.table
-        k = store.rank_index.get(part.rank)
-        if k is None:
-            return None
-        lane = store.rows[k].lane
-        if not lane.rows:
-            return None
-        end = part.start_ns + part.ns
-        if part.kind == "compute":
-            j = bisect_left(lane.starts, end)
-            if j < len(lane.rows) and lane.starts[j] == end:
-                return lane.rows[j]
-            for q in range(j - 1, max(-1, j - 65), -1):  # an async op's wait() started at the end
-                if t.wait_start_ns[lane.rows[q]] == end:
-                    return lane.rows[q]
-            return lane.rows[j] if j < len(lane.rows) else lane.rows[-1]
-        # comm, wait: the op of this rank running over the part, by name when several overlap
-        name, _, seq = (part.op or "").partition(" #")
-        op = name.split(" ")[0]
-        mid = part.start_ns + part.ns // 2
-        j = bisect_right(lane.starts, mid) - 1
-        best = None
-        for q in range(j, max(-1, j - 65), -1):
-            row = lane.rows[q]
-            if lane.ends[q] < mid and lane.maxend[q] < mid:
-                break
-            if lane.starts[q] <= mid <= lane.ends[q]:
-                if t.op[row] == op and (not seq or str(t.group_seq[row]) == seq):
-                    return row
-                if best is None:
-                    best = row
-        return best if best is not None else store.event_at(k, mid)
+        compute span (the analysis' `PathPart.row`)."""
+        return part.row if part.row >= 0 else None
 
 
 def step_paths(store: TraceStore) -> StepPaths:
