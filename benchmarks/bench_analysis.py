@@ -43,7 +43,7 @@ def main() -> None:
     stages: dict[str, float] = {}
     a = analyze(table, timings=stages)
     analysis = time.perf_counter() - t0
-    explain = stages["critical_paths"] + stages["what_ifs"]
+    explain = stages["critical_paths"] + stages["overlaps"] + stages["what_ifs"]
 
     t0 = time.perf_counter()
     out = to_json(a)
@@ -53,7 +53,7 @@ def main() -> None:
           f"{len(a.p2p):,} messages, {len(out['problems'])} problems")
     print(f"parse (orjson)   {parse:7.2f} s")
     print(f"load (load_trace){load:7.2f} s   ({load / parse:.2f}x parse; the reader's cost)")
-    print(f"analyze          {analysis:7.2f} s   of which the critical paths, their causes and what-ifs "
+    print(f"analyze          {analysis:7.2f} s   of which the critical paths (causes, overlap, what-ifs) "
           f"{explain:.2f} s")
     print(f"to_json          {js:7.2f} s")
     print(f"ratio analyze / parse = {analysis / parse:.2f}  (goal <= 2); "
