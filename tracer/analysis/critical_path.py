@@ -375,6 +375,8 @@ def _causes(t: EventTable, w: _Walker, event_wait_ns) -> list[DelayCause]:
         acc[1] |= delayed[i]
     causes = []
     for (rank, kind, x, y), (ns, ranks) in total.items():
+        if ns <= 0:  # on the path only at the instant a wait ended
+            continue
         if kind == "compute":
             what = f"{w.site_of(t.site.values[x]) if x >= 0 else 'start'} → {w.site_of(t.site.values[y])}"
         else:
