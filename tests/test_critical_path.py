@@ -76,13 +76,12 @@ def test_the_root_cause_of_the_waiting_is_the_straggler_s_span(ddp):
 def test_rank_on_time_predicts_the_on_time_run(ddp):
     a, on_time = ddp
     (w,) = [w for w in a.what_if if w.change == f"rank {DDP.LATE_RANK} on time"]
-    steady = [p.length_ns for p in on_time.critical_path if p.index not in {s.index for s in on_time.steps if s.warmup}]
-    measured = sum(steady) / len(steady)
-    assert w.step_ns_before > 1.3 * measured  # the fault is there: 3 steps of 12 late by 50 ms
-    assert abs(w.step_ns_after - measured) <= 0.10 * measured, (w, measured)
+    assert w.step_ns_before > 1.3 * _steady_mean(on_time)  # the fault is there: 3 steps of 12 late by 50 ms
+    _check_prediction("ddp", w, on_time)
+    assert w.steps >= 10
     d = to_json(a)
     assert d["what_if"][0] == {"change": w.change, "step_ns_before": w.step_ns_before,
-                               "step_ns_after": w.step_ns_after, "steps": len(steady)}
+                               "step_ns_after": w.step_ns_after, "steps": w.steps}
     assert {"index", "length_ns", "parts"} <= set(d["critical_path"][0])
 
 
@@ -91,6 +90,14 @@ def _steady_mean(a) -> float:
     warm = {s.index for s in a.steps if s.warmup}
     steady = [p.length_ns for p in a.critical_path if p.index not in warm]
     return sum(steady) / len(steady)
+
+
+def _check_prediction(name: str, w, on_time) -> None:
+    """The what-if's prediction against the job run without its fault: within 10% (the issue's bound)."""
+    measured = _steady_mean(on_time)
+    print(f"{name}: {w.change} predicts {_ms(w.step_ns_after)} (from {_ms(w.step_ns_before)}), "
+          f"measured {_ms(measured)}")
+    assert abs(w.step_ns_after - measured) <= 0.10 * measured, (w, measured)
 
 
 def _traced_pair(traced, script: str, nproc: int):
@@ -169,10 +176,7 @@ def test_chain_the_fault_lengthens_the_steps(chain):
 def test_chain_rank_0_on_time_predicts_the_on_time_run(chain):
     a, on_time = chain
     (w,) = a.what_if
-    measured = _steady_mean(on_time)
-    print(f"chain: rank 0 on time predicts {_ms(w.step_ns_after)} (from {_ms(w.step_ns_before)}), "
-          f"measured {_ms(measured)}")
-    assert abs(w.step_ns_after - measured) <= 0.10 * measured, (w, measured)
+    _check_prediction("chain", w, on_time)
 
 
 # -- a pipeline with a slow stage -----------------------------------------------------------------------------
@@ -227,12 +231,9 @@ def test_pipeline_the_causes_name_the_slow_stage_s_span(pipe):
 def test_pipeline_the_slow_span_50_percent_faster_predicts_the_balanced_run(pipe):
     a, on_time = pipe
     (w,) = a.what_if
-    measured = _steady_mean(on_time)
-    print(f"pipeline: {w.change} predicts {_ms(w.step_ns_after)} (from {_ms(w.step_ns_before)}), "
-          f"measured {_ms(measured)}")
     assert w.change == f"the spans ending at cp_pipeline_slow_stage.py:{PIPE.SLOW_LINE} 50% faster"
-    assert w.step_ns_before > 1.3 * measured  # 4 micro-batches of 50 ms against 25 ms
-    assert abs(w.step_ns_after - measured) <= 0.10 * measured, (w, measured)
+    assert w.step_ns_before > 1.3 * _steady_mean(on_time)  # 4 micro-batches of 50 ms against 25 ms
+    _check_prediction("pipeline", w, on_time)
 
 
 # -- a slow all_reduce group in a 2x2 mesh --------------------------------------------------------------------
@@ -283,11 +284,8 @@ def test_mesh_rank_0_waits_in_its_row_for_rank_1_and_2_and_3_through_the_columns
 def test_mesh_rank_1_on_time_predicts_the_on_time_run(mesh):
     a, on_time = mesh
     (w,) = [w for w in a.what_if if w.change == f"rank {MESH.LATE_RANK} on time"]
-    measured = _steady_mean(on_time)
-    print(f"mesh: {w.change} predicts {_ms(w.step_ns_after)} (from {_ms(w.step_ns_before)}), "
-          f"measured {_ms(measured)}")
-    assert w.step_ns_before > 1.12 * measured  # 3 steps of 12 late by 40 ms: +10 ms on ~35 ms
-    assert abs(w.step_ns_after - measured) <= 0.10 * measured, (w, measured)
+    assert w.step_ns_before > 1.12 * _steady_mean(on_time)  # 3 steps of 12 late by 40 ms: +10 ms on ~35 ms
+    _check_prediction("mesh", w, on_time)
 
 
 # -- the walk's rules on hand-timed traces --------------------------------------------------------------------
