@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_left
+from itertools import accumulate
 
 from ..data.events import NONE, EventTable
 from .matching import finished
@@ -37,6 +38,19 @@ _MAX_MOVES = 1_000_000  # a bound on one walk's moves: a damaged trace must not 
 
 
 SYNC, ISSUE, WAIT = 0, 1, 2  # a host interval: a synchronous op's call, an async op's issue (empty), a wait() call
+_KINDS = ("compute", "comm", "wait")  # a part's kind, by its code in the walk's nodes
+_KIND_CODE = {k: c for c, k in enumerate(_KINDS)}
+_PENDING = -2
+
+
+def _op_state(row: int, now: int) -> int:
+    """The walk inside op `row` at instant `now`, as one int (a memo key without a tuple; rows < 2^32)."""
+    return (now << 33) | (row << 1)
+
+
+def _host_state(nxt: int, now: int) -> int:
+    """The walk on the host of op `nxt`'s rank at instant `now`, in the compute before that op."""
+    return (now << 33) | (nxt << 1) | 1
 
 
 class _Host:
@@ -56,15 +70,12 @@ class _Host:
             else:
                 add((st, max(st, fin[i]) if fin[i] != NONE else st, i, SYNC))
         spans.sort()
-        self.a = [s[0] for s in spans]
-        self.b = [s[1] for s in spans]
-        self.row = [s[2] for s in spans]
-        self.kind = [s[3] for s in spans]
-        self.maxb: list[int] = []
-        m = -(1 << 62)
-        for b in self.b:
-            m = max(m, b)
-            self.maxb.append(m)
+        # typed arrays, not lists: a list of a 1M-event trace's times holds as many int objects (32 bytes each)
+        self.a = array("q", [s[0] for s in spans])
+        self.b = array("q", [s[1] for s in spans])
+        self.row = array("q", [s[2] for s in spans])
+        self.kind = bytes(s[3] for s in spans)
+        self.maxb = array("q", accumulate(self.b, max))
 
     def blocked_at(self, t: int) -> int | None:
         """The interval the host was blocked in at instant t (start < t <= end), by its index."""
@@ -103,11 +114,13 @@ class _Walker:
         self.hosts = {r: _Host(t, rows, self.fin) for r, rows in by_rank.items()}
         self._sites: dict[str, str] = {}
         self._floor = min(t.start_ns) if len(t) else 0  # no walk goes before the trace's first op
-        self.parts: list[tuple] = []  # the walk's nodes: their raw parts, and what comes after each
-        self._after: list = []        # ...: a node, -1 (none), or the state to find it from (not made yet)
-        self.lo_of: list[int] = []    # ...: their parts' start and end (read apart: the causes' loop is hot)
-        self.end_of: list[int] = []
-        self._memo: dict[tuple, int] = {}
+        # the walk's nodes, a column each: their parts' rank, kind, start, end and rows (as in `raw`), and what
+        # comes after each: a node, -1 (none) or _PENDING (not made yet: `_pending` holds the state to find it)
+        self.rank_of, self.kind_of = array("i"), bytearray()
+        self.lo_of, self.end_of, self.x_of, self.y_of = array("q"), array("q"), array("q"), array("q")
+        self.after = array("q")
+        self._pending: dict[int, int] = {}
+        self._memo: dict[int, int] = {}  # state -> its node
         self.culprit_row = array("q", [-1]) * len(collectives)  # each collective's row of the rank waited for
         for k, culprit in enumerate(culprits):
             ranks = collectives.ranks_of(k)
@@ -148,7 +161,7 @@ class _Walker:
     # state the walk is in after it (an op at an instant, or a rank's host at an instant before an op), never on
     # where the walk began or how far back it goes, so the walks of many waits go on along the same nodes.
 
-    def node(self, state: tuple) -> int:
+    def node(self, state: int) -> int:
         """The node of the first part the walk emits from `state` (-1: the walk ends there)."""
         n = self._memo.get(state)
         if n is None:
@@ -156,49 +169,62 @@ class _Walker:
             if part is None:
                 n = -1
             else:
-                n = len(self.parts)
-                self.parts.append(part)
-                self.lo_of.append(part[2])
-                self.end_of.append(part[2] + part[3])
-                self._after.append(after if after is not None else -1)
+                n = len(self.end_of)
+                r, kind, lo, ns, x, y = part
+                self.rank_of.append(r)
+                self.kind_of.append(_KIND_CODE[kind])
+                self.lo_of.append(lo)
+                self.end_of.append(lo + ns)
+                self.x_of.append(x)
+                self.y_of.append(y)
+                if after is None:
+                    self.after.append(-1)
+                else:
+                    self.after.append(_PENDING)
+                    self._pending[n] = after
             self._memo[state] = n
         return n
 
     def next(self, n: int) -> int:
         """The node after node n, back in time (-1: none)."""
-        after = self._after[n]
-        if type(after) is tuple:
-            after = self._after[n] = self.node(after)
+        after = self.after[n]
+        if after == _PENDING:
+            after = self.after[n] = self.node(self._pending.pop(n))
         return after
+
+    def raw(self, n: int) -> tuple:
+        """Node n's part as (rank, kind, start, ns, x, y)."""
+        lo = self.lo_of[n]
+        return (self.rank_of[n], _KINDS[self.kind_of[n]], lo, self.end_of[n] - lo, self.x_of[n], self.y_of[n])
 
     def walk(self, row: int, t_end: int, floor: int) -> list[tuple]:
         """The path from inside op `row` at time t_end back to `floor`, latest part first, as raw parts
         (rank, kind, start, ns, x, y): x the op's row for "comm" and "wait"; for "compute" x the row of the op
         before the span (-1: none) and y the row of the op after it (`part` makes a PathPart of one)."""
         out = []
-        n = self.node(("op", row, t_end))
+        n = self.node(_op_state(row, t_end))
         while n >= 0:
-            p = self.parts[n]
-            if p[2] + p[3] <= floor:
+            r, kind, lo, ns, x, y = p = self.raw(n)
+            if lo + ns <= floor:
                 break
-            if p[2] < floor:
-                out.append((p[0], p[1], floor, p[2] + p[3] - floor, p[4], p[5]))
+            if lo < floor:
+                out.append((r, kind, floor, lo + ns - floor, x, y))
                 break
             out.append(p)
             n = self.next(n)
         return out
 
-    def _advance(self, state: tuple) -> tuple[tuple | None, tuple | None]:
-        """From a state, ("op", row, now) or ("host", rank, row of the op after, now), the walk's next part and
-        the state after it; (None, None) where the walk ends (the trace's start, or nothing before)."""
+    def _advance(self, state: int) -> tuple[tuple | None, int | None]:
+        """From a state (`_op_state`: inside an op at an instant; `_host_state`: on a rank's host at an instant,
+        before an op of it), the walk's next part and the state after it; (None, None) where the walk ends (the
+        trace's start, or nothing before)."""
         t, floor = self.t, self._floor
         start, wait, fin, async_op, rank_of = t.start_ns, self.wait, self.fin, t.async_op, t.rank
-        if state[0] == "op":
-            kind, x, now = state
-            r = nxt = None
+        now, row = state >> 33, (state >> 1) & 0xFFFFFFFF
+        if state & 1:
+            kind, nxt, r, x = "host", row, rank_of[row], None
         else:
-            kind, r, nxt, now = state
-            x = None
+            kind, x, r, nxt = "op", row, None, None
         seen = None  # the ops crossed to at this instant: a cycle of waits (damage) must not loop
         for _ in range(_MAX_MOVES):
             if now <= floor:
@@ -208,7 +234,7 @@ class _Walker:
                 st, w = start[x], wait[x]
                 lo = max(st + w, floor)
                 if now > lo:
-                    return (r, "comm", lo, now - lo, x, -1), ("op", x, lo)
+                    return (r, "comm", lo, now - lo, x, -1), _op_state(x, lo)
                 if w > 0:
                     j = self.cause_row(x)
                     if j is not None and start[j] <= now and (seen is None or j not in seen):
@@ -218,7 +244,7 @@ class _Walker:
                         continue
                     lo = max(st, floor)
                     if now > lo:
-                        return (r, "wait", lo, now - lo, x, -1), ("host", r, x, lo)
+                        return (r, "wait", lo, now - lo, x, -1), _host_state(x, lo)
                 kind, nxt = "host", x
                 continue
             host = self.hosts[r]
@@ -232,7 +258,7 @@ class _Walker:
                 lo = max(end, host.a[k]) if end != NONE else host.a[k]
                 if now > lo:  # returning from wait() after the op was over
                     lo2 = max(lo, floor)
-                    after = ("op", y, lo) if lo > host.a[k] else ("host", r, y, lo)
+                    after = _op_state(y, lo) if lo > host.a[k] else _host_state(y, lo)
                     return (r, "comm", lo2, now - lo2, y, -1), after
                 if now > host.a[k]:
                     kind, x = "op", y
@@ -243,7 +269,7 @@ class _Walker:
             prev = host.row[k] if k is not None else -1
             lo = max(host.b[k] if k is not None else floor, floor)
             if now > lo:
-                return (r, "compute", lo, now - lo, prev, nxt), (("host", r, prev, lo) if prev >= 0 else None)
+                return (r, "compute", lo, now - lo, prev, nxt), (_host_state(prev, lo) if prev >= 0 else None)
             if prev < 0:
                 return None, None
             nxt = prev
@@ -312,7 +338,7 @@ def _causes(t: EventTable, w: _Walker, event_wait_ns) -> list[DelayCause]:
 
     The ranks that waited for the same arrival (a collective's culprit) share one walk back from it: the walk
     does not depend on how far back it goes, so each wait takes the part of it down to its own start."""
-    waits: dict[tuple[int, int], list[tuple[int, int]]] = {}  # (cause row, end of waiting) -> [(rank, start)]
+    waits: dict[int, list[tuple[int, int]]] = {}  # the walk's start (the arrival waited for) -> [(rank, start)]
     total: dict[tuple, list] = {}  # (rank, kind, x, y) -> [ns, ranks delayed]
     sites, ops, gids, rank_of, start = t.site.codes, t.op.codes, t.gid, t.rank, t.start_ns
 
@@ -339,36 +365,36 @@ def _causes(t: EventTable, w: _Walker, event_wait_ns) -> list[DelayCause]:
                 acc[0] += hi - lo
                 acc[1].add(r)
             else:
-                waits.setdefault((j, hi), []).append((r, lo))
+                waits.setdefault(_op_state(j, hi), []).append((r, lo))
     # each node's cause as a small int (its key's index), the totals in lists by it: the loop below runs once per
     # node of every wait's walk (~500k on a 200k-event trace)
     index: dict[tuple, int] = {}
-    kidx: list[int] = []
+    kidx = array("i")
     sums: list[int] = []
     delayed: list[set[int]] = []
-    parts, after, lo_of, end_of = w.parts, w._after, w.lo_of, w.end_of
-    for (j, hi), waiters in waits.items():
-        head = w.node(("op", j, hi))
+    after, lo_of, end_of = w.after, w.lo_of, w.end_of
+    for state, waiters in waits.items():
+        head = w.node(state)
         for r, lo in waiters:
             n = head
             while n >= 0:
                 end = end_of[n]
                 if end <= lo:
                     break
-                if n >= len(kidx):
-                    for q in parts[len(kidx):]:
-                        k = key(q[0], q[1], q[4], q[5])
-                        if k not in index:
-                            index[k] = len(sums)
-                            sums.append(0)
-                            delayed.append(set())
-                        kidx.append(index[k])
+                while n >= len(kidx):
+                    q = len(kidx)
+                    k = key(w.rank_of[q], _KINDS[w.kind_of[q]], w.x_of[q], w.y_of[q])
+                    if k not in index:
+                        index[k] = len(sums)
+                        sums.append(0)
+                        delayed.append(set())
+                    kidx.append(index[k])
                 k = kidx[n]
                 a = lo_of[n]
                 sums[k] += end - (a if a > lo else lo)
                 delayed[k].add(r)
                 nxt = after[n]
-                n = nxt if nxt.__class__ is int else w.next(n)
+                n = nxt if nxt != _PENDING else w.next(n)
     for k, i in index.items():
         acc = total.setdefault(k, [0, set()])
         acc[0] += sums[i]
