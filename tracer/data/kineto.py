@@ -12,8 +12,8 @@ What a trace holds (docs/FORMAT.md, "PyTorch profiler traces", lists the fields 
   execution, paired with the host ops in issue order per kind (gloo runs a group's work in that order);
 - `distributedInfo`: rank, world size, pg_config (each group's name, description and ranks).
 
-An op's start/end is its execution (the kernel, or gloo's annotation): arrivals and completions as the peers see
-them; the host interval is kept beside it (`host_start_ns`, `host_end_ns`). A kernel or an execution whose host op
+An op's start/end is its kernel's interval: arrivals and completions as the peers see them (gloo: the host's issue,
+as disttrace records it, and the end of gloo's execution); the host interval is kept beside it (`host_start_ns`, `host_end_ns`). A kernel or an execution whose host op
 is missing (the profiling window began mid-op) is still an event: what it says is kept, the rest is listed in
 `kineto_unknown`. Collectives are numbered per (rank, group) by the group's "Seq" when every rank has it, else
 by order. Kineto times are each host's own wall clock: ranks are aligned on the collectives' exits
@@ -566,7 +566,11 @@ def _events(rt: _RankTrace, present: list[int], guessed: list) -> list[dict]:
         elif op in ("reduce", "gather", "scatter"):
             local = _concrete_int(o, 3)
             root = ranks_l[local] if local is not None and 0 <= local < len(ranks_l) else None
+        # a kernel's start is the device's arrival; gloo's annotation may start late (an isend's at its wait()):
+        # there the host's issue is the arrival, as disttrace records it
         start = o.exec_start if o.exec_start is not None else o.host_start
+        if o.exec_kind == "gloo" and o.host_start is not None:
+            start = min(o.host_start, start)
         end = o.exec_end if o.exec_start is not None else o.host_end
         if not o.exec_kind:
             unknown.append("device_time")
