@@ -54,7 +54,7 @@ def _span_and_notes(t: EventTable, traced: set[int]) -> tuple[tuple[int, int], l
     span = (min(t.start_ns), max(max(t.end_ns), max(t.wait_end_ns))) if len(t) else (0, 0)
     if span[1] == NONE:
         span = (span[0], span[0])
-    notes = []
+    notes = list(t.notes)
     absent = sorted({r for g in t.groups for r in g.ranks} - traced)
     if absent:
         notes.append(f"no events from ranks {absent}: their files are missing, so they are left out of matching")

@@ -68,7 +68,8 @@ def _mismatches(t: EventTable, c: CollectiveInstance) -> list[str]:
         if len(set(vals.values())) > 1:
             what.append(_describe_values(name, vals))
     if c.op in _SAME_INPUT and len({t.op[i] for i in rows.values()}) == 1:
-        vals = {r: t.bytes[i] for r, i in rows.items()}
+        # no bytes and no dtype: a size the trace does not know (an imported kernel without its host op)
+        vals = {r: t.bytes[i] for r, i in rows.items() if t.bytes[i] or t.dtype[i]}
         if len(set(vals.values())) > 1:
             what.append(_describe_values("bytes", vals, fmt_bytes))
         # a shape is a list of ints; anything else in a damaged trace is not compared
@@ -475,6 +476,8 @@ def _p2p_problems(t: EventTable, p2p: P2PTable, dead: dict[int, _Death]) -> list
     damaged = {r for r, info in t.ranks.items() if info.damage}
     for m in p2p:
         gone = m.dst if m.recv is None else m.src if m.send is None else None
+        if gone is not None and gone >= 0 and gone not in t.ranks:
+            continue  # a rank with no file at all (a directory of some ranks' traces): the notes say so
         if gone in dead:
             dead[gone].messages += 1
             continue

@@ -112,6 +112,8 @@ class EventTable:
     groups: list = field(default_factory=list)  # list[Group]
     ranks: dict = field(default_factory=dict)   # rank -> RankInfo
     warnings: list = field(default_factory=list)
+    # what an importer could and could not know (not damage): the report's notes (data/kineto.py)
+    notes: list = field(default_factory=list)
     # rank -> the hang watchdog's "stacks" records (docs/FORMAT.md), in file order, "t" aligned like the events
     stacks: dict = field(default_factory=dict)
     # the runs (process-group worlds, data/runs.py) of the trace dirs read, and the number of the one in the table

@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass
 from typing import Callable
 
-from . import flightrec
+from . import flightrec, kineto
 from .events import EventTable, Progress, TraceError, read_jsonl
 from .reader import find_rank_files, is_trace_dir, load_trace_dirs, written_size
 
@@ -40,6 +40,7 @@ def _load_events_files(paths: list[str], table: EventTable, progress, run) -> No
 
 IMPORTERS: tuple[Importer, ...] = (
     Importer("disttrace trace dir", is_trace_dir, load_trace_dirs),
+    Importer("PyTorch profiler (Kineto) traces", kineto.claims, kineto.load_kineto),
     Importer("Flight Recorder dumps", flightrec.is_fr_dir, _load_fr_dirs),
     Importer("normalized events file (disttrace events)", os.path.isfile, _load_events_files),
 )
