@@ -20,7 +20,8 @@ import pytest
 from harness import job, run_disttrace, run_traced
 from disttrace.tracer.analysis import analyze
 from disttrace.tracer.data.events import EventTable
-from disttrace.tracer.data.kineto import claims, comm_op, fit_clock_offsets
+from disttrace.tracer.data.clockfit import fit_clock_offsets
+from disttrace.tracer.data.kineto import claims, comm_op
 from disttrace.tracer.data.load import load_trace
 
 J = job("kineto_straggler")

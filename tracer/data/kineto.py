@@ -17,7 +17,7 @@ as disttrace records it, and the end of gloo's execution); the host interval is 
 is missing (the profiling window began mid-op) is still an event: what it says is kept, the rest is listed in
 `kineto_unknown`. Collectives are numbered per (rank, group) by the group's "Seq" when every rank has it, else
 by order. Kineto times are each host's own wall clock: ranks are aligned on the collectives' exits
-(`fit_clock_offsets`).
+(`clockfit.py`).
 
 Imports neither torch nor textual.
 """
@@ -28,14 +28,14 @@ import bisect
 import gzip
 import os
 import re
+import sysconfig
 import zlib
 from dataclasses import dataclass, field
-
-import sysconfig
 
 import orjson
 
 from ..format import is_user_file
+from .clockfit import ClockFit, fit_clock_offsets
 from .events import EventTable, RankInfo, TraceError, extend
 
 _SNIFF = 4096
@@ -45,8 +45,6 @@ _LIMIT = 1 << 62
 NCCL_KERNEL = ("ncclKernel_", "ncclDevKernel_")
 # ops whose completion is near-simultaneous on every rank of the group: the clock fit's points
 _SYMMETRIC = frozenset({"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "barrier"})
-MIN_DRIFT_POINTS = 8        # exits needed before a drift is fitted, besides the offset
-MIN_DRIFT_SPAN_NS = 1_000_000_000  # ... spread over at least this long
 
 # c++ type names of the profiler's "Input type" and c10 ScalarType names of "dtype" -> (dtype, bytes per element)
 _DTYPES = {
@@ -641,80 +639,6 @@ def _issue(ev: dict) -> tuple:
 
 # -- clocks -----------------------------------------------------------------------------------------------------
 
-@dataclass
-class ClockFit:
-    offset_ns: int          # added to the rank's clock at t0_ns to get the reference rank's
-    drift: float            # ns of offset gained per ns of the rank's clock after t0_ns (0 when not fitted)
-    t0_ns: int
-    uncertainty_ns: int     # the largest residual of the exits it was fitted on
-    points: int
-
-    def apply(self, t: int) -> int:
-        return t + self.offset_ns + int(self.drift * (t - self.t0_ns))
-
-
-def fit_clock_offsets(exits: dict[tuple, dict[int, int]], ranks: list[int]) -> dict[int, ClockFit]:
-    """Each rank's clock offset to the lowest rank's, from the collectives' exits.
-
-    `exits`: per collective (any hashable key), {rank: its end on that rank's own clock}, only for ops whose
-    completion is near-simultaneous on all their ranks (all_reduce, all_gather, reduce_scatter, all_to_all,
-    barrier: nobody leaves before the last has arrived and the data went round). For each rank not yet aligned
-    that shares collectives with aligned ones, the differences d = aligned peer's exit - its exit are fitted: the
-    median when there are few, else a line d = offset + drift * (t - t0) by least squares (once more without the
-    points beyond three times the median residual), when at least MIN_DRIFT_POINTS exits span MIN_DRIFT_SPAN_NS.
-    The uncertainty is the largest residual kept. Ranks that share no collective with an aligned rank are left
-    out (their events keep their own clock)."""
-    if not ranks:
-        return {}
-    ref = min(ranks)
-    fits = {ref: ClockFit(0, 0.0, 0, 0, 0)}
-    pending = [r for r in ranks if r != ref]
-    while pending:
-        progressed = False
-        for r in list(pending):
-            pts = []
-            for ends in exits.values():
-                if r in ends:
-                    peers = [fits[a].apply(ends[a]) for a in ends if a in fits]
-                    if peers:
-                        pts.append((ends[r], sorted(peers)[len(peers) // 2] - ends[r]))
-            if not pts:
-                continue
-            fits[r] = _fit(pts)
-            pending.remove(r)
-            progressed = True
-        if not progressed:
-            break
-    return fits
-
-
-def _fit(pts: list[tuple[int, int]]) -> ClockFit:
-    pts.sort()
-    ds = sorted(d for _, d in pts)
-    med = ds[len(ds) // 2]
-    t0 = pts[0][0]
-    if len(pts) < MIN_DRIFT_POINTS or pts[-1][0] - t0 < MIN_DRIFT_SPAN_NS:
-        resid = [abs(d - med) for d in ds]
-        keep = sorted(resid)[len(resid) // 2] * 3
-        kept = [x for x in resid if x <= keep] or resid
-        return ClockFit(med, 0.0, t0, max(kept) + 1, len(pts))
-    use = pts
-    for _ in range(2):
-        n = len(use)
-        mt = sum(t - t0 for t, _ in use) / n
-        md = sum(d for _, d in use) / n
-        var = sum((t - t0 - mt) ** 2 for t, _ in use)
-        slope = sum((t - t0 - mt) * (d - md) for t, d in use) / var if var else 0.0
-        icpt = md - slope * mt
-        resid = [abs(d - (icpt + slope * (t - t0))) for t, d in use]
-        cut = max(sorted(resid)[len(resid) // 2] * 3, 1)
-        kept = [p for p, e in zip(use, resid) if e <= cut]
-        if len(kept) == len(use) or len(kept) < MIN_DRIFT_POINTS:
-            break
-        use = kept
-    return ClockFit(int(round(icpt)), slope, t0, int(max(resid)) + 2, len(pts))  # + the rounding of apply()
-
-
 def _align(events: list[dict], table: EventTable, traces: list[_RankTrace]) -> dict[int, ClockFit]:
     exits: dict = {}
     for ev in events:
@@ -858,4 +782,4 @@ def _say(table, traces, fits, world, present, guessed, events) -> None:
                               "not aligned")
 
 
-__all__ = ["ClockFit", "claims", "comm_op", "fit_clock_offsets", "is_kineto_dir", "is_kineto_file", "load_kineto"]
+__all__ = ["claims", "comm_op", "is_kineto_dir", "is_kineto_file", "load_kineto"]

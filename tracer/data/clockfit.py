@@ -1,0 +1,87 @@
+"""Clock offsets between ranks fitted from the collectives themselves, for traces whose times are each host's own
+(PyTorch profiler traces: data/kineto.py). disttrace's own recorder aligns clocks by ping-pong through the store
+instead (record/clock.py); this is for evidence recorded without it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MIN_DRIFT_POINTS = 8        # exits needed before a drift is fitted, besides the offset
+MIN_DRIFT_SPAN_NS = 1_000_000_000  # ... spread over at least this long
+
+
+@dataclass
+class ClockFit:
+    offset_ns: int          # added to the rank's clock at t0_ns to get the reference rank's
+    drift: float            # ns of offset gained per ns of the rank's clock after t0_ns (0 when not fitted)
+    t0_ns: int
+    uncertainty_ns: int     # the largest residual of the exits it was fitted on
+    points: int
+
+    def apply(self, t: int) -> int:
+        return t + self.offset_ns + int(self.drift * (t - self.t0_ns))
+
+
+def fit_clock_offsets(exits: dict[tuple, dict[int, int]], ranks: list[int]) -> dict[int, ClockFit]:
+    """Each rank's clock offset to the lowest rank's, from the collectives' exits.
+
+    `exits`: per collective (any hashable key), {rank: its end on that rank's own clock}, only for ops whose
+    completion is near-simultaneous on all their ranks (all_reduce, all_gather, reduce_scatter, all_to_all,
+    barrier: nobody leaves before the last has arrived and the data went round). For each rank not yet aligned
+    that shares collectives with aligned ones, the differences d = aligned peer's exit - its exit are fitted: the
+    median when there are few, else a line d = offset + drift * (t - t0) by least squares (once more without the
+    points beyond three times the median residual), when at least MIN_DRIFT_POINTS exits span MIN_DRIFT_SPAN_NS.
+    The uncertainty is the largest residual kept. Ranks that share no collective with an aligned rank are left
+    out (their events keep their own clock)."""
+    if not ranks:
+        return {}
+    ref = min(ranks)
+    fits = {ref: ClockFit(0, 0.0, 0, 0, 0)}
+    pending = [r for r in ranks if r != ref]
+    while pending:
+        progressed = False
+        for r in list(pending):
+            pts = []
+            for ends in exits.values():
+                if r in ends:
+                    peers = [fits[a].apply(ends[a]) for a in ends if a in fits]
+                    if peers:
+                        pts.append((ends[r], sorted(peers)[len(peers) // 2] - ends[r]))
+            if not pts:
+                continue
+            fits[r] = _fit(pts)
+            pending.remove(r)
+            progressed = True
+        if not progressed:
+            break
+    return fits
+
+
+def _fit(pts: list[tuple[int, int]]) -> ClockFit:
+    pts.sort()
+    ds = sorted(d for _, d in pts)
+    med = ds[len(ds) // 2]
+    t0 = pts[0][0]
+    if len(pts) < MIN_DRIFT_POINTS or pts[-1][0] - t0 < MIN_DRIFT_SPAN_NS:
+        resid = [abs(d - med) for d in ds]
+        keep = sorted(resid)[len(resid) // 2] * 3
+        kept = [x for x in resid if x <= keep] or resid
+        return ClockFit(med, 0.0, t0, max(kept) + 1, len(pts))
+    use = pts
+    for _ in range(2):
+        n = len(use)
+        mt = sum(t - t0 for t, _ in use) / n
+        md = sum(d for _, d in use) / n
+        var = sum((t - t0 - mt) ** 2 for t, _ in use)
+        slope = sum((t - t0 - mt) * (d - md) for t, d in use) / var if var else 0.0
+        icpt = md - slope * mt
+        resid = [abs(d - (icpt + slope * (t - t0))) for t, d in use]
+        cut = max(sorted(resid)[len(resid) // 2] * 3, 1)
+        kept = [p for p, e in zip(use, resid) if e <= cut]
+        if len(kept) == len(use) or len(kept) < MIN_DRIFT_POINTS:
+            break
+        use = kept
+    return ClockFit(int(round(icpt)), slope, t0, int(max(resid)) + 2, len(pts))  # + the rounding of apply()
+
+
+__all__ = ["ClockFit", "fit_clock_offsets"]
