@@ -366,3 +366,26 @@ async def test_viewer_opens_on_profiler_traces(tmp_path):
         await pilot.pause()
         assert isinstance(pilot.app.screen, ViewerScreen)
         assert pilot.app.screen.store.table is t
+
+
+def test_a_truncated_group_of_many_ranks_is_rebuilt_or_taken_from_pg_config():
+    # record_param_comms writes a group of more than 30 ranks as its first 29, "...", and its last
+    from disttrace.tracer.data.kineto import _group_of
+
+    class Op:
+        exec_args = {}
+
+        def __init__(self, meta):
+            self.meta = meta
+
+    class Trace:
+        pgs: dict = {}
+
+    shown = "[" + ", ".join(map(str, range(0, 58, 2))) + ", ..., 254]"
+    meta = {"Process Group Name": "3", "Process Group Ranks": shown, "Group size": 128}
+    assert _group_of(Op(meta), Trace())[1] == tuple(range(0, 256, 2))
+    uneven = "[" + ", ".join(map(str, [0, 1, 5] + list(range(6, 32)))) + ", ..., 200]"
+    assert _group_of(Op({**meta, "Process Group Ranks": uneven}), Trace())[1] == ()  # not known from the op
+    with_config = Trace()
+    with_config.pgs = {"3": (tuple(range(128, 256)), "tp")}
+    assert _group_of(Op({**meta, "Process Group Ranks": uneven}), with_config)[1] == tuple(range(128, 256))

@@ -502,6 +502,8 @@ def _group_of(o: _Op, rt: _RankTrace) -> tuple[str | None, tuple[int, ...], str]
     if isinstance(name, (str, int)) and str(name) != "":
         name = str(name)[:200]
         cfg = rt.pgs.get(name)
+        if _truncated(meta.get("Process Group Ranks")):
+            ranks = cfg[0] if cfg else _progression(ranks, meta.get("Group size"))
         if not ranks and cfg:
             ranks = cfg[0]
         desc = desc if isinstance(desc, str) else (cfg[1] if cfg else "")
@@ -511,6 +513,24 @@ def _group_of(o: _Op, rt: _RankTrace) -> tuple[str | None, tuple[int, ...], str]
                 ranks = tuple(range(start, start + stride * size, stride))
         return name, ranks, desc
     return None, (), ""
+
+
+def _truncated(value) -> bool:
+    """Whether "Process Group Ranks" was cut short: record_param_comms writes a group of more than 30 ranks as its
+    first 29, "...", and its last ("[0, 1, ..., 28, ..., 127]")."""
+    return isinstance(value, str) and "..." in value
+
+
+def _progression(shown: tuple[int, ...], size) -> tuple[int, ...]:
+    """The whole group from a truncated list (first ranks and the last) and its size, when the ranks shown step
+    evenly up to the last; () when they do not (the group is then not known from this op)."""
+    if type(size) is not int or not 2 < len(shown) <= size < 1 << 31:
+        return ()
+    head, last = shown[:-1], shown[-1]
+    stride = head[1] - head[0]
+    if stride <= 0 or any(b - a != stride for a, b in zip(head, head[1:])) or last != head[0] + stride * (size - 1):
+        return ()
+    return tuple(range(head[0], last + 1, stride))
 
 
 def _default_group(rt: _RankTrace, present: list[int]) -> tuple[str, tuple[int, ...], str]:
@@ -540,6 +560,8 @@ def _events(rt: _RankTrace, present: list[int], guessed: list) -> list[dict]:
                 name, ranks, desc = _default_group(rt, present)
                 guessed.append(rt.rank)
             unknown.append("group")
+        elif not ranks:  # a truncated list of ranks that could not be rebuilt
+            unknown.append("group_ranks")
         nbytes, dtype, shape = _bytes_of(o, op)
         if nbytes is None:
             nbytes = 0
