@@ -133,3 +133,33 @@ def test_attach_refuses_what_is_not_nccl(monkeypatch):
     assert ncclhook.attach(pg) is None
     monkeypatch.setenv(ncclhook.ENV, "0")
     assert ncclhook.attach(pg) is None
+
+
+def test_a_job_s_own_hook_on_a_hooked_group_is_called_after_disttrace_s():
+    # PyTorch allows one completion hook per group: once disttrace holds it, the job's registration must still
+    # succeed, and its hook be called, as untraced
+    from disttrace.tracer.record import ncclhook
+
+    class FakePG:
+        registered = []
+
+        def _register_on_completion_hook(self, hook):
+            FakePG.registered.append(hook)
+
+    ours, theirs = FakePG(), FakePG()
+    ncclhook._ATTACHED.add(id(ours))
+    saved = ncclhook._REGISTER
+    try:
+        ncclhook._REGISTER = None
+        ncclhook._share_registration(FakePG)
+        calls = []
+        ours._register_on_completion_hook(calls.append)       # on a group whose hook is disttrace's: kept by us
+        theirs._register_on_completion_hook("their own")        # on another group: PyTorch's registration
+        assert FakePG.registered == ["their own"]
+        ncclhook._make_hook(id(ours))("info")
+        assert calls == ["info"]
+    finally:
+        FakePG._register_on_completion_hook = ncclhook._REGISTER
+        ncclhook._REGISTER = saved
+        ncclhook._ATTACHED.discard(id(ours))
+        ncclhook._JOB_HOOKS.pop(id(ours), None)

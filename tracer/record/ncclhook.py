@@ -5,7 +5,8 @@ ProcessGroupNCCL's watchdog finds each Work's CUDA end event done and hands the 
 collective counter for collectives, its separate P2P counter for send/recv), time_started, time_finished and
 active_duration (the NCCL kernel's start -> end CUDA events). What that costs and what it misses is in
 docs/ARCHITECTURE.md ("How a CUDA op ends"): registering requires collective timing (a start event per op), the
-hook needs the GIL, only one hook per group can be registered, and P2P and coalesced Works carry a seq that the
+hook needs the GIL, only one hook per group can be registered (a job's own is then called by disttrace's, so that
+registering it still succeeds), and P2P and coalesced Works carry a seq that the
 begin record cannot be matched to: those ops, and every op of a group without the hook, are ended by
 background.py's CUDA watcher instead (also with DISTTRACE_NCCL_HOOK=0).
 
@@ -47,6 +48,8 @@ if _OpType is not None:
     _P2P = frozenset(getattr(_OpType, n) for n in ("SEND", "RECV", "RECVANYSOURCE") if hasattr(_OpType, n))
 
 _ATTACHED: set = set()  # id() of the ProcessGroups whose hook is ours (one per group, for the process's life)
+_JOB_HOOKS: dict = {}   # id(pg) -> the job's own completion hooks on those groups, called after ours
+_REGISTER = None        # ProcessGroup._register_on_completion_hook as PyTorch defines it (once we replaced it)
 
 
 class DeviceEnds:
@@ -140,18 +143,35 @@ def _finished_ns(tf) -> int:
 
 def _make_hook(pg_id: int):
     def hook(info) -> None:
-        # called by C++ on the group's hook thread: nothing may escape
+        # called by C++ on the group's hook thread: nothing of ours may escape
         try:
             t = current.tracer
-            if t is None:
-                return
-            g = t.groups.get(pg_id)
+            g = t.groups.get(pg_id) if t is not None else None
             ends = g.hook if g is not None else None
             if ends is not None:
                 ends.done(t.completion, info)
         except BaseException:  # noqa: BLE001
             pass
+        for job_hook in _JOB_HOOKS.get(pg_id, ()):  # the job's, as PyTorch would have called them (errors too)
+            job_hook(info)
     return hook
+
+
+def _register_for_job(pg, hook):
+    """ProcessGroup._register_on_completion_hook while disttrace's hook holds some groups: PyTorch allows one hook
+    per group, so on those the job's is called by ours, after it, and registering it succeeds as untraced."""
+    if id(pg) in _ATTACHED:
+        _JOB_HOOKS.setdefault(id(pg), []).append(hook)
+        return None
+    return _REGISTER(pg, hook)
+
+
+def _share_registration(cls) -> None:
+    """Make the job's own registrations go through _register_for_job (once per process)."""
+    global _REGISTER
+    if _REGISTER is None:
+        _REGISTER = cls._register_on_completion_hook
+        cls._register_on_completion_hook = _register_for_job
 
 
 def _timing_on() -> bool:
@@ -186,6 +206,7 @@ def attach(pg) -> DeviceEnds | None:
             warnings.simplefilter("ignore")  # "OnCompletion hook will be deprecated in favor of Flight Recorder"
             pg._register_on_completion_hook(_make_hook(id(pg)))
         _ATTACHED.add(id(pg))
+        _share_registration(type(pg))
         return DeviceEnds()
     except Exception:  # noqa: BLE001 - the watcher then
         return None
