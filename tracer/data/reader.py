@@ -259,6 +259,8 @@ def _append_rank(rf: _RankFile, table: EventTable) -> None:
             extra = {k: b[k] for k in ("origin", "th") if k in b}
         if e and e.get("bound"):
             extra = dict(extra or (), end_is_bound=True)
+        if e and type(e.get("dev")) is int and 0 <= e["dev"] < 2 ** 63:  # NCCL's completion hook (CUDA events)
+            extra = dict(extra or (), device_ns=e["dev"])
         extra_col.append(extra)
         async_op.append(1 if b.get("async") else 0)
     table.add_rows(cols)

@@ -28,7 +28,7 @@ import torch
 import torch.distributed as dist
 
 from ..format import FORMAT_VERSION, META, RANK_FILE_SUFFIX, rank_file_stem
-from . import background, callsite, faults, summaries
+from . import background, callsite, faults, ncclhook, summaries
 from .completion import Completion, Event
 from .groups import Group, Groups
 from .op_records import BEGIN_LINE, BEGIN_LINE_GS, BEGIN_LINE_GS_IN, BEGIN_LINE_IN, BeginHeads, first_tensor, nbytes
@@ -198,13 +198,19 @@ class Tracer:
         else:
             g = self.groups.pop(id(pg), None)
             groups = [g] if g is not None else []
+        watcher = None
+        for g in groups:  # ops still waiting for a group's completion hook: the watcher follows them now
+            for ev, work in g.hook.pending() if g.hook is not None else ():
+                watcher = watcher or background.cuda_watcher()
+                watcher.add(self.completion, ev, work)
         self.completion.end_unwaited(lambda ev: pg is None or ev.group in groups)
         for g in groups:
-            g.pg = g.gloo = None
+            g.pg = g.gloo = g.hook = None
 
     def close(self) -> None:
         if self.watchdog is not None:
             self.watchdog.stop()
+        ncclhook.drain(list(self.groups.values()))  # (groups still here: the job exits without destroying them)
         self.completion.settle()
         self.completion.end_unwaited(lambda ev: True)
         background.drain_summaries()

@@ -3,9 +3,11 @@
 When does an op end? gloo runs collectives on its own threads and returns a Work at once:
 - a synchronous Python API call (all_reduce(async_op=False), send, recv, ...) waits on that Work right away on
   the same thread: the end is when that wait() returns (hooks.py wraps Work.wait);
-- anything else (async_op=True, isend/irecv, DDP's reducer, functional collectives, every CUDA op) ends when
-  the Work's future completes (a callback; it never blocks), and the user's wait() is recorded apart;
-- gloo's send/recv Works have no future: their end is the return of wait().
+- anything else (async_op=True, isend/irecv, DDP's reducer, functional collectives) ends when the Work's
+  future completes (a callback; it never blocks), and the user's wait() is recorded apart;
+- gloo's send/recv Works have no future: their end is the return of wait();
+- a CUDA op's future completes when it is enqueued, not run: NCCL collectives end through PyTorch's completion
+  hook (ncclhook.py, with the device's duration), every other CUDA op through the CUDA watcher (background.py).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import torch
 import torch.distributed as dist
 
 from . import background
-from .op_records import END_LINE, END_LINE_SEQ, WAIT_LINE, end_fields
+from .op_records import END_LINE, END_LINE_SEQ, END_LINE_SEQ_DEV, WAIT_LINE, end_fields
 
 PENDING_LIMIT = 4096  # finished async ops kept for a wait() that may still come
 
@@ -115,9 +117,12 @@ class Completion:
         if ev.cuda:
             ev.watched = True
             # A CUDA Work's future completes on the host as soon as the op is enqueued, so its callback says
-            # nothing about the device. Work.is_completed() queries the op's CUDA events without blocking: a
-            # watcher thread polls it (resolution: the polling interval, about a millisecond).
-            background.cuda_watcher().add(self, ev, w)
+            # nothing about the device. An NCCL collective ends when ProcessGroupNCCL's completion hook says so
+            # (ncclhook.py); the rest when Work.is_completed(), which queries the op's CUDA events without
+            # blocking, says so to the watcher thread that polls it (about a millisecond's resolution).
+            ends = getattr(ev.group, "hook", None)
+            if ends is None or not ends.claim(self, ev, w):
+                background.cuda_watcher().add(self, ev, w)
             return
         try:
             fut = w.get_future()
@@ -164,7 +169,9 @@ class Completion:
                 pending.pop(k, None)
 
     # -- the end ----------------------------------------------------------------------------------
-    def complete(self, ev: Event, err: BaseException | None = None, t: int | None = None, bound=False) -> None:
+    def complete(self, ev: Event, err: BaseException | None = None, t: int | None = None, bound=False,
+                 dev: int | None = None) -> None:
+        """ev's op ended at t (now if None); dev: its duration on the device, ns (the NCCL completion hook's)."""
         if ev.ended:
             return
         ev.ended = True
@@ -176,11 +183,14 @@ class Completion:
         if err is None and not bound and not ev.peer_any and ev.tensors is None:
             # the common case, formatted directly: a third of the cost of a dict through orjson
             if type(ev.seq) is int:
-                self.rec.write_raw(END_LINE_SEQ % (ev.id, t, ev.seq))
+                if dev is not None:
+                    self.rec.write_raw(END_LINE_SEQ_DEV % (ev.id, t, ev.seq, dev))
+                else:
+                    self.rec.write_raw(END_LINE_SEQ % (ev.id, t, ev.seq))
             else:
                 self.rec.write_raw(END_LINE % (ev.id, t))
             return
-        rec = end_fields(ev.id, t, ev.seq, err, bound)
+        rec = end_fields(ev.id, t, ev.seq, err, bound, dev)
         work = ev.held_work() if ev.peer_any else None
         if work is not None:  # a recv from any source: now we know which
             try:

@@ -9,15 +9,17 @@ import torch
 import torch.distributed as dist
 
 from ..format import GROUP
+from . import ncclhook
 
 
 class Group:
-    __slots__ = ("gidx", "name", "ranks", "next_seq", "pg", "gloo")
+    __slots__ = ("gidx", "name", "ranks", "next_seq", "pg", "gloo", "hook")
 
-    def __init__(self, gidx, name, ranks, pg, gloo):
+    def __init__(self, gidx, name, ranks, pg, gloo, hook=None):
         self.gidx, self.name, self.ranks, self.pg = gidx, name, ranks, pg
         self.next_seq = 0
         self.gloo = gloo  # the CPU backend whose methods fastpath.py calls for this group's CPU ops, or None
+        self.hook = hook  # ncclhook.DeviceEnds: its CUDA collectives end through NCCL's completion hook, or None
 
     def global_rank(self, local: int) -> int:
         """A group-local rank as a global one."""
@@ -64,7 +66,7 @@ class Groups(dict):
         name = str(getattr(pg, "group_name", "") or "")
         desc = str(getattr(pg, "group_desc", "") or "")
         # pg is kept alive while it is ours (its id() is our key) and let go when the job destroys it (release)
-        g = Group(next(self._gidx), name, ranks, pg, _gloo_backend(pg))
+        g = Group(next(self._gidx), name, ranks, pg, _gloo_backend(pg), ncclhook.attach(pg))
         self[id(pg)] = g
         self._write({"k": GROUP, "g": g.gidx, "name": name, "desc": desc, "ranks": list(ranks),
                      "backend": _backend_name(pg)})

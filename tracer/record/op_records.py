@@ -23,6 +23,8 @@ BEGIN_LINE_GS_IN = b'%b%d,"gs":%d%b,"t":%d}\n'
 # id, time, [the backend's sequence number]: the common end, with no error, peer or summary
 END_LINE = b"{" + kind_marker(END) + b',"i":%d,"t":%d}\n'
 END_LINE_SEQ = b"{" + kind_marker(END) + b',"i":%d,"t":%d,"seq":%d}\n'
+# ... and the NCCL kernel's duration by its CUDA events, from the completion hook (ncclhook.py)
+END_LINE_SEQ_DEV = b"{" + kind_marker(END) + b',"i":%d,"t":%d,"seq":%d,"dev":%d}\n'
 WAIT_LINE = b"{" + kind_marker(WAIT) + b',"i":%d,"t0":%d,"t1":%d}\n'  # id, the wait's start and end
 
 _BEGIN_OPEN = b"{" + kind_marker(BEGIN) + b',"op":"%b","api":%b,"g":%d'
@@ -30,13 +32,15 @@ _MAIN_THREAD = threading.main_thread().ident
 _CACHE_LIMIT = 20000  # begin-record heads kept per tracer
 
 
-def end_fields(ev_id: int, t: int, seq, err: BaseException | None, bound: bool) -> dict:
+def end_fields(ev_id: int, t: int, seq, err: BaseException | None, bound: bool, dev: int | None = None) -> dict:
     """The end record that is not END_LINE (an error, a bound, a peer or a summary to add), up to its peer."""
     rec = {"k": END, "i": ev_id, "t": t}
     if bound:
         rec["bound"] = True  # completion seen only at exit: the op ended at or before t
     if seq is not None:
         rec["seq"] = seq
+    if dev is not None:
+        rec["dev"] = dev  # the device's duration of the op (CUDA events), ns
     if err is not None:
         rec["st"] = "error"
         rec["err"] = f"{type(err).__name__}: {err}"[:1000]

@@ -1,0 +1,58 @@
+"""GPU jobs for tests/test_gpu.py (a world of one on one GPU): python gpu_ops.py MODE SIDE_FILE.
+
+ops:  every collective kind on NCCL, each timed by the job's own CUDA events around it (written to SIDE_FILE:
+      one JSON list of [op, ms] in issue order), with summaries on.
+gloo: the same ops on gloo with CUDA tensors.
+ddp:  a few DDP steps on NCCL.
+hang: an all_reduce stuck behind a kernel that spins for a minute (the watchdog must diagnose it).
+"""
+
+import json
+import sys
+
+import torch
+import torch.distributed as dist
+
+mode, side = sys.argv[1], sys.argv[2]
+torch.cuda.set_device(0)
+dist.init_process_group("gloo" if mode == "gloo" else "nccl")
+dev = torch.device("cuda", 0)
+timings = []
+
+
+def timed(name, fn):
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    start.record()
+    fn()
+    end.record()
+    torch.cuda.synchronize()
+    timings.append([name, start.elapsed_time(end)])
+
+
+if mode in ("ops", "gloo"):
+    x = torch.arange(1 << 20, dtype=torch.float32, device=dev)  # 4 MiB: long enough to time
+    out = torch.empty_like(x)
+    for _ in range(3):
+        timed("all_reduce", lambda: dist.all_reduce(x))
+        timed("all_gather", lambda: dist.all_gather_into_tensor(out, x))
+        timed("reduce_scatter", lambda: dist.reduce_scatter_tensor(out, x))
+        timed("broadcast", lambda: dist.broadcast(x, 0))
+        timed("all_to_all", lambda: dist.all_to_all_single(out, x))
+        timed("barrier", lambda: dist.barrier())
+elif mode == "ddp":
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(512, 512).to(dev), device_ids=[0])
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for _ in range(5):
+        opt.zero_grad()
+        model(torch.randn(64, 512, device=dev)).square().mean().backward()
+        opt.step()
+elif mode == "hang":
+    x = torch.ones(1024, device=dev)
+    torch.cuda._sleep(int(60 * 1.5e9))  # about a minute of a spinning kernel on the current stream
+    dist.all_reduce(x)
+    x.cpu()
+torch.cuda.synchronize()
+with open(side, "w") as f:
+    json.dump(timings, f)
+dist.destroy_process_group()

@@ -1,0 +1,90 @@
+"""The CUDA paths on a real GPU: NCCL in a world of one (every collective kind, the device duration from the
+completion hook against the job's own CUDA events, device summaries, a hang), gloo with CUDA tensors, DDP.
+Run with `pytest -m gpu`; skipped where there is no CUDA device (the CPU suite never needs one)."""
+
+from __future__ import annotations
+
+import json
+import statistics
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from disttrace.tracer.data.load import load_trace
+
+from harness import run_traced
+
+pytestmark = [pytest.mark.gpu, pytest.mark.slow,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")]
+nccl = pytest.mark.skipif(torch.cuda.is_available() and not (dist.is_available() and dist.is_nccl_available()),
+                          reason="torch built without NCCL")
+
+KINDS = ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "barrier"]
+
+
+def _job(tmp_path, mode, summaries="stats", run_args=(), expect_rc=0):
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    side = tmp_path / "timings.json"
+    out = tmp_path / "trace"
+    proc = run_traced("gpu_ops.py", out, 1, [mode, str(side)], summaries, run_args)
+    if expect_rc is not None:
+        assert proc.returncode == expect_rc, proc.stderr[-4000:]
+    table = load_trace(str(out))
+    rows = [table.row(i) for i in range(len(table))]
+    timings = json.loads(side.read_text()) if side.exists() else []
+    return rows, timings, proc
+
+
+@nccl
+def test_nccl_every_kind_ends_through_the_hook_with_the_device_duration(tmp_path):
+    rows, timings, _ = _job(tmp_path, "ops")
+    assert sorted({r["op"] for r in rows}) == sorted(KINDS)
+    assert all(r["status"] == "ok" and r["end_ns"] >= r["start_ns"] for r in rows)
+    timed = [r for r in rows if r["op"] != "barrier"]  # (the job's own barrier may add a collective of its own)
+    assert all("device_ns" in r for r in timed), [r for r in timed if "device_ns" not in r][:3]
+    # the recorded device time against the job's own CUDA events around each op (which also hold the launch)
+    mine = [ms for op, ms in timings if op != "barrier"]
+    assert len(mine) == len(timed)
+    for r, ms in zip(timed, mine):
+        dev_ms = r["device_ns"] / 1e6
+        assert dev_ms <= ms * 1.1 + 0.05, (r["op"], dev_ms, ms)
+    assert statistics.median(r["device_ns"] / 1e6 / ms for r, ms in zip(timed, mine)) > 0.3
+
+
+@nccl
+def test_nccl_device_summaries_equal_the_cpu_ones(tmp_path):
+    gpu_rows, _, _ = _job(tmp_path / "nccl", "ops", summaries="full")
+    cpu_rows, _, _ = _job(tmp_path / "gloo", "gloo", summaries="full")
+
+    def summaries(rows):
+        return [(r["op"], r["in"], r["out"]) for r in rows if r["op"] in ("all_reduce", "broadcast")]
+    assert summaries(gpu_rows) and summaries(gpu_rows) == summaries(cpu_rows)
+
+
+@nccl
+def test_nccl_hook_off_falls_back_to_the_watcher(tmp_path, monkeypatch):
+    monkeypatch.setenv("DISTTRACE_NCCL_HOOK", "0")
+    rows, _, _ = _job(tmp_path, "ops")
+    assert all(r["status"] == "ok" for r in rows) and not any("device_ns" in r for r in rows)
+
+
+def test_gloo_with_cuda_tensors(tmp_path):
+    rows, _, _ = _job(tmp_path, "gloo")
+    assert sorted({r["op"] for r in rows}) == sorted(KINDS)
+    assert all(r["status"] == "ok" for r in rows)
+
+
+@nccl
+def test_ddp_on_one_gpu(tmp_path):
+    rows, _, _ = _job(tmp_path, "ddp")
+    grads = [r for r in rows if r["api"] == "ddp.reducer_allreduce"]
+    assert grads and all(r["status"] == "ok" for r in grads)
+    assert all(r["site"] and "gpu_ops.py" in r["site"] for r in grads)  # the backward() line
+
+
+@nccl
+def test_nccl_hang_is_diagnosed(tmp_path):
+    rows, _, proc = _job(tmp_path, "hang", run_args=["--hang-timeout", "5", "--kill-on-hang"], expect_rc=None)
+    assert "all_reduce" in proc.stderr and "never completed" in proc.stderr, proc.stderr[-4000:]
+    assert [r["status"] for r in rows if r["op"] == "all_reduce"][-1] == "unfinished"
