@@ -179,10 +179,12 @@ def main() -> None:
     if ns.child == "stages":
         print(json.dumps(_stages(path)))
         return
-    from synth import ensure_synthetic, time_parse
+    from synth import ensure_synthetic, fresh_store, time_parse, time_yardstick
 
     ensure_synthetic(path, ns.events, ns.ranks)
     parse, n = time_parse(path)
+    yard = time_yardstick(path)
+    fresh_store(path)  # the first app run parses and writes the trace store; the re-open run opens it
 
     def child(kind: str) -> dict:
         cmd = [sys.executable, __file__, "--file", path, "--size", ns.size, "--child", kind]
@@ -192,10 +194,17 @@ def main() -> None:
         return json.loads(proc.stdout.strip().splitlines()[-1])
 
     app = child("app")
+    reopen = child("app")
     stages = child("stages")
     first = app["first_frame_s"]
     print(f"trace: {n:,} events, {app['ranks']} ranks ({path}); terminal {ns.size}")
-    print(f"parse (orjson, the yardstick)   {parse:7.2f} s")
+    print(f"yardstick (orjson, none kept)   {yard:7.2f} s")
+    print(f"parse (orjson, all kept)        {parse:7.2f} s")
+    print(f"first frame, first open         {first:7.2f} s   = {first / yard:.2f}x the yardstick (goal <= 1x; "
+          f"parses and writes the trace store)")
+    print(f"first frame, re-open            {reopen['first_frame_s']:7.2f} s   = "
+          f"{reopen['first_frame_s'] / yard:.2f}x the yardstick (goal <= 0.5 s; from the store), analysed at "
+          f"{reopen['analysed_s']:.2f} s, RSS {reopen['rss_mb']:.0f} MB at the first frame")
     print(f"first full frame (timeline)     {first:7.2f} s   = {first / parse:.2f}x parse (goal <= 3x)")
     print(f"analysis views ready            {app['analysed_s']:7.2f} s   = {app['analysed_s'] / parse:.2f}x parse "
           "(the analysis runs after the first frame)")

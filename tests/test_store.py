@@ -220,8 +220,9 @@ def test_the_readme_one_liners(events_file):
     df = pd.read_feather(path)
     import duckdb
     import pyarrow as pa
-    events = pa.ipc.open_file(path).read_all()  # noqa: F841 - DuckDB reads it by its name
+    events = pa.ipc.open_file(path).read_all()
     counts = duckdb.sql("select op, count(*) as n from events group by op order by op").fetchall()
+    del events  # DuckDB found it by its name
 
     parsed = load_trace(events_file, cache=False)
     assert len(df) == len(parsed) and list(df["op"]) == list(parsed.op)
