@@ -232,12 +232,15 @@ class _Walker:
             if kind == "op":
                 r = rank_of[x]
                 st, w = start[x], wait[x]
+                if now < st:  # an arrival after the wait it ended: the clocks' error; its rank computed till now
+                    kind, nxt = "host", x
+                    continue
                 lo = max(st + w, floor)
                 if now > lo:
                     return (r, "comm", lo, now - lo, x, -1), _op_state(x, lo)
                 if w > 0:
                     j = self.cause_row(x)
-                    if j is not None and start[j] <= now and (seen is None or j not in seen):
+                    if j is not None and (seen is None or j not in seen):
                         seen = seen or set()
                         seen.add(x)
                         x = j
@@ -360,7 +363,7 @@ def _causes(t: EventTable, w: _Walker, event_wait_ns) -> list[DelayCause]:
                 continue
             covered = hi
             j = w.cause_row(i)
-            if j is None or j == i or start[j] > hi:
+            if j is None or j == i:
                 acc = total.setdefault(key(r, "wait", i, -1), [0, set()])
                 acc[0] += hi - lo
                 acc[1].add(r)
