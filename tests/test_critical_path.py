@@ -257,14 +257,16 @@ def test_mesh_rank_0_waits_in_its_row_for_rank_1_and_2_and_3_through_the_columns
     assert all(s.late_rank == MESH.LATE_RANK for s in a.steps if s.index in MESH.LATE_STEPS), a.steps
     # in a late step each other rank waits the whole delay: rank 0 in row {0, 1} for rank 1; rank 3 in column
     # {1, 3} for rank 1, and rank 2 in column {0, 2} for rank 0, which had waited for rank 1
-    waited = {}  # (group's ranks, the rank that waited) -> [(step, the rank waited for, ns)]
+    waited, seen = {}, []  # (group's ranks, the rank that waited) -> [(step, the rank waited for)]
     for c in a.collectives:
         k = a.step_of[c.rows[0]]
         for r, ns in c.wait_ns.items():
             if k in MESH.LATE_STEPS and ns >= 0.85 * late_s:
                 waited.setdefault((tuple(sorted(c.ranks)), r), []).append((k, c.last_arrival))
+            if k in MESH.LATE_STEPS and ns >= 0.3 * late_s:
+                seen.append((k, tuple(sorted(c.ranks)), r, c.last_arrival, _ms(ns)))
     late = [(k, MESH.LATE_RANK) for k in MESH.LATE_STEPS]
-    assert waited == {((0, 1), 0): late, ((1, 3), 3): late, ((0, 2), 2): [(k, 0) for k in MESH.LATE_STEPS]}, waited
+    assert waited == {((0, 1), 0): late, ((1, 3), 3): late, ((0, 2), 2): [(k, 0) for k in MESH.LATE_STEPS]}, seen
     top = a.causes[0]
     # rank 0 waited while rank 1 computed late (LATE_S); ranks 2 and 3 from their column arrival, BETWEEN_S after
     # their row all_reduce, while rank 1 computed late too (LATE_S - BETWEEN_S), the rest while ranks 0 and 1
@@ -286,7 +288,7 @@ def test_mesh_rank_0_waits_in_its_row_for_rank_1_and_2_and_3_through_the_columns
 def test_mesh_rank_1_on_time_predicts_the_on_time_run(mesh):
     a, on_time = mesh
     (w,) = [w for w in a.what_if if w.change == f"rank {MESH.LATE_RANK} on time"]
-    assert w.step_ns_before > 1.12 * _steady_mean(on_time)  # 6 steps of 24 late by 40 ms: +10 ms on ~35 ms
+    assert w.step_ns_before > 1.3 * _steady_mean(on_time)  # 6 steps of 24 late by 80 ms: +20 ms on ~35 ms
     _check_prediction("mesh", w, on_time)
 
 
