@@ -68,7 +68,7 @@ def test_the_root_cause_of_the_waiting_is_the_straggler_s_span(ddp):
     top = in_steps[0]
     injected = len(DDP.LATE_STEPS) * DDP.LATE_S * 1e9
     assert (top.rank, top.kind, top.ranks_delayed) == (DDP.LATE_RANK, "compute", [0])
-    assert injected * 0.95 <= top.caused_wait_ns <= injected * 1.4, top
+    assert injected * 0.9 <= top.caused_wait_ns <= injected * 1.4, top
     assert all(c.caused_wait_ns < top.caused_wait_ns / 5 for c in in_steps[1:]), in_steps[:3]
 
 
