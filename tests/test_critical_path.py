@@ -1,7 +1,7 @@
 """The critical path of each step across ranks, the root causes of waits, and the what-if (issue 18).
 
 On a real DDP job with a straggler (tests/jobs/cp_ddp_straggler.py: 20 ms of compute a step, rank 1 50 ms more in
-steps 3, 7, 11), and the same job run on time (--no-fault): the path of a late step is rank 1's compute, the cause
+6 of 24 steps), and the same job run on time (--no-fault): the path of a late step is rank 1's compute, the cause
 of the waiting is rank 1's span at the backward() line, and "rank 1 on time" predicts the on-time run's step time
 within 10%. The same ground truths on three more real jobs, each run with and without its fault:
 - a chain across three ranks through P2P (cp_p2p_chain.py): rank 0 late before its send, rank 1 waits for it and
@@ -68,7 +68,7 @@ def test_the_root_cause_of_the_waiting_is_the_straggler_s_span(ddp):
     top = in_steps[0]
     injected = len(DDP.LATE_STEPS) * DDP.LATE_S * 1e9
     assert (top.rank, top.kind, top.ranks_delayed) == (DDP.LATE_RANK, "compute", [0])
-    assert injected * 0.95 <= top.caused_wait_ns <= injected * 1.4, top
+    assert injected * 0.9 <= top.caused_wait_ns <= injected * 1.4, top
     assert all(c.caused_wait_ns < top.caused_wait_ns / 5 for c in in_steps[1:]), in_steps[:3]
 
 
@@ -76,7 +76,7 @@ def test_the_root_cause_of_the_waiting_is_the_straggler_s_span(ddp):
 def test_rank_on_time_predicts_the_on_time_run(ddp):
     a, on_time = ddp
     (w,) = [w for w in a.what_if if w.change == f"rank {DDP.LATE_RANK} on time"]
-    assert w.step_ns_before > 1.3 * _steady_mean(on_time)  # the fault is there: 3 steps of 12 late by 50 ms
+    assert w.step_ns_before > 1.3 * _steady_mean(on_time)  # the fault is there: 6 steps of 24 late by 50 ms
     _check_prediction("ddp", w, on_time)
     assert w.steps >= 10
     d = to_json(a)
@@ -149,7 +149,9 @@ def test_chain_a_late_step_s_path_runs_from_rank_0_through_rank_1_to_rank_2(chai
     assert len(late) == len(CHAIN.LATE_STEPS) and max(others.values()) < min(late.values()), (late, others)
     for k in CHAIN.LATE_STEPS:
         (p,) = [p for p in a.critical_path if p.index == k]
-        parts = [q for q in p.parts if q.ns >= 1e6]  # a few µs of an op's tail at the step's start aside
+        parts = [q for q in p.parts if q.ns >= 1e6]
+        while parts and parts[0].kind == "comm":  # the tail of the op before, where the step starts (ms if loaded)
+            parts.pop(0)
         ranks = [r for i, r in enumerate(q.rank for q in parts) if i == 0 or parts[i - 1].rank != r]
         print(f"chain: step {k} {_ms(p.length_ns)}:", " | ".join(f"{q.rank} {q.kind} {_ms(q.ns)} {q.span or q.op}"
                                                                  for q in parts))
@@ -255,14 +257,16 @@ def test_mesh_rank_0_waits_in_its_row_for_rank_1_and_2_and_3_through_the_columns
     assert all(s.late_rank == MESH.LATE_RANK for s in a.steps if s.index in MESH.LATE_STEPS), a.steps
     # in a late step each other rank waits the whole delay: rank 0 in row {0, 1} for rank 1; rank 3 in column
     # {1, 3} for rank 1, and rank 2 in column {0, 2} for rank 0, which had waited for rank 1
-    waited = {}  # (group's ranks, the rank that waited) -> [(step, the rank waited for, ns)]
+    waited, seen = {}, []  # (group's ranks, the rank that waited) -> [(step, the rank waited for)]
     for c in a.collectives:
         k = a.step_of[c.rows[0]]
         for r, ns in c.wait_ns.items():
             if k in MESH.LATE_STEPS and ns >= 0.85 * late_s:
                 waited.setdefault((tuple(sorted(c.ranks)), r), []).append((k, c.last_arrival))
+            if k in MESH.LATE_STEPS and ns >= 0.3 * late_s:
+                seen.append((k, tuple(sorted(c.ranks)), r, c.last_arrival, _ms(ns)))
     late = [(k, MESH.LATE_RANK) for k in MESH.LATE_STEPS]
-    assert waited == {((0, 1), 0): late, ((1, 3), 3): late, ((0, 2), 2): [(k, 0) for k in MESH.LATE_STEPS]}, waited
+    assert waited == {((0, 1), 0): late, ((1, 3), 3): late, ((0, 2), 2): [(k, 0) for k in MESH.LATE_STEPS]}, seen
     top = a.causes[0]
     # rank 0 waited while rank 1 computed late (LATE_S); ranks 2 and 3 from their column arrival, BETWEEN_S after
     # their row all_reduce, while rank 1 computed late too (LATE_S - BETWEEN_S), the rest while ranks 0 and 1
@@ -284,7 +288,7 @@ def test_mesh_rank_0_waits_in_its_row_for_rank_1_and_2_and_3_through_the_columns
 def test_mesh_rank_1_on_time_predicts_the_on_time_run(mesh):
     a, on_time = mesh
     (w,) = [w for w in a.what_if if w.change == f"rank {MESH.LATE_RANK} on time"]
-    assert w.step_ns_before > 1.12 * _steady_mean(on_time)  # 3 steps of 12 late by 40 ms: +10 ms on ~35 ms
+    assert w.step_ns_before > 1.3 * _steady_mean(on_time)  # 6 steps of 24 late by 80 ms: +20 ms on ~35 ms
     _check_prediction("mesh", w, on_time)
 
 

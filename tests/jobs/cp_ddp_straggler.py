@@ -1,5 +1,5 @@
 """DDP whose steps compute 20 ms on every rank (a sleep in the forward: the host busy, as in a real model's
-compute), with a straggler: rank 1 computes 50 ms more before its forward in steps 3, 7 and 11 of 12. With
+compute), with a straggler: rank 1 computes 50 ms more before its forward in every 4th step from step 3 (6 of 24). With
 --no-fault it runs on time: the critical path's what-if for "rank 1 on time" on the faulty run must predict the
 on-time run's step time (tests/test_critical_path.py)."""
 
@@ -8,8 +8,8 @@ import time
 
 from tagged import line
 
-STEPS = 12
-LATE_RANK, LATE_STEPS, LATE_S, COMPUTE_S = 1, (3, 7, 11), 0.050, 0.020
+STEPS = 24
+LATE_RANK, LATE_STEPS, LATE_S, COMPUTE_S = 1, (3, 7, 11, 15, 19, 23), 0.050, 0.020
 NO_FAULT = "--no-fault" in sys.argv
 
 

@@ -1,7 +1,7 @@
 """A slow all_reduce group in a 2x2 mesh (rank = 2 * row + column): groups from dist.new_group, rows {0,1}, {2,3}
 and columns {0,2}, {1,3}. Every step each rank computes 20 ms, all_reduces in its row group, computes 10 ms, and
-all_reduces in its column group. The fault: rank 1 computes 40 ms more before its row all_reduce in steps 3, 7
-and 11 of 12, so rank 0 waits for it in row {0,1}; then rank 3 waits for rank 1 in column {1,3}, and rank 2 for
+all_reduces in its column group. The fault: rank 1 computes 80 ms more before its row all_reduce in every 4th
+step from step 3 (6 of 24), so rank 0 waits for it in row {0,1}; then rank 3 waits for rank 1 in column {1,3}, and rank 2 for
 rank 0 in column {0,2} (a chain: rank 0 was late because it waited for rank 1). With --no-fault it runs on time:
 "rank 1 on time" on the faulty run must predict the on-time run's step time (tests/test_critical_path.py)."""
 
@@ -10,8 +10,10 @@ import time
 
 from tagged import line
 
-STEPS = 12
-LATE_RANK, LATE_STEPS, LATE_S = 1, (3, 7, 11), 0.040
+STEPS = 24
+# 80 ms late: a rank that waits for it waits 80 ms less its own lateness, which on a loaded 2-core machine (4
+# ranks) reached 7 ms at 40 ms late
+LATE_RANK, LATE_STEPS, LATE_S = 1, (3, 7, 11, 15, 19, 23), 0.080
 COMPUTE_S, BETWEEN_S = 0.020, 0.010
 NO_FAULT = "--no-fault" in sys.argv
 ROWS, COLUMNS = ([0, 1], [2, 3]), ([0, 2], [1, 3])

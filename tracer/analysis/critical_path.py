@@ -37,6 +37,7 @@ from .tables import CollectiveTable, P2PTable
 _MAX_MOVES = 1_000_000  # a bound on one walk's moves: a damaged trace must not make it loop
 
 
+SPAN_ARROW = " → "  # between the sites of a compute span's name: "train.py:40 → train.py:52" (what_if.py reads it)
 SYNC, ISSUE, WAIT = 0, 1, 2  # a host interval: a synchronous op's call, an async op's issue (empty), a wait() call
 _KINDS = ("compute", "comm", "wait")  # a part's kind, by its code in the walk's nodes
 _KIND_CODE = {k: c for c, k in enumerate(_KINDS)}
@@ -232,12 +233,15 @@ class _Walker:
             if kind == "op":
                 r = rank_of[x]
                 st, w = start[x], wait[x]
+                if now < st:  # an arrival after the wait it ended: the clocks' error; its rank computed till now
+                    kind, nxt = "host", x
+                    continue
                 lo = max(st + w, floor)
                 if now > lo:
                     return (r, "comm", lo, now - lo, x, -1), _op_state(x, lo)
                 if w > 0:
                     j = self.cause_row(x)
-                    if j is not None and start[j] <= now and (seen is None or j not in seen):
+                    if j is not None and (seen is None or j not in seen):
                         seen = seen or set()
                         seen.add(x)
                         x = j
@@ -277,7 +281,7 @@ class _Walker:
 
     def span(self, prev: int, nxt: int) -> str:
         """A compute span's name: the sites of the ops around it, "train.py:40 → train.py:52"."""
-        return f"{self.site(prev if prev >= 0 else None)} → {self.site(nxt)}"
+        return SPAN_ARROW.join((self.site(prev if prev >= 0 else None), self.site(nxt)))
 
     def part(self, raw: tuple) -> PathPart:
         r, kind, lo, ns, x, y = raw
@@ -339,13 +343,22 @@ def _causes(t: EventTable, w: _Walker, event_wait_ns) -> list[DelayCause]:
     The ranks that waited for the same arrival (a collective's culprit) share one walk back from it: the walk
     does not depend on how far back it goes, so each wait takes the part of it down to its own start."""
     waits: dict[int, list[tuple[int, int]]] = {}  # the walk's start (the arrival waited for) -> [(rank, start)]
-    total: dict[tuple, list] = {}  # (rank, kind, x, y) -> [ns, ranks delayed]
     sites, ops, gids, rank_of, start = t.site.codes, t.op.codes, t.gid, t.rank, t.start_ns
+    # the totals by cause, each cause a small int (its key's index into the lists): the walks' loop below runs
+    # once per node of every wait's walk (~500k on a 200k-event trace)
+    index: dict[tuple, int] = {}  # (rank, kind, x, y) -> its slot
+    sums: list[int] = []
+    delayed: list[set[int]] = []
 
-    def key(r: int, kind: str, x: int, y: int) -> tuple:
-        if kind == "compute":  # a span: the sites around it
-            return (r, kind, sites[x] if x >= 0 else -1, sites[y])
-        return (r, kind, ops[x], gids[x])  # an op kind in a group
+    def slot(r: int, kind: str, x: int, y: int) -> int:
+        # a compute span by the sites around it; communication or waiting by its op kind and group
+        k = (r, kind, sites[x] if x >= 0 else -1, sites[y]) if kind == "compute" else (r, kind, ops[x], gids[x])
+        i = index.get(k)
+        if i is None:
+            i = index[k] = len(sums)
+            sums.append(0)
+            delayed.append(set())
+        return i
 
     by_rank: dict[int, list[int]] = {}
     for i, x in enumerate(event_wait_ns):
@@ -360,18 +373,13 @@ def _causes(t: EventTable, w: _Walker, event_wait_ns) -> list[DelayCause]:
                 continue
             covered = hi
             j = w.cause_row(i)
-            if j is None or j == i or start[j] > hi:
-                acc = total.setdefault(key(r, "wait", i, -1), [0, set()])
-                acc[0] += hi - lo
-                acc[1].add(r)
+            if j is None or j == i:
+                k = slot(r, "wait", i, -1)
+                sums[k] += hi - lo
+                delayed[k].add(r)
             else:
                 waits.setdefault(_op_state(j, hi), []).append((r, lo))
-    # each node's cause as a small int (its key's index), the totals in lists by it: the loop below runs once per
-    # node of every wait's walk (~500k on a 200k-event trace)
-    index: dict[tuple, int] = {}
-    kidx = array("i")
-    sums: list[int] = []
-    delayed: list[set[int]] = []
+    kidx = array("i")  # node -> its cause's slot
     after, lo_of, end_of = w.after, w.lo_of, w.end_of
     for state, waiters in waits.items():
         head = w.node(state)
@@ -383,28 +391,20 @@ def _causes(t: EventTable, w: _Walker, event_wait_ns) -> list[DelayCause]:
                     break
                 while n >= len(kidx):
                     q = len(kidx)
-                    k = key(w.rank_of[q], _KINDS[w.kind_of[q]], w.x_of[q], w.y_of[q])
-                    if k not in index:
-                        index[k] = len(sums)
-                        sums.append(0)
-                        delayed.append(set())
-                    kidx.append(index[k])
+                    kidx.append(slot(w.rank_of[q], _KINDS[w.kind_of[q]], w.x_of[q], w.y_of[q]))
                 k = kidx[n]
                 a = lo_of[n]
                 sums[k] += end - (a if a > lo else lo)
                 delayed[k].add(r)
                 nxt = after[n]
                 n = nxt if nxt != _PENDING else w.next(n)
-    for k, i in index.items():
-        acc = total.setdefault(k, [0, set()])
-        acc[0] += sums[i]
-        acc[1] |= delayed[i]
     causes = []
-    for (rank, kind, x, y), (ns, ranks) in total.items():
-        if ns <= 0:  # on the path only at the instant a wait ended
+    for (rank, kind, x, y), i in index.items():
+        ns, ranks = sums[i], delayed[i]
+        if ns <= 0:  # a node made by a walk but past every wait's start
             continue
         if kind == "compute":
-            what = f"{w.site_of(t.site.values[x]) if x >= 0 else 'start'} → {w.site_of(t.site.values[y])}"
+            what = SPAN_ARROW.join((w.site_of(t.site.values[x]) if x >= 0 else "start", w.site_of(t.site.values[y])))
         else:
             what = f"{t.op.values[x]} {t.groups[y].name}"
         causes.append(DelayCause(rank, kind, what, ns, sorted(ranks)))

@@ -17,25 +17,16 @@ from bisect import bisect_left, bisect_right
 from ..data.events import NONE, EventTable
 from .critical_path import ISSUE, WAIT
 from .model import Overlap
+from .waits import merged
 
 
 def _merged(intervals: list[tuple[int, int]]) -> tuple[list[int], list[int], list[int]]:
     """Disjoint sorted intervals (starts, ends) and the prefix sums of their lengths."""
-    los: list[int] = []
-    his: list[int] = []
-    for a, b in sorted(intervals):
-        if b <= a:
-            continue
-        if his and a <= his[-1]:
-            if b > his[-1]:
-                his[-1] = b
-        else:
-            los.append(a)
-            his.append(b)
+    spans = merged(intervals)
     pre = [0]
-    for a, b in zip(los, his):
+    for a, b in spans:
         pre.append(pre[-1] + b - a)
-    return los, his, pre
+    return [a for a, _ in spans], [b for _, b in spans], pre
 
 
 def _covered(los: list[int], his: list[int], pre: list[int], a: int, b: int) -> int:

@@ -119,17 +119,26 @@ def event_waits(t: EventTable, collectives: CollectiveTable, p2p: P2PTable) -> a
     return wait_ns
 
 
-def union_ns(intervals: list[tuple[int, int]]) -> int:
-    """Total length of the union of [a, b) intervals."""
-    total = 0
+def merged(intervals) -> list[tuple[int, int]]:
+    """The union of [a, b) intervals as disjoint ones in time order (touching ones joined, empty ones dropped):
+    a rank's waits (union_ns), its blocked and communicating time (overlap.py), a path's stretches on a rank (the
+    viewer's marks)."""
+    out: list[tuple[int, int]] = []
     cur_a = cur_b = None
     for a, b in sorted(intervals):
+        if b <= a:
+            continue
         if cur_b is None or a > cur_b:
             if cur_b is not None:
-                total += cur_b - cur_a
+                out.append((cur_a, cur_b))
             cur_a, cur_b = a, b
         elif b > cur_b:
             cur_b = b
     if cur_b is not None:
-        total += cur_b - cur_a
-    return total
+        out.append((cur_a, cur_b))
+    return out
+
+
+def union_ns(intervals: list[tuple[int, int]]) -> int:
+    """Total length of the union of [a, b) intervals."""
+    return sum(b - a for a, b in merged(intervals))

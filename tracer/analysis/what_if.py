@@ -32,7 +32,7 @@ from statistics import median
 from typing import Callable
 
 from ..data.events import NONE, EventTable
-from .critical_path import ISSUE, SYNC, WAIT
+from .critical_path import ISSUE, SPAN_ARROW, SYNC, WAIT
 from .model import AlphaBeta, CriticalPath, Step, StragglerVerdict, WhatIf
 from .tables import CollectiveTable, P2PTable
 
@@ -54,7 +54,7 @@ class ChangeSpec:
         if self.kind == "rank":
             return f"rank {self.rank} on time"
         if self.kind == "span":
-            what = f"span {self.span}" if "→" in self.span else f"the spans ending at {self.span}"
+            what = f"span {self.span}" if SPAN_ARROW in self.span else f"the spans ending at {self.span}"
             return f"{what} {self.percent:g}% faster"
         return f"{self.op or 'communication'} at {self.factor:g}x bandwidth"
 
@@ -223,7 +223,7 @@ def _rank_on_time(replay: _Replay, rank: int) -> Callable:
 def _span_faster(replay: _Replay, span: str, percent: float) -> Callable:
     """The gap function: the compute spans so named (or ending at that site), on every rank, percent shorter."""
     t, w = replay.t, replay.w
-    before, _, after = span.rpartition(" → ")
+    before, _, after = span.rpartition(SPAN_ARROW)
     codes = {w.site_of(v): c for c, v in enumerate(t.site.values)}
     ends = {c for s, c in codes.items() if s == after}
     starts = None if not before else ({codes[before]} if before in codes else set()) | (
@@ -309,7 +309,7 @@ def what_ifs(t: EventTable, walker, collectives: CollectiveTable, instance_of, p
                 note = f"rank {c.rank} has no ops in the trace"
         elif c.kind == "span":
             gap = _span_faster(replay, c.span, c.percent)
-            site = c.span.rpartition(" → ")[2]
+            site = c.span.rpartition(SPAN_ARROW)[2]
             if not any(walker.site_of(v) == site for v in t.site.values):
                 note = f"no op of the trace was called at {site}"
         else:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 
 from disttrace.tracer.analysis.model import CriticalPath, PathPart, Step
+from disttrace.tracer.analysis.waits import merged
 
 from .store import TraceStore
 
@@ -105,14 +106,7 @@ class StepPaths:
         for part in p.parts if p is not None else ():
             by_rank.setdefault(part.rank, []).append((part.start_ns, part.start_ns + part.ns))
         for rank, spans in by_rank.items():
-            spans.sort()
-            merged = [spans[0]]
-            for a, b in spans[1:]:
-                if a <= merged[-1][1]:
-                    merged[-1] = (merged[-1][0], max(b, merged[-1][1]))
-                else:
-                    merged.append((a, b))
-            by_rank[rank] = merged
+            by_rank[rank] = merged(spans)
         self._marks[step] = by_rank
         return by_rank
 
