@@ -34,6 +34,16 @@ class CodedColumn:
         self._key = key  # None: the values are hashable and compare exactly (strings)
         self.extend(values)
 
+    @classmethod
+    def from_codes(cls, values: list, codes: array, key: Callable[[Any], Any] | None = None) -> "CodedColumn":
+        """A column of these distinct `values` and rows `codes` (typecode B, H or i; each code < len(values),
+        the caller's to check), as stored (data/store.py)."""
+        out = cls(key=key)
+        out.values = values
+        out._index = {(v if key is None else out._safe_key(v)): i for i, v in enumerate(values)}
+        out.codes, out._limit = codes, {"B": 1 << 8, "H": 1 << 16, "i": 1 << 31}[codes.typecode]
+        return out
+
     def _add(self, k, v) -> int:
         code = self._index[k] = len(self.values)
         self.values.append(v)

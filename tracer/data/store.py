@@ -28,7 +28,7 @@ import tempfile
 import time
 import zlib
 from array import array
-from dataclasses import asdict, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Callable
 
 import orjson
@@ -48,6 +48,22 @@ _CRC_KEY = b"disttrace.crc32"
 # EventTable field -> column name in the file (the events format's names, docs/FORMAT.md)
 _NAMES = {"in_": "in", "user_step": "step"}
 _JSON_COLUMNS = ("in_", "out", "error", "extra")
+
+
+@dataclass(frozen=True)
+class StoreOrigin:
+    """Where a table's store is and what it was made from (EventTable.origin): results derived from the table
+    (the analysis) are kept beside it under the same fingerprint."""
+
+    path: str
+    fingerprint: dict = field(hash=False)
+
+    def beside(self, kind: str) -> str:
+        """The path of another file of this store: `kind` (e.g. "analysis") in place of "events"."""
+        folder, name = os.path.split(self.path)
+        if name.endswith(FILE_SUFFIX):
+            return os.path.join(folder, name[:-len(FILE_SUFFIX)] + f".{kind}{FILE_SUFFIX}")
+        return os.path.join(folder, kind + name[len("events"):])
 
 
 class StoreError(Exception):
@@ -134,7 +150,12 @@ def write_store(table: EventTable, path: str, fingerprint: dict | None = None) -
         arrays.append(_json_array(pa, getattr(table, name)))
     names.append("async_op")
     arrays.append(pa.Array.from_buffers(pa.uint8(), len(table), [None, pa.py_buffer(bytes(table.async_op))]))
-    meta = orjson.dumps(_meta(table, fingerprint or {}))
+    _write(pa, path, names, arrays, orjson.dumps(_meta(table, fingerprint or {})))
+
+
+def _write(pa, path: str, names: list[str], arrays: list, meta: bytes) -> None:
+    """One record batch of `arrays` with `meta` and the CRC in its schema's metadata, to `path` through a temp
+    file in its dir and os.replace (a reader sees the old file or the new one, never half of one)."""
     crc = _crc(arrays, meta)
     schema = pa.schema([pa.field(n, a.type) for n, a in zip(names, arrays)],
                        metadata={_META_KEY: meta, _CRC_KEY: str(crc).encode()})
@@ -152,6 +173,82 @@ def write_store(table: EventTable, path: str, fingerprint: dict | None = None) -
         except OSError:
             pass
         raise
+
+
+_BYTES = "bytearray"  # write_arrays' typecode of a bytearray (uint8 like array "B", read back as a bytearray)
+
+
+def _value_type(pa, typecode: str):
+    return pa.float64() if typecode == "d" else pa.uint8() if typecode == _BYTES else _int_type(pa, typecode)
+
+
+def write_arrays(path: str, arrays: dict, meta: dict, fingerprint: dict) -> None:
+    """Write named typed arrays (array.array or bytearray) of any lengths and a JSON-able `meta` to the
+    store file `path`: one row, each array a large_list column (its typecode in the metadata's "arrays"). What
+    derived results (the analysis) are kept in, beside the events; read_arrays reads it back."""
+    import pyarrow as pa
+
+    names, cols, codes = [], [], {}
+    for name, a in arrays.items():
+        tc = _BYTES if isinstance(a, (bytes, bytearray)) else a.typecode
+        values = pa.Array.from_buffers(_value_type(pa, tc), len(a), [None, pa.py_buffer(a)])
+        cols.append(pa.LargeListArray.from_arrays(pa.array([0, len(a)], pa.int64()), values))
+        names.append(name)
+        codes[name] = tc
+    _write(pa, path, names, cols, orjson.dumps({"store_version": STORE_VERSION, "fingerprint": fingerprint,
+                                                "arrays": codes, "meta": meta}))
+
+
+def read_arrays(path: str, fingerprint: dict) -> tuple[dict, dict]:
+    """(the named arrays, the meta) that write_arrays wrote to `path` from inputs of this `fingerprint`. Raises
+    StoreError when the file is damaged, of another version, or stale; OSError when it cannot be read."""
+    import pyarrow as pa
+
+    try:
+        batch, meta_b, meta = _open(pa, path, fingerprint)
+        codes = meta.get("arrays")
+        if type(codes) is not dict or batch.schema.names != list(codes) or batch.num_rows != 1:
+            raise StoreError("unexpected columns")
+        out = {}
+        for (name, tc), col in zip(codes.items(), batch.columns):
+            if col.type != pa.large_list(_value_type(pa, tc)) or col.offset or col.values.offset:
+                raise StoreError("unexpected columns")
+        if _crc(batch.columns, meta_b) != _stored_crc(batch):
+            raise StoreError("checksum mismatch")
+        for (name, tc), col in zip(codes.items(), batch.columns):
+            (data,) = _used_bytes(col.values)
+            out[name] = bytearray(data) if tc == _BYTES else array(tc, bytes(data))
+        return out, meta["meta"]
+    except StoreError:
+        raise
+    except (pa.ArrowException, OSError, orjson.JSONDecodeError, KeyError, TypeError, ValueError, IndexError) as e:
+        raise StoreError(f"damaged store: {type(e).__name__}: {e}"[:300]) from None
+
+
+def _stored_crc(batch) -> int:
+    return int(batch.schema.metadata[_CRC_KEY])
+
+
+def _open(pa, path: str, fingerprint: dict | None):
+    """(the one record batch, its metadata's JSON as bytes and parsed) of a store file of this version and (given)
+    fingerprint; the CRC is the caller's to check, over the buffers it reads."""
+    with open(path, "rb") as fh:
+        if fh.read(6) != b"ARROW1":
+            raise StoreError("not an Arrow IPC file")
+    reader = pa.ipc.open_file(pa.memory_map(path))
+    metadata = reader.schema.metadata or {}
+    meta_b = metadata.get(_META_KEY)
+    if meta_b is None or metadata.get(_CRC_KEY) is None:
+        raise StoreError("not a disttrace store")
+    meta = orjson.loads(meta_b)
+    if type(meta) is not dict or meta.get("store_version") != STORE_VERSION:
+        raise StoreError(f"store version {meta.get('store_version') if type(meta) is dict else '?'}, "
+                         f"this reads {STORE_VERSION}")
+    if fingerprint is not None and meta.get("fingerprint") != fingerprint:
+        raise StoreError("stale: the trace changed since the store was written")
+    if reader.num_record_batches != 1:
+        raise StoreError("unexpected batches")
+    return reader.get_batch(0), meta_b, meta
 
 
 # -- reading ------------------------------------------------------------------------------------------------
@@ -173,6 +270,11 @@ def _used_bytes(a) -> list:
     t = a.type
     if pa.types.is_dictionary(t):
         return _used_bytes(a.indices) + _used_bytes(a.dictionary)
+    if pa.types.is_large_list(t):
+        offsets = memoryview(a.buffers()[1])[:8 * (len(a) + 1)]
+        if len(offsets) != 8 * (len(a) + 1):
+            raise StoreError("short offsets")
+        return [offsets] + _used_bytes(a.values)
     bufs = a.buffers()
     n = len(a)
     if pa.types.is_string(t) or pa.types.is_large_string(t):
@@ -217,27 +319,11 @@ def read_store(path: str, fingerprint: dict | None = None) -> EventTable:
     import pyarrow as pa
 
     try:
-        with open(path, "rb") as fh:
-            if fh.read(6) != b"ARROW1":
-                raise StoreError("not an Arrow IPC file")
-        source = pa.memory_map(path)
-        reader = pa.ipc.open_file(source)
-        schema = reader.schema
-        meta_b = (schema.metadata or {}).get(_META_KEY)
-        crc_b = (schema.metadata or {}).get(_CRC_KEY)
-        if meta_b is None or crc_b is None:
-            raise StoreError("not a disttrace store")
-        meta = orjson.loads(meta_b)
-        if type(meta) is not dict or meta.get("store_version") != STORE_VERSION:
-            raise StoreError(f"store version {meta.get('store_version') if type(meta) is dict else '?'}, "
-                             f"this reads {STORE_VERSION}")
-        if fingerprint is not None and meta.get("fingerprint") != fingerprint:
-            raise StoreError("stale: the trace changed since the store was written")
-        if not _schema_ok(pa, schema) or reader.num_record_batches != 1:
+        batch, meta_b, meta = _open(pa, path, fingerprint)
+        if not _schema_ok(pa, batch.schema):
             raise StoreError("unexpected columns")
-        batch = reader.get_batch(0)
         arrays = batch.columns
-        if _crc(arrays, meta_b) != int(crc_b):
+        if _crc(arrays, meta_b) != _stored_crc(batch):
             raise StoreError("checksum mismatch")
         n = batch.num_rows
         if n != meta["events"]:
@@ -256,16 +342,10 @@ def _table(arrays, meta: dict, n: int) -> EventTable:
     for name in _STR_COLUMNS + ("shape",):
         a = arrays[k]
         k += 1
-        col = CodedColumn(key=json_key if name == "shape" else None)
         texts = a.dictionary.to_pylist()
-        if name == "shape":
-            col.values = [orjson.loads(s) for s in texts]
-            col._index = {s.encode(): i for i, s in enumerate(texts)}
-        else:
-            col.values, col._index = texts, {s: i for i, s in enumerate(texts)}
         tc = {1: "B", 2: "H", 4: "i"}[a.indices.type.bit_width // 8]
-        col.codes = _ints(a.indices, tc)
-        col._limit = {"B": 1 << 8, "H": 1 << 16, "i": 1 << 31}[tc]
+        col = CodedColumn.from_codes([orjson.loads(s) for s in texts] if name == "shape" else texts,
+                                     _ints(a.indices, tc), json_key if name == "shape" else None)
         if n and max(col.codes) >= len(texts):
             raise StoreError("a code past its dictionary")
         setattr(t, name, col)
@@ -346,6 +426,7 @@ def cached_load(paths: list[str], run: int | None, sources: list[str], is_dir: b
         return parse()
     try:
         table = read_store(target, fp)
+        table.origin = StoreOrigin(target, fp)
         if progress is not None:
             progress(1.0, "opened the trace store")
         return table
@@ -361,10 +442,11 @@ def cached_load(paths: list[str], run: int | None, sources: list[str], is_dir: b
             if is_dir:
                 os.makedirs(os.path.dirname(target), exist_ok=True)
             write_store(table, target, fp)
+            table.origin = StoreOrigin(target, fp)
     except Exception:  # noqa: BLE001 - the store is an optimisation: never fail the command for it
         pass
     return table
 
 
-__all__ = ["CACHE_DIR", "ENV", "FILE_SUFFIX", "STORE_VERSION", "StoreError", "cache_path", "cached_load",
-           "enabled", "fingerprint", "read_store", "write_store"]
+__all__ = ["CACHE_DIR", "ENV", "FILE_SUFFIX", "STORE_VERSION", "StoreError", "StoreOrigin", "cache_path",
+           "cached_load", "enabled", "fingerprint", "read_arrays", "read_store", "write_arrays", "write_store"]
