@@ -152,14 +152,17 @@ def _stages(path: str) -> dict:
     load = time.perf_counter() - t
     r1 = rss_mb()
     t = time.perf_counter()
-    analysis = analyze(table)
+    analysis = analyze(table, timings={})  # computed (timings: never the analysis saved in the store)
     an = time.perf_counter() - t
     r2 = rss_mb()
+    t = time.perf_counter()
+    analyze(table)  # the analysis saved in the store (the app's first run saved it)
+    saved = time.perf_counter() - t
     t = time.perf_counter()
     TraceStore(table, analysis)
     st = time.perf_counter() - t
     r3 = rss_mb()
-    return {"load_s": load, "analyze_s": an, "store_s": st,
+    return {"load_s": load, "analyze_s": an, "saved_s": saved, "store_s": st,
             "mem_table_mb": r1 - r0, "mem_analysis_mb": r2 - r1, "mem_store_mb": r3 - r2}
 
 
@@ -203,13 +206,15 @@ def main() -> None:
     print(f"first frame, first open         {first:7.2f} s   = {first / yard:.2f}x the yardstick (goal <= 1x; "
           f"parses and writes the trace store)")
     print(f"first frame, re-open            {reopen['first_frame_s']:7.2f} s   = "
-          f"{reopen['first_frame_s'] / yard:.2f}x the yardstick (goal <= 0.5 s; from the store), analysed at "
+          f"{reopen['first_frame_s'] / yard:.2f}x the yardstick (goal <= 0.5 s; from the store), "
+          f"analysed (saved) at "
           f"{reopen['analysed_s']:.2f} s, RSS {reopen['rss_mb']:.0f} MB at the first frame")
     print(f"first full frame (timeline)     {first:7.2f} s   = {first / parse:.2f}x parse (goal <= 3x)")
     print(f"analysis views ready            {app['analysed_s']:7.2f} s   = {app['analysed_s'] / parse:.2f}x parse "
           "(the analysis runs after the first frame)")
     print(f"  of which, measured apart:     load {stages['load_s']:.2f} s ({stages['load_s'] / parse:.2f}x), "
-          f"analyze {stages['analyze_s']:.2f} s ({stages['analyze_s'] / parse:.2f}x), "
+          f"analyze {stages['analyze_s']:.2f} s ({stages['analyze_s'] / parse:.2f}x; "
+          f"{stages['saved_s']:.2f} s to read it saved), "
           f"store {stages['store_s']:.2f} s ({stages['store_s'] / parse:.2f}x)")
 
     def ms(ts) -> str:

@@ -164,17 +164,19 @@ def time_yardstick(path) -> float:
 
 
 def fresh_store(path) -> str:
-    """Remove the trace store of the events file `path` (first open: it is parsed and the store written) and date the
-    file back an hour if it was just written (the store skips sources written less than 2 s ago). Its path."""
+    """Remove the trace store (events and analysis) of the events file `path` (first open: it is parsed and the
+    store written) and date the file back an hour if it was just written (the store skips sources written less
+    than 2 s ago). Its path."""
     import os
 
-    from disttrace.tracer.data.store import cache_path
+    from disttrace.tracer.data.store import StoreOrigin, cache_path
 
     st = os.stat(path)
     os.utime(path, ns=(st.st_atime_ns, min(st.st_mtime_ns, time_ns() - 3600 * 10**9)))
     store = cache_path([path], None, False)
-    if os.path.exists(store):
-        os.unlink(store)
+    for f in (store, StoreOrigin(store, {}).beside("analysis")):  # the events, and the analysis kept beside them
+        if os.path.exists(f):
+            os.unlink(f)
     return store
 
 

@@ -139,6 +139,9 @@ class SparseColumn:
             i += self._n
         if not 0 <= i < self._n:
             raise IndexError("row out of range")
+        return self._row(i)
+
+    def _row(self, i: int):
         return self._values.get(i)
 
     def __len__(self) -> int:
@@ -166,13 +169,7 @@ class JsonColumn(SparseColumn):
         self._offsets, self._data, self._base, self._owner = offsets, data, n, owner  # owner: keeps the buffers
         self._n = n
 
-    def __getitem__(self, i):
-        if isinstance(i, slice):
-            return [self[k] for k in range(*i.indices(self._n))]
-        if i < 0:
-            i += self._n
-        if not 0 <= i < self._n:
-            raise IndexError("row out of range")
+    def _row(self, i: int):
         if i >= self._base:
             return self._values.get(i)
         a, b = self._offsets[i], self._offsets[i + 1]
