@@ -152,14 +152,17 @@ def _stages(path: str) -> dict:
     load = time.perf_counter() - t
     r1 = rss_mb()
     t = time.perf_counter()
-    analysis = analyze(table)
+    analysis = analyze(table, timings={})  # computed (timings: never the analysis saved in the store)
     an = time.perf_counter() - t
     r2 = rss_mb()
+    t = time.perf_counter()
+    analyze(table)  # the analysis saved in the store (the app's first run saved it)
+    saved = time.perf_counter() - t
     t = time.perf_counter()
     TraceStore(table, analysis)
     st = time.perf_counter() - t
     r3 = rss_mb()
-    return {"load_s": load, "analyze_s": an, "store_s": st,
+    return {"load_s": load, "analyze_s": an, "saved_s": saved, "store_s": st,
             "mem_table_mb": r1 - r0, "mem_analysis_mb": r2 - r1, "mem_store_mb": r3 - r2}
 
 
@@ -179,10 +182,12 @@ def main() -> None:
     if ns.child == "stages":
         print(json.dumps(_stages(path)))
         return
-    from synth import ensure_synthetic, time_parse
+    from synth import ensure_synthetic, fresh_store, time_parse, time_yardstick
 
     ensure_synthetic(path, ns.events, ns.ranks)
     parse, n = time_parse(path)
+    yard = time_yardstick(path)
+    fresh_store(path)  # the first app run parses and writes the trace store; the re-open run opens it
 
     def child(kind: str) -> dict:
         cmd = [sys.executable, __file__, "--file", path, "--size", ns.size, "--child", kind]
@@ -192,15 +197,24 @@ def main() -> None:
         return json.loads(proc.stdout.strip().splitlines()[-1])
 
     app = child("app")
+    reopen = child("app")
     stages = child("stages")
     first = app["first_frame_s"]
     print(f"trace: {n:,} events, {app['ranks']} ranks ({path}); terminal {ns.size}")
-    print(f"parse (orjson, the yardstick)   {parse:7.2f} s")
+    print(f"yardstick (orjson, none kept)   {yard:7.2f} s")
+    print(f"parse (orjson, all kept)        {parse:7.2f} s")
+    print(f"first frame, first open         {first:7.2f} s   = {first / yard:.2f}x the yardstick (goal <= 1x; "
+          f"parses and writes the trace store)")
+    print(f"first frame, re-open            {reopen['first_frame_s']:7.2f} s   = "
+          f"{reopen['first_frame_s'] / yard:.2f}x the yardstick (goal <= 0.5 s; from the store), "
+          f"analysed (saved) at "
+          f"{reopen['analysed_s']:.2f} s, RSS {reopen['rss_mb']:.0f} MB at the first frame")
     print(f"first full frame (timeline)     {first:7.2f} s   = {first / parse:.2f}x parse (goal <= 3x)")
     print(f"analysis views ready            {app['analysed_s']:7.2f} s   = {app['analysed_s'] / parse:.2f}x parse "
           "(the analysis runs after the first frame)")
     print(f"  of which, measured apart:     load {stages['load_s']:.2f} s ({stages['load_s'] / parse:.2f}x), "
-          f"analyze {stages['analyze_s']:.2f} s ({stages['analyze_s'] / parse:.2f}x), "
+          f"analyze {stages['analyze_s']:.2f} s ({stages['analyze_s'] / parse:.2f}x; "
+          f"{stages['saved_s']:.2f} s to read it saved), "
           f"store {stages['store_s']:.2f} s ({stages['store_s'] / parse:.2f}x)")
 
     def ms(ts) -> str:

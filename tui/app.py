@@ -104,7 +104,7 @@ class DisttraceApp(App[int]):
         """Read the grown trace again (with its analysis) and swap it in on the UI thread."""
         try:
             with loading.background_work():
-                store, narration = loading.load_store(self.paths, run=self.run_number)
+                store, narration = loading.load_store(self.paths, run=self.run_number, cache=False)  # live: no store
         except TraceError:
             return  # not readable yet (the job has not written its first events): try at the next poll
         self.call_from_thread(self._swap, store, narration)
@@ -184,7 +184,8 @@ class DisttraceApp(App[int]):
 
         try:
             table = self.table if self.table is not None else loading.read_table(self.paths, progress,
-                                                                                  self.run_number)
+                                                                                  self.run_number,
+                                                                                  False if self.follow else None)
             progress(1.0, "indexing")
             bare = loading.bare_store(table)
             narration = self.narration if self.narration is not None else load_narration(self.paths)

@@ -16,7 +16,8 @@ from .model.store import TraceStore
 
 
 
-def read_table(paths: list[str], progress: Progress | None = None, run: int | None = None) -> EventTable:
+def read_table(paths: list[str], progress: Progress | None = None, run: int | None = None,
+               cache: bool | None = None) -> EventTable:
     """The merged EventTable of trace dirs / events files, of one run (`run`: its number; default the only or
     the last); raises TraceError with a one-line message."""
     if not paths:
@@ -26,7 +27,7 @@ def read_table(paths: list[str], progress: Progress | None = None, run: int | No
     except ImportError:  # the reader of trace dirs is not there: events files still open
         load_trace = None
     if load_trace is not None:
-        return load_trace(list(paths), progress=progress, run=run)
+        return load_trace(list(paths), progress=progress, run=run, cache=cache)
     from disttrace.tracer.data.events import read_jsonl
 
     table = EventTable()
@@ -93,8 +94,8 @@ def analysed_store(bare: TraceStore, progress: Progress | None = None) -> TraceS
 
 
 def load_store(paths: list[str], progress: Progress | None = None,
-               run: int | None = None) -> tuple[TraceStore, Narration | None]:
-    table = read_table(paths, part_of(progress, 0.0, 0.6), run)
+               run: int | None = None, cache: bool | None = None) -> tuple[TraceStore, Narration | None]:
+    table = read_table(paths, part_of(progress, 0.0, 0.6), run, cache)
     return build_store(table, part_of(progress, 0.6, 1.0)), load_narration(paths)
 
 

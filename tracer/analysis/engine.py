@@ -16,6 +16,7 @@ from time import perf_counter
 from typing import Callable
 
 from ..data.events import NONE, EventTable, gc_paused, part_of
+from . import saved
 from .bandwidth import links_of
 from .collectives import build_collectives
 from .critical_path import critical_paths
@@ -115,11 +116,22 @@ _STRETCH = _check(STAGES)
 def analyze(table: EventTable, progress=None, changes: tuple[ChangeSpec, ...] = (),
             timings: dict[str, float] | None = None) -> Analysis:
     """The analysis of a table; `changes` are the what-ifs to re-time (what_if.py; none: its defaults). `timings`,
-    when given, gets each stage's seconds by its function's name (benchmarks/bench_analysis.py)."""
+    when given, gets each stage's seconds by its function's name (benchmarks/bench_analysis.py).
+
+    A table opened from the trace store (its `origin`) gets the analysis saved there by an earlier run of the same
+    code (saved.py), and the one computed here is saved for the next (not with `changes` nor `timings`)."""
+    keep = not changes and timings is None and table.origin is not None
+    if keep and (a := saved.load(table)) is not None:
+        if progress is not None:
+            progress(1.0, "opened the saved analysis")
+        return a
     # The analysis makes ~10^5-10^6 small acyclic objects; the cyclic collector would rescan the whole table
     # again and again while they are made (half the time on a 1M-event trace), so it pauses meanwhile.
     with gc_paused():
-        return _analyze(table, progress, tuple(changes), timings)
+        a = _analyze(table, progress, tuple(changes), timings)
+    if keep:
+        saved.save(a)
+    return a
 
 
 def _analyze(table: EventTable, progress, changes: tuple[ChangeSpec, ...], timings) -> Analysis:

@@ -121,7 +121,7 @@ class HangMonitor(threading.Thread):
             from ..analysis import analyze
             from ..data.load import load_trace
 
-            a = analyze(load_trace([self.out_dir]))
+            a = analyze(load_trace([self.out_dir], cache=False))  # a live trace: no store
         except Exception as e:  # noqa: BLE001
             return [f"(could not analyse the trace yet: {type(e).__name__}: {e})"]
         msgs = [f"{p.kind}: {p.message}" for p in a.problems if p.kind in ("hang", "unmatched", "mismatch", "died",

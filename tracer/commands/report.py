@@ -111,7 +111,7 @@ def follow(args) -> int:
             size = trace_size(args.trace)
             if size != last_size or ended:
                 try:
-                    a = analyze(load_trace(args.trace, run=args.run), changes=args.what_if)
+                    a = analyze(load_trace(args.trace, run=args.run, cache=False), changes=args.what_if)  # live: no store
                 except TraceError as e:
                     if ended or not ("no events" in str(e) or "no rank-" in str(e) or "no readable" in str(e)):
                         raise

@@ -34,6 +34,16 @@ class CodedColumn:
         self._key = key  # None: the values are hashable and compare exactly (strings)
         self.extend(values)
 
+    @classmethod
+    def from_codes(cls, values: list, codes: array, key: Callable[[Any], Any] | None = None) -> "CodedColumn":
+        """A column of these distinct `values` and rows `codes` (typecode B, H or i; each code < len(values),
+        the caller's to check), as stored (data/store.py)."""
+        out = cls(key=key)
+        out.values = values
+        out._index = {(v if key is None else out._safe_key(v)): i for i, v in enumerate(values)}
+        out.codes, out._limit = codes, {"B": 1 << 8, "H": 1 << 16, "i": 1 << 31}[codes.typecode]
+        return out
+
     def _add(self, k, v) -> int:
         code = self._index[k] = len(self.values)
         self.values.append(v)
@@ -129,6 +139,9 @@ class SparseColumn:
             i += self._n
         if not 0 <= i < self._n:
             raise IndexError("row out of range")
+        return self._row(i)
+
+    def _row(self, i: int):
         return self._values.get(i)
 
     def __len__(self) -> int:
@@ -142,3 +155,40 @@ class SparseColumn:
     def any(self) -> bool:
         """Whether any row has a value."""
         return bool(self._values)
+
+
+class JsonColumn(SparseColumn):
+    """A sparse column read from the trace store (data/store.py): each row's value is JSON text in a buffer (the
+    memory-mapped file), decoded when the row is read, never kept: `offsets[i]:offsets[i + 1]` are row i's bytes
+    of `data`, none for a row without a value. Rows appended later are kept as SparseColumn keeps them."""
+
+    __slots__ = ("_offsets", "_data", "_base", "_owner")
+
+    def __init__(self, offsets, data, n: int, owner=None):
+        super().__init__()
+        self._offsets, self._data, self._base, self._owner = offsets, data, n, owner  # owner: keeps the buffers
+        self._n = n
+
+    def _row(self, i: int):
+        if i >= self._base:
+            return self._values.get(i)
+        a, b = self._offsets[i], self._offsets[i + 1]
+        return orjson.loads(self._data[a:b]) if b > a else None
+
+    def __iter__(self):
+        off, data, loads = self._offsets, self._data, orjson.loads
+        for i in range(self._base):
+            a, b = off[i], off[i + 1]
+            yield loads(data[a:b]) if b > a else None
+        get = self._values.get
+        for i in range(self._base, self._n):
+            yield get(i)
+
+    def take(self, order: Iterable[int]) -> SparseColumn:
+        out = SparseColumn()
+        out._n = self._n
+        out._values = {k: v for k, i in enumerate(order) if (v := self[i]) is not None}
+        return out
+
+    def any(self) -> bool:
+        return bool(self._values) or (self._base > 0 and self._offsets[self._base] > self._offsets[0])

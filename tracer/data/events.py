@@ -120,6 +120,9 @@ class EventTable:
     # (0: not read from rank files)
     runs: list = field(default_factory=list)
     run: int = 0
+    # the trace store this table was opened from or written to (data/store.py's StoreOrigin), None: none; where
+    # the analysis keeps its results for the next open
+    origin: object = field(default=None, compare=False, repr=False)
 
     def __len__(self) -> int:
         return len(self.rank)

@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass
 from typing import Callable
 
-from . import flightrec, kineto
+from . import flightrec, kineto, store
 from .events import EventTable, Progress, TraceError, read_jsonl
 from .reader import find_rank_files, is_trace_dir, load_trace_dirs, written_size
 
@@ -38,17 +38,34 @@ def _load_events_files(paths: list[str], table: EventTable, progress, run) -> No
         read_jsonl(p, table, progress, run)
 
 
+def _load_store_files(paths: list[str], table: EventTable, progress, run) -> None:
+    if len(paths) > 1 or len(table):
+        raise TraceError("a trace store file opens on its own")
+    try:
+        loaded = store.read_store(paths[0])
+    except (store.StoreError, OSError, ImportError) as e:
+        raise TraceError(f"{paths[0]}: cannot open this trace store ({e})") from None
+    table.__dict__.update(loaded.__dict__)
+
+
 IMPORTERS: tuple[Importer, ...] = (
     Importer("disttrace trace dir", is_trace_dir, load_trace_dirs),
     Importer("PyTorch profiler (Kineto) traces", kineto.claims, kineto.load_kineto),
     Importer("Flight Recorder dumps", flightrec.is_fr_dir, _load_fr_dirs),
+    Importer("disttrace trace store (a .disttrace.arrow file)", lambda p: _is_store_file(p) and os.path.isfile(p),
+             _load_store_files),
     Importer("normalized events file (disttrace events)", os.path.isfile, _load_events_files),
 )
 
 
-def load_trace(paths: list[str] | str, progress: Progress | None = None, run: int | None = None) -> EventTable:
+def load_trace(paths: list[str] | str, progress: Progress | None = None, run: int | None = None,
+               cache: bool | None = None) -> EventTable:
     """Load trace dirs (one per node), Flight Recorder dumps or events files into one sorted EventTable; `run`
-    picks one run of a trace that holds several (data/runs.py)."""
+    picks one run of a trace that holds several (data/runs.py).
+
+    Trace dirs and an events file are read through the trace store (data/store.py): its valid copy beside the
+    trace is opened instead of parsing, else the trace is parsed and the store written. `cache`: False never
+    reads nor writes it (a live trace: --follow); None: as DISTTRACE_CACHE says (on unless "0")."""
     if isinstance(paths, str):
         paths = [paths]
     if not paths:
@@ -59,13 +76,28 @@ def load_trace(paths: list[str] | str, progress: Progress | None = None, run: in
         if importer is None:
             raise TraceError(_unclaimed(p))
         claimed.setdefault(importer, []).append(p)
-    table = EventTable()
-    for importer, mine in claimed.items():
-        importer.load(mine, table, progress, run)
-    if len(table) == 0:
-        raise TraceError(f"{', '.join(paths)}: the trace holds no events (did the job call torch.distributed?)")
-    table.sort()
-    return table
+
+    def parse() -> EventTable:
+        table = EventTable()
+        for importer, mine in claimed.items():
+            importer.load(mine, table, progress, run)
+        if len(table) == 0:
+            raise TraceError(f"{', '.join(paths)}: the trace holds no events (did the job call torch.distributed?)")
+        table.sort()
+        return table
+
+    if cache is None:
+        cache = store.enabled()
+    (importer, mine), = claimed.items() if len(claimed) == 1 else ((None, None),)
+    if cache and importer is IMPORTERS[0]:  # trace dirs: their rank files are the sources
+        return store.cached_load(paths, run, [f for p in paths for f in find_rank_files(p)], True, parse, progress)
+    if cache and importer is IMPORTERS[-1] and len(paths) == 1:
+        return store.cached_load(paths, run, list(paths), False, parse, progress)
+    return parse()
+
+
+def _is_store_file(path: str) -> bool:
+    return path.endswith(store.FILE_SUFFIX)
 
 
 def _unclaimed(path: str) -> str:

@@ -74,23 +74,13 @@ class TraceStore:
         self._take_analysis(analysis)
         if progress:
             progress(0.2, "indexing ranks")
-        # per-rank rows in start order: table order is start order; one pass, 4 bytes a row
-        by_rank: dict[int, array] = {r: array("i") for r in table.ranks}
-        for i, r in enumerate(table.rank):
-            rows = by_rank.get(r)
-            if rows is None:
-                rows = by_rank[r] = array("i")
-            rows.append(i)
         cat_of_code = [category(op) for op in table.op.values]  # the op column is dictionary-encoded
         cats = bytes(map(cat_of_code.__getitem__, table.op.codes))
-        ranks = sorted(by_rank)
+        lanes = Lane.build_all(table, cats, self.wait_ns, self.t1)
         self.rows: list[RankRow] = []
-        for k, r in enumerate(ranks):
+        for r in sorted(lanes):
             info = table.ranks.get(r)
-            lane = Lane.build(by_rank[r], table, cats, self.wait_ns, self.t1)
-            self.rows.append(RankRow(r, info.host if info else "", lane))
-            if progress and k % 8 == 0:
-                progress(0.2 + 0.8 * (k + 1) / max(1, len(ranks)), "indexing ranks")
+            self.rows.append(RankRow(r, info.host if info else "", lanes[r]))
         self.rank_index = {rr.rank: k for k, rr in enumerate(self.rows)}
 
     def _take_analysis(self, analysis: Analysis | None) -> None:

@@ -1,0 +1,141 @@
+"""The analysis kept in the trace store (tracer/analysis/saved.py): opening a trace again gives the very analysis
+that computing it gives (every field, every column), from the store; a stale, damaged or what-if analysis is
+computed anew, never read."""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+from dataclasses import fields
+
+import orjson
+import pytest
+
+from disttrace.tracer.analysis import analyze, saved, to_json
+from disttrace.tracer.analysis.model import Analysis
+from disttrace.tracer.analysis.what_if import parse_change
+from disttrace.tracer.data import store
+from disttrace.tracer.data.load import load_trace
+
+from test_store import age
+
+_COLUMN_TABLES = ("collectives", "p2p")
+
+
+def _copy(trace, tmp_path, name: str) -> str:
+    out = tmp_path / name
+    shutil.copytree(trace, out, ignore=shutil.ignore_patterns(store.CACHE_DIR))
+    age(str(out))
+    return str(out)
+
+
+def _same_floats(a, b) -> bool:
+    return len(a) == len(b) and all(x == y or (math.isnan(x) and math.isnan(y)) for x, y in zip(a, b))
+
+
+def assert_same_analysis(a: Analysis, b: Analysis) -> None:
+    """Every field (the --json leaves some out: compare the objects) and every column of the two tables."""
+    for f in fields(Analysis):
+        if f.name in ("table",) + _COLUMN_TABLES:
+            continue
+        assert getattr(a, f.name) == getattr(b, f.name), f.name
+    for name in _COLUMN_TABLES:
+        ta, tb = vars(getattr(a, name)), vars(getattr(b, name))
+        assert set(ta) == set(tb)
+        for k, va in ta.items():
+            if k in ("events", "_views"):
+                continue
+            vb = tb[k]
+            if getattr(va, "typecode", "") == "d":
+                assert _same_floats(va, vb), (name, k)
+            elif hasattr(va, "codes"):
+                assert (list(va), va.values) == (list(vb), vb.values), (name, k)
+            else:
+                assert va == vb and type(va) is type(vb), (name, k)
+    dumps = lambda x: orjson.dumps(to_json(x), option=orjson.OPT_NON_STR_KEYS)  # noqa: E731
+    assert dumps(a) == dumps(b)
+
+
+@pytest.fixture(scope="module")
+def jobs(traced, tmp_path_factory):
+    """A DDP job with a straggler (steps, waits, causes, a verdict) and a 3-stage pipeline (its stats), each a
+    copy old enough to be stored; the traces are shared with tests/test_critical_path.py."""
+    base = tmp_path_factory.mktemp("saved")
+    return [_copy(traced(script, nproc=n, summaries="off"), base, script[:-3]) for script, n in
+            (("cp_ddp_straggler.py", 2), ("cp_pipeline_slow_stage.py", 3))]
+
+
+@pytest.mark.slow
+def test_opening_again_gives_the_saved_analysis_and_it_is_the_analysis(jobs):
+    for path in jobs:
+        table = load_trace(path)
+        computed = analyze(table)
+        assert os.path.isfile(table.origin.beside(saved.KIND))
+        again = load_trace(path)
+        from_store = saved.load(again)
+        assert from_store is not None, path
+        assert_same_analysis(computed, from_store)
+        assert_same_analysis(computed, analyze(load_trace(path, cache=False)))  # ... and what parsing gives
+        assert analyze(again).steps == computed.steps
+
+
+@pytest.mark.slow
+def test_a_what_if_is_computed_not_read(jobs):
+    path = jobs[0]
+    analyze(load_trace(path))
+    table = load_trace(path)
+    asked = analyze(table, changes=(parse_change("rank:0"),))
+    assert [w.change for w in asked.what_if] == ["rank 0 on time"]
+    assert [w.change for w in saved.load(table).what_if] != ["rank 0 on time"]  # the plain one is still kept
+
+
+@pytest.mark.slow
+def test_other_analysis_code_or_a_changed_trace_reads_nothing(jobs, monkeypatch):
+    path = jobs[0]
+    analyze(load_trace(path))
+    assert saved.load(load_trace(path)) is not None
+    monkeypatch.setattr(saved, "_CODE", "another version")
+    assert saved.load(load_trace(path)) is None
+    monkeypatch.undo()
+    rank_file = os.path.join(path, sorted(f for f in os.listdir(path) if f.startswith("rank-"))[0])
+    os.utime(rank_file, ns=(0, os.stat(rank_file).st_mtime_ns - 10**9))
+    assert saved.load(load_trace(path)) is None  # the events store is rebuilt, and the analysis with it
+    age(path)
+
+
+def test_a_damaged_saved_analysis_is_never_read(tmp_path):
+    """Every byte of a saved analysis flipped in turn (a stride of them): it is read as it was, or not at all."""
+    src = os.path.join(os.path.dirname(__file__), "tui", "data", "pipeline_job.jsonl")
+    path = str(tmp_path / "pipeline_job.jsonl")
+    shutil.copy(src, path)
+    age(path)
+    computed = analyze(load_trace(path))
+    target = load_trace(path).origin.beside(saved.KIND)
+    good = open(target, "rb").read()
+    read_back = 0
+    for pos in range(0, len(good), max(1, len(good) // 400)):
+        bad = bytearray(good)
+        bad[pos] ^= 0x5A
+        with open(target, "wb") as fh:
+            fh.write(bad)
+        got = saved.load(load_trace(path))
+        if got is not None:  # a byte no reader uses (padding, an unused header field)
+            read_back += 1
+            assert_same_analysis(computed, got)
+        assert_same_analysis(computed, analyze(load_trace(path)))  # and the command's analysis is right
+        with open(target, "wb") as fh:
+            fh.write(good)
+    assert saved.load(load_trace(path)) is not None and read_back < 200
+
+
+def test_nothing_is_saved_without_a_store(tmp_path, monkeypatch):
+    src = os.path.join(os.path.dirname(__file__), "tui", "data", "tui_job.jsonl")
+    path = str(tmp_path / "tui_job.jsonl")
+    shutil.copy(src, path)
+    age(path)
+    monkeypatch.setenv(store.ENV, "0")
+    table = load_trace(path)
+    assert table.origin is None
+    analyze(table)
+    assert sorted(os.listdir(tmp_path)) == ["tui_job.jsonl"]

@@ -1,0 +1,298 @@
+"""The trace store (tracer/data/store.py): an EventTable written as an Arrow IPC file beside the trace and opened
+instead of parsing. Round trips are exact; a stale or damaged store is never used; writing it never fails a
+command; the README's one-liners (pandas, DuckDB) work as written."""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+
+from disttrace.tracer.data import store
+from disttrace.tracer.data.columns import JsonColumn
+from disttrace.tracer.data.events import _INT_COLUMNS, _OBJ_COLUMNS, _STR_COLUMNS, iter_jsonl
+from disttrace.tracer.data.load import load_trace
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from synth import write_synthetic  # noqa: E402
+
+HOUR = 3600 * 10**9
+
+
+def age(*paths) -> None:
+    """Date the files an hour back: a source written less than store.RACY_NS ago is not cached."""
+    for p in paths:
+        for f in ([os.path.join(p, n) for n in os.listdir(p)] if os.path.isdir(p) else [p]):
+            if os.path.isfile(f):
+                st = os.stat(f)
+                os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns - HOUR))
+
+
+def runs_of(t) -> list:
+    return [(r.number, [(f.path, f.meta, f.ending) for f in r.files]) for r in t.runs]
+
+
+def assert_same(a, b) -> None:
+    """Every column, every table-level item, and the events CLI's output."""
+    assert len(a) == len(b)
+    for name in _INT_COLUMNS + _STR_COLUMNS + _OBJ_COLUMNS + ("async_op",):
+        ca, cb = getattr(a, name), getattr(b, name)
+        assert list(ca) == list(cb), name
+        if name in _INT_COLUMNS:
+            assert ca.typecode == cb.typecode, name
+    for name in _STR_COLUMNS + ("shape",):
+        assert getattr(a, name).values == getattr(b, name).values, name
+    assert a.groups == b.groups
+    assert list(a.ranks.items()) == list(b.ranks.items())
+    assert (a.warnings, a.notes, a.stacks, a.run) == (b.warnings, b.notes, b.stacks, b.run)
+    assert runs_of(a) == runs_of(b)
+    assert b"".join(iter_jsonl(a)) == b"".join(iter_jsonl(b))
+
+
+def opened_from_store(t) -> bool:
+    return isinstance(t.in_, JsonColumn)
+
+
+EVENTS = [
+    {"rank": 0, "op": "all_reduce", "start_ns": 10, "end_ns": 20, "group": "world", "group_ranks": [0, 1],
+     "group_seq": 0, "bytes": 64, "dtype": "float32", "shape": [4, 4], "in": {"norm": 1.5, "nonfinite": 0},
+     "out": {"norm": 3.0, "nonfinite": 0}, "site": "train.py:3 in main — ünïcode", "id": 1, "step": 2},
+    {"rank": 1, "op": "all_reduce", "start_ns": 11, "end_ns": None, "status": "error", "group": "world",
+     "group_ranks": [0, 1], "group_seq": 0, "error": "RuntimeError: timed out", "shape": [[1, 2], {"a": None}],
+     "custom": {"k": [1, 2, 3]}, "async_op": True, "wait_start_ns": 12, "wait_end_ns": 13, "id": 1},
+    {"rank": 1, "op": "send", "start_ns": 30, "end_ns": 31, "peer": 0, "tag": 7, "bytes": 8, "id": 2,
+     "group": "world", "group_ranks": [0, 1], "in": [1, "x", None]},
+]
+
+
+@pytest.fixture
+def events_file(tmp_path):
+    """A normalized events file: the synthetic job's events and a few with summaries, errors and unknown keys."""
+    path = tmp_path / "trace.jsonl"
+    write_synthetic(str(path), 3000, 16)
+    with open(path, "ab") as fh:
+        for ev in EVENTS:
+            fh.write(orjson.dumps(ev) + b"\n")
+        fh.write(b"not json\n")
+    age(path)
+    return str(path)
+
+
+def test_round_trip_of_an_events_file_is_exact(events_file):
+    parsed = load_trace(events_file, cache=False)
+    first = load_trace(events_file)
+    cache = store.cache_path([events_file], None, False)
+    assert os.path.isfile(cache) and not opened_from_store(first)
+    again = load_trace(events_file)
+    assert opened_from_store(again)
+    assert parsed.in_.any() and parsed.error.any() and parsed.extra.any() and parsed.warnings
+    assert_same(parsed, first)
+    assert_same(parsed, again)
+    assert [again.in_[i] for i in range(-3, 0)] == [parsed.in_[i] for i in range(-3, 0)]
+    # the store file opens on its own too
+    assert_same(parsed, load_trace(cache))
+
+
+def test_write_and_read_the_store_directly(events_file, tmp_path):
+    parsed = load_trace(events_file, cache=False)
+    out = str(tmp_path / "x.arrow")
+    store.write_store(parsed, out)
+    assert_same(parsed, store.read_store(out))
+
+
+def test_a_changed_source_rebuilds_the_store(events_file):
+    load_trace(events_file)
+    with open(events_file, "ab") as fh:
+        fh.write(orjson.dumps({**EVENTS[2], "start_ns": 40, "id": 3}) + b"\n")
+    age(events_file)
+    t = load_trace(events_file)
+    assert not opened_from_store(t) and 40 in t.start_ns
+    assert_same(load_trace(events_file, cache=False), load_trace(events_file))
+    # the same size, another mtime: stale too
+    st = os.stat(events_file)
+    os.utime(events_file, ns=(st.st_atime_ns, st.st_mtime_ns - 10**9))
+    assert not opened_from_store(load_trace(events_file))
+    assert opened_from_store(load_trace(events_file))
+
+
+def test_each_run_and_set_of_dirs_has_a_store_of_its_own():
+    names = {store.cache_path(["a"], None, True), store.cache_path(["a"], 2, True), store.cache_path(["a", "b"], None, True),
+             store.cache_path(["a", "c"], None, True), store.cache_path(["f"], None, False),
+             store.cache_path(["f"], 3, False)}
+    assert len(names) == 6
+    assert store.cache_path(["a"], None, True) == os.path.join("a", ".disttrace-cache", "events-v1.arrow")
+    assert store.cache_path(["f"], None, False) == "f.disttrace.arrow"
+
+
+def test_a_fresh_source_is_not_cached(tmp_path):
+    path = str(tmp_path / "fresh.jsonl")
+    write_synthetic(path, 500, 8)  # written now: its mtime could still be shared by a write to come
+    load_trace(path)
+    assert not os.path.exists(store.cache_path([path], None, False))
+
+
+@pytest.mark.parametrize("damage", ["truncate", "empty", "magic", "garble", "metadata", "other_version"])
+def test_a_damaged_store_is_never_trusted(events_file, damage, capsys):
+    parsed = load_trace(events_file, cache=False)
+    load_trace(events_file)
+    cache = store.cache_path([events_file], None, False)
+    data = bytearray(Path(cache).read_bytes())
+    rng = random.Random(damage)
+    if damage == "truncate":
+        data = data[: len(data) * 2 // 3]
+    elif damage == "empty":
+        data = bytearray()
+    elif damage == "magic":
+        data[:6] = b"XXXXXX"
+    elif damage == "garble":  # bytes flipped in the body: the checksum (or Arrow's checks) says so
+        for _ in range(20):
+            data[rng.randrange(64, len(data) - 64)] ^= 0xFF
+    elif damage == "metadata":  # the schema is written twice (a leading copy and the footer's): both
+        data = bytearray(data.replace(b'"warnings"', b'"Warnings"'))
+    elif damage == "other_version":
+        data = bytearray(data.replace(b'"store_version":1', b'"store_version":9'))
+    Path(cache).write_bytes(bytes(data))
+    with pytest.raises(store.StoreError):
+        store.read_store(cache)
+    t = load_trace(events_file)
+    assert not opened_from_store(t)
+    assert_same(parsed, t)
+    assert "Traceback" not in capsys.readouterr().err
+    assert opened_from_store(load_trace(events_file))  # rebuilt
+
+
+@pytest.mark.parametrize("position", range(0, 4000, 97))
+def test_garbled_bytes_anywhere_never_pass(events_file, position):
+    load_trace(events_file)
+    cache = store.cache_path([events_file], None, False)
+    data = bytearray(Path(cache).read_bytes())
+    for k in (position, len(data) - 1 - position):
+        data[k] ^= 0x5A
+    Path(cache).write_bytes(bytes(data))
+    try:
+        t = store.read_store(cache)
+    except store.StoreError:
+        return
+    assert_same(load_trace(events_file, cache=False), t)  # a byte nothing reads (padding, the leading schema copy)
+
+
+@pytest.mark.parametrize("error", [PermissionError(13, "Permission denied"), OSError(28, "No space left on device")])
+def test_writing_never_fails_the_command(events_file, monkeypatch, error):
+    def refuse(*a, **k):
+        raise error
+    monkeypatch.setattr(store.tempfile, "mkstemp", refuse)
+    assert_same(load_trace(events_file, cache=False), load_trace(events_file))
+    assert not os.path.exists(store.cache_path([events_file], None, False))
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only dirs")
+def test_read_only_dir(events_file):
+    folder = os.path.dirname(events_file)
+    os.chmod(folder, 0o555)
+    try:
+        assert len(load_trace(events_file)) > 0
+    finally:
+        os.chmod(folder, 0o755)
+
+
+def test_the_env_var_and_cache_false_turn_it_off(events_file, monkeypatch):
+    load_trace(events_file, cache=False)
+    assert not os.path.exists(store.cache_path([events_file], None, False))
+    monkeypatch.setenv("DISTTRACE_CACHE", "0")
+    load_trace(events_file)
+    assert not os.path.exists(store.cache_path([events_file], None, False))
+    monkeypatch.delenv("DISTTRACE_CACHE")
+    load_trace(events_file)
+    assert opened_from_store(load_trace(events_file))
+    assert not opened_from_store(load_trace(events_file, cache=False))  # what --follow does
+
+
+def test_the_readme_one_liners(events_file):
+    """The lines of README.md, "Your trace in pandas, Polars, DuckDB", as written there."""
+    load_trace(events_file)
+    path = events_file + ".disttrace.arrow"  # README: FILE.disttrace.arrow, TRACE/.disttrace-cache/events-v1.arrow
+    import pandas as pd
+    df = pd.read_feather(path)
+    import duckdb
+    import pyarrow as pa
+    events = pa.ipc.open_file(path).read_all()
+    counts = duckdb.sql("select op, count(*) as n from events group by op order by op").fetchall()
+    del events  # DuckDB found it by its name
+
+    parsed = load_trace(events_file, cache=False)
+    assert len(df) == len(parsed) and list(df["op"]) == list(parsed.op)
+    assert list(df["start_ns"]) == list(parsed.start_ns)
+    ops = sorted(set(parsed.op))
+    assert counts == [(op, list(parsed.op).count(op)) for op in ops]
+
+
+# -- real traces (torchrun jobs) -------------------------------------------------------------------------------
+
+def _copy(trace, tmp_path) -> str:
+    out = tmp_path / "trace"
+    shutil.copytree(trace, out, ignore=shutil.ignore_patterns(store.CACHE_DIR))
+    age(str(out))
+    return str(out)
+
+
+def _check_trace_dir(path: str) -> None:
+    from harness import run_disttrace
+    parsed = load_trace(path, cache=False)
+    first = load_trace(path)
+    assert os.path.isfile(store.cache_path([path], None, True))
+    again = load_trace(path)
+    assert opened_from_store(again)
+    assert_same(parsed, first)
+    assert_same(parsed, again)
+    cli = run_disttrace("events", path)  # from the store
+    assert cli.returncode == 0
+    assert cli.stdout.encode() == b"".join(iter_jsonl(parsed))
+
+
+@pytest.mark.slow
+def test_round_trip_of_real_traces(traced, tmp_path):
+    t = _copy(traced("rec_ops.py", nproc=4), tmp_path)
+    _check_trace_dir(t)
+    assert load_trace(t).in_.any()
+
+
+@pytest.mark.slow
+def test_round_trip_of_a_damaged_trace(traced, tmp_path):
+    t = _copy(traced("rec_crash.py", nproc=2, args=("kill",), summaries="off", expect_rc=1), tmp_path)
+    rank_file = os.path.join(t, sorted(f for f in os.listdir(t) if f.startswith("rank-"))[0])
+    with open(rank_file, "ab") as fh:
+        fh.write(b'\x00\x00{"k":"b","id":999,"t":')  # a record torn by a crash, after the zeros it leaves
+    age(t)
+    _check_trace_dir(t)
+    assert load_trace(t).damage_summary()
+
+
+@pytest.mark.slow
+def test_a_trace_dir_whose_files_change_is_read_again(traced, tmp_path):
+    t = _copy(traced("rec_ops.py", nproc=4), tmp_path)
+    load_trace(t)
+    files = sorted(f for f in os.listdir(t) if f.startswith("rank-"))
+    moved = os.path.join(str(tmp_path), files[-1])
+    os.rename(os.path.join(t, files[-1]), moved)  # a file removed
+    fewer = load_trace(t)
+    assert not opened_from_store(fewer)
+    assert_same(load_trace(t, cache=False), fewer)
+    os.rename(moved, os.path.join(t, files[-1]))  # and back: added
+    assert not opened_from_store(load_trace(t))
+    assert opened_from_store(load_trace(t))
+
+
+@pytest.mark.slow
+def test_round_trip_of_a_flight_recorder_import(traced, tmp_path_factory, tmp_path):
+    from harness import traced_fr_run
+    _trace, dumps = traced_fr_run(traced, tmp_path_factory)
+    parsed = load_trace(str(dumps / "json"))
+    out = str(tmp_path / "fr.arrow")
+    store.write_store(parsed, out)
+    assert_same(parsed, store.read_store(out))
+

@@ -1,0 +1,452 @@
+"""The trace store: an EventTable on disk as an Apache Arrow IPC file (Feather v2), written once, memory-mapped on
+open, so that opening a trace again costs neither parsing nor (for the bulk of it) copying.
+
+Why Arrow IPC: uncompressed it can be memory-mapped (the JSON summaries are read straight from the page cache,
+decoded only when a row is looked at), and pandas, Polars, DuckDB, Spark and Dask read it as it is
+(docs/FORMAT.md, "The trace store"). Parquet would be smaller but must be decoded on every open.
+
+Layout (STORE_VERSION): one record batch, a column per EventTable field (docs/FORMAT.md lists them); integers in
+their array's width with null as -1 (NONE), text columns dictionary-encoded exactly as CodedColumn holds them
+(the codes are the dictionary indices), shapes as a dictionary of JSON texts, the sparse columns (in, out, error,
+extra) as nullable JSON texts. The table-level data (groups, ranks and their damage, warnings, notes, stacks,
+runs), the store's version and the fingerprint of the inputs are JSON in the schema's metadata, with a CRC-32 of
+that JSON and of every buffer read: a damaged store is never trusted (StoreError), it is rebuilt.
+
+`cached_load` is what `load_trace` calls: open the store beside the trace if it is valid for the same inputs
+(the same paths, run, rank files' sizes and mtimes, and reader code), else parse and write it. Writing never fails
+the command (read-only dirs, full disks: the store is skipped; concurrent writers: a temp name and os.replace),
+and a source changed less than RACY_NS ago is not cached (file times are coarser than the writes that may follow).
+
+pyarrow is imported on first use. Imports neither torch nor textual.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+import time
+import zlib
+from array import array
+from dataclasses import asdict, dataclass, field, fields
+from typing import Callable
+
+import orjson
+
+from .columns import CodedColumn, JsonColumn, SparseColumn, json_key
+from .events import _INT_COLUMNS, _STR_COLUMNS, EventTable, Group, Progress, RankInfo
+from .runs import Ending, RankFile, Run
+
+STORE_VERSION = 1
+CACHE_DIR = ".disttrace-cache"   # inside a trace dir
+FILE_SUFFIX = ".disttrace.arrow"  # beside an events file
+ENV = "DISTTRACE_CACHE"          # "0" turns the store off
+RACY_NS = 2_000_000_000          # a source modified this recently is not cached (coarse file times)
+
+_META_KEY = b"disttrace"
+_CRC_KEY = b"disttrace.crc32"
+# EventTable field -> column name in the file (the events format's names, docs/FORMAT.md)
+_NAMES = {"in_": "in", "user_step": "step"}
+_JSON_COLUMNS = ("in_", "out", "error", "extra")
+
+
+@dataclass(frozen=True)
+class StoreOrigin:
+    """Where a table's store is and what it was made from (EventTable.origin): results derived from the table
+    (the analysis) are kept beside it under the same fingerprint."""
+
+    path: str
+    fingerprint: dict = field(hash=False)
+
+    def beside(self, kind: str) -> str:
+        """The path of another file of this store: `kind` (e.g. "analysis") in place of "events"."""
+        folder, name = os.path.split(self.path)
+        if name.endswith(FILE_SUFFIX):
+            return os.path.join(folder, name[:-len(FILE_SUFFIX)] + f".{kind}{FILE_SUFFIX}")
+        return os.path.join(folder, kind + name[len("events"):])
+
+
+class StoreError(Exception):
+    """The store cannot be used (damaged, another version, made from other inputs): parse the trace instead."""
+
+
+def enabled() -> bool:
+    return os.environ.get(ENV, "1").strip().lower() not in ("0", "no", "off", "false")
+
+
+# -- writing ------------------------------------------------------------------------------------------------
+
+def _int_type(pa, typecode: str):
+    return {"b": pa.int8(), "B": pa.uint8(), "h": pa.int16(), "H": pa.uint16(), "i": pa.int32(), "I": pa.uint32(),
+            "l": pa.int64(), "q": pa.int64(), "L": pa.uint64(), "Q": pa.uint64()}[typecode]
+
+
+def _fixed(pa, col: array):
+    return pa.Array.from_buffers(_int_type(pa, col.typecode), len(col), [None, pa.py_buffer(col)])
+
+
+def _json_array(pa, col) -> "object":
+    """Nullable JSON texts (large_string) from a sparse column; raises on a value orjson cannot write."""
+    dumps = orjson.dumps
+    n = len(col)
+    offsets = array("q", bytes(8 * (n + 1)))
+    present = bytearray(n)
+    chunks = []
+    pos = 0
+    values = col._values if type(col) is SparseColumn else {i: v for i, v in enumerate(col) if v is not None}
+    last = 0
+    for i, v in sorted(values.items()):
+        for k in range(last + 1, i + 1):
+            offsets[k] = pos
+        b = dumps(v)
+        chunks.append(b)
+        pos += len(b)
+        present[i] = 1
+        offsets[i + 1] = pos
+        last = i + 1
+    for k in range(last + 1, n + 1):
+        offsets[k] = pos
+    validity = pa.Array.from_buffers(pa.uint8(), n, [None, pa.py_buffer(present)]).cast(pa.bool_()).buffers()[1]
+    return pa.Array.from_buffers(pa.large_string(), n, [validity, pa.py_buffer(offsets), pa.py_buffer(b"".join(chunks))],
+                                 null_count=n - len(values))
+
+
+def _coded(pa, col: CodedColumn, shape: bool):
+    values = [json_key(v).decode() for v in col.values] if shape else col.values
+    return pa.DictionaryArray.from_arrays(_fixed(pa, col.codes), pa.array(values, pa.string()))
+
+
+def _meta(table: EventTable, fingerprint: dict) -> dict:
+    return {
+        "store_version": STORE_VERSION,
+        "events": len(table),
+        "fingerprint": fingerprint,
+        "run": table.run,
+        "groups": [[g.name, list(g.ranks)] for g in table.groups],
+        "ranks": [asdict(info) for info in table.ranks.values()],
+        "warnings": table.warnings,
+        "notes": table.notes,
+        "stacks": [[r, s] for r, s in table.stacks.items()],
+        "runs": [{"number": run.number,
+                  "files": [{"path": f.path, "meta": f.meta, "ending": list(f.ending) if f.ending else None}
+                            for f in run.files]} for run in table.runs],
+    }
+
+
+def write_store(table: EventTable, path: str, fingerprint: dict | None = None) -> None:
+    """Write `table` to the store file `path` (through a temp file in its dir and os.replace). Raises OSError, or
+    TypeError/ValueError/orjson errors on a value that cannot be stored; `path` is then left as it was."""
+    import pyarrow as pa
+
+    names, arrays = [], []
+    for name in _INT_COLUMNS:
+        names.append(_NAMES.get(name, name))
+        arrays.append(_fixed(pa, getattr(table, name)))
+    for name in _STR_COLUMNS + ("shape",):
+        names.append(name)
+        arrays.append(_coded(pa, getattr(table, name), name == "shape"))
+    for name in _JSON_COLUMNS:
+        names.append(_NAMES.get(name, name))
+        arrays.append(_json_array(pa, getattr(table, name)))
+    names.append("async_op")
+    arrays.append(pa.Array.from_buffers(pa.uint8(), len(table), [None, pa.py_buffer(bytes(table.async_op))]))
+    _write(pa, path, names, arrays, orjson.dumps(_meta(table, fingerprint or {})))
+
+
+def _write(pa, path: str, names: list[str], arrays: list, meta: bytes) -> None:
+    """One record batch of `arrays` with `meta` and the CRC in its schema's metadata, to `path` through a temp
+    file in its dir and os.replace (a reader sees the old file or the new one, never half of one)."""
+    crc = _crc(arrays, meta)
+    schema = pa.schema([pa.field(n, a.type) for n, a in zip(names, arrays)],
+                       metadata={_META_KEY: meta, _CRC_KEY: str(crc).encode()})
+    batch = pa.RecordBatch.from_arrays(arrays, schema=schema)
+    folder = os.path.dirname(path) or "."
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".arrow", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            with pa.ipc.new_file(fh, schema) as writer:
+                writer.write_batch(batch)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+_BYTES = "bytearray"  # write_arrays' typecode of a bytearray (uint8 like array "B", read back as a bytearray)
+
+
+def _value_type(pa, typecode: str):
+    return pa.float64() if typecode == "d" else pa.uint8() if typecode == _BYTES else _int_type(pa, typecode)
+
+
+def write_arrays(path: str, arrays: dict, meta: dict, fingerprint: dict) -> None:
+    """Write named typed arrays (array.array or bytearray) of any lengths and a JSON-able `meta` to the
+    store file `path`: one row, each array a large_list column (its typecode in the metadata's "arrays"). What
+    derived results (the analysis) are kept in, beside the events; read_arrays reads it back."""
+    import pyarrow as pa
+
+    names, cols, codes = [], [], {}
+    for name, a in arrays.items():
+        tc = _BYTES if isinstance(a, (bytes, bytearray)) else a.typecode
+        values = pa.Array.from_buffers(_value_type(pa, tc), len(a), [None, pa.py_buffer(a)])
+        cols.append(pa.LargeListArray.from_arrays(pa.array([0, len(a)], pa.int64()), values))
+        names.append(name)
+        codes[name] = tc
+    _write(pa, path, names, cols, orjson.dumps({"store_version": STORE_VERSION, "fingerprint": fingerprint,
+                                                "arrays": codes, "meta": meta}))
+
+
+def read_arrays(path: str, fingerprint: dict) -> tuple[dict, dict]:
+    """(the named arrays, the meta) that write_arrays wrote to `path` from inputs of this `fingerprint`. Raises
+    StoreError when the file is damaged, of another version, or stale; OSError when it cannot be read."""
+    import pyarrow as pa
+
+    try:
+        batch, meta_b, meta = _open(pa, path, fingerprint)
+        codes = meta.get("arrays")
+        if type(codes) is not dict or batch.schema.names != list(codes) or batch.num_rows != 1:
+            raise StoreError("unexpected columns")
+        out = {}
+        for (name, tc), col in zip(codes.items(), batch.columns):
+            if col.type != pa.large_list(_value_type(pa, tc)) or col.offset or col.values.offset:
+                raise StoreError("unexpected columns")
+        if _crc(batch.columns, meta_b) != _stored_crc(batch):
+            raise StoreError("checksum mismatch")
+        for (name, tc), col in zip(codes.items(), batch.columns):
+            (data,) = _used_bytes(col.values)
+            out[name] = bytearray(data) if tc == _BYTES else array(tc, bytes(data))
+        return out, meta["meta"]
+    except StoreError:
+        raise
+    except (pa.ArrowException, OSError, orjson.JSONDecodeError, KeyError, TypeError, ValueError, IndexError) as e:
+        raise StoreError(f"damaged store: {type(e).__name__}: {e}"[:300]) from None
+
+
+def _stored_crc(batch) -> int:
+    return int(batch.schema.metadata[_CRC_KEY])
+
+
+def _open(pa, path: str, fingerprint: dict | None):
+    """(the one record batch, its metadata's JSON as bytes and parsed) of a store file of this version and (given)
+    fingerprint; the CRC is the caller's to check, over the buffers it reads."""
+    with open(path, "rb") as fh:
+        if fh.read(6) != b"ARROW1":
+            raise StoreError("not an Arrow IPC file")
+    reader = pa.ipc.open_file(pa.memory_map(path))
+    metadata = reader.schema.metadata or {}
+    meta_b = metadata.get(_META_KEY)
+    if meta_b is None or metadata.get(_CRC_KEY) is None:
+        raise StoreError("not a disttrace store")
+    meta = orjson.loads(meta_b)
+    if type(meta) is not dict or meta.get("store_version") != STORE_VERSION:
+        raise StoreError(f"store version {meta.get('store_version') if type(meta) is dict else '?'}, "
+                         f"this reads {STORE_VERSION}")
+    if fingerprint is not None and meta.get("fingerprint") != fingerprint:
+        raise StoreError("stale: the trace changed since the store was written")
+    if reader.num_record_batches != 1:
+        raise StoreError("unexpected batches")
+    return reader.get_batch(0), meta_b, meta
+
+
+# -- reading ------------------------------------------------------------------------------------------------
+
+def _crc(arrays, meta: bytes) -> int:
+    """CRC-32 of the metadata and of every byte the reader uses (the logical extent of each buffer)."""
+    crc = zlib.crc32(meta)
+    for a in arrays:
+        for view in _used_bytes(a):
+            crc = zlib.crc32(view, crc)
+    return crc
+
+
+def _used_bytes(a) -> list:
+    import pyarrow as pa
+
+    if a.offset:
+        raise StoreError("a sliced column")
+    t = a.type
+    if pa.types.is_dictionary(t):
+        return _used_bytes(a.indices) + _used_bytes(a.dictionary)
+    if pa.types.is_large_list(t):
+        offsets = memoryview(a.buffers()[1])[:8 * (len(a) + 1)]
+        if len(offsets) != 8 * (len(a) + 1):
+            raise StoreError("short offsets")
+        return [offsets] + _used_bytes(a.values)
+    bufs = a.buffers()
+    n = len(a)
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        w = 4 if pa.types.is_string(t) else 8
+        offsets = memoryview(bufs[1])[:w * (n + 1)]
+        if len(offsets) != w * (n + 1):
+            raise StoreError("short offsets")
+        end = offsets.cast("i" if w == 4 else "q")[n] if n else 0
+        data = memoryview(bufs[2])[:end] if bufs[2] is not None else memoryview(b"")
+        if len(data) != end:
+            raise StoreError("short string data")
+        return [offsets, data]
+    w = t.bit_width // 8
+    data = memoryview(bufs[1])[:w * n] if bufs[1] is not None else memoryview(b"")
+    if len(data) != w * n:
+        raise StoreError("short column")
+    return [data]
+
+
+def _ints(a, typecode: str) -> array:
+    out = array(typecode)
+    out.frombytes(_used_bytes(a)[0])  # a copy: array cannot wrap the mapped buffer (EventTable's column type)
+    return out
+
+
+def _schema_ok(pa, schema) -> bool:
+    expect = [_NAMES.get(n, n) for n in _INT_COLUMNS + _STR_COLUMNS + ("shape",) + _JSON_COLUMNS] + ["async_op"]
+    if schema.names != expect:
+        return False
+    codes = (pa.uint8(), pa.uint16(), pa.int32())
+    for name in _STR_COLUMNS + ("shape",):
+        t = schema.field(name).type
+        if not (pa.types.is_dictionary(t) and t.index_type in codes and t.value_type == pa.string()):
+            return False
+    return all(schema.field(_NAMES.get(n, n)).type == pa.large_string() for n in _JSON_COLUMNS)
+
+
+def read_store(path: str, fingerprint: dict | None = None) -> EventTable:
+    """The EventTable in the store file `path`. Raises StoreError when the file is damaged, of another version or
+    (`fingerprint` given) made from other inputs, OSError when it cannot be read. The integer columns are copied
+    into arrays; the text columns' codes too (a byte an event); the JSON columns stay in the mapped file."""
+    import pyarrow as pa
+
+    try:
+        batch, meta_b, meta = _open(pa, path, fingerprint)
+        if not _schema_ok(pa, batch.schema):
+            raise StoreError("unexpected columns")
+        arrays = batch.columns
+        if _crc(arrays, meta_b) != _stored_crc(batch):
+            raise StoreError("checksum mismatch")
+        n = batch.num_rows
+        if n != meta["events"]:
+            raise StoreError("row count mismatch")
+        return _table(arrays, meta, n)
+    except (pa.ArrowException, OSError, orjson.JSONDecodeError, KeyError, TypeError, ValueError, IndexError) as e:
+        raise StoreError(f"damaged store: {type(e).__name__}: {e}"[:300]) from None
+
+
+def _table(arrays, meta: dict, n: int) -> EventTable:
+    t = EventTable()
+    k = 0
+    for name in _INT_COLUMNS:
+        setattr(t, name, _ints(arrays[k], getattr(t, name).typecode))
+        k += 1
+    for name in _STR_COLUMNS + ("shape",):
+        a = arrays[k]
+        k += 1
+        texts = a.dictionary.to_pylist()
+        tc = {1: "B", 2: "H", 4: "i"}[a.indices.type.bit_width // 8]
+        col = CodedColumn.from_codes([orjson.loads(s) for s in texts] if name == "shape" else texts,
+                                     _ints(a.indices, tc), json_key if name == "shape" else None)
+        if n and max(col.codes) >= len(texts):
+            raise StoreError("a code past its dictionary")
+        setattr(t, name, col)
+    for name in _JSON_COLUMNS:
+        offsets, data = _used_bytes(arrays[k])
+        k += 1
+        setattr(t, name, JsonColumn(offsets.cast("q"), data, n, owner=arrays))
+    t.async_op = bytearray(_used_bytes(arrays[k])[0])
+    t.groups = [Group(str(name), tuple(ranks)) for name, ranks in meta["groups"]]
+    t.__dict__["_group_index"] = {g: i for i, g in enumerate(t.groups)}
+    if n and (max(t.gid) >= len(t.groups) or min(t.gid) < 0):
+        raise StoreError("a group index past the groups")
+    names = {f.name for f in fields(RankInfo)}
+    t.ranks = {}
+    for d in meta["ranks"]:
+        if set(d) != names:
+            raise StoreError("rank info of another shape")
+        t.ranks[d["rank"]] = RankInfo(**d)
+    t.warnings, t.notes, t.run = meta["warnings"], meta["notes"], meta["run"]
+    t.stacks = {r: s for r, s in meta["stacks"]}
+    t.runs = [Run(r["number"], [RankFile(f["path"], f["meta"], Ending(*f["ending"]) if f["ending"] else None)
+                                for f in r["files"]]) for r in meta["runs"]]
+    return t
+
+
+# -- the cache beside a trace ----------------------------------------------------------------------------------
+
+def _code_version() -> str:
+    """A digest of the reader's code (this package's sources): a store written by another reader is stale."""
+    global _CODE
+    if _CODE is None:
+        h = hashlib.sha1(str(STORE_VERSION).encode())
+        here = os.path.dirname(os.path.abspath(__file__))
+        for name in sorted(os.listdir(here)):
+            if name.endswith(".py"):
+                with open(os.path.join(here, name), "rb") as fh:
+                    h.update(name.encode() + b"\0" + fh.read())
+        fmt = os.path.join(os.path.dirname(here), "format.py")
+        if os.path.exists(fmt):
+            with open(fmt, "rb") as fh:
+                h.update(fh.read())
+        _CODE = h.hexdigest()[:16]
+    return _CODE
+
+
+_CODE: str | None = None
+
+
+def fingerprint(paths: list[str], run: int | None, sources: list[str]) -> tuple[dict, int]:
+    """(what the store must have been made from: the paths as given, the run, each source's path, size and
+    mtime_ns, the reader's code; the newest mtime_ns)."""
+    files, newest = [], 0
+    for p in sources:
+        st = os.stat(p)
+        files.append([p, st.st_size, st.st_mtime_ns])
+        newest = max(newest, st.st_mtime_ns)
+    return {"paths": list(paths), "run": run, "files": files, "code": _code_version()}, newest
+
+
+def cache_path(paths: list[str], run: int | None, is_dir: bool) -> str:
+    """Where the store of these paths (trace dirs, or one events file) and run lives: TRACE/.disttrace-cache/
+    events-v1[-runN][-HASH].arrow (HASH: of the other dirs, for a trace of several nodes), FILE.disttrace.arrow."""
+    tag = f"-run{run}" if run is not None else ""
+    if not is_dir:
+        return f"{paths[0]}{tag.replace('-', '.')}{FILE_SUFFIX}"
+    if len(paths) > 1:
+        tag += "-" + hashlib.sha1("\0".join(paths).encode()).hexdigest()[:12]
+    return os.path.join(paths[0], CACHE_DIR, f"events-v{STORE_VERSION}{tag}.arrow")
+
+
+def cached_load(paths: list[str], run: int | None, sources: list[str], is_dir: bool,
+                parse: Callable[[], EventTable], progress: Progress | None = None) -> EventTable:
+    """Open the valid store of this trace, or parse it (`parse()`) and write the store for next time."""
+    target = cache_path(paths, run, is_dir)
+    try:
+        fp, newest = fingerprint(paths, run, sources)
+    except OSError:
+        return parse()
+    try:
+        table = read_store(target, fp)
+        table.origin = StoreOrigin(target, fp)
+        if progress is not None:
+            progress(1.0, "opened the trace store")
+        return table
+    except ImportError:
+        return parse()
+    except (StoreError, OSError):
+        pass  # none, stale or damaged: parse, and write it anew
+    started = time.time_ns()
+    table = parse()
+    try:
+        again, _ = fingerprint(paths, run, sources)
+        if again == fp and newest < started - RACY_NS:
+            if is_dir:
+                os.makedirs(os.path.dirname(target), exist_ok=True)
+            write_store(table, target, fp)
+            table.origin = StoreOrigin(target, fp)
+    except Exception:  # noqa: BLE001 - the store is an optimisation: never fail the command for it
+        pass
+    return table
+
+
+__all__ = ["CACHE_DIR", "ENV", "FILE_SUFFIX", "STORE_VERSION", "StoreError", "StoreOrigin", "cache_path",
+           "cached_load", "enabled", "fingerprint", "read_arrays", "read_store", "write_arrays", "write_store"]
