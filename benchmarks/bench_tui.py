@@ -92,14 +92,40 @@ async def _app_run(path: str, size: tuple[int, int]) -> dict:
     stages: dict[str, float] = {}
     t0 = time.perf_counter()
     app = DisttraceApp([path])
+    # the first frame: the first one written to the terminal after the timeline drew its lines (waiting for the
+    # app to be idle would wait for the analysis worker too, which holds the GIL now and then)
+    drawn, written = [], []
+    render_lines = Timeline.render_lines
+
+    def timed_render_lines(self, crop):
+        drawn.append(True)
+        return render_lines(self, crop)
+
+    display = app._display
+
+    def timed_display(screen, update):
+        display(screen, update)
+        if drawn and not written:
+            written.append(time.perf_counter() - t0)
+
+    own = "render_lines" in Timeline.__dict__
+    Timeline.render_lines = timed_render_lines
+    app._display = timed_display
     async with app.run_test(size=size) as pilot:
+        while not written:
+            await asyncio.sleep(0.005)
+        first = written[0]
+        if own:
+            Timeline.render_lines = render_lines
+        else:
+            del Timeline.render_lines
+        app._display = display
         while not isinstance(app.screen, ViewerScreen):
             await asyncio.sleep(0.01)
         await pilot.pause()
         timeline = app.screen.query_one(Timeline)
         while not timeline.size.height:
             await pilot.pause()
-        first = time.perf_counter() - t0
         rss = rss_mb()
         store = app.screen.store
         clock = FrameClock(app, timeline, app.screen.query_one(DetailPane))

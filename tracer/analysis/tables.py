@@ -118,10 +118,17 @@ class CollectiveTable:
         return array("q", map(self.events.end_ns.__getitem__, rows))
 
     def first_starts(self) -> array:
-        """The earliest arrival of every instance, in one pass over the rows."""
-        start, rows, offset = self.events.start_ns, self.rows, self.offset
-        return array("q", [min(map(start.__getitem__, rows[offset[k]:offset[k + 1]]), default=0)
-                           for k in range(len(self.gid))])
+        """The earliest arrival of every instance (0 for one without rows), in numpy: one pass over the rows."""
+        import numpy as np
+
+        n = len(self.gid)
+        first = np.zeros(n, np.int64)
+        if len(self.rows):
+            starts = np.frombuffer(self.events.start_ns, np.int64)[np.frombuffer(self.rows, np.int32)]
+            offset = np.frombuffer(self.offset, np.int64)
+            filled = offset[1:] > offset[:-1]
+            first[filled] = np.minimum.reduceat(starts, offset[:-1][filled])
+        return array("q", first.tobytes())
 
 
 class P2PTable:

@@ -333,6 +333,14 @@ def read_store(path: str, fingerprint: dict | None = None) -> EventTable:
         raise StoreError(f"damaged store: {type(e).__name__}: {e}"[:300]) from None
 
 
+def _extent(col: array) -> tuple[int, int]:
+    """(min, max) of a non-empty column, in numpy (Python's min/max take 15 ms a million rows, each)."""
+    import numpy as np
+
+    a = np.frombuffer(col, np.dtype(col.typecode))
+    return int(a.min()), int(a.max())
+
+
 def _table(arrays, meta: dict, n: int) -> EventTable:
     t = EventTable()
     k = 0
@@ -346,7 +354,7 @@ def _table(arrays, meta: dict, n: int) -> EventTable:
         tc = {1: "B", 2: "H", 4: "i"}[a.indices.type.bit_width // 8]
         col = CodedColumn.from_codes([orjson.loads(s) for s in texts] if name == "shape" else texts,
                                      _ints(a.indices, tc), json_key if name == "shape" else None)
-        if n and max(col.codes) >= len(texts):
+        if n and _extent(col.codes)[1] >= len(texts):
             raise StoreError("a code past its dictionary")
         setattr(t, name, col)
     for name in _JSON_COLUMNS:
@@ -356,7 +364,7 @@ def _table(arrays, meta: dict, n: int) -> EventTable:
     t.async_op = bytearray(_used_bytes(arrays[k])[0])
     t.groups = [Group(str(name), tuple(ranks)) for name, ranks in meta["groups"]]
     t.__dict__["_group_index"] = {g: i for i, g in enumerate(t.groups)}
-    if n and (max(t.gid) >= len(t.groups) or min(t.gid) < 0):
+    if n and not (0 <= _extent(t.gid)[0] and _extent(t.gid)[1] < len(t.groups)):
         raise StoreError("a group index past the groups")
     names = {f.name for f in fields(RankInfo)}
     t.ranks = {}

@@ -11,6 +11,8 @@ from array import array
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 
+import numpy as np
+
 from disttrace.tracer.analysis.engine import pending_analysis
 from disttrace.tracer.analysis.model import Analysis
 from disttrace.tracer.data.events import NONE, P2P_OPS, EventTable, gc_paused
@@ -69,13 +71,15 @@ class TraceStore:
         self.table = table
         n = len(table)
         self.n_events = n
-        self.t0 = min(table.start_ns) if n else 0
-        self.t1 = max(self.t0 + 1, max(table.end_ns, default=0), max(table.start_ns, default=0))
+        starts = np.frombuffer(table.start_ns, np.int64) if n else np.zeros(1, np.int64)
+        ends = np.frombuffer(table.end_ns, np.int64) if n else np.zeros(1, np.int64)
+        self.t0 = int(starts.min()) if n else 0
+        self.t1 = max(self.t0 + 1, int(ends.max()), int(starts.max()))
         self._take_analysis(analysis)
         if progress:
             progress(0.2, "indexing ranks")
-        cat_of_code = [category(op) for op in table.op.values]  # the op column is dictionary-encoded
-        cats = bytes(map(cat_of_code.__getitem__, table.op.codes))
+        cat_of_code = np.array([category(op) for op in table.op.values] or [0], np.uint8)  # op is dictionary-encoded
+        cats = cat_of_code[np.frombuffer(table.op.codes, np.dtype(table.op.codes.typecode))].tobytes() if n else b""
         lanes = Lane.build_all(table, cats, self.wait_ns, self.t1)
         self.rows: list[RankRow] = []
         for r in sorted(lanes):
@@ -92,10 +96,13 @@ class TraceStore:
         self.wait_ns = analysis.event_wait_ns  # wait part of each event (the time it spent waiting for a late peer)
         # collectives in order of their first arrival
         colls = analysis.collectives
-        first = colls.first_starts()
-        self.coll_order = sorted(range(len(colls)), key=first.__getitem__)
-        self.coll_pos = {c: k for k, c in enumerate(self.coll_order)}
-        self.coll_first_start = array("q", map(first.__getitem__, self.coll_order))
+        first = np.frombuffer(colls.first_starts(), np.int64) if len(colls) else np.zeros(0, np.int64)
+        order = np.argsort(first, kind="stable")
+        self.coll_order = order.tolist()
+        pos = np.empty(len(order), np.int64)
+        pos[order] = np.arange(len(order))
+        self.coll_pos = array("q", pos.tobytes())  # collective -> its place in coll_order
+        self.coll_first_start = array("q", first[order].tobytes())
 
     # -- queries -------------------------------------------------------------------------------
     @property
