@@ -185,9 +185,19 @@ def test_garbled_bytes_anywhere_never_pass(events_file, position):
 def test_writing_never_fails_the_command(events_file, monkeypatch, error):
     def refuse(*a, **k):
         raise error
-    monkeypatch.setattr(store.tempfile, "mkstemp", refuse)
+    monkeypatch.setattr(store, "_create_temp", refuse)
     assert_same(load_trace(events_file, cache=False), load_trace(events_file))
     assert not os.path.exists(store.cache_path([events_file], None, False))
+
+
+def test_the_store_is_readable_as_the_trace_is(events_file):
+    """Its mode follows the umask like any file's (a shared trace dir's other users can read it)."""
+    old = os.umask(0o022)
+    try:
+        load_trace(events_file)
+    finally:
+        os.umask(old)
+    assert os.stat(store.cache_path([events_file], None, False)).st_mode & 0o777 == 0o644
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only dirs")

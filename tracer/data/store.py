@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
+import secrets
 import time
 import zlib
 from array import array
@@ -161,7 +161,7 @@ def _write(pa, path: str, names: list[str], arrays: list, meta: bytes) -> None:
                        metadata={_META_KEY: meta, _CRC_KEY: str(crc).encode()})
     batch = pa.RecordBatch.from_arrays(arrays, schema=schema)
     folder = os.path.dirname(path) or "."
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".arrow", dir=folder)
+    fd, tmp = _create_temp(folder)
     try:
         with os.fdopen(fd, "wb") as fh:
             with pa.ipc.new_file(fh, schema) as writer:
@@ -176,6 +176,13 @@ def _write(pa, path: str, names: list[str], arrays: list, meta: bytes) -> None:
 
 
 _BYTES = "bytearray"  # write_arrays' typecode of a bytearray (uint8 like array "B", read back as a bytearray)
+
+
+def _create_temp(folder: str) -> tuple[int, str]:
+    """A new temp file in `folder`, created as any file is (mode 0666 less the umask: mkstemp's 0600 would hide
+    the store from the other users of a shared trace dir): (its fd, its path)."""
+    tmp = os.path.join(folder, f".tmp-{os.getpid()}-{secrets.token_hex(6)}.arrow")
+    return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), tmp
 
 
 def _value_type(pa, typecode: str):
