@@ -81,6 +81,27 @@ def test_opening_again_gives_the_saved_analysis_and_it_is_the_analysis(jobs):
 
 
 @pytest.mark.slow
+def test_the_warnings_the_analysis_adds_come_back_with_it(jobs, tmp_path):
+    """A rank file that lost one begin record: the analysis warns (problems.py adds it to the table's warnings),
+    and the saved analysis brings the same warning back on the next open."""
+    path = _copy(jobs[0], tmp_path, "lost_begin")
+    rank_file = os.path.join(path, sorted(f for f in os.listdir(path) if f.startswith("rank-"))[1])
+    lines = open(rank_file, "rb").read().splitlines(keepends=True)
+    begins = [i for i, ln in enumerate(lines) if b'"k":"b"' in ln and b'all_reduce' in ln]
+    del lines[begins[len(begins) // 2]]
+    with open(rank_file, "wb") as fh:
+        fh.writelines(lines)
+    age(path)
+    table = load_trace(path)
+    analyze(table)
+    lost = [w for w in table.warnings if "lack its begin record" in w]
+    assert lost, table.warnings
+    again = load_trace(path)
+    assert saved.load(again) is not None
+    assert again.warnings == table.warnings
+
+
+@pytest.mark.slow
 def test_a_what_if_is_computed_not_read(jobs):
     path = jobs[0]
     analyze(load_trace(path))

@@ -32,6 +32,7 @@ from .tables import CollectiveTable, P2PTable
 KIND = "analysis"  # the store file's name: analysis-v1[-runN][-HASH].arrow beside events-v1...
 _TABLES = {"collectives": CollectiveTable, "p2p": P2PTable}
 _CODE: str | None = None
+_TABLE_WARNINGS = "table.warnings"  # a key of the meta that no Analysis field can have
 
 
 def _code_version() -> str:
@@ -79,6 +80,8 @@ def _encode(a: Analysis) -> tuple[dict, dict]:
             arrays[f.name] = v
         else:
             meta[f.name] = v
+    # the warnings the analysis added to the table (problems.py: a lost begin record), added again on reading
+    meta[_TABLE_WARNINGS] = a.table.warnings
     # dataclasses as dicts of all their fields, rank-keyed dicts with their keys as text (read back as ints)
     return arrays, orjson.loads(orjson.dumps(meta, option=orjson.OPT_NON_STR_KEYS))
 
@@ -133,7 +136,10 @@ def _decode(table: EventTable, arrays: dict, meta: dict) -> Analysis:
             kwargs[f.name] = col
         else:
             kwargs[f.name] = _revive(hints[f.name], meta[f.name])
-    return Analysis(**kwargs)
+    analysis = Analysis(**kwargs)
+    warnings = _revive(list[str], meta[_TABLE_WARNINGS])
+    table.warnings.extend(w for w in warnings if w not in table.warnings)
+    return analysis
 
 
 def _decode_columns(cls, name: str, table: EventTable, arrays: dict, meta: dict):
