@@ -116,7 +116,7 @@ def test_other_analysis_code_or_a_changed_trace_reads_nothing(jobs, monkeypatch)
     path = jobs[0]
     analyze(load_trace(path))
     assert saved.load(load_trace(path)) is not None
-    monkeypatch.setattr(saved, "_CODE", "another version")
+    monkeypatch.setattr(saved, "_code_version", lambda: "another version")
     assert saved.load(load_trace(path)) is None
     monkeypatch.undo()
     rank_file = os.path.join(path, sorted(f for f in os.listdir(path) if f.startswith("rank-"))[0])

@@ -13,7 +13,6 @@ Only the plain analysis is saved (no what-if changes asked for): `report --what-
 from __future__ import annotations
 
 import functools
-import hashlib
 import os
 import types
 import typing
@@ -31,22 +30,12 @@ from .tables import CollectiveTable, P2PTable
 
 KIND = "analysis"  # the store file's name: analysis-v1[-runN][-HASH].arrow beside events-v1...
 _TABLES = {"collectives": CollectiveTable, "p2p": P2PTable}
-_CODE: str | None = None
 _TABLE_WARNINGS = "table.warnings"  # a key of the meta that no Analysis field can have
 
 
 def _code_version() -> str:
     """A digest of the analysis' sources: an analysis saved by other code is stale."""
-    global _CODE
-    if _CODE is None:
-        h = hashlib.sha1()
-        here = os.path.dirname(os.path.abspath(__file__))
-        for name in sorted(os.listdir(here)):
-            if name.endswith(".py"):
-                with open(os.path.join(here, name), "rb") as fh:
-                    h.update(name.encode() + b"\0" + fh.read())
-        _CODE = h.hexdigest()[:16]
-    return _CODE
+    return store.source_digest(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _fingerprint(table: EventTable) -> dict:
@@ -114,9 +103,8 @@ def load(table: EventTable) -> Analysis | None:
     try:
         arrays, meta = store.read_arrays(table.origin.beside(KIND), _fingerprint(table))
         return _decode(table, arrays, meta)
-    except (store.StoreError, OSError, ImportError):
-        return None
-    except (KeyError, TypeError, ValueError, IndexError, AttributeError):  # of another shape: not trusted
+    except (store.StoreError, OSError, ImportError,
+            KeyError, TypeError, ValueError, IndexError, AttributeError):  # (these: of another shape, not trusted)
         return None
 
 

@@ -14,7 +14,8 @@ from typing import Any, Callable, Iterable
 
 import orjson
 
-_WIDER = {"B": ("H", 1 << 16), "H": ("i", 1 << 31)}
+_WIDER = {"B": "H", "H": "i"}                         # the codes' typecode when they outgrow theirs
+_LIMIT = {"B": 1 << 8, "H": 1 << 16, "i": 1 << 31}    # the number of values codes of a typecode can say
 
 
 #: The dictionary key of a JSON value: its encoding (lists are not hashable, and 1 == 1.0 == True).
@@ -28,7 +29,7 @@ class CodedColumn:
 
     def __init__(self, values: Iterable = (), key: Callable[[Any], Any] | None = None):
         self.codes = array("B")
-        self._limit = 1 << 8
+        self._limit = _LIMIT["B"]
         self.values: list = []
         self._index: dict = {}
         self._key = key  # None: the values are hashable and compare exactly (strings)
@@ -41,14 +42,15 @@ class CodedColumn:
         out = cls(key=key)
         out.values = values
         out._index = {(v if key is None else out._safe_key(v)): i for i, v in enumerate(values)}
-        out.codes, out._limit = codes, {"B": 1 << 8, "H": 1 << 16, "i": 1 << 31}[codes.typecode]
+        out.codes, out._limit = codes, _LIMIT[codes.typecode]
         return out
 
     def _add(self, k, v) -> int:
         code = self._index[k] = len(self.values)
         self.values.append(v)
         if code >= self._limit:  # one value more than the codes can say: widen them
-            typecode, self._limit = _WIDER[self.codes.typecode]
+            typecode = _WIDER[self.codes.typecode]
+            self._limit = _LIMIT[typecode]
             self.codes = array(typecode, self.codes)
         return code
 

@@ -81,8 +81,13 @@ def _int_type(pa, typecode: str):
             "l": pa.int64(), "q": pa.int64(), "L": pa.uint64(), "Q": pa.uint64()}[typecode]
 
 
-def _fixed(pa, col: array):
-    return pa.Array.from_buffers(_int_type(pa, col.typecode), len(col), [None, pa.py_buffer(col)])
+def _fixed(pa, col):
+    """An array.array or a bytearray (uint8) as an Arrow array over the same bytes."""
+    return pa.Array.from_buffers(_value_type(pa, _typecode(col)), len(col), [None, pa.py_buffer(col)])
+
+
+def _typecode(col) -> str:
+    return _BYTES if isinstance(col, (bytes, bytearray)) else col.typecode
 
 
 def _json_array(pa, col) -> "object":
@@ -149,7 +154,7 @@ def write_store(table: EventTable, path: str, fingerprint: dict | None = None) -
         names.append(_NAMES.get(name, name))
         arrays.append(_json_array(pa, getattr(table, name)))
     names.append("async_op")
-    arrays.append(pa.Array.from_buffers(pa.uint8(), len(table), [None, pa.py_buffer(bytes(table.async_op))]))
+    arrays.append(_fixed(pa, table.async_op))
     _write(pa, path, names, arrays, orjson.dumps(_meta(table, fingerprint or {})))
 
 
@@ -197,11 +202,9 @@ def write_arrays(path: str, arrays: dict, meta: dict, fingerprint: dict) -> None
 
     names, cols, codes = [], [], {}
     for name, a in arrays.items():
-        tc = _BYTES if isinstance(a, (bytes, bytearray)) else a.typecode
-        values = pa.Array.from_buffers(_value_type(pa, tc), len(a), [None, pa.py_buffer(a)])
-        cols.append(pa.LargeListArray.from_arrays(pa.array([0, len(a)], pa.int64()), values))
+        cols.append(pa.LargeListArray.from_arrays(pa.array([0, len(a)], pa.int64()), _fixed(pa, a)))
         names.append(name)
-        codes[name] = tc
+        codes[name] = _typecode(a)
     _write(pa, path, names, cols, orjson.dumps({"store_version": STORE_VERSION, "fingerprint": fingerprint,
                                                 "arrays": codes, "meta": meta}))
 
@@ -216,15 +219,13 @@ def read_arrays(path: str, fingerprint: dict) -> tuple[dict, dict]:
         codes = meta.get("arrays")
         if type(codes) is not dict or batch.schema.names != list(codes) or batch.num_rows != 1:
             raise StoreError("unexpected columns")
-        out = {}
-        for (name, tc), col in zip(codes.items(), batch.columns):
+        for tc, col in zip(codes.values(), batch.columns):
             if col.type != pa.large_list(_value_type(pa, tc)) or col.offset or col.values.offset:
                 raise StoreError("unexpected columns")
         if _crc(batch.columns, meta_b) != _stored_crc(batch):
             raise StoreError("checksum mismatch")
-        for (name, tc), col in zip(codes.items(), batch.columns):
-            (data,) = _used_bytes(col.values)
-            out[name] = bytearray(data) if tc == _BYTES else array(tc, bytes(data))
+        out = {name: bytearray(_used_bytes(col.values)[0]) if tc == _BYTES else _ints(col.values, tc)
+               for (name, tc), col in zip(codes.items(), batch.columns)}
         return out, meta["meta"]
     except StoreError:
         raise
@@ -302,6 +303,7 @@ def _used_bytes(a) -> list:
 
 
 def _ints(a, typecode: str) -> array:
+    """A fixed-width Arrow array's values as an array.array of `typecode`."""
     out = array(typecode)
     out.frombytes(_used_bytes(a)[0])  # a copy: array cannot wrap the mapped buffer (EventTable's column type)
     return out
@@ -371,7 +373,7 @@ def _table(arrays, meta: dict, n: int) -> EventTable:
     t.async_op = bytearray(_used_bytes(arrays[k])[0])
     t.groups = [Group(str(name), tuple(ranks)) for name, ranks in meta["groups"]]
     t.__dict__["_group_index"] = {g: i for i, g in enumerate(t.groups)}
-    if n and not (0 <= _extent(t.gid)[0] and _extent(t.gid)[1] < len(t.groups)):
+    if n and not (0 <= (gids := _extent(t.gid))[0] and gids[1] < len(t.groups)):
         raise StoreError("a group index past the groups")
     names = {f.name for f in fields(RankInfo)}
     t.ranks = {}
@@ -388,25 +390,29 @@ def _table(arrays, meta: dict, n: int) -> EventTable:
 
 # -- the cache beside a trace ----------------------------------------------------------------------------------
 
-def _code_version() -> str:
-    """A digest of the reader's code (this package's sources): a store written by another reader is stale."""
-    global _CODE
-    if _CODE is None:
+def source_digest(*places: str) -> str:
+    """A digest of the sources in `places` (a folder: its .py files; a file), read once per process: what a file
+    derived by this code (a store, a saved analysis) must have been made by, else it is stale."""
+    key = tuple(places)
+    if key not in _DIGESTS:
         h = hashlib.sha1(str(STORE_VERSION).encode())
-        here = os.path.dirname(os.path.abspath(__file__))
-        for name in sorted(os.listdir(here)):
-            if name.endswith(".py"):
-                with open(os.path.join(here, name), "rb") as fh:
-                    h.update(name.encode() + b"\0" + fh.read())
-        fmt = os.path.join(os.path.dirname(here), "format.py")
-        if os.path.exists(fmt):
-            with open(fmt, "rb") as fh:
-                h.update(fh.read())
-        _CODE = h.hexdigest()[:16]
-    return _CODE
+        for place in places:
+            files = ([os.path.join(place, n) for n in sorted(os.listdir(place)) if n.endswith(".py")]
+                     if os.path.isdir(place) else [place] if os.path.exists(place) else [])
+            for f in files:
+                with open(f, "rb") as fh:
+                    h.update(os.path.basename(f).encode() + b"\0" + fh.read())
+        _DIGESTS[key] = h.hexdigest()[:16]
+    return _DIGESTS[key]
 
 
-_CODE: str | None = None
+_DIGESTS: dict[tuple[str, ...], str] = {}
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _code_version() -> str:
+    """The reader's code (this package and the format): a store written by another reader is stale."""
+    return source_digest(_HERE, os.path.join(os.path.dirname(_HERE), "format.py"))
 
 
 def fingerprint(paths: list[str], run: int | None, sources: list[str]) -> tuple[dict, int]:
@@ -464,4 +470,5 @@ def cached_load(paths: list[str], run: int | None, sources: list[str], is_dir: b
 
 
 __all__ = ["CACHE_DIR", "ENV", "FILE_SUFFIX", "STORE_VERSION", "StoreError", "StoreOrigin", "cache_path",
-           "cached_load", "enabled", "fingerprint", "read_arrays", "read_store", "write_arrays", "write_store"]
+           "cached_load", "enabled", "fingerprint", "read_arrays", "read_store", "source_digest", "write_arrays",
+           "write_store"]

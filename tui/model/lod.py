@@ -16,6 +16,8 @@ from itertools import accumulate, compress, repeat
 from operator import add, and_, gt, le, sub, truediv
 from typing import NamedTuple
 
+import numpy as np
+
 from disttrace.tracer.data.events import NONE, EventTable
 
 N_CATS = 4  # index 0: waiting; 1 collective, 2 barrier, 3 p2p (no event: compute)
@@ -57,51 +59,42 @@ class Lane:
         self.maxend = array("q", accumulate(ends, max, initial=0)) if maxend is None else maxend
 
     @classmethod
-    def build_all(cls, table: EventTable, cats_of_row: bytes, wait_ns, t_end: int) -> dict[int, "Lane"]:
-        """Every rank's lane (by rank; a rank with a file and no event gets an empty one), as `build` makes them,
-        in numpy: a million events are indexed in a tenth of a second, not in seconds."""
-        import numpy as np
-
-        n = len(table)
-        rank = _np(np, table.rank, np.int32, n)
+    def build_all(cls, table: EventTable, cats_of_row, wait_ns, t_end: int) -> dict[int, "Lane"]:
+        """Every rank's lane, by rank (a rank with a file and no event gets an empty one). `cats_of_row`: each row's
+        category (a buffer of bytes), `wait_ns`: each row's wait. In numpy: a million events in a tenth of a
+        second."""
+        rank = np.frombuffer(table.rank, np.int32)
         order = np.argsort(rank, kind="stable").astype(np.int32)  # table order is start order: kept per rank
         present, first = np.unique(rank[order], return_index=True)
-        bounds = [*first.tolist(), n]
-        start, end = _np(np, table.start_ns, np.int64, n), _np(np, table.end_ns, np.int64, n)
-        waits, cats = _np(np, wait_ns, np.int64, n), _np(np, cats_of_row, np.uint8, n)
+        bounds = [*first.tolist(), len(table)]
+        start, end = np.frombuffer(table.start_ns, np.int64), np.frombuffer(table.end_ns, np.int64)
+        waits, cats = np.frombuffer(wait_ns, np.int64), np.frombuffer(cats_of_row, np.uint8)
         lanes = {}
         for k, r in enumerate(present.tolist()):
             rows = order[bounds[k]:bounds[k + 1]]
-            lanes[r] = cls._of(np, rows, start[rows], end[rows], cats[rows], waits[rows], t_end)
-        none = np.zeros(0, np.int32)
+            lanes[r] = cls._of(rows, start[rows], end[rows], cats[rows], waits[rows], t_end)
         for r in table.ranks:
             if r not in lanes:
-                lanes[r] = cls._of(np, none, none.astype(np.int64), none.astype(np.int64), none.astype(np.uint8),
-                                   none.astype(np.int64), t_end)
+                none = order[:0]
+                lanes[r] = cls._of(none, start[none], end[none], cats[none], waits[none], t_end)
         return lanes
 
     @classmethod
-    def _of(cls, np, rows, starts, ends, cats, waits, t_end: int) -> "Lane":
+    def _of(cls, rows, starts, ends, cats, waits, t_end: int) -> "Lane":
         if (unfinished := ends == NONE).any():  # never finished: it occupies the rest of the trace (the hang)
             ends = ends.copy()
             ends[unfinished] = np.maximum(t_end, starts[unfinished])
         durs = ends - starts
-        cum = [_prefix(np, np.minimum(waits, durs))]
-        cum += [_prefix(np, np.where(cats == c, durs, 0)) for c in (1, 2, 3)]
-        maxend = _q(np, np.maximum.accumulate(np.concatenate((np.zeros(1, np.int64), ends))))
-        return cls(array("i", rows.astype(np.int32).tobytes()), _q(np, starts), _q(np, ends), cats.tobytes(), cum,
-                   maxend)
+        cum = [_prefix(np.minimum(waits, durs))] + [_prefix(np.where(cats == c, durs, 0)) for c in (1, 2, 3)]
+        maxend = _q(np.maximum.accumulate(np.concatenate((np.zeros(1, np.int64), ends))))
+        return cls(array("i", rows.tobytes()), _q(starts), _q(ends), cats.tobytes(), cum, maxend)
 
     def with_waits(self, wait_ns) -> "Lane":
         """The same lane with other waits (the analysis arrived): everything else is shared."""
-        import numpy as np
-
-        rows = np.frombuffer(self.rows, np.int32) if len(self.rows) else np.zeros(0, np.int32)
-        n = len(wait_ns)
-        durs = _np(np, self.ends, np.int64, len(self.ends)) - _np(np, self.starts, np.int64, len(self.starts))
-        waits = _np(np, wait_ns, np.int64, n)[rows]
-        return Lane(self.rows, self.starts, self.ends, self.cats, [_prefix(np, np.minimum(waits, durs)),
-                                                                  *self.cum[1:]], self.maxend)
+        durs = np.frombuffer(self.ends, np.int64) - np.frombuffer(self.starts, np.int64)
+        waits = np.frombuffer(wait_ns, np.int64)[np.frombuffer(self.rows, np.int32)]
+        return Lane(self.rows, self.starts, self.ends, self.cats, [_prefix(np.minimum(waits, durs)), *self.cum[1:]],
+                    self.maxend)
 
     def before(self, t: int) -> tuple[int, int, int, int, int]:
         """Time in (waiting, collective, barrier, p2p) before time t, and the index of the first event starting at
@@ -254,19 +247,14 @@ _plus1 = (1).__add__
 _minus_one = (-1).__add__
 
 
-def _np(np, col, dtype, n: int):
-    """A numpy view of an array/bytes column (no copy)."""
-    return np.frombuffer(col, dtype) if n else np.zeros(0, dtype)
-
-
-def _q(np, a) -> array:
+def _q(a) -> array:
     return array("q", a.astype(np.int64, copy=False).tobytes())
 
 
-def _prefix(np, a) -> array:
+def _prefix(a) -> array:
     """The prefix sums of `a` from 0 (len(a) + 1 of them), as an array of "q"."""
     out = np.zeros(len(a) + 1, np.int64)
     np.cumsum(a, out=out[1:])
-    return _q(np, out)
+    return _q(out)
 
 

@@ -78,8 +78,8 @@ class TraceStore:
         self._take_analysis(analysis)
         if progress:
             progress(0.2, "indexing ranks")
-        cat_of_code = np.array([category(op) for op in table.op.values] or [0], np.uint8)  # op is dictionary-encoded
-        cats = cat_of_code[np.frombuffer(table.op.codes, np.dtype(table.op.codes.typecode))].tobytes() if n else b""
+        cat_of_code = np.array([category(op) for op in table.op.values], np.uint8)  # op is dictionary-encoded
+        cats = cat_of_code[np.frombuffer(table.op.codes, table.op.codes.typecode)]
         lanes = Lane.build_all(table, cats, self.wait_ns, self.t1)
         self.rows: list[RankRow] = []
         for r in sorted(lanes):
@@ -96,7 +96,7 @@ class TraceStore:
         self.wait_ns = analysis.event_wait_ns  # wait part of each event (the time it spent waiting for a late peer)
         # collectives in order of their first arrival
         colls = analysis.collectives
-        first = np.frombuffer(colls.first_starts(), np.int64) if len(colls) else np.zeros(0, np.int64)
+        first = np.frombuffer(colls.first_starts(), np.int64)
         order = np.argsort(first, kind="stable")
         self.coll_order = order.tolist()
         pos = np.empty(len(order), np.int64)
