@@ -250,12 +250,18 @@ def _set_late_ranks(steps: list[Step], cost: dict[int, dict[int, int]], threshol
 
 
 def _period(late: list[int]) -> int | None:
-    """d when the units come every d-th (at least three, three quarters of the gaps d, the others multiples)."""
+    """d when the units come every d-th: at least three in one row d apart (u % d the same), and the row's units at
+    least three quarters of its places and the units off it together. One stray unit (a loaded machine's hiccup
+    that crossed the threshold) or one missed place does not hide the period; units at random have none."""
     if len(late) < 3:
         return None
-    gaps = [b - a for a, b in zip(late, late[1:])]
-    d, n = Counter(gaps).most_common(1)[0]
-    return d if n >= 0.75 * len(gaps) and all(g % d == 0 for g in gaps) else None
+    d = Counter(b - a for a, b in zip(late, late[1:])).most_common(1)[0][0]
+    if d <= 0:
+        return None
+    phase, n = Counter(u % d for u in late).most_common(1)[0]
+    row = [u for u in late if u % d == phase]
+    places = (row[-1] - row[0]) // d + 1
+    return d if n >= 3 and n >= 0.75 * (places + len(late) - n) else None
 
 
 def _sites(t: EventTable, rec: WaitRecord, rank: int, unit: int, step_of) -> tuple[str | None, str | None]:
