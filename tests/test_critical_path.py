@@ -317,6 +317,33 @@ def test_a_chain_of_waits_is_traced_to_its_root():
         (2, "comm", "recv world", 1), (2, "compute", "c.py:30 → d.py:1", 3), (2, "comm", "barrier world #0", 1)]
 
 
+def test_a_ring_of_exchanges_is_walked_through_to_the_step_s_start():
+    # every step: 10 ms of compute (rank 2: 30 ms in steps 2 and 4), an all_reduce, then a ring exchange (each rank
+    # sends to the next, then posts the recv from the one before; all end when the last has arrived). Each send
+    # waits for a recv that waits for a send... around the ring: a cycle at one instant, which the walk must
+    # step out of (it did not: each part cost up to a million moves, and the paths stopped a few parts in)
+    world, steps = 4, 6
+    tr = Trace(world)
+    t = 0
+    for k in range(steps):
+        arrive = {r: t + 10 * MS + (20 * MS if r == 2 and k in (2, 4) else 0) + r * MS // 10 for r in range(world)}
+        end = max(arrive.values()) + 2 * MS
+        tr.coll("all_reduce", arrive, end, nbytes=4096, site="t.py:5 in step")
+        ring = end + MS
+        for r in range(world):
+            tr.send(r, (r + 1) % world, ring + r * MS // 20, ring + MS, 64, site="t.py:8 in step")
+            tr.recv(r, (r - 1) % world, ring + r * MS // 20 + MS // 5, ring + MS, 64, site="t.py:9 in step")
+        t = ring + MS
+    a = analyze(tr.table())
+    _check_adds_up(a)
+    assert len(a.critical_path) == steps
+    for p in a.critical_path:
+        step = a.steps[p.index]
+        assert p.length_ns >= 0.9 * (step.end_ns - step.start_ns), (p.index, p.parts)
+        if p.index in (2, 4):  # the late steps: rank 2's compute holds most of the path
+            assert max(p.parts, key=lambda part: part.ns).rank == 2, p.parts
+
+
 def test_replaying_unchanged_steps_gives_back_their_measured_length():
     # 4 steps on 3 ranks, each a little longer than the one before: rank 0 sends to rank 1, which forwards to rank
     # 2; an all_reduce of the world (rank 2 last), an async all_reduce of ranks {1, 2} waited for later, a barrier

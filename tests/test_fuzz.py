@@ -200,8 +200,9 @@ def seeds(traced, tmp_path_factory):
     return {
         "trace": {p.name: p.read_bytes() for p in sorted(trace.iterdir()) if p.name.startswith("rank-")},
         "events": {"events.jsonl": events},
-        "fr_json": {p.name: p.read_bytes() for p in sorted((fr / "json").iterdir())},
-        "fr_pickle": {p.name: p.read_bytes() for p in sorted((fr / "pickle").iterdir())},
+        # the dumps (not the trace store's dir that reading them may have left there)
+        "fr_json": {p.name: p.read_bytes() for p in sorted((fr / "json").iterdir()) if p.is_file()},
+        "fr_pickle": {p.name: p.read_bytes() for p in sorted((fr / "pickle").iterdir()) if p.is_file()},
         "trace_dir": trace,
     }
 

@@ -120,6 +120,29 @@ def test_a_changed_source_rebuilds_the_store(events_file):
     assert opened_from_store(load_trace(events_file))
 
 
+def test_profiler_traces_are_stored_too(tmp_path):
+    from test_kineto import write_gpu_traces
+
+    # a directory of Kineto traces (one gzipped per odd rank), and one file of them named on its own
+    d = write_gpu_traces(str(tmp_path / "prof"), meta_on_kernel=True, seq=True)
+    age(d)
+    parsed = load_trace(d, cache=False)
+    assert parsed.notes and not opened_from_store(load_trace(d))
+    assert os.path.isfile(store.cache_path([d], None, True))
+    again = load_trace(d)
+    assert opened_from_store(again)
+    assert_same(parsed, again)
+    one = os.path.join(d, sorted(n for n in os.listdir(d) if n.endswith(".gz"))[0])
+    load_trace(one)
+    assert opened_from_store(load_trace(one)) and os.path.isfile(one + store.FILE_SUFFIX)
+    assert_same(load_trace(one, cache=False), load_trace(one))
+    # the directory's own store and the file's beside it are not traces of it: the directory reads as before
+    assert_same(parsed, load_trace(d, cache=False))
+    # a rank's trace rewritten (a newer mtime): the store is stale
+    os.utime(one, ns=(0, os.stat(one).st_mtime_ns + 10**9))
+    assert not opened_from_store(load_trace(d))
+
+
 def test_each_run_and_set_of_dirs_has_a_store_of_its_own():
     names = {store.cache_path(["a"], None, True), store.cache_path(["a"], 2, True), store.cache_path(["a", "b"], None, True),
              store.cache_path(["a", "c"], None, True), store.cache_path(["f"], None, False),
@@ -301,8 +324,10 @@ def test_a_trace_dir_whose_files_change_is_read_again(traced, tmp_path):
 def test_round_trip_of_a_flight_recorder_import(traced, tmp_path_factory, tmp_path):
     from harness import traced_fr_run
     _trace, dumps = traced_fr_run(traced, tmp_path_factory)
-    parsed = load_trace(str(dumps / "json"))
-    out = str(tmp_path / "fr.arrow")
-    store.write_store(parsed, out)
-    assert_same(parsed, store.read_store(out))
+    d = _copy(dumps / "json", tmp_path)
+    parsed = load_trace(d, cache=False)
+    load_trace(d)
+    again = load_trace(d)
+    assert opened_from_store(again)
+    assert_same(parsed, again)
 

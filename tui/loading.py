@@ -10,6 +10,7 @@ import os
 import sys
 
 from disttrace.tracer.data.events import EventTable, Progress, TraceError, part_of
+from disttrace.tracer.data.store import CACHE_DIR
 
 from .model.narration import Narration, load_narration
 from .model.store import TraceStore
@@ -104,7 +105,8 @@ def input_size(paths: list[str]) -> int:
     total = 0
     for p in paths:
         if os.path.isdir(p):
-            for root, _dirs, files in os.walk(p):
+            for root, dirs, files in os.walk(p):
+                dirs[:] = [d for d in dirs if d != CACHE_DIR]  # the store is not input: it is what speeds it up
                 for f in files:
                     try:
                         total += os.path.getsize(os.path.join(root, f))

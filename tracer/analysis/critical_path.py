@@ -226,11 +226,17 @@ class _Walker:
             kind, nxt, r, x = "host", row, rank_of[row], None
         else:
             kind, x, r, nxt = "op", row, None, None
-        seen = None  # the ops crossed to at this instant: a cycle of waits (damage) must not loop
+        # the ops visited at this instant (the walk's moves here do not change it): waits that lead back to one of
+        # them (a ring of sends each waiting for its peer's recv, or damage) are a cycle, not a cause to follow
+        seen = None
         for _ in range(_MAX_MOVES):
             if now <= floor:
                 return None, None
             if kind == "op":
+                if seen is None:
+                    seen = {x}
+                else:
+                    seen.add(x)
                 r = rank_of[x]
                 st, w = start[x], wait[x]
                 if now < st:  # an arrival after the wait it ended: the clocks' error; its rank computed till now
@@ -241,9 +247,7 @@ class _Walker:
                     return (r, "comm", lo, now - lo, x, -1), _op_state(x, lo)
                 if w > 0:
                     j = self.cause_row(x)
-                    if j is not None and (seen is None or j not in seen):
-                        seen = seen or set()
-                        seen.add(x)
+                    if j is not None and j not in seen:
                         x = j
                         continue
                     lo = max(st, floor)

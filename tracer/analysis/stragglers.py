@@ -271,7 +271,7 @@ def _sites(t: EventTable, rec: WaitRecord, rank: int, unit: int, step_of) -> tup
     for c, a, b, row, crow, u in zip(rec.culprit, rec.a, rec.b, rec.row, rec.culprit_row, rec.unit):
         if c == rank and (step_of[row] if step_of is not None else u) == unit and b - a > best:
             best, arrival = b - a, crow
-    if arrival < 0 or t.rank[arrival] != rank:
+    if arrival < 0 or t.rank[arrival] != rank or not t.site[arrival]:  # (a trace without call sites: Kineto's)
         return None, None
     prev = None
     for i, r in enumerate(t.rank):  # the late rank's op before its arrival (table order is issue order per rank)
@@ -279,6 +279,6 @@ def _sites(t: EventTable, rec: WaitRecord, rank: int, unit: int, step_of) -> tup
             break
         if r == rank:
             prev = i
-    here = t.site[arrival] or "?"
+    here = t.site[arrival]
     before = t.site[prev] if prev is not None and t.site[prev] else "its start"
     return before, here

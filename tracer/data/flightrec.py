@@ -94,6 +94,11 @@ def _candidates(path: str) -> list[tuple[str, int]]:
     return out
 
 
+def source_files(path: str) -> list[str]:
+    """The files the events of dump directory `path` come from (what the trace store's fingerprint watches)."""
+    return [full for full, _ in _candidates(path)]
+
+
 def _kind(head: bytes) -> str | None:
     """'json' or 'pickle' from a file's first bytes, or None."""
     stripped = head.lstrip()
@@ -452,4 +457,4 @@ def _event(e: dict, rank: int, members: dict[str, tuple[int, ...]], cache: dict)
     return ev
 
 
-__all__ = ["is_fr_dir", "load_fr_dir"]
+__all__ = ["is_fr_dir", "load_fr_dir", "source_files"]

@@ -131,6 +131,12 @@ def _files_of(path: str) -> list[str]:
             and os.path.isfile(os.path.join(path, n))]
 
 
+def source_files(path: str) -> list[str]:
+    """The files the events of `path` (a trace file, or a directory of them) come from: what the trace store's
+    fingerprint watches (every .json[.gz] of a directory: one that is not a trace makes a warning)."""
+    return _files_of(path) if os.path.isdir(path) else [path]
+
+
 def is_kineto_dir(path: str) -> bool:
     return os.path.isdir(path) and any(is_kineto_file(f) for f in _files_of(path))
 
@@ -804,4 +810,4 @@ def _say(table, traces, fits, world, present, guessed, events) -> None:
                               "not aligned")
 
 
-__all__ = ["claims", "comm_op", "is_kineto_dir", "is_kineto_file", "load_kineto"]
+__all__ = ["claims", "comm_op", "is_kineto_dir", "is_kineto_file", "load_kineto", "source_files"]

@@ -26,6 +26,8 @@ class Importer:
     """Whether a path (a file or a directory) is in this format."""
     load: Callable[[list[str], EventTable, "Progress | None", "int | None"], None]
     """Load the paths claimed into the table: (paths, table, progress, run)."""
+    sources: Callable[[str], list[str]] | None = None
+    """The files a path's events come from, watched by the trace store (None: not kept in the store)."""
 
 
 def _load_fr_dirs(paths: list[str], table: EventTable, progress, run) -> None:
@@ -49,12 +51,12 @@ def _load_store_files(paths: list[str], table: EventTable, progress, run) -> Non
 
 
 IMPORTERS: tuple[Importer, ...] = (
-    Importer("disttrace trace dir", is_trace_dir, load_trace_dirs),
-    Importer("PyTorch profiler (Kineto) traces", kineto.claims, kineto.load_kineto),
-    Importer("Flight Recorder dumps", flightrec.is_fr_dir, _load_fr_dirs),
+    Importer("disttrace trace dir", is_trace_dir, load_trace_dirs, find_rank_files),
+    Importer("PyTorch profiler (Kineto) traces", kineto.claims, kineto.load_kineto, kineto.source_files),
+    Importer("Flight Recorder dumps", flightrec.is_fr_dir, _load_fr_dirs, flightrec.source_files),
     Importer("disttrace trace store (a .disttrace.arrow file)", lambda p: _is_store_file(p) and os.path.isfile(p),
              _load_store_files),
-    Importer("normalized events file (disttrace events)", os.path.isfile, _load_events_files),
+    Importer("normalized events file (disttrace events)", os.path.isfile, _load_events_files, lambda p: [p]),
 )
 
 
@@ -63,8 +65,8 @@ def load_trace(paths: list[str] | str, progress: Progress | None = None, run: in
     """Load trace dirs (one per node), Flight Recorder dumps or events files into one sorted EventTable; `run`
     picks one run of a trace that holds several (data/runs.py).
 
-    Trace dirs and an events file are read through the trace store (data/store.py): its valid copy beside the
-    trace is opened instead of parsing, else the trace is parsed and the store written. `cache`: False never
+    Every format but the store itself is read through the trace store (data/store.py): its valid copy beside
+    the trace is opened instead of parsing, else the trace is parsed and the store written. `cache`: False never
     reads nor writes it (a live trace: --follow); None: as DISTTRACE_CACHE says (on unless "0")."""
     if isinstance(paths, str):
         paths = [paths]
@@ -88,11 +90,12 @@ def load_trace(paths: list[str] | str, progress: Progress | None = None, run: in
 
     if cache is None:
         cache = store.enabled()
-    (importer, mine), = claimed.items() if len(claimed) == 1 else ((None, None),)
-    if cache and importer is IMPORTERS[0]:  # trace dirs: their rank files are the sources
-        return store.cached_load(paths, run, [f for p in paths for f in find_rank_files(p)], True, parse, progress)
-    if cache and importer is IMPORTERS[-1] and len(paths) == 1:
-        return store.cached_load(paths, run, list(paths), False, parse, progress)
+    importer = next(iter(claimed)) if len(claimed) == 1 else None
+    # through the store: directories (any number: one job's nodes), or one file (its store is named after it)
+    dirs = all(os.path.isdir(p) for p in paths)
+    if cache and importer is not None and importer.sources is not None and (dirs or len(paths) == 1):
+        sources = [f for p in paths for f in importer.sources(p)]
+        return store.cached_load(paths, run, sources, dirs, parse, progress)
     return parse()
 
 
