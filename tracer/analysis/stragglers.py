@@ -1,9 +1,10 @@
 """Who made the others wait, per rank and per step, and the straggler verdict (ANALYSIS.md, "Stragglers").
 
 Every wait (waits.py) has a cause: the last arrival of an N×N op, the root of a Late Broadcast, the last sender of
-an Early Reduce, the sender of a late message, the receiver a send waited for. A rank's delay cost is the waiting
-it caused: per waiting rank the union of the intervals it spent waiting for it (DDP's buckets wait for the same
-late arrival at once: counted once), summed over the waiting ranks.
+an Early Reduce, the sender of a late message, the receiver a send waited for. Where that rank was itself waiting
+at the time, the cause is carried back along the chain to the rank that was not (`propagated`). A rank's delay
+cost is the waiting it caused: per waiting rank the union of the intervals it spent waiting for it (DDP's buckets
+wait for the same late arrival at once: counted once), summed over the waiting ranks.
 
 The verdict names a straggler only when its cost stands out from the job's own jitter. The units compared are the
 steady steps (warm-up and set-up left out) or, with fewer than `MIN_UNITS` of them, the collectives and messages.
@@ -12,15 +13,16 @@ In each unit the rank the others waited for most leads it. A rank is named when
   clocks' uncertainty), causing `DOMINANT` times the waiting all the others caused, or `DOMINANT_STEADY` times
   theirs by about the same amount each time (`STEADY`): a persistently slow rank; or
 - its cost led units as an outlier, over the median unit's largest cost by `OUTLIERS` median absolute deviations
-  (the jitter), twice as much as all the other ranks' outliers together (random hiccups of the machine strike
+  (the jitter, measured without the units far above it: `CLEAN`), twice as much as all the other ranks' outliers together (random hiccups of the machine strike
   ranks alike), in at least `MIN_OUTLIERS` units or in fewer that hold `SINGLE` of the steady time: an occasional
   or periodic straggler.
-Otherwise no rank is named. In a pipeline the waits between its stages are the schedule's bubble, not straggling:
+Its late units are those past the jitter and at least `MINOR` of its costliest. Otherwise no rank is named. In a pipeline the waits between its stages are the schedule's bubble, not straggling:
 they are left out (pipeline.py names a slower stage).
 """
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import Counter
 from itertools import repeat
 from statistics import median
@@ -41,6 +43,8 @@ DOMINANT = 10       # times the waiting all the others caused
 DOMINANT_STEADY = 3  # times theirs, for a rank late by about the same each time:
 STEADY = 0.25       # the median absolute deviation of its lateness, over its median
 OUTLIERS = 6.0      # median absolute deviations (scaled to a standard deviation) above the median
+CLEAN = 5.0         # units above this many are left out when the median and deviation are measured
+MINOR = 0.25        # of the named rank's costliest unit: a late unit below is not one of its late units
 MIN_OUTLIERS = 3    # outlier units
 SINGLE = 0.2        # of the steady time: fewer outliers than MIN_OUTLIERS name a rank only if they cost this much
 FLOOR = 0.02        # of the median unit's length
@@ -106,6 +110,69 @@ def wait_records(t: EventTable, collectives: CollectiveTable, culprits: list[int
                 out.add(dst, src, start_c[recv], ls, recv, send, -(m + 1), counts)
             if lr and send != NONE:
                 out.add(src, dst, start_c[send], lr, send, recv, -(m + 1), counts)
+    return propagated(out)
+
+
+MAX_CHAIN = 16  # ranks followed back along one chain of waits
+
+
+def propagated(rec: WaitRecord) -> WaitRecord:
+    """The waits with their causes carried back along chains (Scalasca's propagation of wait states): while rank a
+    waited for rank b, if b was itself waiting for c, that stretch of a's wait was caused by c (and so on back:
+    c may have been waiting too). A ring exchange passes one rank's delay on from neighbour to neighbour; without
+    this the ranks that passed it on would share the blame. A chain that comes back to a rank already on it (a
+    cycle) stops there. Each stretch keeps its waiter, event and unit; its culprit row is the root's arrival."""
+    by_rank: dict[int, list[int]] = {}
+    for k, w in enumerate(rec.waiter):
+        if rec.counts[k]:  # (a pipeline's bubble is the schedule, not a rank's delay: nothing to carry back)
+            by_rank.setdefault(w, []).append(k)
+    if len(by_rank) < 2:
+        return rec
+    # per rank, its waits as disjoint stretches in time order: (start, end, culprit, culprit row)
+    stretches: dict[int, tuple[list[int], list[tuple]]] = {}
+    for r, ks in by_rank.items():
+        ks.sort(key=lambda k: rec.a[k])
+        starts, items, end = [], [], -1
+        for k in ks:
+            a, b = max(rec.a[k], end), rec.b[k]
+            if b > a:
+                starts.append(a)
+                items.append((a, b, rec.culprit[k], rec.culprit_row[k]))
+                end = b
+        stretches[r] = (starts, items)
+
+    def roots(c: int, crow: int, a: int, b: int, chain: tuple) -> list[tuple]:
+        """[(culprit, culprit row, start, end)] of the stretch [a, b) of a wait for rank c; `chain`: the ranks
+        that waited, each for the next, down to c."""
+        mine = stretches.get(c)
+        if mine is None or len(chain) >= MAX_CHAIN:
+            return [(c, crow, a, b)]
+        starts, items = mine
+        k = max(bisect_right(starts, a) - 1, 0)
+        out, now = [], a
+        chain += (c,)
+        while k < len(items) and items[k][0] < b:
+            sa, sb, d, drow = items[k]
+            k += 1
+            if sb <= now or d in chain:  # (a cycle: c's wait leads back along the chain; c keeps it)
+                continue
+            lo, hi = max(sa, now), min(sb, b)
+            if lo > now:
+                out.append((c, crow, now, lo))
+            out += roots(d, drow, lo, hi, chain)
+            now = hi
+        if now < b:
+            out.append((c, crow, now, b))
+        return out
+
+    out = WaitRecord()
+    for k in range(len(rec.waiter)):
+        w, c, a, b = rec.waiter[k], rec.culprit[k], rec.a[k], rec.b[k]
+        if c not in stretches:  # (the common case: the rank waited for was not waiting)
+            out.add(w, c, a, b - a, rec.row[k], rec.culprit_row[k], rec.unit[k], rec.counts[k])
+            continue
+        for root, root_row, lo, hi in roots(c, rec.culprit_row[k], a, b, (w,)):  # (never w itself)
+            out.add(w, root, lo, hi - lo, rec.row[k], root_row, rec.unit[k], rec.counts[k])
     return out
 
 
@@ -183,8 +250,12 @@ def verdict(t: EventTable, rec: WaitRecord, steps: list[Step], step_of: array) -
         _set_late_ranks(steps, per_step, float("inf"))
         return None
     tops = [max(cost.get(u, {}).values(), default=0) for u in units]
-    med = median(tops)
-    mad = median(abs(x - med) for x in tops) * 1.4826
+    med, mad = _center(tops)
+    # the jitter is measured without the units far above it: a straggler late in a third of the steps would
+    # otherwise widen the very spread its delays are measured against
+    clean = [x for x in tops if x <= med + CLEAN * mad]
+    if len(clean) * 2 > len(tops):
+        med, mad = _center(clean)
     unc = max((info.clock_uncertainty_ns for info in t.ranks.values()), default=0)
     floor = max(MIN_FLOOR_NS, 4 * unc, FLOOR * typical)
     outlier = max(floor, med + OUTLIERS * mad)
@@ -224,12 +295,22 @@ def verdict(t: EventTable, rec: WaitRecord, steps: list[Step], step_of: array) -
     return _named(t, rec, steps, step_of, cost, per_step, by_step, rank, late, outlier, total, everyone)
 
 
+def _center(xs: list[int]) -> tuple[float, float]:
+    """(median, median absolute deviation scaled to a standard deviation)."""
+    med = median(xs)
+    return med, median(abs(x - med) for x in xs) * 1.4826
+
+
 def _named(t: EventTable, rec: WaitRecord, steps: list[Step], step_of: array, cost: dict, per_step: dict,
            by_step: bool, rank: int, late: list[int], threshold: float, total: dict[int, int], everyone: int
            ) -> StragglerVerdict:
-    _set_late_ranks(steps, per_step, threshold)
-    late_cost = sum(cost[u][rank] for u in late)
+    # its late units: past the jitter, and of its delays proper, not the few ms of a machine's hiccup that came
+    # on top of much larger ones (a step of those is no step the user needs to look at; nor any other rank's)
     worst = max(late, key=lambda u: cost[u][rank])
+    cut = max(threshold, MINOR * cost[worst][rank])
+    late = [u for u in late if cost[u][rank] >= cut]
+    _set_late_ranks(steps, per_step, cut)
+    late_cost = sum(cost[u][rank] for u in late)
     before, here = _sites(t, rec, rank, worst, step_of if by_step else None)
     return StragglerVerdict(
         rank=rank, delay_cost_ns=total[rank], steps=late if by_step else [], period=_period(late) if by_step else None,
