@@ -13,11 +13,12 @@ In each unit the rank the others waited for most leads it. A rank is named when
   clocks' uncertainty), causing `DOMINANT` times the waiting all the others caused, or `DOMINANT_STEADY` times
   theirs by about the same amount each time (`STEADY`): a persistently slow rank; or
 - its cost led units as an outlier, over the median unit's largest cost by `OUTLIERS` median absolute deviations
-  (the jitter, measured without the units far above it: `CLEAN`), twice as much as all the other ranks' outliers together (random hiccups of the machine strike
-  ranks alike), in at least `MIN_OUTLIERS` units or in fewer that hold `SINGLE` of the steady time: an occasional
-  or periodic straggler.
-Its late units are those past the jitter and at least `MINOR` of its costliest. Otherwise no rank is named. In a pipeline the waits between its stages are the schedule's bubble, not straggling:
-they are left out (pipeline.py names a slower stage).
+  (the jitter, measured without the units far above it: `CLEAN`), twice as much as all the other ranks' outliers
+  together (random hiccups of the machine strike ranks alike), in at least `MIN_OUTLIERS` units or in fewer that
+  hold `SINGLE` of the steady time: an occasional or periodic straggler.
+Its late units are those past the jitter and at least `MINOR` of its costliest. Otherwise no rank is named. In a
+pipeline the waits between its stages are the schedule's bubble, not straggling: they are left out (pipeline.py
+names a slower stage), and no chain is followed through them.
 """
 
 from __future__ import annotations
