@@ -44,7 +44,7 @@ DOMINANT = 10       # times the waiting all the others caused
 DOMINANT_STEADY = 3  # times theirs, for a rank late by about the same each time:
 STEADY = 0.25       # the median absolute deviation of its lateness, over its median
 OUTLIERS = 6.0      # median absolute deviations (scaled to a standard deviation) above the median
-CLEAN = 5.0         # units above this many are left out when the median and deviation are measured
+CLEAN = 3.0         # units above this many are left out when the median and deviation are measured
 MINOR = 0.25        # of the named rank's costliest unit: a late unit below is not one of its late units
 MIN_OUTLIERS = 3    # outlier units
 SINGLE = 0.2        # of the steady time: fewer outliers than MIN_OUTLIERS name a rank only if they cost this much
@@ -257,13 +257,15 @@ def verdict(t: EventTable, rec: WaitRecord, steps: list[Step], step_of: array) -
         return None
     tops = [max(cost.get(u, {}).values(), default=0) for u in units]
     med, mad = _center(tops)
+    unc = max((info.clock_uncertainty_ns for info in t.ranks.values()), default=0)
+    floor = max(MIN_FLOOR_NS, 4 * unc, FLOOR * typical)
     # the jitter is measured without the units far above it: a straggler late in a third of the steps would
-    # otherwise widen the very spread its delays are measured against
+    # otherwise widen the very spread its delays are measured against. When no rank is named, a step's late rank
+    # is only one past the jitter measured over all the steps (a balanced job's steps are not marked late by it)
+    plain = max(floor, med + OUTLIERS * mad)
     clean = [x for x in tops if x <= med + CLEAN * mad]
     if len(clean) * 2 > len(tops):
         med, mad = _center(clean)
-    unc = max((info.clock_uncertainty_ns for info in t.ranks.values()), default=0)
-    floor = max(MIN_FLOOR_NS, 4 * unc, FLOOR * typical)
     outlier = max(floor, med + OUTLIERS * mad)
     leader = {u: max(c, key=lambda r: (c[r], -r)) for u in units if (c := cost.get(u))}
     # a persistently slow rank: the one the others waited for in nearly every unit, by more than the floor
@@ -289,7 +291,7 @@ def verdict(t: EventTable, rec: WaitRecord, steps: list[Step], step_of: array) -
     for u, r in leader.items():
         if cost[u][r] > outlier:
             outliers.setdefault(r, []).append(u)
-    _set_late_ranks(steps, per_step, outlier)
+    _set_late_ranks(steps, per_step, plain)
     if not outliers:
         return None
     weight = {r: sum(cost[u][r] for u in us) for r, us in outliers.items()}
