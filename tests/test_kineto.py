@@ -21,7 +21,7 @@ from harness import job, run_disttrace, run_traced
 from disttrace.tracer.analysis import analyze
 from disttrace.tracer.data.events import EventTable
 from disttrace.tracer.data.clockfit import fit_clock_offsets
-from disttrace.tracer.data.kineto import claims, comm_op
+from disttrace.tracer.data.kineto import claims, comm_op, source_files
 from disttrace.tracer.data.load import load_trace
 
 J = job("kineto_straggler")
@@ -93,13 +93,11 @@ def test_missing_ranks_are_reported_and_the_rest_analysed(gloo_job, tmp_path):
     prof, _ = gloo_job
     kept = tmp_path / "two_of_three"
     kept.mkdir()
-    for name in os.listdir(prof):
-        if not name.endswith((".json", ".json.gz")):  # the trace store's dir, once the traces were read
-            continue
-        opener = gzip.open if name.endswith(".gz") else open
-        with opener(prof / name, "rb") as f:
+    for path in source_files(str(prof)):  # the traces (not the store's dir that reading them left there)
+        opener = gzip.open if path.endswith(".gz") else open
+        with opener(path, "rb") as f:
             if json.load(f)["distributedInfo"]["rank"] != 2:
-                shutil.copy(prof / name, kept / name)
+                shutil.copy(path, kept / os.path.basename(path))
     rc, k = _report(kept)
     assert any("ranks 2 have no profiler trace (2 of 3" in w for w in k["summary"]["warnings"]), k["summary"]
     assert k["summary"]["ranks"] == [0, 1]
@@ -313,7 +311,7 @@ def test_gpu_report_and_events_cli(tmp_path):
     assert any("no call sites" in n for n in rep["summary"]["notes"])
     p = run_disttrace("events", d)
     assert p.returncode == 0 and p.stdout.count("\n") == len(load_trace(d))
-    single = run_disttrace("report", os.path.join(d, sorted(n for n in os.listdir(d) if ".json" in n)[0]))
+    single = run_disttrace("report", source_files(d)[0])
     assert single.returncode == 0, single.stderr
 
 

@@ -121,6 +121,7 @@ def test_a_changed_source_rebuilds_the_store(events_file):
 
 
 def test_profiler_traces_are_stored_too(tmp_path):
+    from disttrace.tracer.data.kineto import source_files
     from test_kineto import write_gpu_traces
 
     # a directory of Kineto traces (one gzipped per odd rank), and one file of them named on its own
@@ -132,7 +133,7 @@ def test_profiler_traces_are_stored_too(tmp_path):
     again = load_trace(d)
     assert opened_from_store(again)
     assert_same(parsed, again)
-    one = os.path.join(d, sorted(n for n in os.listdir(d) if n.endswith(".gz"))[0])
+    one = next(f for f in source_files(d) if f.endswith(".gz"))
     load_trace(one)
     assert opened_from_store(load_trace(one)) and os.path.isfile(one + store.FILE_SUFFIX)
     assert_same(load_trace(one, cache=False), load_trace(one))

@@ -251,7 +251,7 @@ def open_viewer(paths: list[str], step_mode: bool = False, follow: bool = False,
         store = narration = None
         if follow:
             store, narration = _wait_for_first_events(paths, run)
-        elif loading.input_size(paths) < PRELOAD_BYTES:
+        elif trace_size(paths) < PRELOAD_BYTES:
             store, narration = loading.load_store(paths, run=run)
         else:
             for p in paths:

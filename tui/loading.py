@@ -10,7 +10,6 @@ import os
 import sys
 
 from disttrace.tracer.data.events import EventTable, Progress, TraceError, part_of
-from disttrace.tracer.data.store import CACHE_DIR
 
 from .model.narration import Narration, load_narration
 from .model.store import TraceStore
@@ -98,20 +97,3 @@ def load_store(paths: list[str], progress: Progress | None = None,
                run: int | None = None, cache: bool | None = None) -> tuple[TraceStore, Narration | None]:
     table = read_table(paths, part_of(progress, 0.0, 0.6), run, cache)
     return build_store(table, part_of(progress, 0.6, 1.0)), load_narration(paths)
-
-
-def input_size(paths: list[str]) -> int:
-    """Bytes on disk of the inputs (to decide whether loading needs a progress bar)."""
-    total = 0
-    for p in paths:
-        if os.path.isdir(p):
-            for root, dirs, files in os.walk(p):
-                dirs[:] = [d for d in dirs if d != CACHE_DIR]  # the store is not input: it is what speeds it up
-                for f in files:
-                    try:
-                        total += os.path.getsize(os.path.join(root, f))
-                    except OSError:
-                        pass
-        elif os.path.exists(p):
-            total += os.path.getsize(p)
-    return total

@@ -169,14 +169,6 @@ def propagated(rec: WaitRecord) -> WaitRecord:
     out = WaitRecord()
     for k in range(len(rec.waiter)):
         w, c, a, b = rec.waiter[k], rec.culprit[k], rec.a[k], rec.b[k]
-        mine = stretches.get(c)
-        if mine is not None:
-            starts, items = mine
-            j = bisect_right(starts, a)
-            waiting = (j > 0 and items[j - 1][1] > a) or (j < len(starts) and starts[j] < b)
-        if mine is None or not waiting:  # (the common case: the rank waited for was not waiting then)
-            out.add(w, c, a, b - a, rec.row[k], rec.culprit_row[k], rec.unit[k], rec.counts[k])
-            continue
         for root, root_row, lo, hi in roots(c, rec.culprit_row[k], a, b, (w,)):  # (never w itself)
             out.add(w, root, lo, hi - lo, rec.row[k], root_row, rec.unit[k], rec.counts[k])
     return out

@@ -112,14 +112,25 @@ def _unclaimed(path: str) -> str:
 
 
 def trace_size(paths) -> int:
-    """Bytes written so far into trace dirs and events files: grows while a job runs (for --follow)."""
+    """Bytes of the files a trace's events come from (a directory: its importer's `sources`, not the store's dir
+    nor other files beside them); of a rank file, what was written so far: it grows while a job runs (--follow).
+    Whether the viewer reads a trace before it starts, and whether a followed trace grew."""
     total = 0
     for p in paths:
-        if os.path.isdir(p):
-            total += sum(written_size(f) for f in find_rank_files(p))
-        elif os.path.isfile(p):
-            total += os.path.getsize(p)
+        if os.path.isfile(p):
+            total += _size(p)
+        elif os.path.isdir(p):  # (a dir no importer claims yet, as a followed trace before its job began: none)
+            importer = next((i for i in IMPORTERS if i.sources is not None and i.claims(p)), IMPORTERS[0])
+            size = written_size if importer is IMPORTERS[0] else _size
+            total += sum(size(f) for f in importer.sources(p))
     return total
+
+
+def _size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
 
 
 __all__ = ["IMPORTERS", "Importer", "load_trace", "trace_size"]
