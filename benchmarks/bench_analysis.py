@@ -24,6 +24,11 @@ from disttrace.tracer.analysis import analyze, saved, to_json  # noqa: E402
 from disttrace.tracer.data.load import load_trace  # noqa: E402
 
 
+def _rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--events", type=int, default=1_000_000)
@@ -51,10 +56,12 @@ def main() -> None:
     store_mb = os.path.getsize(store) / 1e6 if os.path.exists(store) else 0.0
 
     gc.collect()
+    rss0 = _rss_mb()
     t0 = time.perf_counter()
     stages: dict[str, float] = {}
     a = analyze(table, timings=stages)
     analysis = time.perf_counter() - t0
+    rss1 = _rss_mb()
     explain = stages["critical_paths"] + stages["overlaps"] + stages["what_ifs"]
 
     t0 = time.perf_counter()
@@ -70,7 +77,8 @@ def main() -> None:
     print(f"{n:,} events, {len(table.ranks)} ranks, {len(a.collectives):,} collective instances, "
           f"{len(a.p2p):,} messages, {len(out['problems'])} problems")
     print(f"yardstick        {yard:7.2f} s   (orjson.loads of every line, nothing kept)")
-    print(f"parse (orjson)   {parse:7.2f} s   (every line parsed and kept)")
+    if parse is not None:
+        print(f"parse (orjson)   {parse:7.2f} s   (every line parsed and kept)")
     print(f"load (load_trace){load:7.2f} s   ({load / yard:.2f}x the yardstick; the reader's cost, no store)")
     print(f"first open       {first:7.2f} s   ({first / yard:.2f}x the yardstick; parse + write the store, "
           f"{store_mb:.0f} MB)")
@@ -78,6 +86,8 @@ def main() -> None:
     print(f"analyze          {analysis:7.2f} s   of which the critical paths (causes, overlap, what-ifs) "
           f"{explain:.2f} s")
     print(f"to_json          {js:7.2f} s")
+    print(f"analysis memory  {rss1 - rss0:7.0f} MB   ({(rss1 - rss0) * 2**20 / n:.0f} B an event held once computed, "
+          f"over the re-opened table's {rss0:.0f} MB RSS)")
     print(f"saved analysis   {reread:7.2f} s   ({reread / yard:.2f}x the yardstick; the trace re-opened: store and "
           f"analysis read back)")
     print(f"ratio analyze / yardstick = {analysis / yard:.2f}  (goal <= 2); "

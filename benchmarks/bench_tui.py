@@ -3,10 +3,10 @@
     python benchmarks/bench_tui.py [--events 1000000] [--ranks 64] [--file PATH] [--size 160x50]
 
 Measured side by side in one run:
-- parse: orjson.loads of every line of the events file (the yardstick);
+- the yardstick: orjson.loads of every line of the events file, nothing kept (issue 19); the ratios are to it;
 - first frame: from starting the app (headless, loading in its worker behind the progress bar: reader, analysis,
-  store) to the first full frame of the timeline; goal: <= 3x parse. The split (load / analyze / store) is
-  printed too;
+  store) to the first full frame of the timeline; goal: <= 1x the yardstick on a first open, <= 0.5 s on a
+  re-open. The split (load / analyze / store) is printed too;
 - frames: each navigation key (zoom +/-, pan h/l and arrows, rank j/k and arrows, event n/p), timed from the
   driver handing the key over to the frame that repaints the timeline (the wait for the 60 Hz frame timer
   included; goal: < 50 ms), to the frame that shows the detail pane, and the CPU time the process spent on
@@ -228,20 +228,21 @@ def main() -> None:
     first = app["first_frame_s"]
     print(f"trace: {n:,} events, {app['ranks']} ranks ({path}); terminal {ns.size}")
     print(f"yardstick (orjson, none kept)   {yard:7.2f} s")
-    print(f"parse (orjson, all kept)        {parse:7.2f} s")
+    if parse is not None:  # (not at 10M events: it would keep ~40 GB of dicts)
+        print(f"parse (orjson, all kept)        {parse:7.2f} s")
     print(f"first frame, first open         {first:7.2f} s   = {first / yard:.2f}x the yardstick (goal <= 1x; "
           f"parses and writes the trace store)")
     print(f"first frame, re-open            {reopen['first_frame_s']:7.2f} s   = "
           f"{reopen['first_frame_s'] / yard:.2f}x the yardstick (goal <= 0.5 s; from the store), "
           f"analysed (saved) at "
           f"{reopen['analysed_s']:.2f} s, RSS {reopen['rss_mb']:.0f} MB at the first frame")
-    print(f"first full frame (timeline)     {first:7.2f} s   = {first / parse:.2f}x parse (goal <= 3x)")
-    print(f"analysis views ready            {app['analysed_s']:7.2f} s   = {app['analysed_s'] / parse:.2f}x parse "
+    print(f"analysis views ready            {app['analysed_s']:7.2f} s   = {app['analysed_s'] / yard:.2f}x the "
+          "yardstick "
           "(the analysis runs after the first frame)")
-    print(f"  of which, measured apart:     load {stages['load_s']:.2f} s ({stages['load_s'] / parse:.2f}x), "
-          f"analyze {stages['analyze_s']:.2f} s ({stages['analyze_s'] / parse:.2f}x; "
+    print(f"  of which, measured apart:     load {stages['load_s']:.2f} s ({stages['load_s'] / yard:.2f}x), "
+          f"analyze {stages['analyze_s']:.2f} s ({stages['analyze_s'] / yard:.2f}x; goal <= 2x; "
           f"{stages['saved_s']:.2f} s to read it saved), "
-          f"store {stages['store_s']:.2f} s ({stages['store_s'] / parse:.2f}x)")
+          f"store {stages['store_s']:.2f} s ({stages['store_s'] / yard:.2f}x)")
 
     def ms(ts) -> str:
         return f"median {statistics.median(ts) * 1e3:6.1f} ms, worst {max(ts) * 1e3:6.1f} ms" if ts else "—"
@@ -267,6 +268,9 @@ def main() -> None:
     print(f"memory (app process RSS)        {app['rss_mb']:7.0f} MB at the first frame, {app['rss_full_mb']:.0f} MB "
           f"analysed; of which table {stages['mem_table_mb']:.0f} MB, analysis {stages['mem_analysis_mb']:.0f} MB, "
           f"viewer store {stages['mem_store_mb']:.0f} MB")
+    per = {k: r * 2**20 / max(n, 1) for k, r in (("first", app["rss_full_mb"]), ("again", reopen["rss_full_mb"]))}
+    print(f"memory an event                 {per['first']:7.0f} B analysed on the first open, {per['again']:.0f} B on a "
+          "re-open (goal <= 150 B; the whole process, its ~100 MB of libraries included)")
 
 
 if __name__ == "__main__":

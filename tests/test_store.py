@@ -332,3 +332,30 @@ def test_round_trip_of_a_flight_recorder_import(traced, tmp_path_factory, tmp_pa
     assert opened_from_store(again)
     assert_same(parsed, again)
 
+
+
+def test_rows_read_out_of_order_are_sorted_with_their_sparse_values(tmp_path):
+    """Rank files are read one after another, so every trace dir's table is sorted after reading (numpy): each
+    row keeps its own summaries, error and unknown keys, and ties order by (start, rank, id)."""
+    events = []
+    for i in range(3000):
+        r = i % 7
+        ev = {"rank": r, "op": "all_reduce" if i % 3 else "send", "start_ns": 1_000 + (i * 7919) % 500, "id": i,
+              "end_ns": 5_000 + i, "bytes": i, "shape": [i % 5], "site": f"x.py:{i % 11}", "peer": (r + 1) % 7}
+        if i % 4 == 0:
+            ev["in"] = {"n": i, "sum": float(i)}
+        if i % 9 == 0:
+            ev["error"] = f"boom {i}"
+        if i % 13 == 0:
+            ev["custom"] = [i]
+        events.append(ev)
+    in_order = sorted(events, key=lambda e: (e["start_ns"], e["rank"], e["id"]))
+    shuffled = events[:]
+    random.Random(7).shuffle(shuffled)
+    a, b = tmp_path / "ordered.jsonl", tmp_path / "shuffled.jsonl"
+    a.write_bytes(b"".join(orjson.dumps(e) + b"\n" for e in in_order))
+    b.write_bytes(b"".join(orjson.dumps(e) + b"\n" for e in shuffled))
+    ta, tb = load_trace([str(a)], cache=False), load_trace([str(b)], cache=False)
+    assert [tb.row(i) for i in range(len(tb))] == [ta.row(i) for i in range(len(ta))]
+    assert [tb.row(i)["id"] for i in range(len(tb))] == [e["id"] for e in in_order]
+    assert tb.row(next(i for i in range(len(tb)) if tb.id[i] == 13))["custom"] == [13]

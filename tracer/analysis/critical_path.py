@@ -44,6 +44,9 @@ _KIND_CODE = {k: c for c, k in enumerate(_KINDS)}
 _PENDING = -2
 
 
+_KEY_MASK = (1 << 33) - 1  # a state's key: its row and whether it is on the host
+
+
 def _op_state(row: int, now: int) -> int:
     """The walk inside op `row` at instant `now`, as one int (a memo key without a tuple; rows < 2^32)."""
     return (now << 33) | (row << 1)
@@ -116,12 +119,17 @@ class _Walker:
         self._sites: dict[str, str] = {}
         self._floor = min(t.start_ns) if len(t) else 0  # no walk goes before the trace's first op
         # the walk's nodes, a column each: their parts' rank, kind, start, end and rows (as in `raw`), and what
-        # comes after each: a node, -1 (none) or _PENDING (not made yet: `_pending` holds the state to find it)
+        # comes after each: a node, -1 (none) or _PENDING (not made yet: the state to find it from is
+        # `_pend_now` and `_pend_key`, a state's two halves)
         self.rank_of, self.kind_of = array("i"), bytearray()
         self.lo_of, self.end_of, self.x_of, self.y_of = array("q"), array("q"), array("q"), array("q")
-        self.after = array("q")
-        self._pending: dict[int, int] = {}
-        self._memo: dict[int, int] = {}  # state -> its node
+        self.after, self._pend_now, self._pend_key = array("q"), array("q"), array("q")
+        # state -> its node, in columns by the state's key (op or host, row): nearly every key is met at one
+        # instant only, and a dict of a 10M-event trace's states would take ~1 GB (an int key, an int value and
+        # a slot each); a key met at a second instant goes to `_memo_more`
+        self._memo_now = array("q", [-1]) * (2 * len(t))
+        self._memo_node = array("q", [-1]) * (2 * len(t))
+        self._memo_more: dict[int, int] = {}
         self.culprit_row = array("q", [-1]) * len(collectives)  # each collective's row of the rank waited for
         for k, culprit in enumerate(culprits):
             ranks = collectives.ranks_of(k)
@@ -164,33 +172,44 @@ class _Walker:
 
     def node(self, state: int) -> int:
         """The node of the first part the walk emits from `state` (-1: the walk ends there)."""
-        n = self._memo.get(state)
-        if n is None:
-            part, after = self._advance(state)
-            if part is None:
-                n = -1
+        now, key = state >> 33, state & _KEY_MASK
+        if self._memo_now[key] == now:
+            return self._memo_node[key]
+        n = self._memo_more.get(state) if self._memo_now[key] != -1 else None
+        if n is not None:
+            return n
+        part, after = self._advance(state)
+        if part is None:
+            n = -1
+        else:
+            n = len(self.end_of)
+            r, kind, lo, ns, x, y = part
+            self.rank_of.append(r)
+            self.kind_of.append(_KIND_CODE[kind])
+            self.lo_of.append(lo)
+            self.end_of.append(lo + ns)
+            self.x_of.append(x)
+            self.y_of.append(y)
+            if after is None:
+                self.after.append(-1)
+                self._pend_now.append(-1)
+                self._pend_key.append(-1)
             else:
-                n = len(self.end_of)
-                r, kind, lo, ns, x, y = part
-                self.rank_of.append(r)
-                self.kind_of.append(_KIND_CODE[kind])
-                self.lo_of.append(lo)
-                self.end_of.append(lo + ns)
-                self.x_of.append(x)
-                self.y_of.append(y)
-                if after is None:
-                    self.after.append(-1)
-                else:
-                    self.after.append(_PENDING)
-                    self._pending[n] = after
-            self._memo[state] = n
+                self.after.append(_PENDING)
+                self._pend_now.append(after >> 33)
+                self._pend_key.append(after & _KEY_MASK)
+        if self._memo_now[key] == -1:
+            self._memo_now[key] = now
+            self._memo_node[key] = n
+        else:
+            self._memo_more[state] = n
         return n
 
     def next(self, n: int) -> int:
         """The node after node n, back in time (-1: none)."""
         after = self.after[n]
         if after == _PENDING:
-            after = self.after[n] = self.node(self._pending.pop(n))
+            after = self.after[n] = self.node((self._pend_now[n] << 33) | self._pend_key[n])
         return after
 
     def raw(self, n: int) -> tuple:
@@ -353,6 +372,7 @@ def _causes(t: EventTable, w: _Walker, event_wait_ns) -> list[DelayCause]:
     index: dict[tuple, int] = {}  # (rank, kind, x, y) -> its slot
     sums: list[int] = []
     delayed: list[set[int]] = []
+    seen: list[int] = []  # slot -> the token of the ranks it holds already (see below)
 
     def slot(r: int, kind: str, x: int, y: int) -> int:
         # a compute span by the sites around it; communication or waiting by its op kind and group
@@ -362,6 +382,7 @@ def _causes(t: EventTable, w: _Walker, event_wait_ns) -> list[DelayCause]:
             i = index[k] = len(sums)
             sums.append(0)
             delayed.append(set())
+            seen.append(-1)
         return i
 
     by_rank: dict[int, list[int]] = {}
@@ -385,23 +406,40 @@ def _causes(t: EventTable, w: _Walker, event_wait_ns) -> list[DelayCause]:
                 waits.setdefault(_op_state(j, hi), []).append((r, lo))
     kidx = array("i")  # node -> its cause's slot
     after, lo_of, end_of = w.after, w.lo_of, w.end_of
+    token = 0  # names the set of ranks still covered down a walk (a new one each time it shrinks)
     for state, waiters in waits.items():
-        head = w.node(state)
-        for r, lo in waiters:
-            n = head
-            while n >= 0:
-                end = end_of[n]
-                if end <= lo:
-                    break
-                while n >= len(kidx):
-                    q = len(kidx)
-                    kidx.append(slot(w.rank_of[q], _KINDS[w.kind_of[q]], w.x_of[q], w.y_of[q]))
-                k = kidx[n]
-                a = lo_of[n]
-                sums[k] += end - (a if a > lo else lo)
-                delayed[k].add(r)
-                nxt = after[n]
-                n = nxt if nxt != _PENDING else w.next(n)
+        # one walk for all the waits of this arrival (a collective's 63 waiting ranks): down it, a node is
+        # covered whole by the waits that began before it, in part by those that began inside it (each wait
+        # only in one node, its last), and by none below their start: O(nodes + waits), not their product
+        waiters.sort(key=lambda rl: -rl[1])  # the shortest wait first: it drops out first
+        m, p = len(waiters), 0
+        ranks = None
+        n = w.node(state)
+        while n >= 0:
+            end = end_of[n]
+            while p < m and waiters[p][1] >= end:
+                p += 1
+                ranks = None
+            if p == m:
+                break
+            while n >= len(kidx):
+                q = len(kidx)
+                kidx.append(slot(w.rank_of[q], _KINDS[w.kind_of[q]], w.x_of[q], w.y_of[q]))
+            k = kidx[n]
+            a = lo_of[n]
+            q, ns = p, 0
+            while q < m and waiters[q][1] > a:
+                ns += end - waiters[q][1]
+                q += 1
+            sums[k] += ns + (m - q) * (end - a)
+            if ranks is None:
+                token += 1
+                ranks = {r for r, _ in waiters[p:]}
+            if seen[k] != token:
+                seen[k] = token
+                delayed[k] |= ranks
+            nxt = after[n]
+            n = nxt if nxt != _PENDING else w.next(n)
     causes = []
     for (rank, kind, x, y), i in index.items():
         ns, ranks = sums[i], delayed[i]

@@ -85,11 +85,14 @@ class CodedColumn:
         except (TypeError, ValueError):
             return ("unencodable", id(v))  # unique while the column holds v
 
-    def take(self, order: Iterable[int]) -> "CodedColumn":
-        """The rows in `order` (a permutation), as a new column sharing the values."""
+    def take(self, order) -> "CodedColumn":
+        """The rows in `order` (a permutation, a numpy array), as a new column sharing the values."""
+        import numpy as np
+
         out = CodedColumn(key=self._key)
         out.values, out._index, out._limit = self.values, self._index, self._limit
-        out.codes = array(self.codes.typecode, map(self.codes.__getitem__, order))
+        out.codes = array(self.codes.typecode)
+        out.codes.frombytes(np.frombuffer(self.codes, dtype=self.codes.typecode)[order].tobytes())
         return out
 
     def __getitem__(self, i):
@@ -126,12 +129,12 @@ class SparseColumn:
         if vs.count(None) != len(vs):  # C-speed test for the common case: nothing to keep
             self._values.update((n0 + k, v) for k, v in enumerate(vs) if v is not None)
 
-    def take(self, order: Iterable[int]) -> "SparseColumn":
+    def take(self, order) -> "SparseColumn":
+        """The rows in `order` (a permutation, a numpy array): only the rows with a value are moved."""
         out = SparseColumn()
         out._n = self._n
         if self._values:
-            get = self._values.get
-            out._values = {k: v for k, i in enumerate(order) if (v := get(i)) is not None}
+            out._values = _moved(self._values, order)
         return out
 
     def __getitem__(self, i):
@@ -186,11 +189,26 @@ class JsonColumn(SparseColumn):
         for i in range(self._base, self._n):
             yield get(i)
 
-    def take(self, order: Iterable[int]) -> SparseColumn:
+    def take(self, order) -> SparseColumn:
         out = SparseColumn()
         out._n = self._n
-        out._values = {k: v for k, i in enumerate(order) if (v := self[i]) is not None}
+        out._values = _moved({i: v for i, v in enumerate(self) if v is not None}, order)
         return out
 
     def any(self) -> bool:
         return bool(self._values) or (self._base > 0 and self._offsets[self._base] > self._offsets[0])
+
+
+def _moved(values: dict, order) -> dict:
+    """Sparse values {row: value} after the rows are permuted by `order` (row k of the result is row order[k]),
+    in row order."""
+    import numpy as np
+
+    where = np.empty(len(order), dtype=np.int64)
+    where[order] = np.arange(len(order))  # the inverse permutation: row i goes to where[i]
+    old = np.fromiter(values.keys(), dtype=np.int64, count=len(values))
+    new = where[old]
+    by_new = np.argsort(new, kind="stable")
+    items = list(values.values())
+    return dict(zip(new[by_new].tolist(), map(items.__getitem__, by_new.tolist())))
+

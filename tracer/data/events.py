@@ -185,19 +185,25 @@ class EventTable:
         self.add_rows({name: (v,) for name, v in row.items()})
 
     def sort(self) -> None:
-        """Sort rows by (start_ns, rank, id) in place."""
+        """Sort rows by (start_ns, rank, id) in place. In numpy: a key tuple per row would cost ~150 bytes and a
+        Python call each (1.5 GB and ~10 s at 10M rows); rank files are concatenated, so every trace dir sorts."""
+        import numpy as np
+
         n = len(self)
-        start, rank, ident = self.start_ns, self.rank, self.id
-        if all(start[i] < start[i + 1] or (start[i] == start[i + 1] and (rank[i], ident[i]) <= (rank[i + 1], ident[i + 1]))
-               for i in range(n - 1)):
+        if n < 2:
+            return
+        start, rank, ident = (np.frombuffer(c, dtype=c.typecode) for c in (self.start_ns, self.rank, self.id))
+        order = np.lexsort((ident, rank, start))
+        if (order[1:] > order[:-1]).all():
             return  # already in order (what `disttrace events` writes): nothing to do
-        order = sorted(range(n), key=lambda i: (start[i], rank[i], ident[i]))
         for name in _INT_COLUMNS:
             col = getattr(self, name)
-            setattr(self, name, array(col.typecode, map(col.__getitem__, order)))
+            out = array(col.typecode)
+            out.frombytes(np.frombuffer(col, dtype=col.typecode)[order].tobytes())
+            setattr(self, name, out)
         for name in _STR_COLUMNS + _OBJ_COLUMNS:
             setattr(self, name, getattr(self, name).take(order))
-        self.async_op = bytearray(self.async_op[i] for i in order)
+        self.async_op = bytearray(np.frombuffer(self.async_op, dtype=np.uint8)[order].tobytes())
 
     # -- reading ------------------------------------------------------------------------------
     def row(self, i: int) -> dict:
