@@ -18,8 +18,9 @@ import orjson
 FLOAT = "float32"
 
 
-def write_synthetic(path, n_events: int = 1_000_000, n_ranks: int = 64, seed: int = 0) -> int:
-    """Write about n_events events (whole steps; never fewer than n_events) to path; return the count."""
+def write_synthetic(path, n_events: int = 1_000_000, n_ranks: int = 64, seed: int = 0, late_ns: int = 400_000) -> int:
+    """Write about n_events events (whole steps; never fewer than n_events) to path; return the count. The
+    straggler (the last rank) arrives `late_ns` late at every op (0: the job is balanced)."""
     rng = random.Random(seed)
     # rank = d * (pp * tp) + s * tp + j: tensor-parallel groups are consecutive ranks, pipelines run across
     # stages s, data-parallel groups across replicas d (Megatron's layout)
@@ -45,7 +46,7 @@ def write_synthetic(path, n_events: int = 1_000_000, n_ranks: int = 64, seed: in
                 "id": ident[r], "site": site}
 
     def arrival(r: int) -> int:
-        late = 400_000 if r == straggler else 0
+        late = late_ns if r == straggler else 0
         return clk[r] + rng.randrange(5_000, 60_000) + late
 
     def collective(op: str, gname: str, ranks: list[int], nbytes: int, site: str, root=None, async_op=False,

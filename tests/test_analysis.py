@@ -284,6 +284,30 @@ def test_synthetic_large_trace_generator(tmp_path):
     assert len(a.links) == 2 * 3 * 16
 
 
+@pytest.mark.parametrize("ranks,events", [(64, 50_000), (256, 60_000)])
+def test_a_steady_straggler_is_named_in_a_large_world_and_a_balanced_one_names_none(tmp_path, ranks, events):
+    """The synthetic 3-D job: the last rank arrives 400 µs late at every op (the others within 5–60 µs), so the
+    whole job waits for it, step after step. The sum of a large world's waiting grows with its ranks' jitter while
+    one slow rank delays only its own groups, so the verdict compares it with the median rank (stragglers.py,
+    MEDIAN_WORLD); its late steps are measured against its typical late step, not the one with a world barrier.
+    Before, no rank was named. The same job with no late rank names none."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    from synth import write_synthetic
+
+    from disttrace.tracer.data.events import read_jsonl
+
+    late, balanced = tmp_path / "late.jsonl", tmp_path / "balanced.jsonl"
+    write_synthetic(late, n_events=events, n_ranks=ranks)
+    write_synthetic(balanced, n_events=events, n_ranks=ranks, late_ns=0)
+    a = analyze(read_jsonl(str(late)))
+    steady = [s.index for s in a.steps if not s.warmup]
+    assert len(steady) >= 5
+    v = a.straggler
+    assert v is not None and v.rank == ranks - 1
+    assert len(v.steps) >= 0.8 * len(steady), (v.steps, steady)
+    assert analyze(read_jsonl(str(balanced))).straggler is None
+
+
 def test_bandwidths_are_shown_in_a_unit_that_reads():
     from disttrace.tracer.analysis.units import fmt_gbps, gbps_unit
     assert [fmt_gbps(g) for g in (12.3, 0.5, 3e-4, 1e-4, 3.34e-5, 5e-7, None)] == \

@@ -10,13 +10,14 @@ The verdict names a straggler only when its cost stands out from the job's own j
 steady steps (warm-up and set-up left out) or, with fewer than `MIN_UNITS` of them, the collectives and messages.
 In each unit the rank the others waited for most leads it. A rank is named when
 - it led nearly every unit (`PERSISTENT`), each time by more than a floor (`FLOOR` of the median step, and the
-  clocks' uncertainty), causing `DOMINANT` times the waiting all the others caused, or `DOMINANT_STEADY` times
-  theirs by about the same amount each time (`STEADY`): a persistently slow rank; or
+  clocks' uncertainty), causing `DOMINANT` times the waiting all the others caused (from `MEDIAN_WORLD` ranks on,
+  the median other rank caused), or `DOMINANT_STEADY` times theirs by about the same amount each time (`STEADY`):
+  a persistently slow rank; or
 - its cost led units as an outlier, over the median unit's largest cost by `OUTLIERS` median absolute deviations
   (the jitter, measured without the units far above it: `CLEAN`), twice as much as all the other ranks' outliers
   together (random hiccups of the machine strike ranks alike), in at least `MIN_OUTLIERS` units or in fewer that
   hold `SINGLE` of the steady time: an occasional or periodic straggler.
-Its late units are those past the jitter and at least `MINOR` of its costliest. Otherwise no rank is named. In a
+Its late units are those past the jitter and at least `MINOR` of its median late unit. Otherwise no rank is named. In a
 pipeline the waits between its stages are the schedule's bubble, not straggling: they are left out (pipeline.py
 names a slower stage), and no chain is followed through them.
 """
@@ -44,10 +45,11 @@ DOMINANT_STEADY = 3  # times theirs, for a rank late by about the same each time
 STEADY = 0.25       # the median absolute deviation of its lateness, over its median
 OUTLIERS = 6.0      # median absolute deviations (scaled to a standard deviation) above the median
 CLEAN = 5.0         # units above this many are left out when the median and deviation are measured
-MINOR = 0.25        # of the named rank's costliest unit: a late unit below is not one of its late units
+MINOR = 0.25        # of the named rank's median late unit: a late unit below is not one of its late units
 MIN_OUTLIERS = 3    # outlier units
 SINGLE = 0.2        # of the steady time: fewer outliers than MIN_OUTLIERS name a rank only if they cost this much
 FLOOR = 0.02        # of the median unit's length
+MEDIAN_WORLD = 8    # ranks from which a rank's cost is compared with the median rank's, not all the others' sum
 MIN_FLOOR_NS = 50_000
 
 
@@ -273,7 +275,7 @@ def verdict(t: EventTable, rec: WaitRecord, steps: list[Step], step_of: array) -
         mine = [cost[u][rank] for u in late]
         level = median(mine)
         even = median(abs(x - level) for x in mine) <= STEADY * level
-        ratio = total[rank] / max(1, everyone - total[rank])
+        ratio = total[rank] / max(1, _jitter_cost(total, rank, t.ranks))
         if len(units) >= MIN_UNITS and n >= PERSISTENT * len(units) and (
                 ratio >= DOMINANT or (even and ratio >= DOMINANT_STEADY)):
             return _named(t, rec, steps, step_of, cost, per_step, by_step, rank, late, floor, total, everyone)
@@ -296,6 +298,18 @@ def verdict(t: EventTable, rec: WaitRecord, steps: list[Step], step_of: array) -
     return _named(t, rec, steps, step_of, cost, per_step, by_step, rank, late, outlier, total, everyone)
 
 
+def _jitter_cost(total: dict[int, int], rank: int, ranks) -> float:
+    """What the jitter made the others cost, for comparing `rank`'s cost with: in a world of fewer than
+    `MEDIAN_WORLD` ranks, all the others' cost together; in a larger one, the cost of the median other rank.
+    There, the others' total grows with the ranks the jitter strikes (a thousand ranks' hiccups) while a slow
+    rank only delays the groups it is in: against the sum, the steady straggler of a 1,024-rank job (late in 9
+    of 10 steps, 950x the median rank's cost, 5x the next) was named by no rule."""
+    others = [total.get(r, 0) for r in ranks if r != rank]  # (a rank that caused no waiting counts, as 0)
+    if len(others) + 1 < MEDIAN_WORLD:
+        return sum(others)
+    return median(others)
+
+
 def _center(xs: list[int]) -> tuple[float, float]:
     """(median, median absolute deviation scaled to a standard deviation)."""
     med = median(xs)
@@ -306,9 +320,12 @@ def _named(t: EventTable, rec: WaitRecord, steps: list[Step], step_of: array, co
            by_step: bool, rank: int, late: list[int], threshold: float, total: dict[int, int], everyone: int
            ) -> StragglerVerdict:
     # its late units: past the jitter, and of its delays proper, not the few ms of a machine's hiccup that came
-    # on top of much larger ones (a step of those is no step the user needs to look at; nor any other rank's)
+    # on top of much larger ones (a step of those is no step the user needs to look at; nor any other rank's).
+    # Measured against its typical (median) late unit, not its costliest: one delay costs more in a step where
+    # more ranks wait for it (a world barrier), and against that step a 1,024-rank job's steady straggler was
+    # "late" in 4 of the 9 steps it was late in
     worst = max(late, key=lambda u: cost[u][rank])
-    cut = max(threshold, MINOR * cost[worst][rank])
+    cut = max(threshold, MINOR * median(cost[u][rank] for u in late))
     late = [u for u in late if cost[u][rank] >= cut]
     _set_late_ranks(steps, per_step, cut)
     late_cost = sum(cost[u][rank] for u in late)
