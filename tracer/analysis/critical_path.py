@@ -57,6 +57,18 @@ def _host_state(nxt: int, now: int) -> int:
     return (now << 33) | (nxt << 1) | 1
 
 
+def _rows_by_rank(t: EventTable):
+    """(rank, its rows in table order) for each rank, one rank's list at a time (lists of every rank's rows at
+    once would hold an int object per event)."""
+    import numpy as np
+
+    rank = np.frombuffer(t.rank, dtype=np.int32)
+    order = np.argsort(rank, kind="stable")
+    edges = np.flatnonzero(np.diff(rank[order])) + 1
+    for part in np.split(order, edges) if len(order) else ():
+        yield int(rank[part[0]]), part.tolist()
+
+
 class _Host:
     """One rank's host: the intervals it was blocked in (sync ops, wait() calls; an async op's issue as an
     empty one, which bounds compute spans), sorted by start, with the running maximum of their ends."""
@@ -112,10 +124,7 @@ class _Walker:
         self.fin = finished(t)
         self.colls, self.instance_of, self.culprits = collectives, instance_of, culprits
         self.p2p, self.p2p_of = p2p, p2p_of
-        by_rank: dict[int, list[int]] = {}
-        for i, r in enumerate(t.rank):
-            by_rank.setdefault(r, []).append(i)
-        self.hosts = {r: _Host(t, rows, self.fin) for r, rows in by_rank.items()}
+        self.hosts = {r: _Host(t, rows, self.fin) for r, rows in _rows_by_rank(t)}
         self._sites: dict[str, str] = {}
         self._floor = min(t.start_ns) if len(t) else 0  # no walk goes before the trace's first op
         # the walk's nodes, a column each: their parts' rank, kind, start, end and rows (as in `raw`), and what
@@ -359,14 +368,35 @@ def _merged(parts: list[PathPart]) -> list[PathPart]:
     return out
 
 
+def _walks(wj: array, whi: array, wr: array, wlo: array) -> list[tuple[int, int]]:
+    """The waits (columns: the row waited for, the instant it was waited for until, the waiting rank, the wait's
+    start), put in order in place: those of one walk (the same row and instant) together, each walk's by start,
+    latest first. Returns each walk's [g0, g1), walks in the order of their first wait (the order the causes are
+    first met in, which orders causes of equal cost)."""
+    import numpy as np
+
+    if not len(wj):
+        return []
+    cols = [np.frombuffer(c, dtype=np.int64) for c in (wj, whi, wr, wlo)]
+    order = np.lexsort((-cols[3], cols[1], cols[0]))  # (stable: equal starts keep their order)
+    for c in cols:
+        c[:] = c[order]
+    j, hi = cols[0], cols[1]
+    new = np.ones(len(order), dtype=bool)
+    new[1:] = (j[1:] != j[:-1]) | (hi[1:] != hi[:-1])
+    starts = np.flatnonzero(new)
+    ends = np.append(starts[1:], len(order))
+    visit = np.argsort(np.minimum.reduceat(order, starts), kind="stable")
+    return list(zip(starts[visit].tolist(), ends[visit].tolist()))
+
+
 def _causes(t: EventTable, w: _Walker, event_wait_ns) -> list[DelayCause]:
     """Every wait's root causes, a rank's overlapping waits counted once, worst first. A cause is a rank's compute
     span, or its communication or unexplained waiting in an op kind and group.
 
     The ranks that waited for the same arrival (a collective's culprit) share one walk back from it: the walk
     does not depend on how far back it goes, so each wait takes the part of it down to its own start."""
-    waits: dict[int, list[tuple[int, int]]] = {}  # the walk's start (the arrival waited for) -> [(rank, start)]
-    sites, ops, gids, rank_of, start = t.site.codes, t.op.codes, t.gid, t.rank, t.start_ns
+    sites, ops, gids, start = t.site.codes, t.op.codes, t.gid, t.start_ns
     # the totals by cause, each cause a small int (its key's index into the lists): the walks' loop below runs
     # once per node of every wait's walk (~500k on a 200k-event trace)
     index: dict[tuple, int] = {}  # (rank, kind, x, y) -> its slot
@@ -385,15 +415,16 @@ def _causes(t: EventTable, w: _Walker, event_wait_ns) -> list[DelayCause]:
             seen.append(-1)
         return i
 
-    by_rank: dict[int, list[int]] = {}
-    for i, x in enumerate(event_wait_ns):
-        if x > 0:
-            by_rank.setdefault(rank_of[i], []).append(i)
-    for r, rows in by_rank.items():
+    # each wait as its walk's start (the arrival waited for: row j at instant hi) and its own (rank r from lo)
+    wj, whi, wr, wlo = array("q"), array("q"), array("q"), array("q")
+    for r, rows in _rows_by_rank(t):
         covered = -(1 << 62)
-        for i in sorted(rows, key=start.__getitem__):
+        for i in rows:  # (in table order: by start)
+            x = event_wait_ns[i]
+            if x <= 0:
+                continue
             st = start[i]
-            lo, hi = max(st, covered), st + event_wait_ns[i]
+            lo, hi = max(st, covered), st + x
             if hi <= lo:
                 continue
             covered = hi
@@ -403,24 +434,27 @@ def _causes(t: EventTable, w: _Walker, event_wait_ns) -> list[DelayCause]:
                 sums[k] += hi - lo
                 delayed[k].add(r)
             else:
-                waits.setdefault(_op_state(j, hi), []).append((r, lo))
+                wj.append(j)
+                whi.append(hi)
+                wr.append(r)
+                wlo.append(lo)
     kidx = array("i")  # node -> its cause's slot
     after, lo_of, end_of = w.after, w.lo_of, w.end_of
     token = 0  # names the set of ranks still covered down a walk (a new one each time it shrinks)
-    for state, waiters in waits.items():
+    for g0, g1 in _walks(wj, whi, wr, wlo):
         # one walk for all the waits of this arrival (a collective's 63 waiting ranks): down it, a node is
         # covered whole by the waits that began before it, in part by those that began inside it (each wait
-        # only in one node, its last), and by none below their start: O(nodes + waits), not their product
-        waiters.sort(key=lambda rl: -rl[1])  # the shortest wait first: it drops out first
-        m, p = len(waiters), 0
+        # only in one node, its last), and by none below their start: O(nodes + waits), not their product.
+        # The waits g0..g1 are by start, latest first: the shortest drops out first
+        p = g0
         ranks = None
-        n = w.node(state)
+        n = w.node(_op_state(wj[g0], whi[g0]))
         while n >= 0:
             end = end_of[n]
-            while p < m and waiters[p][1] >= end:
+            while p < g1 and wlo[p] >= end:
                 p += 1
                 ranks = None
-            if p == m:
+            if p == g1:
                 break
             while n >= len(kidx):
                 q = len(kidx)
@@ -428,13 +462,13 @@ def _causes(t: EventTable, w: _Walker, event_wait_ns) -> list[DelayCause]:
             k = kidx[n]
             a = lo_of[n]
             q, ns = p, 0
-            while q < m and waiters[q][1] > a:
-                ns += end - waiters[q][1]
+            while q < g1 and wlo[q] > a:
+                ns += end - wlo[q]
                 q += 1
-            sums[k] += ns + (m - q) * (end - a)
+            sums[k] += ns + (g1 - q) * (end - a)
             if ranks is None:
                 token += 1
-                ranks = {r for r, _ in waiters[p:]}
+                ranks = set(wr[p:g1])
             if seen[k] != token:
                 seen[k] = token
                 delayed[k] |= ranks
@@ -450,7 +484,7 @@ def _causes(t: EventTable, w: _Walker, event_wait_ns) -> list[DelayCause]:
         else:
             what = f"{t.op.values[x]} {t.groups[y].name}"
         causes.append(DelayCause(rank, kind, what, ns, sorted(ranks)))
-    causes.sort(key=lambda c: -c.caused_wait_ns)
+    causes.sort(key=lambda c: (-c.caused_wait_ns, c.rank, c.kind, c.span))  # (ties in a fixed order)
     return causes
 
 

@@ -27,13 +27,14 @@ from __future__ import annotations
 from array import array
 from bisect import bisect_right
 from collections import Counter
-from itertools import repeat
 from statistics import median
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from ..data.events import NONE, EventTable
 from .model import PipelineStats, Step, Straggler, StragglerVerdict
-from .waits import union_ns
+from .waits import union_by
 
 if TYPE_CHECKING:
     from .tables import CollectiveTable, P2PTable
@@ -179,48 +180,57 @@ def propagated(rec: WaitRecord) -> WaitRecord:
 
 def wait_totals(rec: WaitRecord, ranks: list[int]) -> dict[int, int]:
     """Per rank, the time it spent waiting for peers: the union of its waits' intervals."""
-    by: dict[int, list] = {}
-    for r, a, b in zip(rec.waiter, rec.a, rec.b):
-        by.setdefault(r, []).append((a, b))
-    return {r: union_ns(by.get(r, ())) for r in ranks}
+    (waiter,), ns = union_by([rec.waiter], rec.a, rec.b)
+    out = dict.fromkeys(ranks, 0)
+    out.update(zip(waiter.tolist(), ns.tolist()))
+    return out
 
 
-def _caused_per(rec: WaitRecord, units: list, keep=None) -> dict[int, dict[int, int]]:
+def _caused_per(rec: WaitRecord, units, keep=None) -> dict[int, dict[int, int]]:
     """unit -> culprit -> the waiting it caused in that unit: per waiting rank the union of the intervals it waited
-    for it, summed over the waiting ranks. units: each record's unit (None: left out); keep: which records count
-    (None: all)."""
-    pairs: dict[int, dict[tuple[int, int], list]] = {}
-    for u, k, w, c, a, b in zip(units, keep or repeat(True), rec.waiter, rec.culprit, rec.a, rec.b):
-        if u is not None and k:
-            pairs.setdefault(u, {}).setdefault((c, w), []).append((a, b))
+    for it, summed over the waiting ranks. units: each record's unit (a numpy int array); keep: which records
+    count (a numpy bool array; None: all)."""
+    culprit, waiter = np.frombuffer(rec.culprit, dtype=np.int32), np.frombuffer(rec.waiter, dtype=np.int32)
+    a, b = np.frombuffer(rec.a, dtype=np.int64), np.frombuffer(rec.b, dtype=np.int64)
+    if keep is not None:
+        units, culprit, waiter, a, b = units[keep], culprit[keep], waiter[keep], a[keep], b[keep]
+    (u, c, _), ns = union_by([units, culprit, waiter], a, b)
     out: dict[int, dict[int, int]] = {}
-    for u, by_pair in pairs.items():
-        caused = out[u] = {}
-        for (culprit, _), iv in by_pair.items():
-            caused[culprit] = caused.get(culprit, 0) + union_ns(iv)
+    for u, c, ns in zip(u.tolist(), c.tolist(), ns.tolist()):  # (sorted by unit and culprit: a few per pair)
+        caused = out.get(u)
+        if caused is None:
+            caused = out[u] = {}
+        caused[c] = caused.get(c, 0) + ns
     return out
 
 
 def stragglers_of(rec: WaitRecord, culprits: list[int | None], ranks: list[int]) -> list[Straggler]:
     """Per rank, the waiting it caused others (its delay cost) and how often it arrived last; worst first."""
     cost = dict.fromkeys(ranks, 0)
-    cost.update(_caused_per(rec, repeat(0)).get(0, {}))
+    cost.update(_caused_per(rec, np.zeros(len(rec.a), dtype=np.int64)).get(0, {}))
     late = Counter(culprits[u] for u in set(rec.unit) if u >= 0)
     out = [Straggler(r, cost[r], late.get(r, 0)) for r in cost]
     out.sort(key=lambda s: (-s.delay_cost_ns, -s.late_count, s.rank))
     return out
 
 
+def _steps_of(rec: WaitRecord, step_of: array):
+    """Each wait's step (its event's; -1: none), as a numpy array."""
+    return np.frombuffer(step_of, dtype=step_of.typecode)[np.frombuffer(rec.row, dtype=np.int64)].astype(np.int64)
+
+
 def fill_steps(rec: WaitRecord, steps: list[Step], step_of: array) -> None:
     """Each step's waits per rank and the waiting each rank caused in it."""
-    units = [k if (k := step_of[row]) >= 0 else None for row in rec.row]
-    waits: dict[int, dict[int, list]] = {}
-    for k, w, a, b in zip(units, rec.waiter, rec.a, rec.b):
-        if k is not None:
-            waits.setdefault(k, {}).setdefault(w, []).append((a, b))
-    caused = _caused_per(rec, units)
+    units = _steps_of(rec, step_of)
+    stepped = units >= 0
+    (k, w), ns = union_by([units[stepped], np.frombuffer(rec.waiter, dtype=np.int32)[stepped]],
+                          np.frombuffer(rec.a, dtype=np.int64)[stepped], np.frombuffer(rec.b, dtype=np.int64)[stepped])
+    waits: dict[int, dict[int, int]] = {}
+    for k, w, ns in zip(k.tolist(), w.tolist(), ns.tolist()):  # (in order of step, then rank)
+        waits.setdefault(k, {})[w] = ns
+    caused = _caused_per(rec, units, stepped)
     for s in steps:
-        s.wait_ns = {r: union_ns(iv) for r, iv in sorted(waits.get(s.index, {}).items())}
+        s.wait_ns = waits.get(s.index, {})
         s.caused_ns = dict(sorted(caused.get(s.index, {}).items()))
 
 
@@ -230,8 +240,13 @@ def verdict(t: EventTable, rec: WaitRecord, steps: list[Step], step_of: array) -
     steady = {s.index for s in steps if not s.warmup}
     by_step = len(steady) >= MIN_UNITS
     # cost[unit][rank]: the waiting each rank caused in each unit, pipeline bubbles left out
-    unit_of = [k if (k := step_of[row]) in steady else None for row in rec.row] if by_step else rec.unit
-    cost = _caused_per(rec, unit_of, rec.counts)
+    counts = np.frombuffer(rec.counts, dtype=np.int8) != 0
+    if by_step:
+        unit_of = _steps_of(rec, step_of)
+        counts &= np.isin(unit_of, np.fromiter(steady, dtype=np.int64, count=len(steady)))
+    else:
+        unit_of = np.frombuffer(rec.unit, dtype=np.int64)
+    cost = _caused_per(rec, unit_of, counts)
     per_step = cost if by_step else {s.index: s.caused_ns for s in steps}
     if by_step:
         units = sorted(steady)

@@ -142,3 +142,40 @@ def merged(intervals) -> list[tuple[int, int]]:
 def union_ns(intervals: list[tuple[int, int]]) -> int:
     """Total length of the union of [a, b) intervals."""
     return sum(b - a for a, b in merged(intervals))
+
+
+def union_by(keys: list, a, b) -> tuple[list, "object"]:
+    """The union's length of the [a, b) intervals of each distinct key, in numpy: `keys` are integer columns (a
+    key is a row's tuple of them), `a` and `b` the intervals' columns. Returns (the key columns, one row per
+    distinct key in sorted order; their lengths as int64). What union_ns does for one key, for millions of waits at
+    once without a tuple and a list per wait (a 10M-event trace's wait records are ~30M)."""
+    import numpy as np
+
+    a, b = np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64)
+    keys = [np.asarray(k, dtype=np.int64) for k in keys]
+    n = len(a)
+    if n == 0:
+        return [k[:0] for k in keys], np.zeros(0, dtype=np.int64)
+    order = np.lexsort((a, *reversed(keys)))  # by the keys, the first most significant, then by start
+    a, b, keys = a[order], b[order], [k[order] for k in keys]
+    new = np.zeros(n, dtype=bool)
+    new[0] = True
+    for k in keys:
+        new[1:] |= k[1:] != k[:-1]
+    group = np.cumsum(new)
+    starts = np.flatnonzero(new)
+    # the latest end among a key's earlier intervals (they all start no later): a running maximum that starts
+    # afresh at each key, by doubling (log2 of the largest key's count passes)
+    low = np.iinfo(np.int64).min
+    run = b.copy()
+    longest = int(np.diff(np.append(starts, n)).max())
+    step = 1
+    while step < longest:
+        same = group[step:] == group[:-step]
+        np.maximum(run[step:], np.where(same, run[:-step], low), out=run[step:])
+        step <<= 1
+    before = np.full(n, low, dtype=np.int64)
+    before[1:] = np.where(new[1:], low, run[:-1])
+    # each interval adds what lies past the earlier ones' reach (they all start before it: nothing before a)
+    part = np.maximum(b - np.maximum(a, before), 0)
+    return [k[starts] for k in keys], np.add.reduceat(part, starts)
