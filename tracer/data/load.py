@@ -113,8 +113,9 @@ def _unclaimed(path: str) -> str:
 
 def trace_size(paths) -> int:
     """Bytes of the files a trace's events come from (a directory: its importer's `sources`, not the store's dir
-    nor other files beside them); of a rank file, what was written so far: it grows while a job runs (--follow).
-    Whether the viewer reads a trace before it starts, and whether a followed trace grew."""
+    nor other files beside them); of a rank file, what was written so far: it grows while a job runs (--follow);
+    of a gzipped file, its JSON's (a profiler trace compresses 20x). Whether the viewer reads a trace before it
+    starts, and whether a followed trace grew."""
     total = 0
     for p in paths:
         if os.path.isfile(p):
@@ -127,8 +128,14 @@ def trace_size(paths) -> int:
 
 
 def _size(path: str) -> int:
+    """A file's size; of a .gz file, what it holds: gzip's trailer says it (ISIZE, modulo 2^32)."""
     try:
-        return os.path.getsize(path)
+        size = os.path.getsize(path)
+        if path.endswith(".gz") and size >= 18:  # (the smallest gzip member: a 10-byte header, an 8-byte trailer)
+            with open(path, "rb") as f:
+                f.seek(-4, os.SEEK_END)
+                size = max(size, int.from_bytes(f.read(4), "little"))
+        return size
     except OSError:
         return 0
 
