@@ -162,13 +162,24 @@ def union_by(keys: list, a, b) -> tuple[list, "object"]:
     new[0] = True
     for k in keys:
         new[1:] |= k[1:] != k[:-1]
+    starts = np.flatnonzero(new)
+    # each interval adds what lies past the reach of the key's earlier ones (they all start no later)
+    part = np.maximum(b - np.maximum(a, reach_before(b, new)), 0)
+    return [k[starts] for k in keys], np.add.reduceat(part, starts)
+
+
+def reach_before(b, new):
+    """Per row, the largest of `b` over the earlier rows of its group (int64's minimum for a group's first row);
+    a group is a run of rows that begins where `new` is True (new[0] must be). A running maximum that starts
+    afresh at each group, by doubling: log2 of the largest group's rows passes, each in numpy."""
+    import numpy as np
+
+    n = len(b)
+    low = np.iinfo(np.int64).min
     group = np.cumsum(new)
     starts = np.flatnonzero(new)
-    # the latest end among a key's earlier intervals (they all start no later): a running maximum that starts
-    # afresh at each key, by doubling (log2 of the largest key's count passes)
-    low = np.iinfo(np.int64).min
-    run = b.copy()
-    longest = int(np.diff(np.append(starts, n)).max())
+    run = np.array(b, dtype=np.int64)
+    longest = int(np.diff(np.append(starts, n)).max()) if n else 0
     step = 1
     while step < longest:
         same = group[step:] == group[:-step]
@@ -176,6 +187,4 @@ def union_by(keys: list, a, b) -> tuple[list, "object"]:
         step <<= 1
     before = np.full(n, low, dtype=np.int64)
     before[1:] = np.where(new[1:], low, run[:-1])
-    # each interval adds what lies past the earlier ones' reach (they all start before it: nothing before a)
-    part = np.maximum(b - np.maximum(a, before), 0)
-    return [k[starts] for k in keys], np.add.reduceat(part, starts)
+    return before
