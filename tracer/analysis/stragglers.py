@@ -71,6 +71,11 @@ class WaitRecord:
         self.unit = array("q")
         self.counts = array("b")
 
+    def view(self, name: str):
+        """Column `name` as a numpy array over the same bytes (no copy)."""
+        col = getattr(self, name)
+        return np.frombuffer(col, dtype=col.typecode)
+
     def add(self, waiter: int, culprit: int, a: int, w: int, row: int, culprit_row: int, unit: int,
             counts: bool) -> None:
         self.waiter.append(waiter)
@@ -125,19 +130,18 @@ def _stretches(rec: WaitRecord) -> dict[int, tuple[array, array, array, array]]:
     """Per waiting rank, its counted waits as disjoint stretches in time order: columns of start, end, culprit and
     culprit row (a wait overlapping the rank's earlier ones keeps only what lies past them). In numpy, and typed
     arrays per rank: a tuple per wait took ~150 bytes, ~1 GB at 10M events."""
-    counted = np.flatnonzero(np.frombuffer(rec.counts, dtype=np.int8))  # (a pipeline's bubble: nothing to carry)
-    waiter = np.frombuffer(rec.waiter, dtype=np.int32)[counted]
-    a = np.frombuffer(rec.a, dtype=np.int64)[counted]
+    counted = np.flatnonzero(rec.view("counts"))  # (a pipeline's bubble: nothing to carry)
+    waiter = rec.view("waiter")[counted]
+    a = rec.view("a")[counted]
     order = counted[np.lexsort((a, waiter))]  # by rank, then start (stable: equal starts in record order)
-    waiter = np.frombuffer(rec.waiter, dtype=np.int32)[order]
-    a, b = np.frombuffer(rec.a, dtype=np.int64)[order], np.frombuffer(rec.b, dtype=np.int64)[order]
+    waiter = rec.view("waiter")[order]
+    a, b = rec.view("a")[order], rec.view("b")[order]
     new = np.ones(len(order), dtype=bool)
     new[1:] = waiter[1:] != waiter[:-1]
     low = np.iinfo(np.int64).min
     start = np.maximum(a, reach_before(np.where(b > a, b, low), new))
     keep = b > start
-    cols = (start, b, np.frombuffer(rec.culprit, dtype=np.int32)[order],
-            np.frombuffer(rec.culprit_row, dtype=np.int64)[order])
+    cols = (start, b, rec.view("culprit")[order], rec.view("culprit_row")[order])
     waiter, cols = waiter[keep], [c[keep] for c in cols]
     out = {}
     edges = np.flatnonzero(np.diff(waiter)) + 1
@@ -160,8 +164,8 @@ def propagated(rec: WaitRecord) -> WaitRecord:
     c may have been waiting too). A ring exchange passes one rank's delay on from neighbour to neighbour; without
     this the ranks that passed it on would share the blame. A chain that comes back to a rank already on it (a
     cycle) stops there. Each stretch keeps its waiter, event and unit; its culprit row is the root's arrival."""
-    counted = np.frombuffer(rec.counts, dtype=np.int8) != 0
-    if len(np.unique(np.frombuffer(rec.waiter, dtype=np.int32)[counted])) < 2:
+    counted = rec.view("counts") != 0
+    if len(np.unique(rec.view("waiter")[counted])) < 2:
         return rec
     stretches = _stretches(rec)
 
@@ -209,8 +213,8 @@ def _caused_per(rec: WaitRecord, units, keep=None) -> dict[int, dict[int, int]]:
     """unit -> culprit -> the waiting it caused in that unit: per waiting rank the union of the intervals it waited
     for it, summed over the waiting ranks. units: each record's unit (a numpy int array); keep: which records
     count (a numpy bool array; None: all)."""
-    culprit, waiter = np.frombuffer(rec.culprit, dtype=np.int32), np.frombuffer(rec.waiter, dtype=np.int32)
-    a, b = np.frombuffer(rec.a, dtype=np.int64), np.frombuffer(rec.b, dtype=np.int64)
+    culprit, waiter = rec.view("culprit"), rec.view("waiter")
+    a, b = rec.view("a"), rec.view("b")
     if keep is not None:
         units, culprit, waiter, a, b = units[keep], culprit[keep], waiter[keep], a[keep], b[keep]
     (u, c, _), ns = union_by([units, culprit, waiter], a, b)
@@ -235,15 +239,14 @@ def stragglers_of(rec: WaitRecord, culprits: list[int | None], ranks: list[int])
 
 def _steps_of(rec: WaitRecord, step_of: array):
     """Each wait's step (its event's; -1: none), as a numpy array."""
-    return np.frombuffer(step_of, dtype=step_of.typecode)[np.frombuffer(rec.row, dtype=np.int64)].astype(np.int64)
+    return np.frombuffer(step_of, dtype=step_of.typecode)[rec.view("row")].astype(np.int64)
 
 
 def fill_steps(rec: WaitRecord, steps: list[Step], step_of: array) -> None:
     """Each step's waits per rank and the waiting each rank caused in it."""
     units = _steps_of(rec, step_of)
     stepped = units >= 0
-    (k, w), ns = union_by([units[stepped], np.frombuffer(rec.waiter, dtype=np.int32)[stepped]],
-                          np.frombuffer(rec.a, dtype=np.int64)[stepped], np.frombuffer(rec.b, dtype=np.int64)[stepped])
+    (k, w), ns = union_by([units[stepped], rec.view("waiter")[stepped]], rec.view("a")[stepped], rec.view("b")[stepped])
     waits: dict[int, dict[int, int]] = {}
     for k, w, ns in zip(k.tolist(), w.tolist(), ns.tolist()):  # (in order of step, then rank)
         waits.setdefault(k, {})[w] = ns
@@ -259,12 +262,12 @@ def verdict(t: EventTable, rec: WaitRecord, steps: list[Step], step_of: array) -
     steady = {s.index for s in steps if not s.warmup}
     by_step = len(steady) >= MIN_UNITS
     # cost[unit][rank]: the waiting each rank caused in each unit, pipeline bubbles left out
-    counts = np.frombuffer(rec.counts, dtype=np.int8) != 0
+    counts = rec.view("counts") != 0
     if by_step:
         unit_of = _steps_of(rec, step_of)
         counts &= np.isin(unit_of, np.fromiter(steady, dtype=np.int64, count=len(steady)))
     else:
-        unit_of = np.frombuffer(rec.unit, dtype=np.int64)
+        unit_of = rec.view("unit")
     cost = _caused_per(rec, unit_of, counts)
     per_step = cost if by_step else {s.index: s.caused_ns for s in steps}
     if by_step:

@@ -87,12 +87,9 @@ class CodedColumn:
 
     def take(self, order) -> "CodedColumn":
         """The rows in `order` (a permutation, a numpy array), as a new column sharing the values."""
-        import numpy as np
-
         out = CodedColumn(key=self._key)
         out.values, out._index, out._limit = self.values, self._index, self._limit
-        out.codes = array(self.codes.typecode)
-        out.codes.frombytes(np.frombuffer(self.codes, dtype=self.codes.typecode)[order].tobytes())
+        out.codes = permuted(self.codes, order)
         return out
 
     def __getitem__(self, i):
@@ -197,6 +194,15 @@ class JsonColumn(SparseColumn):
 
     def any(self) -> bool:
         return bool(self._values) or (self._base > 0 and self._offsets[self._base] > self._offsets[0])
+
+
+def permuted(col: array, order) -> array:
+    """The array.array `col` with its rows in `order` (a permutation, a numpy array), in numpy."""
+    import numpy as np
+
+    out = array(col.typecode)
+    out.frombytes(np.frombuffer(col, dtype=col.typecode)[order].tobytes())
+    return out
 
 
 def _moved(values: dict, order) -> dict:

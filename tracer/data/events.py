@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterable, Iterator
 import orjson
 
 from ..format import EVENTS_VERSION, is_user_file
-from .columns import CodedColumn, SparseColumn, json_key
+from .columns import CodedColumn, SparseColumn, json_key, permuted
 from ..errors import TraceError  # noqa: F401 - importable from here too, where it was first defined
 
 #: The canonical op names; every API variant maps onto one of these.
@@ -197,10 +197,7 @@ class EventTable:
         if (order[1:] > order[:-1]).all():
             return  # already in order (what `disttrace events` writes): nothing to do
         for name in _INT_COLUMNS:
-            col = getattr(self, name)
-            out = array(col.typecode)
-            out.frombytes(np.frombuffer(col, dtype=col.typecode)[order].tobytes())
-            setattr(self, name, out)
+            setattr(self, name, permuted(getattr(self, name), order))
         for name in _STR_COLUMNS + _OBJ_COLUMNS:
             setattr(self, name, getattr(self, name).take(order))
         self.async_op = bytearray(np.frombuffer(self.async_op, dtype=np.uint8)[order].tobytes())
