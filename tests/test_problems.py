@@ -244,6 +244,22 @@ def test_the_first_non_finite_input_is_named_and_its_spread_counted():
                          "op(s) carried non-finite values in their input or output, on ranks 0, 1.")
 
 
+def test_a_peer_output_that_the_clocks_put_before_the_nan_input_is_not_the_first():
+    """Rank 0's output of all_reduce #1 came from rank 1's NaN input, however the clocks' alignment error orders
+    them (here it ends 1 ms before rank 1 arrived: a loaded CI machine's trace of the NaN job read "the output of
+    all_reduce #6 on rank 0 ... from finite inputs: the op itself overflowed")."""
+    tr = Trace(2)
+    nan = {"nan": 3, "inf": 0, "checksum": 1}
+    fine = {"nan": 0, "inf": 0, "checksum": 2}
+    tr.coll("all_reduce", {0: 10 * MS, 1: 12 * MS}, {0: 11 * MS, 1: 13 * MS}, nbytes=64, site="train.py:30 in main",
+            **{"in": {0: fine, 1: nan}}, out=nan)
+    tr.coll("all_reduce", {0: 20 * MS, 1: 20 * MS}, 21 * MS, nbytes=64, **{"in": nan}, out=nan)
+    (p,) = [p for p in tr.analyze().problems if p.kind == "nonfinite"]
+    assert (p.ranks, p.group_seq) == ([1], 0)
+    assert p.message.startswith("rank 1's input to all_reduce #0 of group world at train.py:30 in main held "
+                                "non-finite values first (3 NaN)"), p.message
+
+
 def test_an_overflow_in_the_op_itself_is_named_by_its_output():
     tr = Trace(2)
     big = {"nan": 0, "inf": 0, "checksum": 1}

@@ -425,7 +425,21 @@ def _nonfinite(t: EventTable) -> list[Problem]:
     if not seen:
         return []
     seen.sort()
-    _, i0, side, counts0 = seen[0]
+    # the first is a cause, not a consequence: the output of a collective that some rank fed a non-finite input,
+    # and what its rank did after that output, came from that input, though the ranks' clocks (their alignment
+    # error) may put them before it
+    poisoned = {(t.gid[i], t.group_seq[i]) for _, i, side, _ in seen if side == "in" and t.group_seq[i] != NONE}
+    tainted: set[int] = set()
+    causes = []
+    for x in seen:
+        i, r = x[1], t.rank[x[1]]
+        if r in tainted:
+            continue
+        if x[2] == "out" and t.group_seq[i] != NONE and (t.gid[i], t.group_seq[i]) in poisoned:
+            tainted.add(r)
+            continue
+        causes.append(x)
+    _, i0, side, counts0 = (causes or seen)[0]
     if side == "in":  # every rank whose input to that same op held some
         first = [x for x in seen if x[2] == "in" and (x[1] == i0 or (
             t.group_seq[i0] != NONE and t.group_seq[x[1]] == t.group_seq[i0] and t.gid[x[1]] == t.gid[i0]))]
