@@ -121,13 +121,6 @@ def write_synthetic(path, n_events: int = 1_000_000, n_ranks: int = 64, seed: in
     return written
 
 
-if __name__ == "__main__":
-    out = sys.argv[1] if len(sys.argv) > 1 else "synthetic.jsonl"
-    n = int(sys.argv[2]) if len(sys.argv) > 2 else 1_000_000
-    ranks = int(sys.argv[3]) if len(sys.argv) > 3 else 64
-    print(write_synthetic(out, n, ranks), "events written to", out)
-
-
 def ensure_synthetic(path, n_events: int, n_ranks: int) -> None:
     """Write the synthetic trace to `path` unless it is already there."""
     import os
@@ -194,3 +187,75 @@ def fresh_store(path) -> str:
 def time_ns() -> int:
     import time
     return time.time_ns()
+
+
+def write_trace_dir(events_path, out_dir) -> int:
+    """The synthetic events file as the trace dir a `disttrace run` of that job writes: one rank file per rank
+    (meta, clock, groups, then a begin and an end record per op, as the recorder writes them: docs/FORMAT.md), for
+    timing the rank files' reader. Each rank's records are kept until a MB has piled up, then appended to its file
+    (1,024 open files would pass the usual limit). Returns the number of ops written."""
+    import os
+
+    os.makedirs(out_dir, exist_ok=True)
+    pending: dict[int, list[bytes]] = {}
+    sizes: dict[int, int] = {}
+    groups: dict[int, dict] = {}   # rank -> {(name, ranks): its g}
+    ids: dict[int, int] = {}
+    n = 0
+
+    def path(r: int) -> str:
+        return os.path.join(out_dir, f"rank-{r:05d}-synth-{1000 + r}.jsonl")
+
+    def flush(r: int) -> None:
+        with open(path(r), "ab") as fh:
+            fh.write(b"".join(pending[r]))
+        pending[r], sizes[r] = [], 0
+
+    def add(r: int, rec: dict) -> None:
+        line = orjson.dumps(rec) + b"\n"
+        pending[r].append(line)
+        sizes[r] += len(line)
+        if sizes[r] > 1 << 20:
+            flush(r)
+
+    with open(events_path, "rb") as f:
+        for line in f:
+            ev = orjson.loads(line)
+            r = ev["rank"]
+            if r not in pending:
+                pending[r], sizes[r], groups[r], ids[r] = [], 0, {}, 0
+                add(r, {"k": "meta", "v": 2, "rank": r, "world_size": 0, "local_rank": r % 8, "host": ev["host"],
+                        "pid": 1000 + r, "backend": "gloo", "summaries": "stats", "mono_ns": 0, "restart": 0})
+                add(r, {"k": "clock", "phase": "start", "offset_ns": 0, "uncertainty_ns": 0, "mono_ns": 0,
+                        "window": 0})
+            key = (ev["group"], tuple(ev["group_ranks"]))
+            g = groups[r].get(key)
+            if g is None:
+                g = groups[r][key] = len(groups[r])
+                add(r, {"k": "group", "g": g, "name": ev["group"], "ranks": ev["group_ranks"], "backend": "gloo"})
+            i = ids[r]
+            ids[r] += 1
+            begin = {"k": "b", "op": ev["op"], "api": ev["api"], "g": g, "bytes": ev["bytes"], "dtype": ev["dtype"],
+                     "shape": ev["shape"], "site": ev["site"], "i": i, "gs": ev["group_seq"], "t": ev["start_ns"]}
+            for k, rk in (("peer", "peer"), ("root", "root"), ("tag", "tag"), ("in", "in")):
+                if ev.get(k) is not None:
+                    begin[rk] = ev[k]
+            if ev.get("async_op"):
+                begin["async"] = True
+            add(r, begin)
+            if ev.get("end_ns") is not None:
+                end = {"k": "e", "i": i, "t": ev["end_ns"], "seq": ev.get("seq")}
+                if ev.get("out") is not None:
+                    end["out"] = ev["out"]
+                add(r, end)
+            n += 1
+    for r in pending:
+        flush(r)
+    return n
+
+
+if __name__ == "__main__":
+    out = sys.argv[1] if len(sys.argv) > 1 else "synthetic.jsonl"
+    n = int(sys.argv[2]) if len(sys.argv) > 2 else 1_000_000
+    ranks = int(sys.argv[3]) if len(sys.argv) > 3 else 64
+    print(write_synthetic(out, n, ranks), "events written to", out)

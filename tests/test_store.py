@@ -14,8 +14,8 @@ import orjson
 import pytest
 
 from disttrace.tracer.data import store
-from disttrace.tracer.data.columns import JsonColumn
-from disttrace.tracer.data.events import _INT_COLUMNS, _OBJ_COLUMNS, _STR_COLUMNS, iter_jsonl
+from disttrace.tracer.data.columns import JsonColumn, typecode
+from disttrace.tracer.data.events import _INT_COLUMNS, _OBJ_COLUMNS, _STR_COLUMNS, extend, iter_jsonl
 from disttrace.tracer.data.load import load_trace
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
@@ -44,7 +44,7 @@ def assert_same(a, b) -> None:
         ca, cb = getattr(a, name), getattr(b, name)
         assert list(ca) == list(cb), name
         if name in _INT_COLUMNS:
-            assert ca.typecode == cb.typecode, name
+            assert typecode(ca) == typecode(cb), name
     for name in _STR_COLUMNS + ("shape",):
         assert getattr(a, name).values == getattr(b, name).values, name
     assert a.groups == b.groups
@@ -103,6 +103,40 @@ def test_write_and_read_the_store_directly(events_file, tmp_path):
     out = str(tmp_path / "x.arrow")
     store.write_store(parsed, out)
     assert_same(parsed, store.read_store(out))
+
+
+def _resident_kb(path: str) -> int:
+    """How much of the file `path` is mapped into this process and resident (/proc/self/smaps), in KB."""
+    kb, inside = 0, False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            if "-" in line.split(" ", 1)[0]:  # a mapping's header line: its address range first
+                inside = line.rstrip().endswith(path)
+            elif inside and line.startswith("Rss:"):
+                kb += int(line.split()[1])
+    return kb
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="reads Linux's /proc/self/smaps")
+def test_a_reopened_table_reads_its_columns_in_place(tmp_path):
+    """The integer columns are the mapped file's bytes, read-only, copied only if rows are added; opening (its
+    checksum included) leaves most of the file out of the process's memory."""
+    path = tmp_path / "big.jsonl"
+    write_synthetic(str(path), 60_000, 16)
+    age(path)
+    load_trace(str(path))
+    t = load_trace(str(path))
+    cache = store.cache_path([str(path)], None, False)
+    size_kb = os.path.getsize(cache) // 1024
+    assert opened_from_store(t) and isinstance(t.start_ns, memoryview) and t.start_ns.readonly
+    assert _resident_kb(cache) < size_kb / 4, (_resident_kb(cache), size_kb)
+    with pytest.raises(TypeError):
+        t.start_ns[0] = 5
+    n, last = len(t), t.start_ns[-1]
+    extend(t, [dict(EVENTS[0], start_ns=last + 1, rank=3), dict(EVENTS[2], start_ns=last + 2)])
+    assert len(t) == n + 2 and [t.start_ns[-2], t.rank[-2], t.in_[-1]] == [last + 1, 3, EVENTS[2]["in"]]
+    assert all(len(getattr(t, c)) == n + 2 for c in _INT_COLUMNS + _STR_COLUMNS + _OBJ_COLUMNS)
+    assert load_trace(str(path)).start_ns[-1] == last  # (the file is as it was)
 
 
 def test_a_changed_source_rebuilds_the_store(events_file):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from array import array
 
+from ..data.columns import copy_of
 from ..data.events import COLLECTIVE_OPS, NONE, EventTable
 
 
@@ -68,7 +69,7 @@ def finished_at(t: EventTable, i: int) -> int:
 def finished(t: EventTable, rows=None) -> array:
     """finished_at of each of rows (every row of the table by default), as an array of "q". The end column is copied
     in C and only the rows without an end go through finished_at (few: async ops whose completion is unknown, hangs)."""
-    ends = t.end_ns[:] if rows is None else array("q", map(t.end_ns.__getitem__, rows))
+    ends = copy_of(t.end_ns) if rows is None else array("q", map(t.end_ns.__getitem__, rows))
     p = -1
     try:
         while True:

@@ -36,25 +36,26 @@ class CodedColumn:
         self.extend(values)
 
     @classmethod
-    def from_codes(cls, values: list, codes: array, key: Callable[[Any], Any] | None = None) -> "CodedColumn":
-        """A column of these distinct `values` and rows `codes` (typecode B, H or i; each code < len(values),
-        the caller's to check), as stored (data/store.py)."""
+    def from_codes(cls, values: list, codes, key: Callable[[Any], Any] | None = None) -> "CodedColumn":
+        """A column of these distinct `values` and rows `codes` (an integer column of typecode B, H or i; each
+        code < len(values), the caller's to check), as stored (data/store.py)."""
         out = cls(key=key)
         out.values = values
         out._index = {(v if key is None else out._safe_key(v)): i for i, v in enumerate(values)}
-        out.codes, out._limit = codes, _LIMIT[codes.typecode]
+        out.codes, out._limit = codes, _LIMIT[typecode(codes)]
         return out
 
     def _add(self, k, v) -> int:
         code = self._index[k] = len(self.values)
         self.values.append(v)
         if code >= self._limit:  # one value more than the codes can say: widen them
-            typecode = _WIDER[self.codes.typecode]
-            self._limit = _LIMIT[typecode]
-            self.codes = array(typecode, self.codes)
+            tc = _WIDER[typecode(self.codes)]
+            self._limit = _LIMIT[tc]
+            self.codes = array(tc, self.codes)
         return code
 
     def append(self, v) -> None:
+        self.codes = writable(self.codes)
         k = v if self._key is None else self._safe_key(v)
         code = self._index.get(k)
         if code is None:
@@ -62,6 +63,7 @@ class CodedColumn:
         self.codes.append(code)
 
     def extend(self, vs: Iterable) -> None:
+        self.codes = writable(self.codes)
         vs = vs if isinstance(vs, list) else list(vs)
         keys = vs if self._key is None else self._keys(vs)
         codes = list(map(self._index.get, keys))  # C speed for the common case: every value seen before
@@ -196,12 +198,32 @@ class JsonColumn(SparseColumn):
         return bool(self._values) or (self._base > 0 and self._offsets[self._base] > self._offsets[0])
 
 
-def permuted(col: array, order) -> array:
-    """The array.array `col` with its rows in `order` (a permutation, a numpy array), in numpy."""
+def typecode(col) -> str:
+    """An integer column's typecode ("q", "i", "H", "B"): an array.array's, or the format of a memoryview (a column
+    mapped from the trace store, read-only: data/store.py)."""
+    return col.typecode if type(col) is array else col.format
+
+
+def writable(col):
+    """An integer column that can grow: itself, or a mapped one's copy (rows appended to a table opened from the
+    store)."""
+    return col if type(col) is array else copy_of(col)
+
+
+def copy_of(col) -> array:
+    """An integer column's copy, as an array.array of its typecode (one memcpy)."""
+    out = array(typecode(col))
+    out.frombytes(memoryview(col).cast("B"))
+    return out
+
+
+def permuted(col, order) -> array:
+    """The integer column `col` with its rows in `order` (a permutation, a numpy array), in numpy."""
     import numpy as np
 
-    out = array(col.typecode)
-    out.frombytes(np.frombuffer(col, dtype=col.typecode)[order].tobytes())
+    tc = typecode(col)
+    out = array(tc)
+    out.frombytes(np.frombuffer(col, dtype=tc)[order].tobytes())
     return out
 
 

@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterable, Iterator
 import orjson
 
 from ..format import EVENTS_VERSION, is_user_file
-from .columns import CodedColumn, SparseColumn, json_key, permuted
+from .columns import CodedColumn, SparseColumn, json_key, permuted, typecode, writable
 from ..errors import TraceError  # noqa: F401 - importable from here too, where it was first defined
 
 #: The canonical op names; every API variant maps onto one of these.
@@ -142,6 +142,8 @@ class EventTable:
     def add_rows(self, cols: dict) -> None:
         """The one way rows enter the table: the columns of ROW_COLUMNS, all of one length and already checked by
         whoever built them (`append`, `extend`, the readers), appended together; each new rank registered."""
+        for name in _INT_COLUMNS:  # (a column mapped from the store is read-only: copied before it grows)
+            setattr(self, name, writable(getattr(self, name)))
         for name in ROW_COLUMNS:
             getattr(self, name).extend(cols[name])
         rank, host = cols["rank"], cols["host"]
@@ -193,7 +195,7 @@ class EventTable:
         n = len(self)
         if n < 2:
             return
-        start, rank, ident = (np.frombuffer(c, dtype=c.typecode) for c in (self.start_ns, self.rank, self.id))
+        start, rank, ident = (np.frombuffer(c, dtype=typecode(c)) for c in (self.start_ns, self.rank, self.id))
         order = np.lexsort((ident, rank, start))
         if (order[1:] > order[:-1]).all():
             return  # already in order (what `disttrace events` writes): nothing to do

@@ -33,7 +33,7 @@ from typing import Callable
 
 import orjson
 
-from .columns import CodedColumn, JsonColumn, SparseColumn, json_key
+from .columns import CodedColumn, JsonColumn, SparseColumn, json_key, typecode
 from .events import _INT_COLUMNS, _STR_COLUMNS, EventTable, Group, Progress, RankInfo
 from .runs import Ending, RankFile, Run
 
@@ -215,14 +215,14 @@ def read_arrays(path: str, fingerprint: dict) -> tuple[dict, dict]:
     import pyarrow as pa
 
     try:
-        batch, meta_b, meta = _open(pa, path, fingerprint)
+        batch, meta_b, meta, crc = _open(pa, path, fingerprint)
         codes = meta.get("arrays")
         if type(codes) is not dict or batch.schema.names != list(codes) or batch.num_rows != 1:
             raise StoreError("unexpected columns")
         for tc, col in zip(codes.values(), batch.columns):
             if col.type != pa.large_list(_value_type(pa, tc)) or col.offset or col.values.offset:
                 raise StoreError("unexpected columns")
-        if _crc(batch.columns, meta_b) != _stored_crc(batch):
+        if crc(batch.columns) != _stored_crc(batch):
             raise StoreError("checksum mismatch")
         out = {name: bytearray(_used_bytes(col.values)[0]) if tc == _BYTES else _ints(col.values, tc)
                for (name, tc), col in zip(codes.items(), batch.columns)}
@@ -238,12 +238,15 @@ def _stored_crc(batch) -> int:
 
 
 def _open(pa, path: str, fingerprint: dict | None):
-    """(the one record batch, its metadata's JSON as bytes and parsed) of a store file of this version and (given)
-    fingerprint; the CRC is the caller's to check, over the buffers it reads."""
+    """(the one record batch, its metadata's JSON as bytes and parsed, crc(arrays)) of a store file of this version
+    and (given) fingerprint; the CRC is the caller's to check, over the buffers it reads, with crc()."""
     with open(path, "rb") as fh:
         if fh.read(6) != b"ARROW1":
             raise StoreError("not an Arrow IPC file")
-    reader = pa.ipc.open_file(pa.memory_map(path))
+    source = pa.memory_map(path)
+    base = source.read_buffer(6).address  # where the map begins: a buffer's place in the file is its address less it
+    source.seek(0)
+    reader = pa.ipc.open_file(source)
     metadata = reader.schema.metadata or {}
     meta_b = metadata.get(_META_KEY)
     if meta_b is None or metadata.get(_CRC_KEY) is None:
@@ -256,7 +259,8 @@ def _open(pa, path: str, fingerprint: dict | None):
         raise StoreError("stale: the trace changed since the store was written")
     if reader.num_record_batches != 1:
         raise StoreError("unexpected batches")
-    return reader.get_batch(0), meta_b, meta
+    batch = reader.get_batch(0)
+    return batch, meta_b, meta, lambda arrays: _crc_read(path, base, arrays, meta_b)
 
 
 # -- reading ------------------------------------------------------------------------------------------------
@@ -267,6 +271,34 @@ def _crc(arrays, meta: bytes) -> int:
     for a in arrays:
         for view in _used_bytes(a):
             crc = zlib.crc32(view, crc)
+    return crc
+
+
+def _crc_read(path: str, base: int, arrays, meta: bytes) -> int:
+    """What _crc says of `arrays`, mapped from the file `path` at address `base`, read from the file instead of
+    through the map: the map's pages stay out of the process (its resident memory) until a row is read, which
+    for most columns of a viewer's session is never (1M events: 130 MB that a CRC through the map kept in)."""
+    import numpy as np
+
+    crc = zlib.crc32(meta)
+    chunk = bytearray(4 << 20)
+    with open(path, "rb", buffering=0) as fh:
+        size = os.fstat(fh.fileno()).st_size
+        for a in arrays:
+            for view in _used_bytes(a):
+                n = len(view)
+                if not n:
+                    continue
+                at = np.frombuffer(view, np.uint8).__array_interface__["data"][0] - base
+                if not 0 <= at <= size - n:
+                    raise StoreError("a buffer outside the file")
+                done = 0
+                while done < n:
+                    got = os.preadv(fh.fileno(), [memoryview(chunk)[:min(len(chunk), n - done)]], at + done)
+                    if got <= 0:
+                        raise StoreError("the store file shrank")
+                    crc = zlib.crc32(memoryview(chunk)[:got], crc)
+                    done += got
     return crc
 
 
@@ -303,10 +335,16 @@ def _used_bytes(a) -> list:
 
 
 def _ints(a, typecode: str) -> array:
-    """A fixed-width Arrow array's values as an array.array of `typecode`."""
+    """A fixed-width Arrow array's values as an array.array of `typecode` (a copy)."""
     out = array(typecode)
-    out.frombytes(_used_bytes(a)[0])  # a copy: array cannot wrap the mapped buffer (EventTable's column type)
+    out.frombytes(_used_bytes(a)[0])
     return out
+
+
+def _mapped(a, typecode: str) -> memoryview:
+    """A fixed-width Arrow array's values, read in place: a read-only memoryview of `typecode` on the mapped
+    file, indexed as fast as an array.array, its pages read in only when a row is (columns.typecode, .writable)."""
+    return _used_bytes(a)[0].cast(typecode)
 
 
 def _schema_ok(pa, schema) -> bool:
@@ -328,11 +366,11 @@ def read_store(path: str, fingerprint: dict | None = None) -> EventTable:
     import pyarrow as pa
 
     try:
-        batch, meta_b, meta = _open(pa, path, fingerprint)
+        batch, meta_b, meta, crc = _open(pa, path, fingerprint)
         if not _schema_ok(pa, batch.schema):
             raise StoreError("unexpected columns")
         arrays = batch.columns
-        if _crc(arrays, meta_b) != _stored_crc(batch):
+        if crc(arrays) != _stored_crc(batch):
             raise StoreError("checksum mismatch")
         n = batch.num_rows
         if n != meta["events"]:
@@ -346,7 +384,7 @@ def _extent(col: array) -> tuple[int, int]:
     """(min, max) of a non-empty column, in numpy (Python's min/max take 15 ms a million rows, each)."""
     import numpy as np
 
-    a = np.frombuffer(col, np.dtype(col.typecode))
+    a = np.frombuffer(col, np.dtype(typecode(col)))
     return int(a.min()), int(a.max())
 
 
@@ -354,7 +392,7 @@ def _table(arrays, meta: dict, n: int) -> EventTable:
     t = EventTable()
     k = 0
     for name in _INT_COLUMNS:
-        setattr(t, name, _ints(arrays[k], getattr(t, name).typecode))
+        setattr(t, name, _mapped(arrays[k], getattr(t, name).typecode))
         k += 1
     for name in _STR_COLUMNS + ("shape",):
         a = arrays[k]
@@ -362,7 +400,7 @@ def _table(arrays, meta: dict, n: int) -> EventTable:
         texts = a.dictionary.to_pylist()
         tc = {1: "B", 2: "H", 4: "i"}[a.indices.type.bit_width // 8]
         col = CodedColumn.from_codes([orjson.loads(s) for s in texts] if name == "shape" else texts,
-                                     _ints(a.indices, tc), json_key if name == "shape" else None)
+                                     _mapped(a.indices, tc), json_key if name == "shape" else None)
         if n and _extent(col.codes)[1] >= len(texts):
             raise StoreError("a code past its dictionary")
         setattr(t, name, col)

@@ -15,6 +15,7 @@ import numpy as np
 
 from disttrace.tracer.analysis.engine import pending_analysis
 from disttrace.tracer.analysis.model import Analysis
+from disttrace.tracer.data.columns import typecode
 from disttrace.tracer.data.events import NONE, P2P_OPS, EventTable, gc_paused
 
 from .lod import Lane
@@ -79,7 +80,7 @@ class TraceStore:
         if progress:
             progress(0.2, "indexing ranks")
         cat_of_code = np.array([category(op) for op in table.op.values], np.uint8)  # op is dictionary-encoded
-        cats = cat_of_code[np.frombuffer(table.op.codes, table.op.codes.typecode)]
+        cats = cat_of_code[np.frombuffer(table.op.codes, typecode(table.op.codes))]
         lanes = Lane.build_all(table, cats, self.wait_ns, self.t1)
         self.rows: list[RankRow] = []
         for r in sorted(lanes):
