@@ -228,16 +228,18 @@ def write_trace_dir(events_path, out_dir) -> int:
                         "pid": 1000 + r, "backend": "gloo", "summaries": "stats", "mono_ns": 0, "restart": 0})
                 add(r, {"k": "clock", "phase": "start", "offset_ns": 0, "uncertainty_ns": 0, "mono_ns": 0,
                         "window": 0})
-            key = (ev["group"], tuple(ev["group_ranks"]))
-            g = groups[r].get(key)
-            if g is None:
-                g = groups[r][key] = len(groups[r])
-                add(r, {"k": "group", "g": g, "name": ev["group"], "ranks": ev["group_ranks"], "backend": "gloo"})
             i = ids[r]
             ids[r] += 1
-            begin = {"k": "b", "op": ev["op"], "api": ev["api"], "g": g, "bytes": ev["bytes"], "dtype": ev["dtype"],
-                     "shape": ev["shape"], "site": ev["site"], "i": i, "gs": ev["group_seq"], "t": ev["start_ns"]}
-            for k, rk in (("peer", "peer"), ("root", "root"), ("tag", "tag"), ("in", "in")):
+            begin = {"k": "b", "op": ev["op"], "api": ev["api"], "bytes": ev["bytes"], "dtype": ev["dtype"],
+                     "shape": ev["shape"], "site": ev["site"], "i": i, "t": ev["start_ns"]}
+            if "group" in ev:  # (a send or recv has none here)
+                key = (ev["group"], tuple(ev["group_ranks"]))
+                g = groups[r].get(key)
+                if g is None:
+                    g = groups[r][key] = len(groups[r])
+                    add(r, {"k": "group", "g": g, "name": ev["group"], "ranks": ev["group_ranks"], "backend": "gloo"})
+                begin["g"] = g
+            for k, rk in (("group_seq", "gs"), ("peer", "peer"), ("root", "root"), ("tag", "tag"), ("in", "in")):
                 if ev.get(k) is not None:
                     begin[rk] = ev[k]
             if ev.get("async_op"):

@@ -433,3 +433,80 @@ def test_trace_files_are_private(seeds):
 
 if __name__ == "__main__":  # pragma: no cover - `python tests/test_fuzz.py CASE_DIR`: replay one saved case
     print(read_everything(sys.argv[1]))
+
+
+def _read_back(path: str) -> tuple:
+    """All that a read gives: each event's JSON line, the warnings, the ranks (damage included) and groups; or the
+    error."""
+    try:
+        t = load_trace([path], cache=False)
+    except TraceError as e:
+        return ("error", str(e))
+    return b"".join(iter_jsonl(t)), t.warnings, sorted(t.ranks.items()), t.groups
+
+
+def test_the_column_readers_read_what_the_event_by_event_ones_do(seeds, tmp_path, monkeypatch):
+    """Differential: the readers make an intact file's columns at once (data/reader._columns for rank files,
+    data/events._columns for events files) and fall back to event by event, skipping the bad ones, on anything
+    odd. On every mutated trace dir and events file, both ways must read the same, and the columns' way must
+    have run on most cases (else this would compare the fallback with itself)."""
+    from disttrace.tracer.data import events, reader
+
+    used = {"yes": 0, "no": 0}
+
+    def counted(fn):
+        def run(*args, **kwargs):
+            try:
+                out = fn(*args, **kwargs)
+            except Exception:
+                used["no"] += 1
+                raise
+            used["yes"] += 1
+            return out
+        return run
+
+    def refuse(*args, **kwargs):
+        raise ValueError("event by event")
+
+    differ = []
+    for k, (kind, files) in enumerate(_cases(seeds)):
+        if kind not in ("trace", "events"):
+            continue
+        path = _write(tmp_path / "case", kind, files)
+        with monkeypatch.context() as m:
+            m.setattr(reader, "_columns", counted(reader._columns))
+            m.setattr(events, "_columns", counted(events._columns))
+            columns = _read_back(path)
+        with monkeypatch.context() as m:
+            m.setattr(reader, "_columns", refuse)
+            m.setattr(events, "_columns", refuse)
+            by_event = _read_back(path)
+        if columns != by_event:
+            differ.append(k)
+            if len(differ) == 1:
+                shutil.copytree(tmp_path / "case", tmp_path / f"differ-{k}")
+    assert not differ, f"cases read differently: {differ[:20]} (the first kept in {tmp_path})"
+    assert used["yes"] > 2 * used["no"], used
+
+
+def test_times_are_aligned_in_numpy_as_one_at_a_time():
+    """The column reader aligns a rank's times in numpy (reader._aligned); the same arithmetic as the alignment of
+    one time (reader._offset_fn), rounding included, before, between and past the clock's measurements."""
+    import numpy as np
+
+    from disttrace.tracer.data import reader
+
+    rng = random.Random(SEED)
+    for case in range(300):
+        rf = reader._RankFile("rank-x.jsonl")
+        t0 = rng.randrange(1, 2 ** 50)
+        t1 = t0 + rng.choice([1, 2, 3, 1000, rng.randrange(1, 2 ** 40)])
+        o0, o1 = (rng.randrange(-2 ** 40, 2 ** 40) for _ in range(2))
+        if case % 3:
+            o1 = o0 + rng.choice([1, -1, 3, (t1 - t0) // 2])  # slopes whose products land on halves
+        rf.clock["start"] = {"offset_ns": o0, "mono_ns": t0}
+        if case % 5:
+            rf.clock["end"] = {"offset_ns": o1, "mono_ns": t1}
+        times = [rng.randrange(max(t0 - 10 ** 6, 0), t1 + 10 ** 6) for _ in range(50)] + [t0, t1, (t0 + t1) // 2]
+        align = reader._offset_fn(rf)[0]
+        assert reader._aligned(np.array(times, np.int64), reader._clock(rf)).tolist() == list(map(align, times))

@@ -427,8 +427,8 @@ def _read_lines(path, fh, size, table, progress, keep_run: int | None = None):
             lineno += len(batch)
             bad += skipped
             first_bad = first_bad or why
-            versions = set(map(dict.get, events, repeat("v", len(events))))
-            newer = [v for v in versions if type(v) is int and v > EVENTS_VERSION]
+            newer = [v for v in map(dict.get, events, repeat("v", len(events)))
+                     if type(v) is int and v > EVENTS_VERSION]
             if newer:
                 raise TraceError(f"{path}: written by a newer disttrace (events format v{max(newer)}, this reads "
                                  f"v{EVENTS_VERSION}); upgrade disttrace")
@@ -568,10 +568,10 @@ def _columns(table: EventTable, evs: list) -> dict:
         "op": ops,
         "api": apis if set(map(type, apis)) == {str} and all(apis) else
         [a if type(a) is str and a else text_field(a) or o for a, o in zip(apis, ops)],
-        "dtype": _texts(get("dtype")),
-        "status": _texts(statuses),
-        "site": _texts(get("site")),
-        "host": _texts(get("host")),
+        "dtype": text_column(get("dtype")),
+        "status": text_column(statuses),
+        "site": text_column(get("site")),
+        "host": text_column(get("host")),
         "shape": get("shape"),
         "in_": get("in"),
         "out": get("out"),
@@ -586,6 +586,6 @@ def _columns(table: EventTable, evs: list) -> dict:
 _OP_SET = frozenset(OPS)
 
 
-def _texts(values: list) -> list:
+def text_column(values: list) -> list:
     """A text column as strings (text_field of each), without a call per value when all are strings already."""
     return values if set(map(type, values)) == {str} else list(map(text_field, values))
