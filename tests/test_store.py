@@ -58,6 +58,29 @@ def opened_from_store(t) -> bool:
     return isinstance(t.in_, JsonColumn)
 
 
+WRITES: list[str] = []  # the stores written in this test (a first read, or one of a stale or damaged store)
+
+
+@pytest.fixture(autouse=True)
+def _count_writes(monkeypatch):
+    real = store.write_store
+
+    def counted(table, path, *args, **kwargs):
+        WRITES.append(path)
+        return real(table, path, *args, **kwargs)
+
+    WRITES.clear()
+    monkeypatch.setattr(store, "write_store", counted)
+
+
+def load_parsing(path, **kwargs):
+    """(load_trace(path), whether it parsed the trace and wrote its store, rather than opening the store). Either
+    way the table comes from the store: a first read opens what it wrote."""
+    n = len(WRITES)
+    t = load_trace(path, **kwargs)
+    return t, len(WRITES) > n
+
+
 EVENTS = [
     {"rank": 0, "op": "all_reduce", "start_ns": 10, "end_ns": 20, "group": "world", "group_ranks": [0, 1],
      "group_seq": 0, "bytes": 64, "dtype": "float32", "shape": [4, 4], "in": {"norm": 1.5, "nonfinite": 0},
@@ -85,9 +108,9 @@ def events_file(tmp_path):
 
 def test_round_trip_of_an_events_file_is_exact(events_file):
     parsed = load_trace(events_file, cache=False)
-    first = load_trace(events_file)
+    first, parsed_now = load_parsing(events_file)
     cache = store.cache_path([events_file], None, False)
-    assert os.path.isfile(cache) and not opened_from_store(first)
+    assert os.path.isfile(cache) and parsed_now and opened_from_store(first)
     again = load_trace(events_file)
     assert opened_from_store(again)
     assert parsed.in_.any() and parsed.error.any() and parsed.extra.any() and parsed.warnings
@@ -144,13 +167,13 @@ def test_a_changed_source_rebuilds_the_store(events_file):
     with open(events_file, "ab") as fh:
         fh.write(orjson.dumps({**EVENTS[2], "start_ns": 40, "id": 3}) + b"\n")
     age(events_file)
-    t = load_trace(events_file)
-    assert not opened_from_store(t) and 40 in t.start_ns
+    t, parsed_now = load_parsing(events_file)
+    assert parsed_now and 40 in t.start_ns
     assert_same(load_trace(events_file, cache=False), load_trace(events_file))
     # the same size, another mtime: stale too
     st = os.stat(events_file)
     os.utime(events_file, ns=(st.st_atime_ns, st.st_mtime_ns - 10**9))
-    assert not opened_from_store(load_trace(events_file))
+    assert load_parsing(events_file)[1]
     assert opened_from_store(load_trace(events_file))
 
 
@@ -162,7 +185,7 @@ def test_profiler_traces_are_stored_too(tmp_path):
     d = write_gpu_traces(str(tmp_path / "prof"), meta_on_kernel=True, seq=True)
     age(d)
     parsed = load_trace(d, cache=False)
-    assert parsed.notes and not opened_from_store(load_trace(d))
+    assert parsed.notes and load_parsing(d)[1]
     assert os.path.isfile(store.cache_path([d], None, True))
     again = load_trace(d)
     assert opened_from_store(again)
@@ -175,7 +198,7 @@ def test_profiler_traces_are_stored_too(tmp_path):
     assert_same(parsed, load_trace(d, cache=False))
     # a rank's trace rewritten (a newer mtime): the store is stale
     os.utime(one, ns=(0, os.stat(one).st_mtime_ns + 10**9))
-    assert not opened_from_store(load_trace(d))
+    assert load_parsing(d)[1]
 
 
 def test_each_run_and_set_of_dirs_has_a_store_of_its_own():
@@ -217,8 +240,8 @@ def test_a_damaged_store_is_never_trusted(events_file, damage, capsys):
     Path(cache).write_bytes(bytes(data))
     with pytest.raises(store.StoreError):
         store.read_store(cache)
-    t = load_trace(events_file)
-    assert not opened_from_store(t)
+    t, parsed_now = load_parsing(events_file)
+    assert parsed_now
     assert_same(parsed, t)
     assert "Traceback" not in capsys.readouterr().err
     assert opened_from_store(load_trace(events_file))  # rebuilt
@@ -347,11 +370,11 @@ def test_a_trace_dir_whose_files_change_is_read_again(traced, tmp_path):
     files = sorted(f for f in os.listdir(t) if f.startswith("rank-"))
     moved = os.path.join(str(tmp_path), files[-1])
     os.rename(os.path.join(t, files[-1]), moved)  # a file removed
-    fewer = load_trace(t)
-    assert not opened_from_store(fewer)
+    fewer, parsed_now = load_parsing(t)
+    assert parsed_now
     assert_same(load_trace(t, cache=False), fewer)
     os.rename(moved, os.path.join(t, files[-1]))  # and back: added
-    assert not opened_from_store(load_trace(t))
+    assert load_parsing(t)[1]
     assert opened_from_store(load_trace(t))
 
 
@@ -415,3 +438,42 @@ def test_a_gzipped_trace_counts_the_json_it_holds(tmp_path):
     for f in source_files(d):
         held += len(gzip.decompress(open(f, "rb").read())) if f.endswith(".gz") else os.path.getsize(f)
     assert trace_size([d]) == held
+
+
+def test_a_stored_summary_column_finds_the_non_finite_rows_without_decoding_the_rest(tmp_path):
+    """JsonColumn.items(maybe) decodes only the rows where the regex finds something; with the analysis' regex for
+    NaN/Inf counts it must give every row a scan of all rows finds (problems._nonfinite reads it so)."""
+    from disttrace.tracer.analysis.problems import _NONFINITE_TEXT, _nonfinite_counts
+
+    rng = random.Random(7)
+    odd = [0, 1, 3, -0, 0.0, 2.5, None, "1", [0], {"nan": 4}]
+    events = []
+    for i in range(3000):
+        ev = {"rank": i % 4, "op": "all_reduce", "start_ns": 100 + i, "end_ns": 200 + i, "group": "world",
+              "group_ranks": [0, 1, 2, 3], "group_seq": i // 4, "id": i}
+        for side in ("in", "out"):
+            if rng.random() < 0.8:
+                summary = {"numel": 4, "nan": 0, "inf": 0, "norm": 1.0}
+                if rng.random() < 0.1:
+                    summary[rng.choice(["nan", "inf"])] = rng.choice(odd)
+                if rng.random() < 0.05:
+                    summary["values"] = [{"nan": 9}]  # a nested key: not a count
+                if rng.random() < 0.05:
+                    summary = rng.choice([[1, 2], "text", 5])  # damage: not an object
+                ev[side] = summary
+        events.append(ev)
+    path = tmp_path / "sums.jsonl"
+    path.write_bytes(b"".join(orjson.dumps(e) + b"\n" for e in events))
+    age(path)
+    parsed = load_trace(str(path), cache=False)
+    load_trace(str(path))
+    stored = load_trace(str(path))
+    assert opened_from_store(stored)
+    for name in ("in_", "out"):
+        want = [(i, v) for i, v in enumerate(getattr(parsed, name)) if any(_nonfinite_counts(v))]
+        assert len(want) > 20
+        for t in (parsed, stored):
+            got = [(i, v) for i, v in getattr(t, name).items(_NONFINITE_TEXT) if any(_nonfinite_counts(v))]
+            assert got == want, name
+        assert list(stored.__dict__[name].items()) == [(i, v) for i, v in enumerate(parsed.__dict__[name])
+                                                       if v is not None]

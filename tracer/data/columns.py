@@ -8,9 +8,10 @@ absent from most events: `SparseColumn` keeps only the rows that have one.
 
 from __future__ import annotations
 
+import re
 from array import array
 from itertools import repeat
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 import orjson
 
@@ -160,6 +161,12 @@ class SparseColumn:
         """Whether any row has a value."""
         return bool(self._values)
 
+    def items(self, maybe: re.Pattern | None = None) -> Iterator[tuple[int, Any]]:
+        """(row, value) of the rows that have a value, in row order. `maybe`: a regular expression over a value's
+        JSON text that finds every value the caller looks for (and may find others: the caller checks each value
+        it gets); a column read from the store decodes only the rows where it finds something."""
+        return iter(self._values.items())  # (kept in row order: rows are added in order, `take` keeps it)
+
 
 class JsonColumn(SparseColumn):
     """A sparse column read from the trace store (data/store.py): each row's value is JSON text in a buffer (the
@@ -196,6 +203,22 @@ class JsonColumn(SparseColumn):
 
     def any(self) -> bool:
         return bool(self._values) or (self._base > 0 and self._offsets[self._base] > self._offsets[0])
+
+    def items(self, maybe: re.Pattern | None = None) -> Iterator[tuple[int, Any]]:
+        import numpy as np
+
+        off, data, loads = self._offsets, self._data, orjson.loads
+        if self._base:
+            starts = np.frombuffer(off, np.int64)[:self._base + 1]
+            if maybe is None:
+                rows = np.flatnonzero(starts[1:] > starts[:-1])
+            else:  # the rows holding a match: one regex pass over the whole text, no row decoded for it
+                at = np.fromiter((m.start() for m in maybe.finditer(data, int(starts[0]), int(starts[-1]))),
+                                 np.int64)
+                rows = np.unique(np.searchsorted(starts, at, side="right") - 1)
+            for i in rows.tolist():
+                yield i, loads(data[off[i]:off[i + 1]])
+        yield from self._values.items()
 
 
 def typecode(col) -> str:
