@@ -35,7 +35,7 @@ def main() -> None:
     ap.add_argument("--ranks", type=int, default=64)
     ap.add_argument("--file", help="use (or create) this .jsonl instead of a temporary one")
     ns = ap.parse_args()
-    path = ns.file or os.path.join(tempfile.gettempdir(), f"disttrace_synth_{ns.events}_{ns.ranks}.jsonl")
+    path = ns.file or os.path.join(tempfile.gettempdir(), f"disttrace_synth_v2_{ns.events}_{ns.ranks}.jsonl")
     ensure_synthetic(path, ns.events, ns.ranks)
     parse, n = time_parse(path)
     yard = time_yardstick(path)

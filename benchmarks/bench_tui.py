@@ -201,7 +201,7 @@ def main() -> None:
     ap.add_argument("--child", choices=["app", "stages"], help=argparse.SUPPRESS)
     ns = ap.parse_args()
     size = tuple(int(v) for v in ns.size.lower().split("x"))
-    path = ns.file or os.path.join(tempfile.gettempdir(), f"disttrace_synth_{ns.events}_{ns.ranks}.jsonl")
+    path = ns.file or os.path.join(tempfile.gettempdir(), f"disttrace_synth_v2_{ns.events}_{ns.ranks}.jsonl")
     if ns.child == "app":
         _child(path, size)
         return

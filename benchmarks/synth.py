@@ -20,8 +20,20 @@ FLOAT = "float32"
 
 def write_synthetic(path, n_events: int = 1_000_000, n_ranks: int = 64, seed: int = 0, late_ns: int = 400_000) -> int:
     """Write about n_events events (whole steps; never fewer than n_events) to path; return the count. The
-    straggler (the last rank) arrives `late_ns` late at every op (0: the job is balanced)."""
+    straggler (the last rank) arrives `late_ns` late at every op (0: the job is balanced). Nine ops in ten that
+    carry a tensor have the summary of their input that `--summaries stats` records (issue 19's benchmark trace:
+    "input summaries on most ops"); drawn apart, so that the times are those of the same seed without them."""
     rng = random.Random(seed)
+    srng = random.Random(seed + 1)
+
+    def summary(nbytes: int) -> dict | None:
+        if srng.random() >= 0.9:
+            return None
+        lo, hi = -srng.random(), srng.random()
+        numel = max(nbytes // 4, 1)
+        return {"numel": numel, "min": lo, "max": hi, "mean": (lo + hi) / 2 * srng.random(),
+                "norm": srng.random() * numel ** 0.5, "nan": 0, "inf": 0, "checksum": srng.getrandbits(48)}
+
     # rank = d * (pp * tp) + s * tp + j: tensor-parallel groups are consecutive ranks, pipelines run across
     # stages s, data-parallel groups across replicas d (Megatron's layout)
     tp = 8 if n_ranks % 8 == 0 and n_ranks >= 32 else 1
@@ -62,6 +74,8 @@ def write_synthetic(path, n_events: int = 1_000_000, n_ranks: int = 64, seed: in
             e = end + rng.randrange(0, 3_000)
             ev = base(r, op, api or op, starts[r], e, nbytes if op != "barrier" else 0, site)
             ev.update(group=gname, group_ranks=ranks, group_seq=k)
+            if op != "barrier" and (summ := summary(nbytes)):
+                ev["in"] = summ
             if root is not None:
                 ev["root"] = root
             if async_op:
@@ -77,6 +91,8 @@ def write_synthetic(path, n_events: int = 1_000_000, n_ranks: int = 64, seed: in
         end = max(s, rcv) + 15_000 + nbytes // 8
         es = base(src, "send", "send", s, end, nbytes, site)
         es["peer"] = dst
+        if summ := summary(nbytes):
+            es["in"] = summ
         er = base(dst, "recv", "recv", rcv, end + 2_000, nbytes, site)
         er["peer"] = src
         clk[src], clk[dst] = end, end + 2_000

@@ -14,7 +14,7 @@ import orjson
 import pytest
 
 from disttrace.tracer.data import store
-from disttrace.tracer.data.columns import JsonColumn, typecode
+from disttrace.tracer.data.columns import typecode
 from disttrace.tracer.data.events import _INT_COLUMNS, _OBJ_COLUMNS, _STR_COLUMNS, extend, iter_jsonl
 from disttrace.tracer.data.load import load_trace
 
@@ -55,7 +55,7 @@ def assert_same(a, b) -> None:
 
 
 def opened_from_store(t) -> bool:
-    return isinstance(t.in_, JsonColumn)
+    return isinstance(t.start_ns, memoryview)  # (the store's columns are its mapped file's)
 
 
 WRITES: list[str] = []  # the stores written in this test (a first read, or one of a stale or damaged store)
@@ -477,3 +477,33 @@ def test_a_stored_summary_column_finds_the_non_finite_rows_without_decoding_the_
             assert got == want, name
         assert list(stored.__dict__[name].items()) == [(i, v) for i, v in enumerate(parsed.__dict__[name])
                                                        if v is not None]
+
+
+def test_summaries_are_kept_as_json_text_and_survive_appends_and_sorting():
+    """JsonColumn (the parse's summaries, as their text): None rows, values orjson cannot write (kept as they are),
+    appends after a store open (mapped buffers copied), and take() in a new order all read back as the values."""
+    import random
+
+    from disttrace.tracer.data.columns import JsonColumn
+
+    rng = random.Random(3)
+    deep: list = []
+    for _ in range(300):  # nested past orjson's depth limit: kept by row
+        deep = [deep]
+    values = [None if rng.random() < 0.4 else {"numel": rng.randrange(9), "min": rng.random(), "nan": 0}
+              for _ in range(500)]
+    values[17], values[230] = deep, {1: "a non-str key"}
+    col = JsonColumn()
+    col.extend(values[:200])
+    for v in values[200:260]:
+        col.append(v)
+    col.extend(iter(values[260:]))
+    assert list(col) == values and col.any() and col.texts() is None
+    order = list(range(len(values)))
+    rng.shuffle(order)
+    moved = col.take(__import__("numpy").array(order))
+    assert list(moved) == [values[i] for i in order]
+    plain = JsonColumn()
+    plain.extend([values[i] for i in range(len(values)) if i not in (17, 230)])
+    offsets, data = plain.texts()
+    assert bytes(data).count(b'"numel"') == sum(1 for v in list(plain) if v is not None)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from array import array
-from itertools import repeat
+from itertools import accumulate, repeat
 from typing import Any, Callable, Iterable, Iterator
 
 import orjson
@@ -169,56 +169,100 @@ class SparseColumn:
 
 
 class JsonColumn(SparseColumn):
-    """A sparse column read from the trace store (data/store.py): each row's value is JSON text in a buffer (the
-    memory-mapped file), decoded when the row is read, never kept: `offsets[i]:offsets[i + 1]` are row i's bytes
-    of `data`, none for a row without a value. Rows appended later are kept as SparseColumn keeps them."""
+    """Values kept as their JSON text, decoded when a row is read and never kept: row i's text is
+    `data[offsets[i]:offsets[i + 1]]`, empty for a row without a value. The tensor summaries (in, out): as dicts
+    they took ~500 bytes each, and a parse's millions of them fragmented the heap for good; as text ~150 bytes, in
+    one buffer, and the store writes them as they are. Read from the store, `offsets` and `data` are the mapped
+    file (read-only: copied if rows are added). A value orjson cannot write (nested past its depth) is kept as it
+    is, by row, in `_values`."""
 
-    __slots__ = ("_offsets", "_data", "_base", "_owner")
+    __slots__ = ("_offsets", "_data", "_owner")
 
-    def __init__(self, offsets, data, n: int, owner=None):
+    def __init__(self, offsets=None, data=None, n: int = 0, owner=None):
+        self._offsets = offsets if offsets is not None else array("q", [0])
+        self._data = data if data is not None else bytearray()
         super().__init__()
-        self._offsets, self._data, self._base, self._owner = offsets, data, n, owner  # owner: keeps the buffers
-        self._n = n
+        self._n, self._owner = n, owner  # owner: keeps the mapped buffers
 
     def _row(self, i: int):
-        if i >= self._base:
-            return self._values.get(i)
+        if self._values and i in self._values:
+            return self._values[i]
         a, b = self._offsets[i], self._offsets[i + 1]
         return orjson.loads(self._data[a:b]) if b > a else None
 
-    def __iter__(self):
-        off, data, loads = self._offsets, self._data, orjson.loads
-        for i in range(self._base):
-            a, b = off[i], off[i + 1]
-            yield loads(data[a:b]) if b > a else None
-        get = self._values.get
-        for i in range(self._base, self._n):
-            yield get(i)
+    def append(self, v) -> None:
+        self.extend([v])
 
-    def take(self, order) -> SparseColumn:
-        out = SparseColumn()
-        out._n = self._n
-        out._values = _moved({i: v for i, v in enumerate(self) if v is not None}, order)
+    def extend(self, vs: Iterable) -> None:
+        vs = vs if isinstance(vs, list) else list(vs)
+        if not vs:
+            return
+        if type(self._offsets) is not array:  # mapped from the store: copied to grow
+            self._offsets, self._data = copy_of(self._offsets), bytearray(self._data)
+        n0, end = self._n, self._offsets[-1]
+        self._n += len(vs)
+        if vs.count(None) == len(vs):  # C-speed test for the common case: nothing to keep
+            self._offsets.extend(repeat(end, len(vs)))
+            return
+        dumps = orjson.dumps
+        try:
+            texts = [b"" if v is None else dumps(v) for v in vs]
+        except (TypeError, orjson.JSONEncodeError):
+            texts = []
+            for k, v in enumerate(vs):
+                try:
+                    texts.append(b"" if v is None else dumps(v))
+                except (TypeError, orjson.JSONEncodeError):
+                    texts.append(b"")
+                    self._values[n0 + k] = v
+        self._offsets.extend(accumulate(map(len, texts), initial=end))
+        self._offsets.pop(len(self._offsets) - len(texts) - 1)  # (accumulate yields `end` first: it was there)
+        self._data += b"".join(texts)
+
+    def __iter__(self):
+        row = self._row
+        return map(row, range(self._n))
+
+    def take(self, order) -> "JsonColumn":
+        """The rows in `order` (a permutation, a numpy array): their texts copied in that order."""
+        import numpy as np
+
+        off = np.frombuffer(self._offsets, np.int64)[:self._n + 1]
+        a, b = off[:-1][order], off[1:][order]
+        data, view = bytearray(), memoryview(self._data)
+        for k in range(0, len(a), 1 << 16):  # (a slice object per row, a chunk of rows at a time)
+            data += b"".join([view[x:y] for x, y in zip(a[k:k + (1 << 16)].tolist(), b[k:k + (1 << 16)].tolist())])
+        offsets = array("q", [0])
+        offsets.frombytes(np.cumsum(b - a, dtype=np.int64).tobytes())
+        out = JsonColumn(offsets, data, self._n)
+        if self._values:
+            out._values = _moved(self._values, order)
         return out
 
     def any(self) -> bool:
-        return bool(self._values) or (self._base > 0 and self._offsets[self._base] > self._offsets[0])
+        return bool(self._values) or self._offsets[self._n] > self._offsets[0]
+
+    def texts(self):
+        """(offsets, data): row i's JSON text is data[offsets[i] - offsets[0]:offsets[i + 1] - offsets[0]]; None if
+        some value is kept apart (not writable as JSON). What the store writes."""
+        if self._values:
+            return None
+        return self._offsets, memoryview(self._data)[self._offsets[0]:self._offsets[self._n]]
 
     def items(self, maybe: re.Pattern | None = None) -> Iterator[tuple[int, Any]]:
         import numpy as np
 
         off, data, loads = self._offsets, self._data, orjson.loads
-        if self._base:
-            starts = np.frombuffer(off, np.int64)[:self._base + 1]
-            if maybe is None:
-                rows = np.flatnonzero(starts[1:] > starts[:-1])
-            else:  # the rows holding a match: one regex pass over the whole text, no row decoded for it
-                at = np.fromiter((m.start() for m in maybe.finditer(data, int(starts[0]), int(starts[-1]))),
-                                 np.int64)
-                rows = np.unique(np.searchsorted(starts, at, side="right") - 1)
-            for i in rows.tolist():
-                yield i, loads(data[off[i]:off[i + 1]])
-        yield from self._values.items()
+        starts = np.frombuffer(off, np.int64)[:self._n + 1]
+        if maybe is None:
+            rows = np.flatnonzero(starts[1:] > starts[:-1])
+        else:  # the rows holding a match: one regex pass over the whole text, no row decoded for it
+            at = np.fromiter((m.start() for m in maybe.finditer(data, int(starts[0]), int(starts[-1]))), np.int64)
+            rows = np.unique(np.searchsorted(starts, at, side="right") - 1)
+        if self._values:
+            rows = np.union1d(rows, np.fromiter(self._values, np.int64))
+        for i in rows.tolist():
+            yield i, self._values[i] if i in self._values else loads(data[off[i]:off[i + 1]])
 
 
 def typecode(col) -> str:

@@ -2,8 +2,8 @@
 
 One row per torch.distributed operation on one rank, columns stored as arrays (not a dict per event) so
 that a million-event trace fits in about a hundred MB and analyses can loop over plain ints: integers in typed
-arrays, texts and shapes dictionary-encoded, fields most events lack kept sparse (columns.py). This
-module imports neither torch nor textual.
+arrays, texts and shapes dictionary-encoded, tensor summaries as JSON text, fields most events lack kept sparse
+(columns.py). This module imports neither torch nor textual.
 
 `EventTable.row(i)` gives one event as the normalized dict documented in docs/FORMAT.md; `iter_jsonl`
 and `read_jsonl` convert to and from the JSON Lines form that `disttrace events` prints.
@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterable, Iterator
 import orjson
 
 from ..format import EVENTS_VERSION, is_user_file
-from .columns import CodedColumn, SparseColumn, json_key, permuted, typecode, writable
+from .columns import CodedColumn, JsonColumn, SparseColumn, json_key, permuted, typecode, writable
 from ..errors import TraceError  # noqa: F401 - importable from here too, where it was first defined
 
 #: The canonical op names; every API variant maps onto one of these.
@@ -105,8 +105,8 @@ class EventTable:
     site: CodedColumn = field(default_factory=CodedColumn)
     host: CodedColumn = field(default_factory=CodedColumn)
     shape: CodedColumn = field(default_factory=lambda: CodedColumn(key=json_key))
-    in_: SparseColumn = field(default_factory=SparseColumn)
-    out: SparseColumn = field(default_factory=SparseColumn)
+    in_: JsonColumn = field(default_factory=JsonColumn)    # the tensor summaries, as JSON text (columns.py)
+    out: JsonColumn = field(default_factory=JsonColumn)
     error: SparseColumn = field(default_factory=SparseColumn)
     extra: SparseColumn = field(default_factory=SparseColumn)   # any other keys of the event, or None
     async_op: bytearray = field(default_factory=bytearray)
@@ -414,6 +414,19 @@ class gc_paused:
         return False
 
 
+def give_back_freed_memory() -> None:
+    """Return the heap pages that freed objects held to the system. C's allocator keeps freed memory for reuse, so
+    a process that made and dropped millions of objects (a parse, an analysis) keeps its peak resident: a viewer
+    that read 1M events with summaries and opened the store it wrote kept ~600 MB it no longer used. glibc's
+    malloc_trim; elsewhere (macOS, musl) the allocator decides."""
+    import ctypes
+
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
 def _read_lines(path, fh, size, table, progress, keep_run: int | None = None):
     bad = 0
     first_bad = ""
@@ -519,8 +532,9 @@ def _columns(table: EventTable, evs: list) -> dict:
         values = get(key)
         if None in values:
             values = list(map({None: default}.get, values, values))  # null -> default; the rest as it is
-        # array() raises TypeError on anything but an int (a bool passes as 0/1) and OverflowError past its range
-        out = array(typecode, values)
+        if not set(map(type, values)) <= _INT_TYPE:  # (array() would take a bool as 0/1, as append does not)
+            raise TypeError(f"{key} must be an integer")
+        out = array(typecode, values)  # OverflowError past the column's range
         if min(out, default=0) < -1:
             raise ValueError(f"negative {key}")
         return out
@@ -529,7 +543,7 @@ def _columns(table: EventTable, evs: list) -> dict:
     if not set(ops) <= _OP_SET:
         raise ValueError(f"unknown op in {set(ops) - _OP_SET}")
     ranks, starts = get("rank"), get("start_ns")
-    if not set(map(type, ranks)) | set(map(type, starts)) <= {int}:  # (array() would take a bool)
+    if not set(map(type, ranks)) | set(map(type, starts)) <= _INT_TYPE:  # (array() would take a bool)
         raise TypeError("rank and start_ns must be integers")
     rank, start = array("i", ranks), array("q", starts)
     if min(rank) < 0 or min(start) < 0:
@@ -584,6 +598,7 @@ def _columns(table: EventTable, evs: list) -> dict:
 
 
 _OP_SET = frozenset(OPS)
+_INT_TYPE = {int}
 
 
 def text_column(values: list) -> list:

@@ -34,7 +34,7 @@ from typing import Callable
 import orjson
 
 from .columns import CodedColumn, JsonColumn, SparseColumn, json_key, typecode
-from .events import _INT_COLUMNS, _STR_COLUMNS, EventTable, Group, Progress, RankInfo
+from .events import _INT_COLUMNS, _STR_COLUMNS, EventTable, Group, Progress, RankInfo, give_back_freed_memory
 from .runs import Ending, RankFile, Run
 
 STORE_VERSION = 1
@@ -92,8 +92,18 @@ def _typecode(col) -> str:
 
 def _json_array(pa, col) -> "object":
     """Nullable JSON texts (large_string) from a sparse column; raises on a value orjson cannot write."""
-    dumps = orjson.dumps
     n = len(col)
+    texts = col.texts() if isinstance(col, JsonColumn) else None
+    if texts is not None:  # the column's own texts, as they are
+        import numpy as np
+
+        offsets = np.frombuffer(texts[0], np.int64)[:n + 1]
+        present = np.packbits(offsets[1:] > offsets[:-1], bitorder="little")
+        return pa.Array.from_buffers(pa.large_string(), n, [pa.py_buffer(present.tobytes()),
+                                                            pa.py_buffer((offsets - offsets[0]).tobytes()),
+                                                            pa.py_buffer(texts[1])],
+                                     null_count=int(n - np.count_nonzero(offsets[1:] > offsets[:-1])))
+    dumps = orjson.dumps
     offsets = array("q", bytes(8 * (n + 1)))
     present = bytearray(n)
     chunks = []
@@ -505,6 +515,7 @@ def cached_load(paths: list[str], run: int | None, sources: list[str], is_dir: b
             # the mapped ones come into memory only as they are read
             table = read_store(target, fp)
             table.origin = StoreOrigin(target, fp)
+            give_back_freed_memory()
     except Exception:  # noqa: BLE001 - the store is an optimisation: never fail the command for it
         pass
     return table
