@@ -1,33 +1,41 @@
 """GPU jobs for tests/test_gpu.py (a world of one on one GPU): python gpu_ops.py MODE SIDE_FILE.
 
-ops:  every collective kind on NCCL, each timed by the job's own CUDA events around it (written to SIDE_FILE:
-      one JSON list of [op, ms] in issue order), with summaries on.
+ops:  every collective kind on NCCL, each timed by the job's own CUDA events around it and by the host's clock
+      (written to SIDE_FILE: one JSON list of [op, ms, t0, t1] in issue order, see timed()), with summaries on.
 gloo: the same ops on gloo with CUDA tensors.
 ddp:  a few DDP steps on NCCL.
+busy: all_reduces queued behind a spinning kernel, with summaries on: the call must return before the device ran it.
 hang: an all_reduce stuck behind a kernel that spins for a minute (the watchdog must diagnose it).
 """
 
 import json
 import sys
+import time
 
 import torch
 import torch.distributed as dist
 
 mode, side = sys.argv[1], sys.argv[2]
 torch.cuda.set_device(0)
+if mode == "busy":
+    torch.ones(1, device="cuda")  # the job's model is on the device before init_process_group, as usual
 dist.init_process_group("gloo" if mode == "gloo" else "nccl")
 dev = torch.device("cuda", 0)
 timings = []
 
 
 def timed(name, fn):
+    """fn's op timed by the device (ms, CUDA events) and by the host: [name, ms, t0, t1], the op issued after t0
+    and done on the device before t1 (time.monotonic_ns, the recorder's clock)."""
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     torch.cuda.synchronize()
+    t0 = time.monotonic_ns()
     start.record()
     fn()
     end.record()
     torch.cuda.synchronize()
-    timings.append([name, start.elapsed_time(end)])
+    t1 = time.monotonic_ns()
+    timings.append([name, start.elapsed_time(end), t0, t1])
 
 
 if mode in ("ops", "gloo"):
@@ -47,6 +55,16 @@ elif mode == "ddp":
         opt.zero_grad()
         model(torch.randn(64, 512, device=dev)).square().mean().backward()
         opt.step()
+elif mode == "busy":
+    x = torch.ones(1024, device=dev)
+    for _ in range(3):
+        torch.cuda.synchronize()
+        torch.cuda._sleep(int(0.3 * 1.5e9))  # ~0.2-0.3 s of a spinning kernel queued before the op
+        t0 = time.monotonic_ns()
+        dist.all_reduce(x)
+        t1 = time.monotonic_ns()
+        torch.cuda.synchronize()
+        timings.append(["all_reduce", t1 - t0, time.monotonic_ns() - t0])  # [op, call returned, device done] ns
 elif mode == "hang":
     x = torch.ones(1024, device=dev)
     torch.cuda._sleep(int(60 * 1.5e9))  # about a minute of a spinning kernel on the current stream

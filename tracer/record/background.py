@@ -69,9 +69,8 @@ class _CudaWatcher(threading.Thread):
                 try:
                     if ev.ended:
                         continue
-                    if work.is_completed():
-                        completion.complete(ev, None, now)  # a failure surfaces at wait() or in the watchdog
-                        completion.finished(ev)
+                    if work.is_completed() or (ev.stream_end is not None and ev.stream_end.query()):
+                        completion.device_done(ev, now)  # a failure surfaces at wait() or in the watchdog
                     else:
                         keep.append((completion, ev, work))
                 except Exception as e:  # noqa: BLE001 - e.g. the process group is gone: stop watching it
@@ -80,6 +79,21 @@ class _CudaWatcher(threading.Thread):
                 with self.lock:
                     self.items[:0] = keep
                 time.sleep(0.0005 if len(keep) < 64 else 0.002)
+
+
+    def let_go(self, completion, which, timeout_s: float = 0.2) -> None:
+        """Stop following the ops of `completion` that `which(ev)` picks (their group goes, tracing ends): those
+        done within timeout_s end as the watcher ends them; those still running stay unfinished in the trace,
+        and their Works are let go of (a gloo Work kept past destroy_process_group can abort the process at
+        exit)."""
+        def mine() -> list:
+            with self.lock:
+                return [item for item in self.items if item[0] is completion and which(item[1])]
+        deadline = time.monotonic() + timeout_s
+        while mine() and time.monotonic() < deadline:
+            time.sleep(0.001)
+        with self.lock:
+            self.items = [item for item in self.items if not (item[0] is completion and which(item[1]))]
 
 
 _THREADS: dict = {}  # the one background thread of each kind, started on first use
@@ -99,6 +113,13 @@ def resolver() -> _Resolver:
 
 def cuda_watcher() -> _CudaWatcher:
     return _background(_CudaWatcher)
+
+
+def let_go_of_cuda_ops(completion, which) -> None:
+    """The CUDA watcher's let_go, if the watcher runs."""
+    w = _THREADS.get(_CudaWatcher)
+    if w is not None:
+        w.let_go(completion, which)
 
 
 def drain_summaries() -> None:

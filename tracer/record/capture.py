@@ -159,6 +159,9 @@ class Tracer:
         """What few ops need: a CUDA op, a recv from any source, a functional collective."""
         spec, api, peer, cuda, is_async = key[0], key[1], key[6], key[10], key[11]
         ev.cuda = cuda
+        if cuda:
+            t = first_tensor(inp if inp is not None else out)
+            ev.device = t.get_device() if t is not None else None
         ev.peer_any = spec.op == "recv" and peer is None
         if is_async and api.startswith("funcol."):  # completed by wait_tensor(output), found by address
             t = first_tensor(out if out is not None else inp if spec.inplace else None)
@@ -198,19 +201,32 @@ class Tracer:
         else:
             g = self.groups.pop(id(pg), None)
             groups = [g] if g is not None else []
-        watcher = None
-        for g in groups:  # ops still waiting for a group's completion hook: the watcher follows them now
-            for ev, work in g.hook.pending() if g.hook is not None else ():
-                watcher = watcher or background.cuda_watcher()
-                watcher.add(self.completion, ev, work)
+        self._flush_device_ends(groups)
+        background.let_go_of_cuda_ops(self.completion, lambda ev: pg is None or ev.group in groups)
         self.completion.end_unwaited(lambda ev: pg is None or ev.group in groups)
         for g in groups:
             g.pg = g.gloo = g.hook = None
 
+    def settle_device(self, pg=None) -> None:
+        """Before the job destroys pg (None: every group): let the completion hook report the device's duration
+        of the ops that are still waiting for it, for a moment (its watchdog looks every ~100 ms)."""
+        for g in list(self.groups.values()):
+            if g.hook is not None and (pg is None or g.pg is pg):
+                g.hook.settle()
+
+    def _flush_device_ends(self, groups) -> None:
+        for g in groups:  # no more durations from these groups' hooks: their ops end without one
+            if g.hook is not None:
+                g.hook.flush(self.completion)
+
     def close(self) -> None:
         if self.watchdog is not None:
             self.watchdog.stop()
-        ncclhook.drain(list(self.groups.values()))  # (groups still here: the job exits without destroying them)
+        groups = list(self.groups.values())  # (groups still here: the job exits without destroying them)
+        ncclhook.drain(groups)
+        self.settle_device()
+        self._flush_device_ends(groups)
+        background.let_go_of_cuda_ops(self.completion, lambda ev: True)
         self.completion.settle()
         self.completion.end_unwaited(lambda ev: True)
         background.drain_summaries()

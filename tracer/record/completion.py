@@ -6,8 +6,10 @@ When does an op end? gloo runs collectives on its own threads and returns a Work
 - anything else (async_op=True, isend/irecv, DDP's reducer, functional collectives) ends when the Work's
   future completes (a callback; it never blocks), and the user's wait() is recorded apart;
 - gloo's send/recv Works have no future: their end is the return of wait();
-- a CUDA op's future completes when it is enqueued, not run: NCCL collectives end through PyTorch's completion
-  hook (ncclhook.py, with the device's duration), every other CUDA op through the CUDA watcher (background.py).
+- a CUDA op's future completes when it is enqueued, and its wait() returns once the job's stream is made to wait
+  for it: neither says when the device ran it. Every CUDA op ends when the CUDA watcher (background.py) sees
+  its Work completed, and stays in the watchdog's sight until then; an NCCL collective's end record also waits
+  for its duration on the device from PyTorch's completion hook (ncclhook.py).
 """
 
 from __future__ import annotations
@@ -44,6 +46,11 @@ class Event:
     out_ptr = 0         # output data_ptr, for functional collectives' wait_tensor
     watched = False     # something will tell us when it completes (a future callback, the CUDA watcher)
     info = None         # (op, group, group_seq, start, thread) for the watchdog
+    hooked = None       # the group's ncclhook.DeviceEnds while its completion hook's duration is to come
+    dev = None          # the op's duration on the device (ns), once the hook gave it
+    done_t = None       # when the CUDA watcher saw it done, while the end record waits for the hook
+    device = None       # a CUDA op's device index
+    stream_end = None   # a CUDA event after the op on the job's stream (StreamEnd), once the job waited on it
 
     def __init__(self, id, sync, group):
         self.id, self.sync, self.group = id, sync, group
@@ -53,6 +60,29 @@ class Event:
         if self.work is not None:
             return self.work
         return self.work_ref() if self.work_ref is not None else None
+
+
+class StreamEnd:
+    """A Work-like end of a CUDA op: a CUDA event recorded on the job's current stream of the op's device right
+    after it, for an op whose backend gave no Work to follow (NCCL's synchronous collectives, which run on that
+    stream) or whose Work cannot say when it is done. The CUDA watcher polls is_completed() (cudaEventQuery)."""
+
+    __slots__ = ("event", "__weakref__")  # (held weakly once done, as a Work is: Completion.finished)
+
+    def __init__(self, event):
+        self.event = event
+
+    @staticmethod
+    def after(ev: Event) -> "StreamEnd | None":
+        try:
+            event = torch.cuda.Event()
+            event.record(torch.cuda.current_stream(ev.device))
+        except Exception:  # noqa: BLE001 - no end to follow: the caller ends the op as it can
+            return None
+        return StreamEnd(event)
+
+    def is_completed(self) -> bool:
+        return self.event.query()
 
 
 class Completion:
@@ -87,8 +117,11 @@ class Completion:
         except Exception:  # noqa: BLE001
             pass
         if work is None:
-            self.complete(ev)  # the backend finished it synchronously (monitored_barrier, ...)
-            return
+            if ev.cuda:  # NCCL runs a synchronous collective on the job's current stream and returns no Work
+                work = StreamEnd.after(ev)
+            if work is None:
+                self.complete(ev)  # the backend finished it synchronously (monitored_barrier, ...)
+                return
         if ev.sync and not ev.cuda:
             self.tls.sync = ev   # distributed_c10d waits on it next, on this thread
             return
@@ -117,12 +150,13 @@ class Completion:
         if ev.cuda:
             ev.watched = True
             # A CUDA Work's future completes on the host as soon as the op is enqueued, so its callback says
-            # nothing about the device. An NCCL collective ends when ProcessGroupNCCL's completion hook says so
-            # (ncclhook.py); the rest when Work.is_completed(), which queries the op's CUDA events without
-            # blocking, says so to the watcher thread that polls it (about a millisecond's resolution).
+            # nothing about the device. It ends when Work.is_completed(), which queries the op's CUDA events
+            # without blocking, says so to the watcher thread that polls it (about a millisecond's resolution);
+            # an NCCL collective's duration on the device comes from ProcessGroupNCCL's completion hook
             ends = getattr(ev.group, "hook", None)
-            if ends is None or not ends.claim(self, ev, w):
-                background.cuda_watcher().add(self, ev, w)
+            if ends is not None:
+                ends.claim(ev)
+            background.cuda_watcher().add(self, ev, w)
             return
         try:
             fut = w.get_future()
@@ -143,6 +177,16 @@ class Completion:
             self.finished(ev)
         except Exception as e:  # noqa: BLE001
             self.rec.fail(e)
+
+    def device_done(self, ev: Event, t: int) -> None:
+        """The CUDA watcher saw ev's op done on the device at t: it ends at t, once the completion hook gave its
+        duration if one is to come (ncclhook.DeviceEnds); the watchdog stops watching it now."""
+        ends = ev.hooked
+        if ends is not None and ends.awaits(ev, t):
+            self.in_flight.pop(ev.id, None)
+        else:
+            self.complete(ev, None, t, dev=ev.dev)
+        self.finished(ev)
 
     def _hold_weakly(self, ev: Event, w) -> None:
         """Keep ev in `pending` under id(w) for as long as w lives, without keeping w alive."""
@@ -198,16 +242,19 @@ class Completion:
             except Exception:  # noqa: BLE001
                 pass
         if ev.tensors is not None and err is None:
-            summary = self.summary(ev.id, "out", ev.tensors)
-            if summary is not None:
-                rec["out"] = summary
+            try:  # (the end is written whatever happens to its summary: ended unwritten, it would read as a hang)
+                summary = self.summary(ev.id, "out", ev.tensors)
+                if summary is not None:
+                    rec["out"] = summary
+            except Exception:  # noqa: BLE001
+                pass
             ev.tensors = None
         self.rec.write(rec)
 
     # -- waits ------------------------------------------------------------------------------------
     def wait_begins(self, work, t0: int) -> None:
         ev = self.pending.get(id(work))
-        if ev is not None and not ev.ended:
+        if ev is not None and not ev.ended and not ev.cuda:  # (a CUDA op is watched from its issue to its end)
             self.in_flight[ev.id] = ev.info[:3] + (t0,) + ev.info[4:]
 
     def waited(self, work, t0: int, t1: int, err: BaseException | None) -> None:
@@ -215,7 +262,13 @@ class Completion:
         ev = self.pending.pop(id(work), None)
         if ev is None:
             return
-        self.in_flight.pop(ev.id, None)
+        if not ev.cuda:  # a CUDA op's wait() returns before the device ran it: the watchdog keeps watching
+            self.in_flight.pop(ev.id, None)
+        elif not ev.ended and err is None:
+            # the job's stream now waits for the op: an event there completes after it, for a Work that cannot
+            # tell (gloo's reduce_scatter_tensor with CUDA tensors is never is_completed())
+            end = StreamEnd.after(ev)
+            ev.stream_end = end.event if end is not None else None
         self.rec.write_raw(WAIT_LINE % (ev.id, t0, t1))
         if not ev.ended and (not ev.watched or err is not None):
             self.complete(ev, err, t1)
@@ -230,7 +283,7 @@ class Completion:
         if ev.work is not None:
             self.pending.pop(id(ev.work), None)
             ev.work = None
-        if not ev.ended:
+        if not ev.ended and not ev.cuda:
             self.complete(ev, None, t1)  # gloo gives no future for some ops: their end is the wait
 
     # -- letting go ---------------------------------------------------------------------------------

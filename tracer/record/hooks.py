@@ -28,7 +28,7 @@ import torch.distributed as dist
 from torch._C import DispatchKey
 
 from ..format import LEFT, STEP
-from . import callsite, clock, current, fastpath, nocompile, tracebacks
+from . import callsite, clock, current, fastpath, nocompile, summaries, tracebacks
 from .capture import Tracer
 from .specs import SPECS
 
@@ -104,6 +104,9 @@ def _patch_lifecycle() -> None:
     @functools.wraps(orig_destroy)
     def destroy_process_group(group=None):
         world = group is None or group is dist.GroupMember.WORLD
+        t = current.tracer
+        if t is not None:
+            current.safe(t.settle_device, None if world else group)
         if world:
             _end_clock()
             _left("destroy")
@@ -145,6 +148,8 @@ def _start() -> None:
             from .watchdog import start_watchdog
 
             start_watchdog(t, float(_config["hang_timeout"]))
+        if t.mode != "off":
+            summaries.warm_up()
         # torch.compile must not see the tracer: every in-rank module is loaded by now
         nocompile.hide(m for name, m in list(sys.modules.items()) if name.startswith(_PACKAGE) and m is not None)
     except Exception as e:  # noqa: BLE001

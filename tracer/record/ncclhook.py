@@ -1,14 +1,17 @@
-"""NCCL ops ended by PyTorch's own completion hook: ProcessGroup._register_on_completion_hook.
+"""The device's duration of NCCL collectives, from PyTorch's own completion hook:
+ProcessGroup._register_on_completion_hook.
 
 ProcessGroupNCCL's watchdog finds each Work's CUDA end event done and hands the Work to the group's hook thread
 ("pt_nccl_runhook"), which calls the hook with a WorkInfo: op_type, seq (the Work's sequence number: the group's
 collective counter for collectives, its separate P2P counter for send/recv), time_started, time_finished and
-active_duration (the NCCL kernel's start -> end CUDA events). What that costs and what it misses is in
-docs/ARCHITECTURE.md ("How a CUDA op ends"): registering requires collective timing (a start event per op), the
-hook needs the GIL, only one hook per group can be registered (a job's own is then called by disttrace's, so that
-registering it still succeeds), and P2P and coalesced Works carry a seq that the
-begin record cannot be matched to: those ops, and every op of a group without the hook, are ended by
-background.py's CUDA watcher instead (also with DISTTRACE_NCCL_HOOK=0).
+active_duration (the NCCL kernel's start -> end CUDA events). Only active_duration is taken: time_finished is
+when the watchdog looked (every ~100 ms), not when the op ended, so every CUDA op ends when background.py's CUDA
+watcher sees it done, and the end record waits for the hook's duration (DeviceEnds). What that costs and what it
+misses is in docs/ARCHITECTURE.md ("How a CUDA op ends"): registering requires collective timing (a start event
+per op), the hook needs the GIL, only one hook per group can be registered (a job's own is then called by
+disttrace's, so that registering it still succeeds), and P2P and coalesced Works carry a seq that the begin record
+cannot be matched to: those ops, and every op of a group without the hook, end without a device duration (also
+with DISTTRACE_NCCL_HOOK=0).
 
 The hook runs on a C++ thread: an exception escaping it makes ProcessGroupNCCL abort its communicators. Its body
 is one try/except around a few dict operations and the recorder's end path.
@@ -25,7 +28,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from . import background, current
+from . import current
 
 ENV = "DISTTRACE_NCCL_HOOK"  # "0": never register the hook, every CUDA op takes the watcher
 EARLY_LIMIT = 256  # completions kept for a Work whose op was not yet handed to us (the hook ran first)
@@ -53,35 +56,50 @@ _REGISTER = None        # ProcessGroup._register_on_completion_hook as PyTorch d
 
 
 class DeviceEnds:
-    """One group's CUDA ops waiting for the hook: seq -> (Event, Work). Touched by the issuing threads (claim)
-    and the hook thread (done), both holding the GIL; the lock makes each one's few dict operations one step."""
+    """One group's CUDA collectives waiting for the hook's device duration: seq -> Event.
+
+    The hook does not say when an op ended: ProcessGroupNCCL's watchdog finds Works done every 100 ms or so and
+    its time_finished is that moment (an H100's DDP trace: 10 µs all_reduces ended 35-60 ms late). So the end
+    time is the CUDA watcher's (background.py: Work.is_completed() polled every half millisecond), and the hook
+    adds the NCCL kernel's duration: the end record is written once both are known (Completion.device_done);
+    an op the hook never reports is ended by flush() when its group goes or tracing ends. Touched by the
+    issuing threads (claim), the watcher and the hook thread, all holding the GIL; the lock makes each one's
+    check-and-set one step."""
 
     def __init__(self):
         self.table: dict = {}
-        self.early: dict = {}   # seq -> (op, t, device ns): the hook reported it before the op was claimed
+        self.early: dict = {}   # seq -> (op, device ns): the hook reported it before the op was claimed
         self.last = -1          # the highest seq claimed
         self.lock = threading.Lock()
 
-    def claim(self, completion, ev, work) -> bool:
-        """Take ev (a CUDA op just issued, `work` its Work) to be ended by the hook; False: leave it to the
-        watcher (a P2P op, no seq, a seq already seen: an op inside a coalescing block)."""
+    def claim(self, ev) -> None:
+        """ev (a CUDA op just issued) will get its device duration from the hook, if its seq can be matched:
+        not a P2P op (its Work counts another seq), not an op without a seq or with one already seen (an op
+        inside a coalescing block)."""
         seq = ev.seq
         op = ev.info[0] if ev.info else None
         if type(seq) is not int or op in ("send", "recv") or op is None:
-            return False
+            return
         with self.lock:
             if seq <= self.last or seq in self.table:
-                return False
+                return
             self.last = seq
             early = self.early.pop(seq, None)
             if early is None:
-                self.table[seq] = (ev, work)
-                return True
-        if not _same_op(early[0], op):
-            return False
-        completion.complete(ev, None, early[1], dev=early[2])
-        completion.finished(ev)
-        return True
+                self.table[seq] = ev
+                ev.hooked = self
+                return
+        if _same_op(early[0], op):
+            ev.dev = early[1]
+
+    def awaits(self, ev, t: int) -> bool:
+        """The watcher found ev done on the device at t: True if the hook's duration is still to come (the end
+        is written when it comes, at t), False if ev can be ended now."""
+        with self.lock:
+            if ev.hooked is not self:
+                return False
+            ev.done_t = t
+            return True
 
     def done(self, completion, info) -> None:
         """The hook's call for one completed Work (on the hook thread)."""
@@ -90,35 +108,45 @@ class DeviceEnds:
             return  # its seq counts P2P ops: nothing recorded at begin matches it
         seq = info.seq
         op = _OPS.get(kind)
-        t = _finished_ns(getattr(info, "time_finished", None))
         dev = _ns(getattr(info, "active_duration", None))
         with self.lock:
             hit = self.table.pop(seq, None) if op is not None else None
             if op is not None and hit is None and seq > self.last:
                 if len(self.early) >= EARLY_LIMIT:
                     self.early.pop(next(iter(self.early)))
-                self.early[seq] = (op, t, dev)
-            # NCCL runs a group's ops in order: every op claimed with a lower seq is done too (a coalesced
-            # Work's seq may be a P2P one: the watcher, which asks the Work itself, ends those)
+                self.early[seq] = (op, dev)
+            # NCCL runs a group's ops in order: every op claimed with a lower seq is done too, and its duration
+            # will not come (a coalesced Work's seq may be a P2P one)
             stale = [s for s in self.table if s < seq or (op is None and s == seq)] if self.table else ()
-            moved = [self.table.pop(s) for s in stale]
-        if hit is not None:
-            ev, work = hit
-            if _same_op(op, ev.info[0]):
-                completion.complete(ev, None, t, dev=dev)
-                completion.finished(ev)
-            else:
-                moved.append(hit)
-        if moved:
-            watcher = background.cuda_watcher()
-            for ev, work in moved:
-                watcher.add(completion, ev, work)
+            ends = [(self.table.pop(s), None) for s in stale]
+            if hit is not None:
+                ends.append((hit, dev if _same_op(op, hit.info[0]) else None))
+            ready = []
+            for ev, d in ends:
+                ev.hooked = None
+                if ev.done_t is None:
+                    ev.dev = d  # the watcher ends it, with this duration
+                else:
+                    ready.append((ev, d))
+        for ev, d in ready:
+            completion.complete(ev, None, ev.done_t, dev=d)
 
-    def pending(self) -> list:
-        """The (Event, Work) pairs still waiting, taken out (the group goes: the watcher follows them)."""
+    def flush(self, completion) -> None:
+        """No more durations will come (the group goes, tracing ends): end the ops done on the device without
+        one; the watcher ends the others."""
         with self.lock:
-            items, self.table = list(self.table.values()), {}
-        return items
+            evs, self.table = list(self.table.values()), {}
+            for ev in evs:
+                ev.hooked = None
+        for ev in evs:
+            if ev.done_t is not None:
+                completion.complete(ev, None, ev.done_t)
+
+    def settle(self, timeout_s: float = 0.3) -> None:
+        """Give the hook a moment (its watchdog looks every 100 ms) to report the ops still waiting for it."""
+        deadline = time.monotonic() + timeout_s
+        while self.table and time.monotonic() < deadline:
+            time.sleep(0.005)
 
 
 def _same_op(reported, recorded) -> bool:
@@ -130,15 +158,6 @@ def _ns(td) -> int | None:
     if isinstance(td, timedelta):
         return (td.days * 86400 + td.seconds) * 1_000_000_000 + td.microseconds * 1000
     return None
-
-
-def _finished_ns(tf) -> int:
-    """The hook's time_finished on time.monotonic_ns()'s clock: std::chrono::steady_clock arrives as a
-    timedelta since its epoch (CLOCK_MONOTONIC on Linux); anything else (older torch passed system_clock, a
-    datetime) or an implausible value: now."""
-    now = time.monotonic_ns()
-    t = _ns(tf)
-    return t if t is not None and 0 <= now - t < 60_000_000_000 else now
 
 
 def _make_hook(pg_id: int):

@@ -223,6 +223,24 @@ def summarize(obj, full: bool):
     return d
 
 
+WARM_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64, torch.int64, torch.int32, torch.uint8)
+
+
+def warm_up() -> None:
+    """Load the summary kernels on the current CUDA device now, when tracing starts (init_process_group), if the
+    job already uses CUDA. With CUDA's lazy loading a kernel is loaded at its first launch, and that waited for
+    the device to go idle: on an H200 the first traced op with summaries returned only when a 0.5 s kernel queued
+    before it was done (later ops at once), and a device hang hid behind it. Never creates a CUDA context."""
+    try:
+        if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
+            return
+        device = torch.device("cuda", torch.cuda.current_device())
+        for dtype in WARM_DTYPES:
+            summarize(torch.ones(2, dtype=dtype, device=device), full=False).resolve()
+    except Exception:  # noqa: BLE001 - only a warm-up
+        pass
+
+
 def for_record(full: bool, write, ev_id: int, which: str, obj) -> dict | None:
     """The summary of obj to put in event ev_id's record now (`which`: "in" or "out"); a CUDA one is resolved
     later, off the training thread, and written (write: the recorder's) as an "s" record."""
