@@ -389,3 +389,22 @@ def test_a_truncated_group_of_many_ranks_is_rebuilt_or_taken_from_pg_config():
     with_config = Trace()
     with_config.pgs = {"3": (tuple(range(128, 256)), "tp")}
     assert _group_of(Op({**meta, "Process Group Ranks": uneven}), with_config)[1] == tuple(range(128, 256))
+
+
+# -- a real CUDA trace ------------------------------------------------------------------------------------------
+
+def test_a_real_h100_trace_of_nccl_ops_reads_each_op_and_step_once():
+    """tests/data/h100-nccl-world1.pt.trace.json.gz: torch.profiler (CPU + CUDA, with_stack) around 6 steps of a
+    world of one on NCCL (torch 2.11, an H100, 2026-11-26), 4 of them active: 4 matmuls, all_reduce,
+    all_gather_into_tensor and barrier a step. Its device-side annotations (gpu_user_annotation: one per nccl:*
+    and per ProfilerStep#N) were read as host ops: 16 collectives and 7 steps, every other one empty."""
+    path = os.path.join(os.path.dirname(__file__), "data", "h100-nccl-world1.pt.trace.json.gz")
+    t = load_trace([path])
+    rows = [t.row(i) for i in range(len(t))]
+    assert [(r["op"], r["step"]) for r in rows] == [(op, s) for s in range(4)
+                                                    for op in ("all_reduce", "all_gather", "barrier")]
+    assert all(r["bytes"] == 16 << 20 for r in rows if r["op"] != "barrier") and {r["group"] for r in rows} == {"world"}
+    # (a world of one: NCCL copies, no NCCL kernel runs, so no device duration is made up)
+    assert not any(r.get("device_ns") for r in rows) and not t.warnings
+    a = analyze(t)
+    assert len(a.steps) == 4

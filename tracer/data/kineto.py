@@ -259,7 +259,9 @@ def _parse(path: str, doc: dict, fallback_rank: int) -> _RankTrace:
         if type(e) is not dict or e.get("ph") != "X":
             continue
         name, cat = e.get("name"), e.get("cat")
-        if type(name) is not str:
+        if type(name) is not str or cat == "gpu_user_annotation":
+            # (a record_function's span on the device's timeline: an H100 trace has one per nccl:* and per
+            # ProfilerStep#N; read as host ops they made each collective twice and each step two)
             continue
         ts, dur = _ns(e.get("ts")), _ns(e.get("dur"))
         if ts is None:
@@ -795,6 +797,9 @@ def _say(table, traces, fits, world, present, guessed, events) -> None:
                                                 "matched wrongly" if multi else ""))
     if not any(rt.stacks for rt in traces.values()):
         notes.append("no call sites: the profiler traces have no Python stacks (profile with with_stack=True)")
+    else:
+        notes.append("call sites are the calling function's frame as the profiler names it: its first line (or, for a "
+                     "frame already running when profiling began, the line it was at then), not the line of the call")
     notes.append("no tensor summaries (the profiler records none): NaN/Inf and divergence are not checked")
     aligned = {r: f for r, f in fits.items() if f.points}
     if aligned:
