@@ -69,7 +69,7 @@ class _CudaWatcher(threading.Thread):
                 try:
                     if ev.ended:
                         continue
-                    if work.is_completed() or (ev.stream_end is not None and ev.stream_end.query()):
+                    if work.is_completed() or (ev.stream_end is not None and ev.stream_end.is_completed()):
                         completion.device_done(ev, now)  # a failure surfaces at wait() or in the watchdog
                     else:
                         keep.append((completion, ev, work))
@@ -79,7 +79,6 @@ class _CudaWatcher(threading.Thread):
                 with self.lock:
                     self.items[:0] = keep
                 time.sleep(0.0005 if len(keep) < 64 else 0.002)
-
 
     def let_go(self, completion, which, timeout_s: float = 0.2) -> None:
         """Stop following the ops of `completion` that `which(ev)` picks (their group goes, tracing ends): those

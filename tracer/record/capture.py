@@ -133,7 +133,7 @@ class Tracer:
         head, collective, special = fixed
         ev = Event(next(self._ids), not is_async, g)
         if special:
-            self._special(ev, key, inp, out)
+            self._special(ev, key, inp, out, first)
         gs = None
         if collective:
             gs = g.next_seq
@@ -155,13 +155,12 @@ class Tracer:
         return ev
 
     @staticmethod
-    def _special(ev: Event, key, inp, out) -> None:
+    def _special(ev: Event, key, inp, out, first) -> None:
         """What few ops need: a CUDA op, a recv from any source, a functional collective."""
         spec, api, peer, cuda, is_async = key[0], key[1], key[6], key[10], key[11]
         ev.cuda = cuda
         if cuda:
-            t = first_tensor(inp if inp is not None else out)
-            ev.device = t.get_device() if t is not None else None
+            ev.device = first.get_device()  # (first: the tensor whose is_cuda made it a CUDA op)
         ev.peer_any = spec.op == "recv" and peer is None
         if is_async and api.startswith("funcol."):  # completed by wait_tensor(output), found by address
             t = first_tensor(out if out is not None else inp if spec.inplace else None)

@@ -50,7 +50,7 @@ class Event:
     dev = None          # the op's duration on the device (ns), once the hook gave it
     done_t = None       # when the CUDA watcher saw it done, while the end record waits for the hook
     device = None       # a CUDA op's device index
-    stream_end = None   # a CUDA event after the op on the job's stream (StreamEnd), once the job waited on it
+    stream_end = None   # a StreamEnd after the op on the job's stream, once the job waited on it
 
     def __init__(self, id, sync, group):
         self.id, self.sync, self.group = id, sync, group
@@ -267,8 +267,7 @@ class Completion:
         elif not ev.ended and err is None:
             # the job's stream now waits for the op: an event there completes after it, for a Work that cannot
             # tell (gloo's reduce_scatter_tensor with CUDA tensors is never is_completed())
-            end = StreamEnd.after(ev)
-            ev.stream_end = end.event if end is not None else None
+            ev.stream_end = StreamEnd.after(ev)
         self.rec.write_raw(WAIT_LINE % (ev.id, t0, t1))
         if not ev.ended and (not ev.watched or err is not None):
             self.complete(ev, err, t1)

@@ -121,32 +121,40 @@ class DeviceEnds:
             ends = [(self.table.pop(s), None) for s in stale]
             if hit is not None:
                 ends.append((hit, dev if _same_op(op, hit.info[0]) else None))
-            ready = []
-            for ev, d in ends:
-                ev.hooked = None
-                if ev.done_t is None:
-                    ev.dev = d  # the watcher ends it, with this duration
-                else:
-                    ready.append((ev, d))
-        for ev, d in ready:
-            completion.complete(ev, None, ev.done_t, dev=d)
+            ready = self._let_go(ends)
+        _end(completion, ready)
 
     def flush(self, completion) -> None:
         """No more durations will come (the group goes, tracing ends): end the ops done on the device without
         one; the watcher ends the others."""
         with self.lock:
-            evs, self.table = list(self.table.values()), {}
-            for ev in evs:
-                ev.hooked = None
-        for ev in evs:
-            if ev.done_t is not None:
-                completion.complete(ev, None, ev.done_t)
+            ready = self._let_go([(ev, None) for ev in self.table.values()])
+            self.table = {}
+        _end(completion, ready)
+
+    @staticmethod
+    def _let_go(ends) -> list:
+        """(Event, device ns or None) pairs the hook will not report again (under the lock): those the watcher
+        saw done are returned, to be ended now; the others keep their duration for the watcher to end them."""
+        ready = []
+        for ev, dev in ends:
+            ev.hooked = None
+            if ev.done_t is None:
+                ev.dev = dev
+            else:
+                ready.append((ev, dev))
+        return ready
 
     def settle(self, timeout_s: float = 0.3) -> None:
         """Give the hook a moment (its watchdog looks every 100 ms) to report the ops still waiting for it."""
         deadline = time.monotonic() + timeout_s
         while self.table and time.monotonic() < deadline:
             time.sleep(0.005)
+
+
+def _end(completion, ready) -> None:
+    for ev, dev in ready:  # (outside the lock: the recorder's end path)
+        completion.complete(ev, None, ev.done_t, dev=dev)
 
 
 def _same_op(reported, recorded) -> bool:
