@@ -194,11 +194,18 @@ class JsonColumn(SparseColumn):
         self.extend([v])
 
     def extend(self, vs: Iterable) -> None:
-        vs = vs if isinstance(vs, list) else list(vs)
-        if not vs:
+        """Add rows of these values (None: no value), or of these JSON texts (a JsonTexts)."""
+        vs = vs if isinstance(vs, (list, JsonTexts)) else list(vs)
+        if not len(vs):
             return
         if type(self._offsets) is not array:  # mapped from the store: copied to grow
             self._offsets, self._data = copy_of(self._offsets), bytearray(self._data)
+        if type(vs) is JsonTexts:
+            self._offsets.extend(accumulate(vs.lens, initial=self._offsets[-1]))
+            self._offsets.pop(len(self._offsets) - len(vs.lens) - 1)
+            self._data += b"".join(vs.texts)
+            self._n += len(vs.lens)
+            return
         n0, end = self._n, self._offsets[-1]
         self._n += len(vs)
         if vs.count(None) == len(vs):  # C-speed test for the common case: nothing to keep
@@ -263,6 +270,19 @@ class JsonColumn(SparseColumn):
             rows = np.union1d(rows, np.fromiter(self._values, np.int64))
         for i in rows.tolist():
             yield i, self._values[i] if i in self._values else loads(data[off[i]:off[i + 1]])
+
+
+class JsonTexts:
+    """Rows given to JsonColumn.extend as their JSON texts, as they were in the input (bytes-like; b"": no value),
+    with their lengths."""
+
+    __slots__ = ("texts", "lens")
+
+    def __init__(self, texts: list, lens: list[int]):
+        self.texts, self.lens = texts, lens
+
+    def __len__(self) -> int:
+        return len(self.lens)
 
 
 def typecode(col) -> str:

@@ -15,6 +15,7 @@ import gc
 import mmap
 import os
 import re
+from functools import cache
 from itertools import repeat
 from array import array
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ from typing import Any, Callable, Iterable, Iterator
 import orjson
 
 from ..format import EVENTS_VERSION, is_user_file
+from . import event_batches
 from .columns import CodedColumn, JsonColumn, SparseColumn, json_key, permuted, typecode, writable
 from ..errors import TraceError  # noqa: F401 - importable from here too, where it was first defined
 
@@ -350,15 +352,88 @@ def read_jsonl(path: str, table: EventTable | None = None, progress=None, run: i
     now and then on large files. A file of several runs (`disttrace events --run all`) is read one run at a time:
     `run`, or the last."""
     table = table if table is not None else EventTable()
+    n_before = len(table)
+    fh, size = _open_events(path)
+    with fh, gc_paused():
+        keep = run_to_keep(path, fh, run, table)
+        bad, first_bad = read_lines(path, iter(lambda: fh.readlines(_CHUNK_BYTES), []), size, table, progress,
+                                    keep)
+    return events_read(path, table, n_before, bad, first_bad, progress)
+
+
+def _open_events(path: str):
     try:
         fh = open(path, "rb")
-        size = max(os.fstat(fh.fileno()).st_size, 1)
+        return fh, max(os.fstat(fh.fileno()).st_size, 1)
     except OSError as e:
         raise TraceError(f"cannot read {path}: {e.strerror or e}") from None
+
+
+def run_to_keep(path: str, fh, run: int | None, table: EventTable) -> int | None:
+    """The run of the events file to read (None: all its lines, the file holding at most one); the table's run
+    number is set, and a note added when the file holds others."""
+    keep, present = _run_to_keep(path, fh, run, table.warnings)
+    table.run = keep if keep is not None else present[0] if len(present) == 1 else table.run
+    return keep
+
+
+def events_read(path: str, table: EventTable, n_before: int, bad: int, first_bad: str, progress=None) -> EventTable:
+    """What read_jsonl says once the file's lines are in `table`: the malformed lines skipped, or that it held no
+    events (TraceError); each rank's source."""
+    if bad:
+        table.warnings.append(f"{path}: skipped {bad} malformed line(s) ({first_bad})")
+    if len(table) == n_before:
+        raise TraceError(f"{path}: no disttrace events in this file")
+    for info in table.ranks.values():
+        if not info.source:
+            info.source = path
+    if progress is not None:
+        progress(1.0, "parsed")
+    return table
+
+
+def read_range(path: str, start: int, stop: int, table: EventTable, run: int | None, progress=None
+               ) -> tuple[int, str]:
+    """The events of the lines in bytes [start, stop) of an events file (both at a line's start) into `table`,
+    of run `run` (None: every line); (malformed lines, the first one's reason, numbered in the whole file). A
+    share of a parallel first read (data/parallel.py)."""
+    fh, size = _open_events(path)
+
+    def chunks():
+        at = start
+        fh.seek(start)
+        while at < stop:
+            block = fh.read(min(_CHUNK_BYTES, stop - at))
+            if not block:
+                return
+            if at + len(block) < stop:  # up to the last whole line (a line longer than a chunk: read on to its end)
+                cut = block.rfind(b"\n") + 1
+                if cut:
+                    fh.seek(at + cut)
+                    block = block[:cut]
+                else:
+                    block += fh.readline()
+            at += len(block)
+            lines = block.split(b"\n")  # (as readlines splits: at newlines only)
+            if lines[-1] == b"":
+                lines.pop()
+            yield lines
+
+    @cache
+    def line_base() -> int:  # (counted only for a damaged share: its bad lines' numbers)
+        fh2, _ = _open_events(path)
+        with fh2:
+            n = done = 0
+            while done < start:
+                block = fh2.read(min(_CHUNK_BYTES, start - done))
+                if not block:
+                    break
+                n += block.count(b"\n")
+                done += len(block)
+            return n
+
     with fh, gc_paused():
-        keep, present = _run_to_keep(path, fh, run, table.warnings)
-        table.run = keep if keep is not None else present[0] if len(present) == 1 else table.run
-        return _read_lines(path, fh, size, table, progress, keep)
+        return read_lines(path, chunks(), stop - start, table, progress, run, line_base)
 
 
 def _run_to_keep(path: str, fh, run: int | None, warnings: list) -> tuple[int | None, list[int]]:
@@ -427,24 +502,32 @@ def give_back_freed_memory() -> None:
         pass
 
 
-def _read_lines(path, fh, size, table, progress, keep_run: int | None = None):
+def read_lines(path, chunks, size, table, progress, keep_run: int | None = None, line_base=lambda: 0
+               ) -> tuple[int, str]:
+    """The events of `chunks` (lists of lines) into `table`: (malformed lines, the first one's reason). Lines are
+    numbered from line_base() + 1, called only if some line is malformed."""
     bad = 0
     first_bad = ""
-    n_before = len(table)
     done = lineno = 0
     next_progress = _PROGRESS_BYTES
-    while lines := fh.readlines(_CHUNK_BYTES):  # streamed: the file is never held whole in memory
+    for lines in chunks:  # streamed: the file is never held whole in memory
         for k in range(0, len(lines), _BATCH):
             batch = lines[k:k + _BATCH]
-            events, skipped, why = _parsed(batch, lineno)
             lineno += len(batch)
+            typed = event_batches.decode(batch)  # the common case, fast; else the careful way, below
+            if typed is not None:
+                _check_version(path, event_batches.versions(typed))
+                if keep_run is not None:
+                    typed = [ev for ev, r in zip(typed, event_batches.runs(typed)) if r == keep_run]
+                cols = event_batches.columns(table, typed, _OP_SET, _default_group_name) if typed else None
+                if cols is not None or not typed:
+                    if cols is not None:
+                        table.add_rows(cols)
+                    continue
+            events, skipped, why = _parsed(batch, lineno - len(batch), line_base)
             bad += skipped
             first_bad = first_bad or why
-            newer = [v for v in map(dict.get, events, repeat("v", len(events)))
-                     if type(v) is int and v > EVENTS_VERSION]
-            if newer:
-                raise TraceError(f"{path}: written by a newer disttrace (events format v{max(newer)}, this reads "
-                                 f"v{EVENTS_VERSION}); upgrade disttrace")
+            _check_version(path, list(map(dict.get, events, repeat("v", len(events)))))
             if keep_run is not None:
                 events = [ev for ev in events if ev.get("run") == keep_run]
             skipped, why = extend(table, events)
@@ -454,16 +537,14 @@ def _read_lines(path, fh, size, table, progress, keep_run: int | None = None):
         if progress is not None and done >= next_progress:
             next_progress = done + _PROGRESS_BYTES
             progress(done / size, "reading events")
-    if bad:
-        table.warnings.append(f"{path}: skipped {bad} malformed line(s) ({first_bad})")
-    if len(table) == n_before:
-        raise TraceError(f"{path}: no disttrace events in this file")
-    for info in table.ranks.values():
-        if not info.source:
-            info.source = path
-    if progress is not None:
-        progress(1.0, "parsed")
-    return table
+    return bad, first_bad
+
+
+def _check_version(path: str, versions: list) -> None:
+    newer = [v for v in versions if type(v) is int and v > EVENTS_VERSION]
+    if newer:
+        raise TraceError(f"{path}: written by a newer disttrace (events format v{max(newer)}, this reads "
+                         f"v{EVENTS_VERSION}); upgrade disttrace")
 
 
 # Lines are parsed a batch of _BATCH at a time and made into columns at once, while the batch's dicts are still
@@ -478,14 +559,14 @@ class _Malformed(str):
     """Why a line is not JSON, in its place among the parsed lines."""
 
 
-def _parsed(lines: list, lineno: int) -> tuple[list, int, str]:
-    """(the JSON objects of `lines`, numbered from lineno + 1; how many were malformed; the first one's reason).
-    Blank lines are skipped quietly."""
+def _parsed(lines: list, lineno: int, line_base=lambda: 0) -> tuple[list, int, str]:
+    """(the JSON objects of `lines`, numbered from line_base() + lineno + 1; how many were malformed; the first
+    one's reason). Blank lines are skipped quietly."""
     try:
         events = list(map(orjson.loads, lines))  # C speed for the common case: every line is valid
     except orjson.JSONDecodeError:
         events = []
-        for n, line in enumerate(lines, lineno + 1):
+        for n, line in enumerate(lines, line_base() + lineno + 1):
             try:
                 events.append(orjson.loads(line))
             except orjson.JSONDecodeError as e:
@@ -495,7 +576,7 @@ def _parsed(lines: list, lineno: int) -> tuple[list, int, str]:
         return events, 0, ""
     bad = [k for k, ev in enumerate(events) if type(ev) is not dict]
     first = events[bad[0]]
-    why = first if type(first) is _Malformed else f"line {lineno + bad[0] + 1}: not a JSON object"
+    why = first if type(first) is _Malformed else f"line {line_base() + lineno + bad[0] + 1}: not a JSON object"
     return [ev for ev in events if type(ev) is dict], len(bad), why
 
 

@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass
 from typing import Callable
 
-from . import flightrec, kineto, store
+from . import flightrec, kineto, parallel, store
 from .events import EventTable, Progress, TraceError, read_jsonl
 from .reader import find_rank_files, is_trace_dir, load_trace_dirs, written_size
 
@@ -28,6 +28,8 @@ class Importer:
     """Load the paths claimed into the table: (paths, table, progress, run)."""
     sources: Callable[[str], list[str]] | None = None
     """The files a path's events come from, watched by the trace store (None: not kept in the store)."""
+    plan: Callable[[list[str], "int | None"], "parallel.Plan | None"] | None = None
+    """How a first read of the paths splits across processes (data/parallel.py); None: it does not."""
 
 
 def _load_fr_dirs(paths: list[str], table: EventTable, progress, run) -> None:
@@ -51,12 +53,13 @@ def _load_store_files(paths: list[str], table: EventTable, progress, run) -> Non
 
 
 IMPORTERS: tuple[Importer, ...] = (
-    Importer("disttrace trace dir", is_trace_dir, load_trace_dirs, find_rank_files),
+    Importer("disttrace trace dir", is_trace_dir, load_trace_dirs, find_rank_files, parallel.plan_trace_dirs),
     Importer("PyTorch profiler (Kineto) traces", kineto.claims, kineto.load_kineto, kineto.source_files),
     Importer("Flight Recorder dumps", flightrec.is_fr_dir, _load_fr_dirs, flightrec.source_files),
     Importer("disttrace trace store (a .disttrace.arrow file)", lambda p: _is_store_file(p) and os.path.isfile(p),
              _load_store_files),
-    Importer("normalized events file (disttrace events)", os.path.isfile, _load_events_files, lambda p: [p]),
+    Importer("normalized events file (disttrace events)", os.path.isfile, _load_events_files, lambda p: [p],
+             lambda paths, run: parallel.plan_events_file(paths[0], run) if len(paths) == 1 else None),
 )
 
 
@@ -95,8 +98,23 @@ def load_trace(paths: list[str] | str, progress: Progress | None = None, run: in
     dirs = all(os.path.isdir(p) for p in paths)
     if cache and importer is not None and importer.sources is not None and (dirs or len(paths) == 1):
         sources = [f for p in paths for f in importer.sources(p)]
-        return store.cached_load(paths, run, sources, dirs, parse, progress)
+        return store.cached_load(paths, run, sources, dirs, parse, progress, _builder(importer, paths, run, progress))
     return parse()
+
+
+def _builder(importer: Importer, paths: list[str], run: int | None, progress: Progress | None):
+    """The parallel first read of these paths, as cached_load's `build` (None: the importer has none). Its plan
+    is made only when it is needed: the store missing or stale."""
+    if importer.plan is None or parallel.workers() < 2:
+        return None
+
+    def build(target: str, fingerprint: dict) -> None:
+        plan = importer.plan(paths, run)
+        if plan is None:
+            raise parallel.PartsFailed("too small to split")
+        parallel.build(plan, target, fingerprint, progress)
+
+    return build
 
 
 def _is_store_file(path: str) -> bool:

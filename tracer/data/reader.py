@@ -48,6 +48,15 @@ def load_trace_dirs(paths: list[str], table: EventTable, progress: Progress | No
 
     They may hold several runs (process-group worlds: restarts, successive jobs; data/runs.py): `run` picks one by
     its number; by default the only one, else the last, with a note that there are others."""
+    files = run_files(paths, table, run)
+    with gc_paused():
+        if not read_rank_files(files, table, progress):
+            raise TraceError(no_readable(files))
+
+
+def run_files(paths: list[str], table: EventTable, run: int | None = None) -> list[str]:
+    """The rank files of the run to read (`run`, or the reader's default) of these trace dirs; the trace's runs,
+    the run's number and the warnings of finding them (unreadable files, the other runs) go to `table`."""
     rank_files = [f for p in paths for f in find_rank_files(p)]
     runs, skipped = find_runs(rank_files)
     for path in skipped:
@@ -56,8 +65,11 @@ def load_trace_dirs(paths: list[str], table: EventTable, progress: Progress | No
         raise TraceError(f"{os.path.dirname(rank_files[0]) or '.'}: no readable rank files in this trace")
     chosen = pick(runs, run, table.warnings, " ".join(paths))
     table.runs, table.run = runs, chosen.number
-    with gc_paused():
-        _load_rank_files([f.path for f in chosen.files], table, progress)
+    return [f.path for f in chosen.files]
+
+
+def no_readable(files: list[str]) -> str:
+    return f"{os.path.dirname(files[0]) or '.'}: no readable rank files in this trace"
 
 
 class _RankFile:
@@ -186,9 +198,9 @@ def _aligned(raw, clock):
     return raw + o0 + np.rint((np.clip(raw, t0, t1) - t0) * slope).astype(np.int64)
 
 
-def _load_rank_files(files: list[str], table: EventTable, progress: Progress | None) -> None:
-    """Each rank file parsed and made into columns in turn: only one file's records are held at a time (a trace's
-    every parsed record at once would take ~1 KB an event)."""
+def read_rank_files(files: list[str], table: EventTable, progress: Progress | None = None) -> int:
+    """Parse each rank file and add its ops to `table` in turn: only one file's records are held at a time (a
+    trace's every parsed record at once would take ~1 KB an event). Returns how many files were readable."""
     total = sum(max(os.path.getsize(f), 1) for f in files)
     done = read = 0
     for path in files:
@@ -205,8 +217,7 @@ def _load_rank_files(files: list[str], table: EventTable, progress: Progress | N
         read += 1
         if progress:
             progress(done / total, "reading")
-    if not read:
-        raise TraceError(f"{os.path.dirname(files[0]) or '.'}: no readable rank files in this trace")
+    return read
 
 
 def _append_rank(rf: _RankFile, table: EventTable) -> None:
@@ -474,4 +485,5 @@ def run_info(path: str) -> dict | None:
         return None
 
 
-__all__ = ["find_rank_files", "is_trace_dir", "load_trace_dirs", "run_info", "written_size", "FORMAT_VERSION"]
+__all__ = ["find_rank_files", "is_trace_dir", "load_trace_dirs", "no_readable", "read_rank_files", "run_files",
+           "run_info", "written_size", "FORMAT_VERSION"]

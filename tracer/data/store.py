@@ -148,9 +148,10 @@ def _meta(table: EventTable, fingerprint: dict) -> dict:
     }
 
 
-def write_store(table: EventTable, path: str, fingerprint: dict | None = None) -> None:
+def write_store(table: EventTable, path: str, fingerprint: dict | None = None, part: dict | None = None) -> None:
     """Write `table` to the store file `path` (through a temp file in its dir and os.replace). Raises OSError, or
-    TypeError/ValueError/orjson errors on a value that cannot be stored; `path` is then left as it was."""
+    TypeError/ValueError/orjson errors on a value that cannot be stored; `path` is then left as it was. `part`:
+    this is a worker's share of a parallel read (data/parallel.py), what it says of its share (in the metadata)."""
     import pyarrow as pa
 
     names, arrays = [], []
@@ -165,7 +166,10 @@ def write_store(table: EventTable, path: str, fingerprint: dict | None = None) -
         arrays.append(_json_array(pa, getattr(table, name)))
     names.append("async_op")
     arrays.append(_fixed(pa, table.async_op))
-    _write(pa, path, names, arrays, orjson.dumps(_meta(table, fingerprint or {})))
+    meta = _meta(table, fingerprint or {})
+    if part is not None:
+        meta["part"] = part
+    _write(pa, path, names, arrays, orjson.dumps(meta))
 
 
 def _write(pa, path: str, names: list[str], arrays: list, meta: bytes) -> None:
@@ -271,6 +275,94 @@ def _open(pa, path: str, fingerprint: dict | None):
         raise StoreError("unexpected batches")
     batch = reader.get_batch(0)
     return batch, meta_b, meta, lambda arrays: _crc_read(path, base, arrays, meta_b)
+
+
+def merge_parts(parts: list[str], head: EventTable, path: str, fingerprint: dict, finish) -> None:
+    """Write the store file `path` of the events of the store parts `parts` (the workers' shares of one trace, in
+    its order: data/parallel.py), in Arrow and numpy: each part's groups and dictionaries mapped onto the whole's
+    (in order of first appearance, as one reader makes them), the rows sorted as EventTable.sort sorts them. The
+    table-level records go to `head` (the runs and warnings found before the split): the parts' ranks, warnings,
+    notes and stacks in order; then finish(head, events, [each part's "part" record]) adds what the reader says
+    of the whole, or raises. Raises StoreError on a part that is not one."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    batches, records = [], []
+    for p in parts:
+        batch, _, meta, _ = _open(pa, p, None)  # (no CRC: the workers' files, just written, never kept)
+        if not _schema_ok(pa, batch.schema) or type(meta.get("part")) is not dict:
+            raise StoreError(f"{p}: not a store part")
+        batches.append(batch)
+        records.append(meta)
+    n = sum(b.num_rows for b in batches)
+    group_of: list = []  # per part: its group index -> the whole's
+    names = {f.name for f in fields(RankInfo)}
+    for meta in records:
+        group_of.append(np.array([head.group_id(name, ranks) for name, ranks in meta["groups"]] or [0], np.int32))
+        for d in meta["ranks"]:
+            if set(d) != names:
+                raise StoreError("rank info of another shape")
+            if d["rank"] not in head.ranks:
+                head.ranks[d["rank"]] = RankInfo(**d)
+        head.warnings += meta["warnings"]
+        head.notes += meta["notes"]
+        head.stacks.update((r, s) for r, s in meta["stacks"])
+    finish(head, n, [meta["part"] for meta in records])
+
+    def column(name: str) -> list:
+        return [b.column(name) for b in batches]
+
+    keys = {}
+    for name in ("start_ns", "rank", "id"):
+        keys[name] = np.concatenate([np.frombuffer(_used_bytes(a)[0], _np_type(a)) for a in column(name)])
+    order = np.lexsort((keys["id"], keys["rank"], keys["start_ns"]))
+    if n < 2 or (order[1:] > order[:-1]).all():
+        order = None  # already in order
+
+    def ordered(values):
+        return values if order is None else values[order]
+
+    out_names, arrays = [], []
+    for name in _INT_COLUMNS:
+        file_name = _NAMES.get(name, name)
+        if name in keys:
+            values = keys[name]
+        else:
+            values = np.concatenate([np.frombuffer(_used_bytes(a)[0], _np_type(a)) for a in column(file_name)])
+        if name == "gid":
+            values = np.concatenate([g[np.frombuffer(_used_bytes(a)[0], np.int32)]
+                                     for g, a in zip(group_of, column(name))])
+        out_names.append(file_name)
+        arrays.append(pa.array(ordered(values)))
+    for name in _STR_COLUMNS + ("shape",):
+        values: list = []
+        index: dict = {}
+        codes = []
+        for a in column(name):
+            mapping = np.array([index.setdefault(v, len(index)) for v in a.dictionary.to_pylist()] or [0], np.int64)
+            codes.append(mapping[np.frombuffer(_used_bytes(a.indices)[0], _np_type(a.indices))])
+        values = list(index)
+        code_type = np.uint8 if len(values) <= 1 << 8 else np.uint16 if len(values) <= 1 << 16 else np.int32
+        merged = np.concatenate(codes).astype(code_type) if codes else np.zeros(0, code_type)
+        out_names.append(name)
+        arrays.append(pa.DictionaryArray.from_arrays(pa.array(ordered(merged)), pa.array(values, pa.string())))
+    for name in _JSON_COLUMNS:
+        file_name = _NAMES.get(name, name)
+        joined = pa.concat_arrays(column(file_name)) if batches else pa.array([], pa.large_string())
+        out_names.append(file_name)
+        arrays.append(joined if order is None else pc.take(joined, pa.array(order)))
+    flags = np.concatenate([np.frombuffer(_used_bytes(a)[0], np.uint8) for a in column("async_op")])
+    out_names.append("async_op")
+    arrays.append(pa.array(ordered(flags)))
+    meta = _meta(head, fingerprint)
+    meta["events"] = n
+    _write(pa, path, out_names, arrays, orjson.dumps(meta))
+
+
+def _np_type(a):
+    """The numpy dtype of a fixed-width Arrow array."""
+    return a.type.to_pandas_dtype()
 
 
 # -- reading ------------------------------------------------------------------------------------------------
@@ -486,8 +578,11 @@ def cache_path(paths: list[str], run: int | None, is_dir: bool) -> str:
 
 
 def cached_load(paths: list[str], run: int | None, sources: list[str], is_dir: bool,
-                parse: Callable[[], EventTable], progress: Progress | None = None) -> EventTable:
-    """Open the valid store of this trace, or parse it (`parse()`), write the store for next time and open that."""
+                parse: Callable[[], EventTable], progress: Progress | None = None,
+                build: Callable[[str, dict], None] | None = None) -> EventTable:
+    """Open the valid store of this trace, or read the trace and write its store for next time, and open that:
+    by `build(path, fingerprint)`, which writes a store file (a parallel read, data/parallel.py; it raises
+    parallel.PartsFailed where the trace should be read in process), else by `parse()`."""
     target = cache_path(paths, run, is_dir)
     try:
         fp, newest = fingerprint(paths, run, sources)
@@ -502,8 +597,13 @@ def cached_load(paths: list[str], run: int | None, sources: list[str], is_dir: b
     except ImportError:
         return parse()
     except (StoreError, OSError):
-        pass  # none, stale or damaged: parse, and write it anew
+        pass  # none, stale or damaged: read the trace, and write it anew
     started = time.time_ns()
+    if build is not None:
+        table = _built(build, target, is_dir, fp, lambda: fingerprint(paths, run, sources)[0] == fp
+                       and newest < started - RACY_NS)
+        if table is not None:
+            return table
     table = parse()
     try:
         again, _ = fingerprint(paths, run, sources)
@@ -521,6 +621,44 @@ def cached_load(paths: list[str], run: int | None, sources: list[str], is_dir: b
     return table
 
 
+def _built(build: Callable[[str, dict], None], target: str, is_dir: bool, fp: dict,
+           keep: Callable[[], bool]) -> EventTable | None:
+    """The table that `build` writes as a store, opened; the store kept at `target` if `keep()` (the sources did
+    not change meanwhile, nor just before). Written beside the trace, or in the temp dir where that cannot be (a
+    read-only trace dir: the store is then opened and removed). None: read the trace in process (the build
+    failed, or wrote nothing readable). Raises TraceError: the trace cannot be read."""
+    import tempfile
+
+    from .parallel import PartsFailed
+
+    folders = [os.path.dirname(target) or ".", tempfile.gettempdir()]
+    for folder in folders:
+        try:
+            if is_dir and folder == folders[0]:
+                os.makedirs(folder, exist_ok=True)
+            fd, tmp = _create_temp(folder)
+            os.close(fd)
+        except OSError:
+            continue
+        try:
+            build(tmp, fp)
+            if folder == folders[0] and keep():
+                os.replace(tmp, target)
+                table = read_store(target, fp)
+                table.origin = StoreOrigin(target, fp)
+                return table
+            table = read_store(tmp, fp)
+            return table
+        except (PartsFailed, StoreError, OSError, ImportError):
+            return None
+        finally:
+            try:
+                os.unlink(tmp)  # (a table opened from it keeps its mapping)
+            except OSError:
+                pass
+    return None
+
+
 __all__ = ["CACHE_DIR", "ENV", "FILE_SUFFIX", "STORE_VERSION", "StoreError", "StoreOrigin", "cache_path",
-           "cached_load", "enabled", "fingerprint", "read_arrays", "read_store", "source_digest", "write_arrays",
-           "write_store"]
+           "cached_load", "enabled", "fingerprint", "merge_parts", "read_arrays", "read_store", "source_digest",
+           "write_arrays", "write_store"]

@@ -1,0 +1,206 @@
+"""The first read of a large trace split across processes (tracer/data/parallel.py), and the typed decoding of an
+events file's lines (tracer/data/event_batches.py): each makes the very table that the in-process, event-by-event
+reader makes, damage, warnings and line numbers included."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+
+from disttrace.tracer.data import event_batches, parallel, store
+from disttrace.tracer.data.events import TraceError, read_jsonl
+from disttrace.tracer.data.load import load_trace
+
+from test_store import EVENTS, _copy, age, assert_same, opened_from_store
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from synth import write_synthetic  # noqa: E402
+
+
+@pytest.fixture
+def split(monkeypatch):
+    """Any trace is split, in three shares where it can be."""
+    monkeypatch.setattr(parallel, "PARALLEL_BYTES", 1)
+    monkeypatch.setattr(parallel, "SHARE_BYTES", 1)
+    monkeypatch.setenv(parallel.ENV, "3")
+    built = []
+    real = parallel.build
+
+    def counted(plan, *args, **kwargs):
+        built.append(len(plan.shares))
+        return real(plan, *args, **kwargs)
+
+    monkeypatch.setattr(parallel, "build", counted)
+    return built
+
+
+@pytest.fixture
+def careful(monkeypatch):
+    """read(path, **kw): the in-process reader, event by event (no typed decoding), without the store."""
+    def read(path, **kwargs):
+        with monkeypatch.context() as m:
+            m.setattr(event_batches, "decode", lambda lines: None)
+            m.setenv(parallel.ENV, "1")
+            return load_trace(path, cache=False, **kwargs)
+    return read
+
+
+def sorted_ranks(t):
+    t.ranks = dict(sorted(t.ranks.items()))  # (their order is the order of first sight, batch by batch)
+    return t
+
+
+def damaged_events_file(path: Path, runs: int = 1) -> str:
+    """The synthetic job's events with odd events (unknown keys, nulls, errors) and damage spread through it:
+    lines that are not JSON, a summary that is not UTF-8, a number past a double, a wrong type, a blank line."""
+    write_synthetic(str(path), 6000, 16)
+    lines = path.read_bytes().splitlines(keepends=True)
+    odd = [orjson.dumps(ev) + b"\n" for ev in EVENTS] + [
+        b"not json\n",
+        b'{"rank":2,"op":"send","start_ns":5,"in":{"a":"\xff"}}\n',
+        b'{"rank":2,"op":"send","start_ns":6,"in":{"a":1e999}}\n',
+        b'{"rank":"2","op":"send","start_ns":7}\n',
+        b"\n",
+        b'{"rank":3,"op":"recv","start_ns":8,"in":null,"out":{"x":[1,2]},"group_ranks":null}\n',
+    ]
+    out = []
+    for k, line in enumerate(lines):
+        out.append(line)
+        if k % 997 == 500 and k > len(lines) / 2:  # (the first in a later share than the first)
+            out += odd
+    if runs > 1:  # the same events again as later runs (`disttrace events --run all`)
+        out = [line if not line.startswith(b"{") else b'{"v":3,"run":%d,' % r + line[1:]
+               for r in range(1, runs + 1) for line in out]
+    path.write_bytes(b"".join(out))
+    age(str(path))
+    return str(path)
+
+
+def test_typed_decoding_makes_the_careful_readers_table(tmp_path, careful, monkeypatch):
+    path = damaged_events_file(tmp_path / "events.jsonl")
+    monkeypatch.setenv(parallel.ENV, "1")
+    fast = load_trace(path, cache=False)
+    slow = careful(path)
+    assert "malformed line(s)" in slow.warnings[-1] and len(slow) > 6000
+    assert slow.extra.any() and slow.error.any() and slow.in_.any() and slow.out.any()
+    assert_same(sorted_ranks(slow), sorted_ranks(fast))
+
+
+def test_typed_decoding_declines_what_orjson_would_not_read_back():
+    ok = b'{"rank":0,"op":"send","start_ns":1,"in":{"a":1}}'
+    assert event_batches.decode([ok]) is not None
+    for bad in (b'{"rank":0,"op":"send","start_ns":1,"in":{"a":"\x80"}}',   # not UTF-8 (the decoder skips it)
+                b'{"rank":0,"op":"send","start_ns":1,"in":{"a":1e400}}'):   # past a double: orjson refuses
+        t = read_jsonl_lines([ok, bad])
+        assert len(t) == 1 and "skipped 1 malformed line(s) (line 2: " in t.warnings[0]
+    assert event_batches.decode([b'{"rank":true,"op":"send","start_ns":1}']) is None  # a bool for an int
+    assert event_batches.decode([b'{"rank":0,"op":"send","start_ns":1,"new_key":1}']) is None  # kept in extra
+
+
+def read_jsonl_lines(lines):
+    import tempfile
+    with tempfile.NamedTemporaryFile("wb", suffix=".jsonl", delete=False) as fh:
+        fh.write(b"\n".join(lines) + b"\n")
+    try:
+        return read_jsonl(fh.name)
+    finally:
+        os.unlink(fh.name)
+
+
+def test_a_split_events_file_reads_as_one(tmp_path, split, careful):
+    path = damaged_events_file(tmp_path / "events.jsonl")
+    first = load_trace(path)
+    assert split == [3] and opened_from_store(first)
+    assert os.path.isfile(store.cache_path([path], None, False))
+    assert not [f for f in os.listdir(tmp_path) if f.startswith(".")]  # no part, no temp file left
+    slow = careful(path)
+    # the first malformed line is numbered in the whole file, though a worker read it from the middle
+    lines = Path(path).read_bytes().split(b"\n")
+    first_bad = lines.index(b"not json") + 1
+    assert first_bad > len(lines) / 2 and f"(line {first_bad}: " in slow.warnings[-1]
+    assert_same(sorted_ranks(slow), sorted_ranks(first))
+    again = load_trace(path)
+    assert split == [3] and opened_from_store(again)  # opened, not read again
+    assert_same(sorted_ranks(slow), sorted_ranks(again))
+
+
+def test_a_split_read_of_one_run_of_several(tmp_path, split, careful):
+    path = damaged_events_file(tmp_path / "events.jsonl", runs=3)
+    for run in (2, None):
+        t = load_trace(path, run=run)
+        assert_same(sorted_ranks(careful(path, run=run)), sorted_ranks(t))
+        assert t.run == (run or 3) and len(t) == len(careful(path, run=1))  # (each run: the same events)
+    assert "holds 3 runs; reading the last" in t.warnings[0]
+    assert split == [3, 3]
+
+
+def test_a_newer_format_in_a_later_share_is_the_readers_message(tmp_path, split, careful):
+    path = tmp_path / "events.jsonl"
+    write_synthetic(str(path), 3000, 16)
+    with open(path, "ab") as fh:
+        fh.write(b'{"v":99,"rank":0,"op":"send","start_ns":1}\n')
+    age(str(path))
+    with pytest.raises(TraceError) as slow:
+        careful(str(path))
+    with pytest.raises(TraceError) as fast:
+        load_trace(str(path))
+    assert str(fast.value) == str(slow.value) and "newer disttrace" in str(fast.value) and split == [3]
+
+
+def test_a_file_of_no_events_says_so_split_or_not(tmp_path, split, careful):
+    path = tmp_path / "events.jsonl"
+    path.write_bytes(b"not json\n" * 5000)
+    age(str(path))
+    with pytest.raises(TraceError) as slow:
+        careful(str(path))
+    with pytest.raises(TraceError) as fast:
+        load_trace(str(path))
+    assert str(fast.value) == str(slow.value) == f"{path}: no disttrace events in this file" and split == [3]
+
+
+def test_workers_that_fail_leave_the_read_to_the_process(tmp_path, split, careful, monkeypatch):
+    path = damaged_events_file(tmp_path / "events.jsonl")
+    monkeypatch.setattr(parallel.sys, "executable", "/bin/false")  # every worker exits 1 at once
+    t = load_trace(path)
+    assert split == [3] and opened_from_store(t)  # read in process, and its store written as ever
+    assert_same(sorted_ranks(careful(path)), sorted_ranks(t))
+    assert not [f for f in os.listdir(tmp_path) if f.startswith(".")]
+
+
+def test_a_read_only_trace_dir_is_split_through_the_temp_dir(tmp_path, split, careful, monkeypatch):
+    path = damaged_events_file(tmp_path / "events.jsonl")
+    real = store._create_temp
+
+    def refuse_beside(folder):
+        if os.path.samefile(folder, tmp_path):
+            raise PermissionError("read-only")
+        return real(folder)
+
+    monkeypatch.setattr(store, "_create_temp", refuse_beside)
+    t = load_trace(path)
+    assert split == [3] and t.origin is None and len(t) == len(careful(path))
+    assert not os.path.exists(store.cache_path([path], None, False))
+
+
+@pytest.mark.slow
+def test_a_split_trace_dir_reads_as_one(traced, tmp_path, split, careful):
+    t = _copy(traced("rec_ops.py", nproc=4), tmp_path)
+    first = load_trace(t)
+    assert split == [3] and opened_from_store(first)
+    assert_same(careful(t), first)
+
+
+@pytest.mark.slow
+def test_a_split_damaged_trace_dir_reads_as_one(traced, tmp_path, split, careful):
+    t = _copy(traced("rec_crash.py", nproc=2, args=("kill",), summaries="off", expect_rc=1), tmp_path)
+    rank_file = os.path.join(t, sorted(f for f in os.listdir(t) if f.startswith("rank-"))[-1])
+    with open(rank_file, "ab") as fh:
+        fh.write(b'\x00\x00{"k":"b","id":999,"t":')
+    age(t)
+    first = load_trace(t)
+    assert split == [2] and first.damage_summary()
+    assert_same(careful(t), first)

@@ -1,0 +1,266 @@
+"""The first read of a large trace, split across worker processes, straight into the trace store.
+
+Parsing JSON is CPU-bound Python, so threads would not help: each worker is a process (`python -m` this module)
+that reads a share of the trace (whole rank files of a trace dir, or a byte range of an events file, cut at line
+starts) with the in-process readers into an EventTable of its own, and writes it as a store part (an Arrow IPC
+file like the store, data/store.py). The parent then merges the parts in Arrow (no per-event Python object): the
+groups and the text columns' dictionaries made one, the rows sorted as EventTable.sort sorts them, the table-level
+records (ranks, warnings, notes, stacks) joined in order, and writes the trace store. The shares are contiguous and
+merged in file order, so the table is the one the in-process reader makes (tests/test_store.py compares them).
+
+Used where it pays (data/load.py): a first read that writes the store, of a trace of at least PARALLEL_BYTES, with
+more than one CPU. Anything odd in the machinery (a worker killed, a value the store cannot hold) makes the caller
+read in process instead: this is an optimisation, never a new way to fail. A worker's TraceError (a newer format)
+is the reader's message, raised here.
+
+Imports neither torch nor textual; pyarrow and numpy on use.
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import subprocess
+import sys
+from dataclasses import dataclass, field
+
+import orjson
+
+from . import events as events_mod
+from . import reader
+from .events import EventTable, Progress, TraceError, part_of
+
+PARALLEL_BYTES = 48 << 20  # smaller traces are read in process: two interpreters' start costs ~0.3 s
+SHARE_BYTES = 24 << 20     # no worker gets less than this
+MAX_WORKERS = 8
+ENV = "DISTTRACE_WORKERS"  # how many workers to use ("1": read in process); default: the CPUs
+
+
+class PartsFailed(Exception):
+    """The parallel read could not be done (not the trace's fault): read it in process."""
+
+
+@dataclass
+class Plan:
+    """A parallel read: the workers' shares (specs), and what the parent found before splitting (the trace's runs,
+    its run, the warnings of finding them), kept in `head`, an empty table the parts are merged after."""
+
+    kind: str                 # "dirs" or "events"
+    paths: list[str]          # as the user gave them (the messages name them)
+    shares: list[dict]
+    head: EventTable = field(default_factory=EventTable)
+
+
+def workers() -> int:
+    """How many workers a read may use: DISTTRACE_WORKERS, else the CPUs this process may run on; at most
+    MAX_WORKERS."""
+    try:
+        n = int(os.environ[ENV])
+    except (KeyError, ValueError):
+        try:
+            n = len(os.sched_getaffinity(0))
+        except (AttributeError, OSError):
+            n = os.cpu_count() or 1
+    return max(1, min(n, MAX_WORKERS))
+
+
+def _how_many(size: int) -> int:
+    return min(workers(), max(1, size // SHARE_BYTES)) if size >= PARALLEL_BYTES else 1
+
+
+def plan_trace_dirs(paths: list[str], run: int | None) -> Plan | None:
+    """The shares of a trace dir read: its run's rank files in contiguous runs of about equal bytes. None: too
+    small (or one file) to split."""
+    head = EventTable()
+    files = reader.run_files(paths, head, run)
+    sizes = [max(_file_size(f), 1) for f in files]
+    k = min(_how_many(sum(sizes)), len(files))
+    if k < 2:
+        return None
+    shares, total, acc, start = [], sum(sizes), 0, 0
+    for i, size in enumerate(sizes):
+        acc += size
+        if acc * k >= total * (len(shares) + 1) or i == len(files) - 1:
+            shares.append({"files": files[start:i + 1]})
+            start = i + 1
+    return Plan("dirs", list(paths), shares, head)
+
+
+def plan_events_file(path: str, run: int | None) -> Plan | None:
+    """The shares of an events file: byte ranges cut at line starts. None: too small to split."""
+    size = _file_size(path)
+    k = _how_many(size)
+    if k < 2:
+        return None
+    head = EventTable()
+    with open(path, "rb") as fh:
+        keep = events_mod.run_to_keep(path, fh, run, head)
+        cuts = [0]
+        for j in range(1, k):
+            fh.seek(max(size * j // k - 1, cuts[-1]))
+            fh.readline()  # on to the next line's start
+            cuts.append(min(fh.tell(), size))
+        cuts.append(size)
+    shares = [{"range": [a, b], "run": keep} for a, b in zip(cuts, cuts[1:]) if b > a]
+    return Plan("events", [path], shares, head) if len(shares) > 1 else None
+
+
+def _file_size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
+
+
+# -- the parent -----------------------------------------------------------------------------------------------
+
+def read_parts(plan: Plan, folder: str, progress: Progress | None = None) -> list[str]:
+    """Run the plan's workers (their parts written in `folder`); the parts' paths, in order. Raises TraceError
+    (a worker's reader said the trace cannot be read) or PartsFailed."""
+    token = f"{os.getpid()}-{os.urandom(4).hex()}"
+    outs = [os.path.join(folder, f".part-{token}-{k}.arrow") for k in range(len(plan.shares))]
+    procs = []
+    sel = selectors.DefaultSelector()
+    try:
+        for k, (share, out) in enumerate(zip(plan.shares, outs)):
+            spec = dict(share, kind=plan.kind, path=plan.paths[0], out=out)
+            p = subprocess.Popen([sys.executable, "-m", __spec__.name], stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            procs.append(p)
+            p.stdin.write(orjson.dumps(spec))
+            p.stdin.close()
+            sel.register(p.stdout, selectors.EVENT_READ, (k, "out"))
+            sel.register(p.stderr, selectors.EVENT_READ, (k, "err"))
+        done = [0.0] * len(procs)
+        errs = [b""] * len(procs)
+        open_pipes = 2 * len(procs)
+        while open_pipes:
+            for key, _ in sel.select():
+                k, which = key.data
+                chunk = os.read(key.fileobj.fileno(), 1 << 16)
+                if not chunk:
+                    sel.unregister(key.fileobj)
+                    open_pipes -= 1
+                elif which == "err":
+                    errs[k] = (errs[k] + chunk)[-4000:]
+                else:
+                    last = chunk.rstrip().rsplit(b"\n", 1)[-1]
+                    try:
+                        done[k] = float(last)
+                    except ValueError:
+                        pass
+                    if progress is not None:
+                        progress(sum(done) / len(done), "reading (%d processes)" % len(procs))
+        codes = [p.wait() for p in procs]
+    except BaseException:
+        for p in procs:
+            p.kill()
+            p.wait()
+        _remove(outs)
+        raise
+    finally:
+        sel.close()
+        for p in procs:
+            for pipe in (p.stdout, p.stderr):
+                pipe.close()
+    for k, code in enumerate(codes):
+        if code == _TRACE_ERROR:
+            _remove(outs)
+            raise TraceError(errs[k].decode(errors="replace").strip())
+    if any(codes):
+        _remove(outs)
+        k = next(k for k, c in enumerate(codes) if c)
+        raise PartsFailed(f"worker {k} exited with {codes[k]}: {errs[k].decode(errors='replace')[-500:]}")
+    return outs
+
+
+def _remove(paths: list[str]) -> None:
+    for p in paths:
+        try:
+            os.unlink(p)
+        except OSError:
+            pass
+
+
+def build(plan: Plan, target: str, fingerprint: dict, progress: Progress | None = None) -> None:
+    """Read the trace by `plan` in worker processes and write its trace store to `target` (store.write_store's
+    file: what read_store opens). Raises TraceError (the trace cannot be read: the reader's message) or PartsFailed
+    (read it in process)."""
+    from . import store
+
+    folder = os.path.dirname(target) or "."
+    try:
+        parts = read_parts(plan, folder, part_of(progress, 0.0, 0.9))
+    except OSError as e:
+        raise PartsFailed(f"cannot start the workers: {e}") from None
+    try:
+        if progress is not None:
+            progress(0.9, "merging")
+        store.merge_parts(parts, plan.head, target, fingerprint, _finish(plan))
+    except store.StoreError as e:
+        raise PartsFailed(f"cannot merge the parts: {e}") from None
+    finally:
+        _remove(parts)
+
+
+def _finish(plan: Plan):
+    """What the reader says of the whole trace once the parts' records are joined (`parts`: each part's "part"
+    record): the events file's one warning of malformed lines, each rank's source; TraceError when nothing was read
+    (the in-process reader's words)."""
+    def finish(table: EventTable, n: int, parts: list[dict]) -> None:
+        if plan.kind == "dirs":
+            if not sum(p["read"] for p in parts):
+                raise TraceError(reader.no_readable([f for s in plan.shares for f in s["files"]]))
+        else:
+            path = plan.paths[0]
+            bad = sum(p["bad"] for p in parts)
+            first_bad = next((p["first_bad"] for p in parts if p["first_bad"]), "")
+            if bad:
+                table.warnings.append(f"{path}: skipped {bad} malformed line(s) ({first_bad})")
+            if not n:
+                raise TraceError(f"{path}: no disttrace events in this file")
+            for info in table.ranks.values():
+                info.source = info.source or path
+        if not n:
+            raise TraceError(f"{', '.join(plan.paths)}: the trace holds no events (did the job call "
+                             "torch.distributed?)")
+    return finish
+
+
+# -- a worker -------------------------------------------------------------------------------------------------
+
+_TRACE_ERROR = 3
+
+
+def _work(spec: dict) -> int:
+    from . import store
+
+    table = EventTable()
+    last = [0.0]
+
+    def progress(fraction: float, label: str) -> None:
+        if fraction - last[0] >= 0.02 or fraction >= 1.0:
+            last[0] = fraction
+            os.write(1, b"%.3f\n" % fraction)
+
+    try:
+        if spec["kind"] == "dirs":
+            with events_mod.gc_paused():
+                part = {"read": reader.read_rank_files(spec["files"], table, progress)}
+        else:
+            a, b = spec["range"]
+            bad, first_bad = events_mod.read_range(spec["path"], a, b, table, spec["run"], progress)
+            part = {"bad": bad, "first_bad": first_bad}
+    except TraceError as e:
+        sys.stderr.write(str(e))
+        return _TRACE_ERROR
+    store.write_store(table, spec["out"], {}, part=part)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_work(orjson.loads(sys.stdin.buffer.read())))
+
+
+__all__ = ["ENV", "PARALLEL_BYTES", "PartsFailed", "Plan", "build", "plan_events_file", "plan_trace_dirs",
+           "read_parts", "workers"]
