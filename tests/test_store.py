@@ -507,3 +507,18 @@ def test_summaries_are_kept_as_json_text_and_survive_appends_and_sorting():
     plain.extend([values[i] for i in range(len(values)) if i not in (17, 230)])
     offsets, data = plain.texts()
     assert bytes(data).count(b'"numel"') == sum(1 for v in list(plain) if v is not None)
+
+
+@pytest.mark.slow
+def test_disttrace_run_writes_the_store_when_the_job_ends(tmp_path):
+    """The job's end, not the first view, pays for the first read (the rank files were written just now: the
+    launcher knows that nothing writes them any more); --no-store leaves it to the first view."""
+    from harness import run_traced
+    for run_args, stored in (((), True), (("--no-store",), False)):
+        out = tmp_path / f"trace{len(run_args)}"
+        proc = run_traced("rec_steps.py", out, nproc=2, summaries="stats", run_args=run_args)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert os.path.isfile(store.cache_path([str(out)], None, True)) == stored
+        t, parsed = load_parsing(str(out))
+        assert opened_from_store(t) and parsed == (not stored)
+        assert_same(load_trace(str(out), cache=False), t)

@@ -64,13 +64,14 @@ IMPORTERS: tuple[Importer, ...] = (
 
 
 def load_trace(paths: list[str] | str, progress: Progress | None = None, run: int | None = None,
-               cache: bool | None = None) -> EventTable:
+               cache: bool | None = None, settled: bool = False) -> EventTable:
     """Load trace dirs (one per node), Flight Recorder dumps or events files into one sorted EventTable; `run`
     picks one run of a trace that holds several (data/runs.py).
 
     Every format but the store itself is read through the trace store (data/store.py): its valid copy beside
     the trace is opened instead of parsing, else the trace is parsed and the store written. `cache`: False never
-    reads nor writes it (a live trace: --follow); None: as DISTTRACE_CACHE says (on unless "0")."""
+    reads nor writes it (a live trace: --follow); None: as DISTTRACE_CACHE says (on unless "0"). `settled`: no
+    process writes the trace any more (its job exited), so that files written just now may be stored."""
     if isinstance(paths, str):
         paths = [paths]
     if not paths:
@@ -98,7 +99,8 @@ def load_trace(paths: list[str] | str, progress: Progress | None = None, run: in
     dirs = all(os.path.isdir(p) for p in paths)
     if cache and importer is not None and importer.sources is not None and (dirs or len(paths) == 1):
         sources = [f for p in paths for f in importer.sources(p)]
-        return store.cached_load(paths, run, sources, dirs, parse, progress, _builder(importer, paths, run, progress))
+        return store.cached_load(paths, run, sources, dirs, parse, progress, _builder(importer, paths, run, progress),
+                                 settled)
     return parse()
 
 

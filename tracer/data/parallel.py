@@ -131,6 +131,9 @@ def read_parts(plan: Plan, folder: str, progress: Progress | None = None) -> lis
             p.stdin.close()
             sel.register(p.stdout, selectors.EVENT_READ, (k, "out"))
             sel.register(p.stderr, selectors.EVENT_READ, (k, "err"))
+        import numpy  # noqa: F401 - the merge's, loaded while the workers read (this process waits anyway)
+        import pyarrow.compute  # noqa: F401
+
         done = [0.0] * len(procs)
         errs = [b""] * len(procs)
         open_pipes = 2 * len(procs)

@@ -579,10 +579,11 @@ def cache_path(paths: list[str], run: int | None, is_dir: bool) -> str:
 
 def cached_load(paths: list[str], run: int | None, sources: list[str], is_dir: bool,
                 parse: Callable[[], EventTable], progress: Progress | None = None,
-                build: Callable[[str, dict], None] | None = None) -> EventTable:
+                build: Callable[[str, dict], None] | None = None, settled: bool = False) -> EventTable:
     """Open the valid store of this trace, or read the trace and write its store for next time, and open that:
     by `build(path, fingerprint)`, which writes a store file (a parallel read, data/parallel.py; it raises
-    parallel.PartsFailed where the trace should be read in process), else by `parse()`."""
+    parallel.PartsFailed where the trace should be read in process), else by `parse()`. `settled`: no process
+    writes the sources any more, so that the store is written even of files changed less than RACY_NS ago."""
     target = cache_path(paths, run, is_dir)
     try:
         fp, newest = fingerprint(paths, run, sources)
@@ -598,7 +599,7 @@ def cached_load(paths: list[str], run: int | None, sources: list[str], is_dir: b
         return parse()
     except (StoreError, OSError):
         pass  # none, stale or damaged: read the trace, and write it anew
-    started = time.time_ns()
+    started = time.time_ns() + (RACY_NS if settled else 0)
     if build is not None:
         table = _built(build, target, is_dir, fp, lambda: fingerprint(paths, run, sources)[0] == fp
                        and newest < started - RACY_NS)
@@ -642,13 +643,13 @@ def _built(build: Callable[[str, dict], None], target: str, is_dir: bool, fp: di
             continue
         try:
             build(tmp, fp)
+            give_back_freed_memory()  # (the merge's columns, hundreds of MB, freed but kept by the allocator)
             if folder == folders[0] and keep():
                 os.replace(tmp, target)
                 table = read_store(target, fp)
                 table.origin = StoreOrigin(target, fp)
                 return table
-            table = read_store(tmp, fp)
-            return table
+            return read_store(tmp, fp)
         except (PartsFailed, StoreError, OSError, ImportError):
             return None
         finally:
