@@ -57,41 +57,51 @@ def _host_state(nxt: int, now: int) -> int:
     return (now << 33) | (nxt << 1) | 1
 
 
-def _rows_by_rank(t: EventTable):
-    """(rank, its rows in table order) for each rank, one rank's list at a time (lists of every rank's rows at
-    once would hold an int object per event)."""
+def _rows_by_rank(t: EventTable, as_lists: bool = True):
+    """(rank, its rows in table order) for each rank, one rank's at a time (lists of every rank's rows at once
+    would hold an int object per event); the rows as a list, or (as_lists=False) a numpy array."""
     import numpy as np
 
     rank = np.frombuffer(t.rank, dtype=np.int32)
     order = np.argsort(rank, kind="stable")
     edges = np.flatnonzero(np.diff(rank[order])) + 1
     for part in np.split(order, edges) if len(order) else ():
-        yield int(rank[part[0]]), part.tolist()
+        yield int(rank[part[0]]), part.tolist() if as_lists else part
+
+
+def _column(x) -> array:
+    """A numpy int column as an array of "q" (bisect and indexing at C speed, Python ints out)."""
+    out = array("q")
+    out.frombytes(x.astype("int64").tobytes())
+    return out
 
 
 class _Host:
     """One rank's host: the intervals it was blocked in (sync ops, wait() calls; an async op's issue as an
     empty one, which bounds compute spans), sorted by start, with the running maximum of their ends."""
 
-    def __init__(self, t: EventTable, rows: list[int], fin) -> None:
-        spans = []
-        add = spans.append
-        start, async_op, ws, we = t.start_ns, t.async_op, t.wait_start_ns, t.wait_end_ns
-        for i in rows:
-            st = start[i]
-            if async_op[i]:  # (an end before its start is damage: the interval is made empty)
-                add((st, st, i, ISSUE))
-                if ws[i] != NONE and we[i] != NONE:
-                    add((ws[i], max(ws[i], we[i]), i, WAIT))
-            else:
-                add((st, max(st, fin[i]) if fin[i] != NONE else st, i, SYNC))
-        spans.sort()
+    def __init__(self, t: EventTable, rows, fin) -> None:
+        import numpy as np
+
+        rows = np.asarray(rows, np.int64)
+        st = np.frombuffer(t.start_ns, np.int64)[rows]
+        f = np.frombuffer(fin, np.int64)[rows]
+        is_async = np.frombuffer(t.async_op, np.uint8)[rows] != 0
+        ws, we = (np.frombuffer(c, np.int64)[rows] for c in (t.wait_start_ns, t.wait_end_ns))
+        waited = is_async & (ws != NONE) & (we != NONE)
+        sync = ~is_async
+        # (an end before its start is damage: the interval is made empty)
+        a = np.concatenate((st[is_async], ws[waited], st[sync]))
+        b = np.concatenate((st[is_async], np.maximum(ws[waited], we[waited]),
+                            np.where(f[sync] != NONE, np.maximum(st[sync], f[sync]), st[sync])))
+        row = np.concatenate((rows[is_async], rows[waited], rows[sync]))
+        kind = np.concatenate((np.full(int(is_async.sum()), ISSUE, np.uint8), np.full(int(waited.sum()), WAIT, np.uint8),
+                               np.full(int(sync.sum()), SYNC, np.uint8)))
+        order = np.lexsort((kind, row, b, a))  # (as tuples (a, b, row, kind) sort)
         # typed arrays, not lists: a list of a 1M-event trace's times holds as many int objects (32 bytes each)
-        self.a = array("q", [s[0] for s in spans])
-        self.b = array("q", [s[1] for s in spans])
-        self.row = array("q", [s[2] for s in spans])
-        self.kind = bytes(s[3] for s in spans)
-        self.maxb = array("q", accumulate(self.b, max))
+        self.a, self.b, self.row = _column(a[order]), _column(b[order]), _column(row[order])
+        self.kind = kind[order].tobytes()
+        self.maxb = _column(np.maximum.accumulate(b[order])) if len(order) else array("q")
 
     def blocked_at(self, t: int) -> int | None:
         """The interval the host was blocked in at instant t (start < t <= end), by its index."""
@@ -124,7 +134,7 @@ class _Walker:
         self.fin = finished(t)
         self.colls, self.instance_of, self.culprits = collectives, instance_of, culprits
         self.p2p, self.p2p_of = p2p, p2p_of
-        self.hosts = {r: _Host(t, rows, self.fin) for r, rows in _rows_by_rank(t)}
+        self.hosts = {r: _Host(t, rows, self.fin) for r, rows in _rows_by_rank(t, as_lists=False)}
         self._sites: dict[str, str] = {}
         self._floor = min(t.start_ns) if len(t) else 0  # no walk goes before the trace's first op
         # the walk's nodes, a column each: their parts' rank, kind, start, end and rows (as in `raw`), and what
@@ -174,6 +184,21 @@ class _Walker:
             msg = self.p2p[m]
             return msg.recv if i == msg.send else msg.send
         return None
+
+    def cause_rows(self, rows) -> "object":
+        """cause_row of each of rows (a numpy array), -1 for none, in numpy."""
+        import numpy as np
+
+        out = np.full(len(rows), -1, np.int64)
+        k = np.frombuffer(self.instance_of, np.int32)[rows]
+        coll = k >= 0
+        out[coll] = np.frombuffer(self.culprit_row, np.int64)[k[coll]]
+        m = np.frombuffer(self.p2p_of, np.int32)[rows]
+        msg = ~coll & (m >= 0)
+        send = np.frombuffer(self.p2p.send, np.int32)[m[msg]]
+        recv = np.frombuffer(self.p2p.recv, np.int32)[m[msg]]
+        out[msg] = np.where(rows[msg] == send, recv, send)
+        return out
 
     # The walk is made of nodes, one per part, made on demand and shared: a part's successor depends only on the
     # state the walk is in after it (an op at an instant, or a rank's host at an instant before an op), never on
@@ -343,13 +368,18 @@ def critical_paths(t: EventTable, collectives: CollectiveTable, instance_of, cul
 
 def _windows(t: EventTable, fin, steps: list[Step], step_of) -> dict[int, tuple[int, int, int]]:
     """step index -> (its start, its end, the row that finished last in it); without steps, the whole trace as
-    step 0."""
-    last: dict[int, int] = {}
-    for i, k in enumerate(step_of if steps else [0] * len(t)):
-        # the last to finish; of those finishing together, the last to arrive (the others' ops end by waiting)
-        if k >= 0 and fin[i] != NONE and (k not in last or (fin[i], t.start_ns[i]) > (fin[last[k]],
-                                                                                   t.start_ns[last[k]])):
-            last[k] = i
+    step 0. In numpy: the last to finish; of those finishing together, the last to arrive (the others' ops end by
+    waiting); of those, the first row."""
+    import numpy as np
+
+    n = len(t)
+    k = np.frombuffer(step_of, np.int32).astype(np.int64) if steps else np.zeros(n, np.int64)
+    f, st = np.frombuffer(fin, np.int64), np.frombuffer(t.start_ns, np.int64)
+    rows = np.flatnonzero((k >= 0) & (f != NONE))
+    order = rows[np.lexsort((-rows, st[rows], f[rows], k[rows]))]
+    ks = k[order]
+    ends = np.flatnonzero(np.append(ks[1:] != ks[:-1], True)) if len(order) else order
+    last = dict(zip(ks[ends].tolist(), order[ends].tolist()))
     if steps:
         return {s.index: (s.start_ns, fin[last[s.index]], last[s.index]) for s in steps if s.index in last}
     return {0: (min(t.start_ns), fin[last[0]], last[0])} if last else {}
@@ -415,29 +445,30 @@ def _causes(t: EventTable, w: _Walker, event_wait_ns) -> list[DelayCause]:
             seen.append(-1)
         return i
 
-    # each wait as its walk's start (the arrival waited for: row j at instant hi) and its own (rank r from lo)
-    wj, whi, wr, wlo = array("q"), array("q"), array("q"), array("q")
-    for r, rows in _rows_by_rank(t):
-        covered = -(1 << 62)
-        for i in rows:  # (in table order: by start)
-            x = event_wait_ns[i]
-            if x <= 0:
-                continue
-            st = start[i]
-            lo, hi = max(st, covered), st + x
-            if hi <= lo:
-                continue
-            covered = hi
-            j = w.cause_row(i)
-            if j is None or j == i:
-                k = slot(r, "wait", i, -1)
-                sums[k] += hi - lo
-                delayed[k].add(r)
-            else:
-                wj.append(j)
-                whi.append(hi)
-                wr.append(r)
-                wlo.append(lo)
+    # each wait as its walk's start (the arrival waited for: row j at instant hi) and its own (rank r from lo): a
+    # rank's waits in table order (by start), each from where its earlier ones reached
+    import numpy as np
+
+    waits = np.frombuffer(event_wait_ns, np.int64)
+    starts = np.frombuffer(start, np.int64)
+    found = []
+    for r, rows in _rows_by_rank(t, as_lists=False):
+        rows = rows[waits[rows] > 0]
+        st = starts[rows]
+        hi = st + waits[rows]
+        reach = np.maximum.accumulate(hi)  # (a wait that adds nothing reaches no further than the ones before)
+        lo = np.maximum(st, np.concatenate(([-(1 << 62)], reach[:-1])))
+        keep = hi > lo
+        rows, lo, hi = rows[keep], lo[keep], hi[keep]
+        j = w.cause_rows(rows)
+        alone = (j < 0) | (j == rows)
+        for i, a, b in zip(rows[alone].tolist(), lo[alone].tolist(), hi[alone].tolist()):
+            k = slot(r, "wait", i, -1)
+            sums[k] += b - a
+            delayed[k].add(r)
+        found.append((j[~alone], hi[~alone], np.full(int((~alone).sum()), r, np.int64), lo[~alone]))
+    wj, whi, wr, wlo = (_column(np.concatenate([f[c] for f in found]) if found else np.zeros(0, np.int64))
+                        for c in range(4))
     kidx = array("i")  # node -> its cause's slot
     after, lo_of, end_of = w.after, w.lo_of, w.end_of
     token = 0  # names the set of ranks still covered down a walk (a new one each time it shrinks)

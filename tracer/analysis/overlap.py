@@ -12,60 +12,76 @@ compute; what does not can be on the critical path."""
 from __future__ import annotations
 
 from array import array
-from bisect import bisect_left, bisect_right
+
+import numpy as np
 
 from ..data.events import NONE, EventTable
 from .critical_path import ISSUE, WAIT
 from .model import Overlap
-from .waits import merged
 
 
-def _merged(intervals: list[tuple[int, int]]) -> tuple[list[int], list[int], list[int]]:
-    """Disjoint sorted intervals (starts, ends) and the prefix sums of their lengths."""
-    spans = merged(intervals)
-    pre = [0]
-    for a, b in spans:
-        pre.append(pre[-1] + b - a)
-    return [a for a, _ in spans], [b for _, b in spans], pre
+def _union(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The union of the intervals [lo, hi) (waits.merged's: touching ones joined, empty ones dropped) as disjoint
+    sorted (starts, ends) and the lengths before each, in numpy."""
+    keep = hi > lo
+    lo, hi = lo[keep], hi[keep]
+    order = np.lexsort((hi, lo))
+    lo, hi = lo[order], hi[order]
+    if not len(lo):
+        return lo, hi, np.zeros(1, np.int64)
+    reach = np.maximum.accumulate(hi)
+    new = np.ones(len(lo), bool)
+    new[1:] = lo[1:] > reach[:-1]
+    first = np.flatnonzero(new)
+    starts = lo[first]
+    ends = reach[np.append(first[1:] - 1, len(lo) - 1)]
+    return starts, ends, np.concatenate(([0], np.cumsum(ends - starts)))
 
 
-def _covered(los: list[int], his: list[int], pre: list[int], a: int, b: int) -> int:
-    """How much of [a, b] the disjoint intervals cover."""
-    if b <= a or not los:
-        return 0
-    i, j = bisect_right(his, a), bisect_left(los, b)  # the intervals that may meet [a, b]: i .. j-1
-    if i >= j:
-        return 0
-    total = pre[j] - pre[i]
-    total -= max(0, a - los[i])
-    total -= max(0, his[j - 1] - b)
-    return total
+def _below(union, x: np.ndarray) -> np.ndarray:
+    """How much of the union lies before each instant x."""
+    starts, ends, pre = union
+    j = np.searchsorted(starts, x, side="right") - 1  # the last interval starting at or before x
+    jj = np.maximum(j, 0)
+    inside = np.minimum(x, ends[jj] if len(ends) else x) - (starts[jj] if len(starts) else x)
+    return np.where(j >= 0, pre[jj] + np.maximum(inside, 0), 0)
+
+
+def _covered(union, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """How much of each [a, b] the union covers (0 where b <= a)."""
+    return np.where(b > a, _below(union, b) - _below(union, a), 0)
 
 
 def overlaps(t: EventTable, walker, event_wait_ns) -> tuple[array, list[Overlap]]:
     """Event row -> the ns of its communication proven to overlap its rank's compute (array of "q"), and each rank's
-    totals."""
+    totals. In numpy, rank by rank."""
     out = array("q", bytes(8 * len(t)))
-    fin, start, async_op = walker.fin, t.start_ns, t.async_op
+    out_np = np.frombuffer(out, np.int64)
+    fin = np.frombuffer(walker.fin, np.int64) if not isinstance(walker.fin, np.ndarray) else walker.fin
+    start = np.frombuffer(t.start_ns, np.int64)
+    async_op = np.frombuffer(t.async_op, np.uint8)
+    wait = np.frombuffer(event_wait_ns, np.int64) if not isinstance(event_wait_ns, np.ndarray) else event_wait_ns
     ranks = []
     for r, host in sorted(walker.hosts.items()):
-        blocked = _merged([(a, b) for a, b, k in zip(host.a, host.b, host.kind) if k != ISSUE])
-        comm, hidden = [], []
-        for row, kind in zip(host.row, host.kind):
-            f, c0 = fin[row], start[row] + event_wait_ns[row]
-            if kind == WAIT or f == NONE or f <= c0:
-                continue
-            comm.append((c0, f))
-            if async_op[row]:  # a synchronous op's host is blocked throughout
-                k = bisect_left(host.a, f) - 1  # the host's last call before the op ended
-                last = host.a[k] if k >= 0 else c0
-                if last > c0:
-                    hidden.append((c0, last))
-                    out[row] = last - c0 - _covered(*blocked, c0, last)
-        comm_ns = _merged(comm)[2][-1]
-        los, his, _ = _merged(hidden)
+        a, b = np.frombuffer(host.a, np.int64), np.frombuffer(host.b, np.int64)
+        row, kind = np.frombuffer(host.row, np.int64), np.frombuffer(host.kind, np.uint8)
+        not_issue = kind != ISSUE
+        blocked = _union(a[not_issue], b[not_issue])
+        f, c0 = fin[row], start[row] + wait[row]
+        comm = (kind != WAIT) & (f != NONE) & (f > c0)
+        row, f, c0 = row[comm], f[comm], c0[comm]
+        comm_ns = int(_union(c0, f)[2][-1])
+        is_async = async_op[row] != 0  # (a synchronous op's host is blocked throughout)
+        row, f, c0 = row[is_async], f[is_async], c0[is_async]
+        k = np.searchsorted(a, f, side="left") - 1  # the host's last call before the op ended
+        last = np.where(k >= 0, a[np.maximum(k, 0)] if len(a) else c0, c0)
+        hid = last > c0
+        row, c0, last = row[hid], c0[hid], last[hid]
+        out_np[row] = last - c0 - _covered(blocked, c0, last)
         if comm_ns:
-            ranks.append(Overlap(r, comm_ns, sum(b - a - _covered(*blocked, a, b) for a, b in zip(los, his))))
+            h_lo, h_hi, _ = _union(c0, last)
+            hidden = int(np.sum(h_hi - h_lo - _covered(blocked, h_lo, h_hi)))
+            ranks.append(Overlap(r, comm_ns, hidden))
     return out, ranks
 
 
