@@ -495,11 +495,16 @@ def give_back_freed_memory() -> None:
     that read 1M events with summaries and opened the store it wrote kept ~600 MB it no longer used. glibc's
     malloc_trim; elsewhere (macOS, musl) the allocator decides."""
     import ctypes
+    import sys
 
     try:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):
         pass
+    if "pyarrow" in sys.modules:  # Arrow's own allocator (mimalloc, jemalloc) keeps what it freed too
+        pool = sys.modules["pyarrow"].default_memory_pool()
+        if hasattr(pool, "release_unused"):
+            pool.release_unused()
 
 
 def read_lines(path, chunks, size, table, progress, keep_run: int | None = None, line_base=lambda: 0
