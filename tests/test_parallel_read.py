@@ -204,3 +204,13 @@ def test_a_split_damaged_trace_dir_reads_as_one(traced, tmp_path, split, careful
     first = load_trace(t)
     assert split == [2] and first.damage_summary()
     assert_same(careful(t), first)
+
+
+def test_the_parts_of_a_killed_reader_are_removed_by_the_next(tmp_path):
+    gone = tmp_path / ".part-999999999-ab12-0.arrow"   # (no such process)
+    mine = tmp_path / f".part-{os.getpid()}-ab12-0.arrow"  # a reader at work
+    other = tmp_path / "events.jsonl.disttrace.arrow"
+    for f in (gone, mine, other):
+        f.write_bytes(b"x")
+    parallel._remove_stale_parts(str(tmp_path))
+    assert not gone.exists() and mine.exists() and other.exists()

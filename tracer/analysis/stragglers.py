@@ -90,37 +90,57 @@ class WaitRecord:
 
 def wait_records(t: EventTable, collectives: CollectiveTable, culprits: list[int | None], p2p: P2PTable,
                  pipeline: PipelineStats | None) -> WaitRecord:
+    """Every wait of the trace, in numpy: in each collective, every rank that waited for its culprit (instances in
+    order, ranks in the instance's order); then each message's late sender's and late receiver's waits."""
     out = WaitRecord()
     pipelines = [set(p) for p in pipeline.pipelines] if pipeline else []
-    rank_c, start_c, groups = t.rank, t.start_ns, t.groups
-    rows_c, waits_c, offset = collectives.rows, collectives.waits, collectives.offset
-
     # a group or a message between stages of one pipeline: the schedule's bubble
-    in_pipe = [any(len(g.ranks) > 1 and p.issuperset(g.ranks) for p in pipelines) for g in groups]
+    in_pipe = np.array([any(len(g.ranks) > 1 and p.issuperset(g.ranks) for p in pipelines) for g in t.groups]
+                       + [False], bool)
     pipe_pairs = {(a, b) for p in pipelines for a in p for b in p}
+    rank, start = np.frombuffer(t.rank, np.int32), np.frombuffer(t.start_ns, np.int64)
 
-    for k, culprit in enumerate(culprits):
-        lo, hi = offset[k], offset[k + 1]
-        if culprit is None or not any(waits_c[lo:hi]):
-            continue
-        counts = not in_pipe[collectives.gid[k]]
-        rows = rows_c[lo:hi]
-        by_rank = {rank_c[i]: i for i in rows}
-        for j in range(lo, hi):
-            w = waits_c[j]
-            if w > 0:
-                i = rows_c[j]
-                if rank_c[i] != culprit:
-                    out.add(rank_c[i], culprit, start_c[i], w, i, by_rank.get(culprit, i), k, counts)
-    for m, (src, dst, send, recv, ls, lr) in enumerate(zip(p2p.src, p2p.dst, p2p.send, p2p.recv, p2p.late_sender_ns,
-                                                           p2p.late_receiver_ns)):
-        if ls or lr:
-            counts = (src, dst) not in pipe_pairs
-            if ls and recv != NONE:
-                out.add(dst, src, start_c[recv], ls, recv, send, -(m + 1), counts)
-            if lr and send != NONE:
-                out.add(src, dst, start_c[send], lr, send, recv, -(m + 1), counts)
+    sizes = np.diff(np.frombuffer(collectives.offset, np.int64))
+    inst = np.repeat(np.arange(len(sizes)), sizes)  # each member's instance
+    rows = np.frombuffer(collectives.rows, np.int32).astype(np.int64)
+    waits = np.frombuffer(collectives.waits, np.int64)
+    culprit = np.array([-1 if c is None else c for c in culprits] + [-1], np.int64)[inst]
+    member_rank = rank[rows]
+    is_culprit = member_rank == culprit
+    culprit_row = np.full(len(sizes), -1, np.int64)
+    culprit_row[inst[is_culprit]] = rows[is_culprit]  # (a rank appears once in an instance)
+    waited = (culprit >= 0) & (waits > 0) & ~is_culprit
+    k = inst[waited]
+    crow = culprit_row[k]
+    _extend(out, member_rank[waited], culprit[waited], start[rows[waited]], waits[waited], rows[waited],
+            np.where(crow >= 0, crow, rows[waited]), k,
+            ~in_pipe[np.frombuffer(collectives.gid, np.int32)[k]])
+
+    src, dst = np.frombuffer(p2p.src, np.int32), np.frombuffer(p2p.dst, np.int32)
+    send, recv = np.frombuffer(p2p.send, np.int32), np.frombuffer(p2p.recv, np.int32)
+    ls, lr = np.frombuffer(p2p.late_sender_ns, np.int64), np.frombuffer(p2p.late_receiver_ns, np.int64)
+    m = np.arange(len(src))
+    counts = np.array([(a, b) not in pipe_pairs for a, b in zip(src.tolist(), dst.tolist())], bool) \
+        if pipe_pairs else np.ones(len(src), bool)
+    late_sender = (ls != 0) & (recv != NONE)      # the receiver waited for the sender
+    late_receiver = (lr != 0) & (send != NONE)    # the sender waited for the receiver
+    both = np.concatenate((np.flatnonzero(late_sender) * 2, np.flatnonzero(late_receiver) * 2 + 1))
+    order = np.sort(both)  # each message's two waits in turn, as the messages come
+    j, second = order // 2, (order % 2).astype(bool)
+    waiter = np.where(second, src[j], dst[j])
+    cause = np.where(second, dst[j], src[j])
+    row = np.where(second, send[j], recv[j]).astype(np.int64)
+    other = np.where(second, recv[j], send[j]).astype(np.int64)
+    _extend(out, waiter, cause, start[row], np.where(second, lr[j], ls[j]), row, other, -(m[j] + 1), counts[j])
     return propagated(out)
+
+
+def _extend(rec: WaitRecord, waiter, culprit, a, w, row, culprit_row, unit, counts) -> None:
+    """WaitRecord.add of numpy columns, in their order."""
+    for name, col in (("waiter", waiter), ("culprit", culprit), ("a", a), ("b", a + w), ("row", row),
+                      ("culprit_row", culprit_row), ("unit", unit), ("counts", counts)):
+        arr = getattr(rec, name)
+        arr.frombytes(np.asarray(col).astype(arr.typecode if arr.typecode != "b" else np.int8).tobytes())
 
 
 MAX_CHAIN = 16  # ranks followed back along one chain of waits

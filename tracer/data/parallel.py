@@ -117,13 +117,14 @@ def _file_size(path: str) -> int:
 def read_parts(plan: Plan, folder: str, progress: Progress | None = None) -> list[str]:
     """Run the plan's workers (their parts written in `folder`); the parts' paths, in order. Raises TraceError
     (a worker's reader said the trace cannot be read) or PartsFailed."""
+    _remove_stale_parts(folder)
     token = f"{os.getpid()}-{os.urandom(4).hex()}"
-    outs = [os.path.join(folder, f".part-{token}-{k}.arrow") for k in range(len(plan.shares))]
+    outs = [os.path.join(folder, f"{_PART_PREFIX}{token}-{k}.arrow") for k in range(len(plan.shares))]
     procs = []
     sel = selectors.DefaultSelector()
     try:
         for k, (share, out) in enumerate(zip(plan.shares, outs)):
-            spec = dict(share, kind=plan.kind, path=plan.paths[0], out=out)
+            spec = dict(share, kind=plan.kind, path=plan.paths[0], out=out, parent=os.getpid())
             p = subprocess.Popen([sys.executable, "-m", __spec__.name], stdin=subprocess.PIPE,
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
             procs.append(p)
@@ -175,6 +176,24 @@ def read_parts(plan: Plan, folder: str, progress: Progress | None = None) -> lis
         k = next(k for k, c in enumerate(codes) if c)
         raise PartsFailed(f"worker {k} exited with {codes[k]}: {errs[k].decode(errors='replace')[-500:]}")
     return outs
+
+
+_PART_PREFIX = ".part-"  # a part's name: .part-PID-RANDOM-K.arrow, PID the parent's
+
+
+def _remove_stale_parts(folder: str) -> None:
+    """Remove the parts that a parent killed while it merged them left behind (its PID is gone)."""
+    try:
+        names = [n for n in os.listdir(folder) if n.startswith(_PART_PREFIX) and n.endswith(".arrow")]
+    except OSError:
+        return
+    for name in names:
+        try:
+            os.kill(int(name[len(_PART_PREFIX):].split("-", 1)[0]), 0)
+        except ProcessLookupError:
+            _remove([os.path.join(folder, name)])
+        except (ValueError, OSError):
+            pass
 
 
 def _remove(paths: list[str]) -> None:
@@ -242,6 +261,8 @@ def _work(spec: dict) -> int:
     last = [0.0]
 
     def progress(fraction: float, label: str) -> None:
+        if os.getppid() != spec["parent"]:  # the reader that wanted this is gone (a viewer quit while loading)
+            os._exit(1)
         if fraction - last[0] >= 0.02 or fraction >= 1.0:
             last[0] = fraction
             os.write(1, b"%.3f\n" % fraction)
