@@ -326,18 +326,17 @@ def merge_parts(parts: list[str], head: EventTable, path: str, fingerprint: dict
     out_names, arrays = [], []
     for name in _INT_COLUMNS:
         file_name = _NAMES.get(name, name)
-        if name in keys:
+        if name == "gid":  # each part's group indexes, as the whole's
+            values = np.concatenate([g[np.frombuffer(_used_bytes(a)[0], np.int32)]
+                                     for g, a in zip(group_of, column(name))])
+        elif name in keys:
             values = keys[name]
         else:
             values = np.concatenate([np.frombuffer(_used_bytes(a)[0], _np_type(a)) for a in column(file_name)])
-        if name == "gid":
-            values = np.concatenate([g[np.frombuffer(_used_bytes(a)[0], np.int32)]
-                                     for g, a in zip(group_of, column(name))])
         out_names.append(file_name)
         arrays.append(pa.array(ordered(values)))
     for name in _STR_COLUMNS + ("shape",):
-        values: list = []
-        index: dict = {}
+        index: dict = {}  # value -> its code in the whole, in order of first appearance
         codes = []
         for a in column(name):
             mapping = np.array([index.setdefault(v, len(index)) for v in a.dictionary.to_pylist()] or [0], np.int64)
