@@ -62,16 +62,15 @@ def test_gloo_profiler_traces_agree_with_disttrace_run(gloo_job):
     rc_k, k = _report(prof)
     rc_d, d = _report(trace)
     assert rc_k == rc_d == 0
-    # the straggler and the waits, as disttrace's own recording sees them: the others waited for it alike; its
-    # own waits are the arrival jitter of 3 ranks on 2 cores, each recorder's instants ~1 ms apart (in one run 23 ms
-    # against 54 ms, over 36 ops), so both say only that they are small beside what it made the others wait
-    late = str(J.LATE_RANK)
+    # the straggler and the waits, as disttrace's own recording sees them: each rank's within 15%, or within 5% of
+    # the job's waits for a rank that waited little. (3 ranks on 2 cores: the two recorders' instants differ by
+    # ~1 ms an op, and a rank waits in ~48 ops; in one run the straggler's own waits read 23 ms against 54 ms, of
+    # the job's 0.8 s)
     assert k["straggler"]["rank"] == d["straggler"]["rank"] == J.LATE_RANK
+    total = sum(d["waits"].values())
     for r in ("0", "1", "2"):
-        if r != late:
-            assert abs(k["waits"][r] - d["waits"][r]) <= max(0.15 * d["waits"][r], 10e6), (r, k["waits"], d["waits"])
-    for waits in (k["waits"], d["waits"]):
-        assert all(waits[late] < waits[r] / 5 for r in ("0", "1", "2") if r != late), (k["waits"], d["waits"])
+        assert abs(k["waits"][r] - d["waits"][r]) <= max(0.15 * d["waits"][r], 0.05 * total, 10e6), \
+            (r, k["waits"], d["waits"])
     # busbw per op from gloo's execution intervals
     bw = {c["op"] for c in k["collectives"] if c["busbw_gbps"]}
     assert {"all_reduce", "all_gather"} <= bw

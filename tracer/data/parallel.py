@@ -77,13 +77,17 @@ def plan_trace_dirs(paths: list[str], run: int | None) -> Plan | None:
     k = min(_how_many(sum(sizes)), len(files))
     if k < 2:
         return None
-    shares, total, acc, start = [], sum(sizes), 0, 0
-    for i, size in enumerate(sizes):
-        acc += size
-        if acc * k >= total * (len(shares) + 1) or i == len(files) - 1:
-            shares.append({"files": files[start:i + 1]})
-            start = i + 1
-    return Plan("dirs", list(paths), shares, head)
+    # k contiguous shares, each cut at the file boundary nearest its even share of the bytes (and never empty: a
+    # small file first, as a killed rank leaves, must not leave the rest in one share)
+    before = [0]
+    for size in sizes:
+        before.append(before[-1] + size)
+    cuts = [0]
+    for j in range(1, k):
+        lo, hi = cuts[-1] + 1, len(files) - (k - j)
+        cuts.append(min(range(lo, hi + 1), key=lambda b: abs(before[b] * k - before[-1] * j)))
+    cuts.append(len(files))
+    return Plan("dirs", list(paths), [{"files": files[a:b]} for a, b in zip(cuts, cuts[1:])], head)
 
 
 def plan_events_file(path: str, run: int | None) -> Plan | None:
