@@ -62,15 +62,14 @@ def test_gloo_profiler_traces_agree_with_disttrace_run(gloo_job):
     rc_k, k = _report(prof)
     rc_d, d = _report(trace)
     assert rc_k == rc_d == 0
-    # the straggler and the waits, as disttrace's own recording sees them: each rank's within 15%, or within 5% of
-    # the job's waits for a rank that waited little. (3 ranks on 2 cores: the two recorders' instants differ by
-    # ~1 ms an op, and a rank waits in ~48 ops; in one run the straggler's own waits read 23 ms against 54 ms, of
-    # the job's 0.8 s)
+    # the straggler and the waits, as disttrace's own recording sees them: each rank's within 15%, or within a
+    # millisecond an op for a rank that waited little (3 ranks on 2 cores: the two recorders' arrival instants
+    # differ by about that; the straggler's own waits read 23 ms against 54 ms, and 56 against 81, over its 48 ops)
     assert k["straggler"]["rank"] == d["straggler"]["rank"] == J.LATE_RANK
-    total = sum(d["waits"].values())
     for r in ("0", "1", "2"):
-        assert abs(k["waits"][r] - d["waits"][r]) <= max(0.15 * d["waits"][r], 0.05 * total, 10e6), \
-            (r, k["waits"], d["waits"])
+        ops = sum(1 for x in ours.rank if x == int(r))
+        assert abs(k["waits"][r] - d["waits"][r]) <= max(0.15 * d["waits"][r], ops * 1e6), \
+            (r, ops, k["waits"], d["waits"])
     # busbw per op from gloo's execution intervals
     bw = {c["op"] for c in k["collectives"] if c["busbw_gbps"]}
     assert {"all_reduce", "all_gather"} <= bw
