@@ -29,6 +29,7 @@ from array import array
 from bisect import bisect_left
 from itertools import accumulate
 
+from ..data.columns import from_numpy
 from ..data.events import NONE, EventTable
 from .matching import finished
 from .model import CriticalPath, DelayCause, PathPart, Step
@@ -69,13 +70,6 @@ def _rows_by_rank(t: EventTable, as_lists: bool = True):
         yield int(rank[part[0]]), part.tolist() if as_lists else part
 
 
-def _column(x) -> array:
-    """A numpy int column as an array of "q" (bisect and indexing at C speed, Python ints out)."""
-    out = array("q")
-    out.frombytes(x.astype("int64").tobytes())
-    return out
-
-
 class _Host:
     """One rank's host: the intervals it was blocked in (sync ops, wait() calls; an async op's issue as an
     empty one, which bounds compute spans), sorted by start, with the running maximum of their ends."""
@@ -99,9 +93,9 @@ class _Host:
                                np.full(int(sync.sum()), SYNC, np.uint8)))
         order = np.lexsort((kind, row, b, a))  # (as tuples (a, b, row, kind) sort)
         # typed arrays, not lists: a list of a 1M-event trace's times holds as many int objects (32 bytes each)
-        self.a, self.b, self.row = _column(a[order]), _column(b[order]), _column(row[order])
+        self.a, self.b, self.row = from_numpy(a[order]), from_numpy(b[order]), from_numpy(row[order])
         self.kind = kind[order].tobytes()
-        self.maxb = _column(np.maximum.accumulate(b[order])) if len(order) else array("q")
+        self.maxb = from_numpy(np.maximum.accumulate(b[order]))
 
     def blocked_at(self, t: int) -> int | None:
         """The interval the host was blocked in at instant t (start < t <= end), by its index."""
@@ -467,7 +461,7 @@ def _causes(t: EventTable, w: _Walker, event_wait_ns) -> list[DelayCause]:
             sums[k] += b - a
             delayed[k].add(r)
         found.append((j[~alone], hi[~alone], np.full(int((~alone).sum()), r, np.int64), lo[~alone]))
-    wj, whi, wr, wlo = (_column(np.concatenate([f[c] for f in found]) if found else np.zeros(0, np.int64))
+    wj, whi, wr, wlo = (from_numpy(np.concatenate([f[c] for f in found]) if found else np.zeros(0, np.int64))
                         for c in range(4))
     kidx = array("i")  # node -> its cause's slot
     after, lo_of, end_of = w.after, w.lo_of, w.end_of

@@ -57,10 +57,10 @@ def overlaps(t: EventTable, walker, event_wait_ns) -> tuple[array, list[Overlap]
     totals. In numpy, rank by rank."""
     out = array("q", bytes(8 * len(t)))
     out_np = np.frombuffer(out, np.int64)
-    fin = np.frombuffer(walker.fin, np.int64) if not isinstance(walker.fin, np.ndarray) else walker.fin
+    fin = np.frombuffer(walker.fin, np.int64)
     start = np.frombuffer(t.start_ns, np.int64)
     async_op = np.frombuffer(t.async_op, np.uint8)
-    wait = np.frombuffer(event_wait_ns, np.int64) if not isinstance(event_wait_ns, np.ndarray) else event_wait_ns
+    wait = np.frombuffer(event_wait_ns, np.int64)
     ranks = []
     for r, host in sorted(walker.hosts.items()):
         a, b = np.frombuffer(host.a, np.int64), np.frombuffer(host.b, np.int64)

@@ -10,7 +10,7 @@ from array import array
 
 import numpy as np
 
-from ..data.columns import typecode
+from ..data.columns import from_numpy, typecode
 from ..data.events import NONE, EventTable
 from .matching import finished
 from .tables import P2PTable
@@ -83,8 +83,7 @@ def build_p2p(t: EventTable) -> tuple[P2PTable, array]:
 
     for name, col in (("src", m_src), ("dst", m_dst), ("order", m_order), ("send", s_row), ("recv", r_row),
                       ("bytes", size), ("late_sender_ns", ls), ("late_receiver_ns", lr), ("transfer_ns", transfer)):
-        arr = getattr(p2p, name)
-        arr.frombytes(col.astype(arr.typecode).tobytes())
+        getattr(p2p, name).extend(from_numpy(col, getattr(p2p, name).typecode))
     of = np.frombuffer(p2p_of, np.int32)
     ids = np.arange(m, dtype=np.int32)
     of[s_row[s_row != NONE]] = ids[s_row != NONE]

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..data.columns import from_numpy
 from ..data.events import NONE, EventTable
 from .model import PipelineStats, Step, Straggler, StragglerVerdict
 from .waits import reach_before, union_by
@@ -119,7 +120,6 @@ def wait_records(t: EventTable, collectives: CollectiveTable, culprits: list[int
     src, dst = np.frombuffer(p2p.src, np.int32), np.frombuffer(p2p.dst, np.int32)
     send, recv = np.frombuffer(p2p.send, np.int32), np.frombuffer(p2p.recv, np.int32)
     ls, lr = np.frombuffer(p2p.late_sender_ns, np.int64), np.frombuffer(p2p.late_receiver_ns, np.int64)
-    m = np.arange(len(src))
     counts = np.array([(a, b) not in pipe_pairs for a, b in zip(src.tolist(), dst.tolist())], bool) \
         if pipe_pairs else np.ones(len(src), bool)
     late_sender = (ls != 0) & (recv != NONE)      # the receiver waited for the sender
@@ -131,7 +131,7 @@ def wait_records(t: EventTable, collectives: CollectiveTable, culprits: list[int
     cause = np.where(second, dst[j], src[j])
     row = np.where(second, send[j], recv[j]).astype(np.int64)
     other = np.where(second, recv[j], send[j]).astype(np.int64)
-    _extend(out, waiter, cause, start[row], np.where(second, lr[j], ls[j]), row, other, -(m[j] + 1), counts[j])
+    _extend(out, waiter, cause, start[row], np.where(second, lr[j], ls[j]), row, other, -(j + 1), counts[j])
     return propagated(out)
 
 
@@ -140,7 +140,7 @@ def _extend(rec: WaitRecord, waiter, culprit, a, w, row, culprit_row, unit, coun
     for name, col in (("waiter", waiter), ("culprit", culprit), ("a", a), ("b", a + w), ("row", row),
                       ("culprit_row", culprit_row), ("unit", unit), ("counts", counts)):
         arr = getattr(rec, name)
-        arr.frombytes(np.asarray(col).astype(arr.typecode if arr.typecode != "b" else np.int8).tobytes())
+        arr.extend(from_numpy(col, arr.typecode))
 
 
 MAX_CHAIN = 16  # ranks followed back along one chain of waits
@@ -167,14 +167,7 @@ def _stretches(rec: WaitRecord) -> dict[int, tuple[array, array, array, array]]:
     edges = np.flatnonzero(np.diff(waiter)) + 1
     for lo, hi in zip(np.append(0, edges).tolist(), np.append(edges, len(waiter)).tolist()):
         if hi > lo:
-            out[int(waiter[lo])] = tuple(_typed(c[lo:hi]) for c in cols)
-    return out
-
-
-def _typed(x) -> array:
-    """A numpy int column as an array of "q" (bisect and indexing at C speed, Python ints out)."""
-    out = array("q")
-    out.frombytes(x.astype(np.int64).tobytes())
+            out[int(waiter[lo])] = tuple(from_numpy(c[lo:hi]) for c in cols)
     return out
 
 

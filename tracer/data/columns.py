@@ -304,6 +304,16 @@ def copy_of(col) -> array:
     return out
 
 
+def from_numpy(values, tc: str = "q") -> array:
+    """A numpy integer column as an array.array of typecode `tc` (one copy; bisect and indexing at C speed, Python
+    ints out)."""
+    import numpy as np
+
+    out = array(tc)
+    out.frombytes(np.asarray(values).astype(np.dtype(tc)).tobytes())
+    return out
+
+
 def permuted(col, order) -> array:
     """The integer column `col` with its rows in `order` (a permutation, a numpy array), in numpy."""
     import numpy as np

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from array import array
-from itertools import repeat
+from operator import attrgetter
 from typing import Any, Optional
 
 import msgspec
@@ -59,7 +59,7 @@ class _Event(msgspec.Struct, forbid_unknown_fields=True, gc=False):
 
 
 _decode = msgspec.json.Decoder(list[_Event]).decode
-_get = {name: __import__("operator").attrgetter(name) for name in _Event.__struct_fields__}
+_get = {name: attrgetter(name) for name in _Event.__struct_fields__}
 
 
 def decode(lines: list) -> list | None:

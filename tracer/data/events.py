@@ -397,7 +397,7 @@ def read_range(path: str, start: int, stop: int, table: EventTable, run: int | N
     """The events of the lines in bytes [start, stop) of an events file (both at a line's start) into `table`,
     of run `run` (None: every line); (malformed lines, the first one's reason, numbered in the whole file). A
     share of a parallel first read (data/parallel.py)."""
-    fh, size = _open_events(path)
+    fh, _ = _open_events(path)
 
     def chunks():
         at = start
@@ -524,10 +524,11 @@ def read_lines(path, chunks, size, table, progress, keep_run: int | None = None,
                 _check_version(path, event_batches.versions(typed))
                 if keep_run is not None:
                     typed = [ev for ev, r in zip(typed, event_batches.runs(typed)) if r == keep_run]
-                cols = event_batches.columns(table, typed, _OP_SET, _default_group_name) if typed else None
-                if cols is not None or not typed:
-                    if cols is not None:
-                        table.add_rows(cols)
+                if not typed:
+                    continue
+                cols = event_batches.columns(table, typed, _OP_SET, _default_group_name)
+                if cols is not None:
+                    table.add_rows(cols)
                     continue
             events, skipped, why = _parsed(batch, lineno - len(batch), line_base)
             bad += skipped
