@@ -358,7 +358,12 @@ def read_jsonl(path: str, table: EventTable | None = None, progress=None, run: i
         keep = run_to_keep(path, fh, run, table)
         bad, first_bad = read_lines(path, iter(lambda: fh.readlines(_CHUNK_BYTES), []), size, table, progress,
                                     keep)
-    return events_read(path, table, n_before, bad, first_bad, progress)
+    return events_read(path, table, len(table) - n_before, bad, first_bad, progress)
+
+
+def no_events(paths: list[str]) -> str:
+    """What a reader says of a trace that holds no events."""
+    return f"{', '.join(paths)}: the trace holds no events (did the job call torch.distributed?)"
 
 
 def _open_events(path: str):
@@ -377,12 +382,12 @@ def run_to_keep(path: str, fh, run: int | None, table: EventTable) -> int | None
     return keep
 
 
-def events_read(path: str, table: EventTable, n_before: int, bad: int, first_bad: str, progress=None) -> EventTable:
-    """What read_jsonl says once the file's lines are in `table`: the malformed lines skipped, or that it held no
-    events (TraceError); each rank's source."""
+def events_read(path: str, table: EventTable, n_read: int, bad: int, first_bad: str, progress=None) -> EventTable:
+    """What read_jsonl says once the file's `n_read` events are read (into `table`, or into a parallel read's
+    parts): the malformed lines skipped, or that it held no events (TraceError); each rank's source."""
     if bad:
         table.warnings.append(f"{path}: skipped {bad} malformed line(s) ({first_bad})")
-    if len(table) == n_before:
+    if not n_read:
         raise TraceError(f"{path}: no disttrace events in this file")
     for info in table.ranks.values():
         if not info.source:

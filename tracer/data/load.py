@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from . import flightrec, kineto, parallel, store
-from .events import EventTable, Progress, TraceError, read_jsonl
+from .events import EventTable, Progress, TraceError, no_events, read_jsonl
 from .reader import find_rank_files, is_trace_dir, load_trace_dirs, written_size
 
 
@@ -88,7 +88,7 @@ def load_trace(paths: list[str] | str, progress: Progress | None = None, run: in
         for importer, mine in claimed.items():
             importer.load(mine, table, progress, run)
         if len(table) == 0:
-            raise TraceError(f"{', '.join(paths)}: the trace holds no events (did the job call torch.distributed?)")
+            raise TraceError(no_events(paths))
         table.sort()
         return table
 
@@ -99,15 +99,22 @@ def load_trace(paths: list[str] | str, progress: Progress | None = None, run: in
     dirs = all(os.path.isdir(p) for p in paths)
     if cache and importer is not None and importer.sources is not None and (dirs or len(paths) == 1):
         sources = [f for p in paths for f in importer.sources(p)]
-        return store.cached_load(paths, run, sources, dirs, parse, progress, _builder(importer, paths, run, progress),
-                                 settled)
+        build = _builder(importer, paths, run, sources, progress)
+        return store.cached_load(paths, run, sources, dirs, parse, progress, build, settled)
     return parse()
 
 
-def _builder(importer: Importer, paths: list[str], run: int | None, progress: Progress | None):
-    """The parallel first read of these paths, as cached_load's `build` (None: the importer has none). Its plan
-    is made only when it is needed: the store missing or stale."""
+def _builder(importer: Importer, paths: list[str], run: int | None, sources: list[str],
+             progress: Progress | None):
+    """The parallel first read of these paths, as cached_load's `build` (None: the importer has none, or the
+    trace is too small to split: then neither its runs are scanned twice nor a temp file made for nothing). Its
+    plan is made only when it is needed: the store missing or stale."""
     if importer.plan is None or parallel.workers() < 2:
+        return None
+    try:
+        if sum(os.path.getsize(f) for f in sources) < parallel.PARALLEL_BYTES:
+            return None
+    except OSError:
         return None
 
     def build(target: str, fingerprint: dict) -> None:

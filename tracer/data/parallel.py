@@ -238,18 +238,10 @@ def _finish(plan: Plan):
             if not sum(p["read"] for p in parts):
                 raise TraceError(reader.no_readable([f for s in plan.shares for f in s["files"]]))
         else:
-            path = plan.paths[0]
-            bad = sum(p["bad"] for p in parts)
-            first_bad = next((p["first_bad"] for p in parts if p["first_bad"]), "")
-            if bad:
-                table.warnings.append(f"{path}: skipped {bad} malformed line(s) ({first_bad})")
-            if not n:
-                raise TraceError(f"{path}: no disttrace events in this file")
-            for info in table.ranks.values():
-                info.source = info.source or path
+            events_mod.events_read(plan.paths[0], table, n, sum(p["bad"] for p in parts),
+                                   next((p["first_bad"] for p in parts if p["first_bad"]), ""))
         if not n:
-            raise TraceError(f"{', '.join(plan.paths)}: the trace holds no events (did the job call "
-                             "torch.distributed?)")
+            raise TraceError(events_mod.no_events(plan.paths))
     return finish
 
 
