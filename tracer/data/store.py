@@ -602,15 +602,18 @@ def cached_load(paths: list[str], run: int | None, sources: list[str], is_dir: b
     except (StoreError, OSError):
         pass  # none, stale or damaged: read the trace, and write it anew
     started = time.time_ns() + (RACY_NS if settled else 0)
+
+    def keep() -> bool:
+        """Whether what was read may be stored: the sources did not change meanwhile, nor just before."""
+        return fingerprint(paths, run, sources)[0] == fp and newest < started - RACY_NS
+
     if build is not None:
-        table = _built(build, target, is_dir, fp, lambda: fingerprint(paths, run, sources)[0] == fp
-                       and newest < started - RACY_NS)
+        table = _built(build, target, is_dir, fp, keep)
         if table is not None:
             return table
     table = parse()
     try:
-        again, _ = fingerprint(paths, run, sources)
-        if again == fp and newest < started - RACY_NS:
+        if keep():
             if is_dir:
                 os.makedirs(os.path.dirname(target), exist_ok=True)
             write_store(table, target, fp)
