@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import statistics
 
 import pytest
 import torch
@@ -43,21 +42,24 @@ def _job(tmp_path, mode, summaries="stats", run_args=(), expect_rc=0):
 
 @nccl
 def test_nccl_every_kind_ends_through_the_hook_with_the_device_duration(tmp_path):
-    rows, timings, _ = _job(tmp_path, "ops")
+    rows, timings, _ = _job(tmp_path, "timing", summaries="off")
     assert sorted({r["op"] for r in rows}) == sorted(KINDS)
     assert all(r["status"] == "ok" and r["end_ns"] >= r["start_ns"] for r in rows), _brief(rows)
     timed = [r for r in rows if r["op"] != "barrier"]  # (the job's own barrier may add a collective of its own)
     assert all("device_ns" in r for r in timed), _brief([r for r in timed if "device_ns" not in r])
-    # the recorded device time against the job's own CUDA events around each op (which also hold the launch)
     mine = [t for t in timings if t[0] != "barrier"]
     assert len(mine) == len(timed)
-    for r, (op, ms, t0, t1) in zip(timed, mine):
-        dev_ms = r["device_ns"] / 1e6
-        assert dev_ms <= ms * 1.1 + 0.05, (r["op"], dev_ms, ms)
+    per_round = len(KINDS) - 1
+    for i, (r, (op, ms, t0, t1)) in enumerate(zip(timed, mine)):
         # the op's end is when the device finished it, not when NCCL's watchdog noticed (every ~100 ms): the
         # recorded span lies within the job's own host times around it, give or take the watcher's latency
         assert r["end_ns"] - r["start_ns"] <= t1 - t0 + 5_000_000, (r["op"], r["end_ns"] - r["start_ns"], t1 - t0)
-    assert statistics.median(r["device_ns"] / 1e6 / t[1] for r, t in zip(timed, mine)) > 0.3
+        if i < per_round:
+            continue  # (the first round makes NCCL's communicator: the host, not the device, sets its times)
+        # the recorded device time against the job's own CUDA events around the op's kernel (its only work on
+        # the stream between them, summaries off; a world of one's no-op kernels take microseconds)
+        dev_ms = r["device_ns"] / 1e6
+        assert ms * 0.7 - 0.01 <= dev_ms <= ms * 1.05 + 0.01, (r["op"], dev_ms, ms)
 
 
 def _brief(rows) -> list:
@@ -101,7 +103,8 @@ def test_the_traced_call_returns_before_the_device_ran_the_op(tmp_path):
     # summaries are computed by kernels queued on the job's stream, never waited for: on an H200 the first traced
     # op returned only when the kernel before it was done (CUDA's lazy loading of the summary kernels), until
     # tracing loaded them at init_process_group (summaries.warm_up; a job that first touches CUDA after
-    # init_process_group still meets it once)
+    # init_process_group still meets it once). The job makes NCCL's communicator at init_process_group: made at
+    # the first op, it waits for the device untraced too (seen on an H200: 311 ms, traced or not)
     rows, timings, _ = _job(tmp_path, "busy", summaries="stats")
     assert len(timings) == 3 and all(r["status"] == "ok" for r in rows), _brief(rows)
     for op, returned, done in timings:
@@ -113,5 +116,6 @@ def test_nccl_hang_is_diagnosed(tmp_path):
     # (summaries off: the watchdog is what is tested, not the summaries' warm-up above)
     rows, _, proc = _job(tmp_path, "hang", summaries="off", run_args=["--hang-timeout", "5", "--kill-on-hang"],
                          expect_rc=None)
-    assert "all_reduce" in proc.stderr and "never completed" in proc.stderr, proc.stderr[-4000:]
+    assert "HANG" in proc.stderr and "all_reduce #0 of group world never finished on rank 0" in proc.stderr, \
+        proc.stderr[-4000:]
     assert [r["status"] for r in rows if r["op"] == "all_reduce"][-1] == "unfinished"

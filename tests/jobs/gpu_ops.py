@@ -1,8 +1,9 @@
 """GPU jobs for tests/test_gpu.py (a world of one on one GPU): python gpu_ops.py MODE SIDE_FILE.
 
-ops:  every collective kind on NCCL, each timed by the job's own CUDA events around it and by the host's clock
-      (written to SIDE_FILE: one JSON list of [op, ms, t0, t1] in issue order, see timed()), with summaries on.
-gloo: the same ops on gloo with CUDA tensors.
+ops:  every collective kind on NCCL (4 MiB), each timed by the job's own CUDA events around it and by the host's
+      clock (written to SIDE_FILE: one JSON list of [op, ms, t0, t1] in issue order, see timed()).
+timing: the same on 256 MiB, long enough on the device for its events to time the op's kernel.
+gloo: the ops of `ops` on gloo with CUDA tensors.
 ddp:  a few DDP steps on NCCL.
 busy: all_reduces queued behind a spinning kernel, with summaries on: the call must return before the device ran it.
 hang: an all_reduce stuck behind a kernel that spins for a minute (the watchdog must diagnose it).
@@ -19,17 +20,23 @@ mode, side = sys.argv[1], sys.argv[2]
 torch.cuda.set_device(0)
 if mode == "busy":
     torch.ones(1, device="cuda")  # the job's model is on the device before init_process_group, as usual
-dist.init_process_group("gloo" if mode == "gloo" else "nccl")
+    # (device_id: NCCL's communicator made now, not at the first op, which then waits for the device untraced too)
+    dist.init_process_group("nccl", device_id=torch.device("cuda", 0))
+else:
+    dist.init_process_group("gloo" if mode == "gloo" else "nccl")
 dev = torch.device("cuda", 0)
 timings = []
 
 
 def timed(name, fn):
     """fn's op timed by the device (ms, CUDA events) and by the host: [name, ms, t0, t1], the op issued after t0
-    and done on the device before t1 (time.monotonic_ns, the recorder's clock)."""
+    and done on the device before t1 (time.monotonic_ns, the recorder's clock). A spinning kernel queued first
+    keeps the device busy while the host issues the op, so that the events time what the device ran between them
+    (the op's kernel, and the summaries' if on), not the host's time to launch it."""
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     torch.cuda.synchronize()
     t0 = time.monotonic_ns()
+    torch.cuda._sleep(int(3e6))  # ~2 ms at 1.5-2 GHz
     start.record()
     fn()
     end.record()
@@ -38,8 +45,8 @@ def timed(name, fn):
     timings.append([name, start.elapsed_time(end), t0, t1])
 
 
-if mode in ("ops", "gloo"):
-    x = torch.arange(1 << 20, dtype=torch.float32, device=dev)  # 4 MiB: long enough to time
+if mode in ("ops", "gloo", "timing"):
+    x = torch.arange(1 << (26 if mode == "timing" else 20), dtype=torch.float32, device=dev)
     out = torch.empty_like(x)
     for _ in range(3):
         timed("all_reduce", lambda: dist.all_reduce(x))

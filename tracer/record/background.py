@@ -47,6 +47,8 @@ class _CudaWatcher(threading.Thread):
     def __init__(self):
         super().__init__(name="disttrace-cuda-watch", daemon=True)
         self.items: list = []
+        self.passing: list = []  # the items this pass took out of `items`, until it puts back the unfinished
+        self.dropped: list = []  # (completion, which) let go of during this pass: not put back
         self.lock = threading.Lock()
         self.wake = threading.Event()
 
@@ -61,38 +63,53 @@ class _CudaWatcher(threading.Thread):
             if not self.items:
                 self.wake.wait()
                 self.wake.clear()
-            with self.lock:
-                items, self.items = self.items, []
-            keep = []
-            now = time.monotonic_ns()
-            for completion, ev, work in items:
-                try:
-                    if ev.ended:
-                        continue
-                    if work.is_completed() or (ev.stream_end is not None and ev.stream_end.is_completed()):
-                        completion.device_done(ev, now)  # a failure surfaces at wait() or in the watchdog
-                    else:
-                        keep.append((completion, ev, work))
-                except Exception as e:  # noqa: BLE001 - e.g. the process group is gone: stop watching it
-                    completion.complete(ev, e, now)
-            if keep:
-                with self.lock:
-                    self.items[:0] = keep
-                time.sleep(0.0005 if len(keep) < 64 else 0.002)
+            if self._pass():
+                time.sleep(0.0005 if len(self.items) < 64 else 0.002)
+
+    def _pass(self) -> bool:
+        """One look at every op watched; True if some are still running. (A method of its own so that nothing
+        of the pass, a Work above all, stays referenced from the thread's frame while it sleeps.)"""
+        with self.lock:
+            items, self.items = self.items, []
+            self.passing = items
+        keep = []
+        now = time.monotonic_ns()
+        for completion, ev, work in items:
+            try:
+                if ev.ended:
+                    continue
+                if work.is_completed() or (ev.stream_end is not None and ev.stream_end.is_completed()):
+                    completion.device_done(ev, now)  # a failure surfaces at wait() or in the watchdog
+                else:
+                    keep.append((completion, ev, work))
+            except Exception as e:  # noqa: BLE001 - e.g. the process group is gone: stop watching it
+                completion.complete(ev, e, now)
+        with self.lock:
+            if self.dropped:  # let go of while this pass held them
+                keep = [item for item in keep
+                        if not any(item[0] is c and which(item[1]) for c, which in self.dropped)]
+                self.dropped = []
+            self.items[:0] = keep
+            self.passing = []
+        return bool(keep)
 
     def let_go(self, completion, which, timeout_s: float = 0.2) -> None:
         """Stop following the ops of `completion` that `which(ev)` picks (their group goes, tracing ends): those
         done within timeout_s end as the watcher ends them; those still running stay unfinished in the trace,
         and their Works are let go of (a gloo Work kept past destroy_process_group can abort the process at
         exit)."""
-        def mine() -> list:
-            with self.lock:
-                return [item for item in self.items if item[0] is completion and which(item[1])]
+        def mine(items) -> bool:
+            return any(item[0] is completion and which(item[1]) for item in items)
         deadline = time.monotonic() + timeout_s
-        while mine() and time.monotonic() < deadline:
+        while time.monotonic() < deadline:
+            with self.lock:
+                if not (mine(self.items) or mine(self.passing)):
+                    break
             time.sleep(0.001)
         with self.lock:
             self.items = [item for item in self.items if not (item[0] is completion and which(item[1]))]
+            if mine(self.passing):  # the watcher holds them in its pass: it must not put them back
+                self.dropped.append((completion, which))
 
 
 _THREADS: dict = {}  # the one background thread of each kind, started on first use
