@@ -1,4 +1,6 @@
-"""FSDP2 with a slow rank: rank 1 sleeps 20 ms before its forward at every one of 12 steps.
+"""FSDP2 with a slow rank: rank 1 sleeps 20 ms before its forward at every one of 12 steps. And once, rank 0 saves a
+checkpoint (100 ms after step CHECKPOINT_STEP), which rank 1 waits for: one long hiccup of another rank must not
+hide the steady straggler (it did: "No straggler", rank 1's cost under 3 times rank 0's in all).
 
 fully_shard on a CPU gloo mesh: FSDP2 issues the parameter all-gathers (forward and backward) and the gradient
 reduce-scatters itself, from its pre-forward/pre-backward hooks. Rank 1's delay shows in the first all-gather of
@@ -13,6 +15,7 @@ from tagged import line
 RUN = {"nproc": 2, "summaries": "off"}
 STEPS = 12
 LATE_RANK, LATE_S = 1, 0.020
+CHECKPOINT_STEP, CHECKPOINT_S = 5, 0.100
 
 
 FORWARD_LINE = line(__file__, "forward")  # FSDP2's first all-gather of a step is issued from the forward call
@@ -42,7 +45,7 @@ def main() -> None:
     fully_shard(model, mesh=mesh)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     g = torch.Generator().manual_seed(rank)
-    for _ in range(STEPS):
+    for step in range(STEPS):
         x = torch.randn(16, 64, generator=g)
         if rank == LATE_RANK:
             time.sleep(LATE_S)
@@ -50,6 +53,8 @@ def main() -> None:
         loss = model(x).square().mean()  # <forward>
         loss.backward()
         opt.step()
+        if rank == 0 and step == CHECKPOINT_STEP:
+            time.sleep(CHECKPOINT_S)  # rank 0 writes a checkpoint
     dist.destroy_process_group()
 
 

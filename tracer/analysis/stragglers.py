@@ -12,7 +12,8 @@ In each unit the rank the others waited for most leads it. A rank is named when
 - it led nearly every unit (`PERSISTENT`), each time by more than a floor (`FLOOR` of the median step, and the
   clocks' uncertainty), causing `DOMINANT` times the waiting all the others caused (from `MEDIAN_WORLD` ranks on,
   the median other rank caused), or `DOMINANT_STEADY` times theirs by about the same amount each time (`STEADY`):
-  a persistently slow rank; or
+  a persistently slow rank. (Both counted over the units of ordinary size, those `CLEAN` leaves in: another
+  rank's start-up hiccup is not the jitter.) Or
 - its cost led units as an outlier, over the median unit's largest cost by `OUTLIERS` median absolute deviations
   (the jitter, measured without the units far above it: `CLEAN`), twice as much as all the other ranks' outliers
   together (random hiccups of the machine strike ranks alike), in at least `MIN_OUTLIERS` units or in fewer that
@@ -309,7 +310,16 @@ def verdict(t: EventTable, rec: WaitRecord, steps: list[Step], step_of: array) -
     # is only one past the jitter measured over all the steps (a balanced job's steps are not marked late by it)
     plain = max(floor, med + OUTLIERS * mad)
     clean = [x for x in tops if x <= med + CLEAN * mad]
+    ordinary = total
     if len(clean) * 2 > len(tops):
+        # the ranks' costs that the persistent rule compares: those of the units of ordinary size. A start-up
+        # hiccup is no measure of the jitter: with rank 0 71 ms late in step 0 of an FSDP job, rank 1, 20 ms late
+        # in each of the other 11 steps, caused under 3 times rank 0's total, and no straggler was named
+        ordinary = {}
+        for u, top in zip(units, tops):
+            if top <= med + CLEAN * mad:
+                for r, v in cost.get(u, {}).items():
+                    ordinary[r] = ordinary.get(r, 0) + v
         med, mad = _center(clean)
     outlier = max(floor, med + OUTLIERS * mad)
     leader = {u: max(c, key=lambda r: (c[r], -r)) for u in units if (c := cost.get(u))}
@@ -321,11 +331,11 @@ def verdict(t: EventTable, rec: WaitRecord, steps: list[Step], step_of: array) -
         # and by far: the waiting the others caused is the jitter. A rank that merely tends to come last by the
         # jitter (a process scheduled a little worse) causes a few times theirs, and by amounts as scattered as
         # the jitter; a slow rank causes tens of times theirs, or several times and by about the same each time
-        # (its own extra work), however much a start-up hiccup of another rank adds to theirs
+        # (its own extra work), however much a start-up hiccup of another rank adds to theirs (left out above)
         mine = [cost[u][rank] for u in late]
         level = median(mine)
         even = median(abs(x - level) for x in mine) <= STEADY * level
-        ratio = total[rank] / max(1, _jitter_cost(total, rank, t.ranks))
+        ratio = ordinary.get(rank, 0) / max(1, _jitter_cost(ordinary, rank, t.ranks))
         if len(units) >= MIN_UNITS and n >= PERSISTENT * len(units) and (
                 ratio >= DOMINANT or (even and ratio >= DOMINANT_STEADY)):
             return _named(t, rec, steps, step_of, cost, per_step, by_step, rank, late, floor, total, everyone)
