@@ -27,6 +27,7 @@ from .screens.viewer import ViewerScreen
 from .widgets.messages import LoadProgress
 
 PRELOAD_BYTES = 8 << 20  # inputs smaller than this are read before the app starts
+FIRST_FRAME_WAIT_S = 2.0  # the loading worker waits at most this for the first frame before it analyses
 
 
 class LoadingScreen(Screen):
@@ -195,7 +196,9 @@ class DisttraceApp(App[int]):
         screen = self.call_from_thread(self._show, bare, narration)
         target[0] = screen
         last[0] = -1.0
-        # meanwhile the timeline is there to look at
+        # the analysis starts once the timeline is on screen: begun at once, it held the GIL while the screen was
+        # being laid out, and the first frame of a re-opened 1M-event trace came ~0.2 s later
+        screen.shown.wait(FIRST_FRAME_WAIT_S)
         with loading.background_work():
             full = loading.analysed_store(bare, progress)
         self.call_from_thread(screen.adopt_analysis, full)

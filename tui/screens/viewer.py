@@ -3,6 +3,7 @@ binds to, turns keys into changes of that state, and hears the widgets' messages
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 from textual import on, work
@@ -177,6 +178,7 @@ class ViewerScreen(Screen):
         self.start_row = start_row
         self.initial_view = "timeline"
         self.ready = False
+        self.shown = threading.Event()  # set with `ready`, for the loading worker (which waits for the first frame)
         self._timer: Timer | None = None
         self.title_text = title
         self.last_search = ""
@@ -257,7 +259,11 @@ class ViewerScreen(Screen):
         if self.initial_view != "timeline":  # a --follow reload keeps the view the user was on
             self.call_after_refresh(self.action_view, self.initial_view)
         self._tell_damage()
-        self.call_after_refresh(setattr, self, "ready", True)  # fully on screen: a --follow reload may replace it
+        self.call_after_refresh(self._on_screen)
+
+    def _on_screen(self) -> None:
+        self.ready = True  # fully on screen: a --follow reload may replace it
+        self.shown.set()
 
     def _tell_damage(self) -> None:
         """Say at once what the input lost, as the report does first; once per app for the same warnings (a
