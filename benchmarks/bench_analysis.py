@@ -1,10 +1,14 @@
 """Benchmark: analysis of a large synthetic trace, as a ratio to merely parsing its JSON with orjson.
 
-    python benchmarks/bench_analysis.py [--events 1000000] [--ranks 64] [--file PATH]
+    python benchmarks/bench_analysis.py [--events 1000000] [--ranks 64] [--file PATH] [--rank-files | --no-rank-files]
 
 Prints parse (orjson.loads of every line), load (JSON -> EventTable, the reader's cost), analyze, to_json,
 each measured in this run, and the ratio analyze / parse (goal: <= 2), with and without the critical paths
-(critical_path.py and what_if.py: a walk back from every wait, the dearest part of the analysis)."""
+(critical_path.py and what_if.py: a walk back from every wait, the dearest part of the analysis).
+
+Then (by default up to 2M events) the same job as the trace dir that `disttrace run` writes, a rank file per rank
+(synth.write_trace_dir, kept beside the events file): its reader against its own yardstick, orjson over every
+line of the rank files. That is the read users meet: the end of `disttrace run`, or a first `view`."""
 
 from __future__ import annotations
 
@@ -19,7 +23,7 @@ from pathlib import Path
 
 
 sys.path.insert(0, str(Path(__file__).parent))
-from synth import ensure_synthetic, fresh_store, time_parse, time_yardstick  # noqa: E402
+from synth import ensure_synthetic, fresh_store, time_parse, time_yardstick, write_trace_dir  # noqa: E402
 
 from disttrace.tracer.analysis import analyze, saved, to_json  # noqa: E402
 from disttrace.tracer.data.load import load_trace  # noqa: E402
@@ -35,6 +39,8 @@ def main() -> None:
     ap.add_argument("--events", type=int, default=1_000_000)
     ap.add_argument("--ranks", type=int, default=64)
     ap.add_argument("--file", help="use (or create) this .jsonl instead of a temporary one")
+    ap.add_argument("--rank-files", action=argparse.BooleanOptionalAction, default=None,
+                    help="also time the trace dir of rank files (default: up to 2M events)")
     ns = ap.parse_args()
     path = ns.file or os.path.join(tempfile.gettempdir(), f"disttrace_synth_v2_{ns.events}_{ns.ranks}.jsonl")
     ensure_synthetic(path, ns.events, ns.ranks)
@@ -98,6 +104,41 @@ def main() -> None:
           f"analysis read back)")
     print(f"ratio analyze / yardstick = {analysis / yard:.2f}  (goal <= 2); "
           f"without the critical paths {(analysis - explain) / yard:.2f}")
+    if ns.rank_files or (ns.rank_files is None and n <= 2_000_000):
+        del table, a, again
+        gc.collect()
+        _rank_files(path)
+
+
+def _rank_files(path: str) -> None:
+    """The first read of the same job as rank files (the trace dir `disttrace run` writes), in process and as the
+    first open (split across processes, the store written), against orjson over every line of the rank files."""
+    tdir = path + ".rankfiles"
+    if not os.path.isdir(tdir):
+        t = time.perf_counter()
+        write_trace_dir(path, tdir)
+        print(f"wrote the rank files to {tdir} in {time.perf_counter() - t:.1f} s")
+    files = sorted(os.path.join(tdir, f) for f in os.listdir(tdir) if f.endswith(".jsonl"))
+    fresh_store(tdir)
+    yards = [time_yardstick(files)]
+    t0 = time.perf_counter()
+    table = load_trace([tdir], cache=False)
+    load = time.perf_counter() - t0
+    n = len(table)
+    del table
+    gc.collect()
+    yards.append(time_yardstick(files))
+    t0 = time.perf_counter()
+    load_trace([tdir])
+    first = time.perf_counter() - t0
+    yards.append(time_yardstick(files))
+    yard = statistics.median(yards)
+    print(f"rank files: {n:,} events in {len(files)} files, {sum(map(os.path.getsize, files)) / 1e6:.0f} MB")
+    print(f"  yardstick      {yard:7.2f} s   (orjson.loads of every line of the rank files, nothing kept; the median "
+          f"of {', '.join(f'{y:.2f}' for y in yards)} s)")
+    print(f"  load           {load:7.2f} s   ({load / yard:.2f}x the yardstick; in one process, no store)")
+    print(f"  first open     {first:7.2f} s   ({first / yard:.2f}x the yardstick; split across processes, the store "
+          "written: the end of `disttrace run`)")
 
 
 if __name__ == "__main__":

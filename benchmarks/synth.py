@@ -170,30 +170,34 @@ def time_parse(path, keep_limit: int = 2_000_000) -> tuple[float | None, int]:
 
 
 def time_yardstick(path) -> float:
-    """The honest yardstick (issue 19): seconds to orjson.loads every line, keeping nothing."""
+    """The honest yardstick (issue 19): seconds to orjson.loads every line, keeping nothing. `path`: a file, or
+    a list of them (a trace dir's rank files)."""
     import gc
     import time
 
     gc.collect()
     loads = orjson.loads
     t0 = time.perf_counter()
-    with open(path, "rb") as f:
-        for line in f:
-            loads(line)
+    for p in [path] if isinstance(path, (str, bytes)) or hasattr(path, "__fspath__") else path:
+        with open(p, "rb") as f:
+            for line in f:
+                loads(line)
     return time.perf_counter() - t0
 
 
 def fresh_store(path) -> str:
-    """Remove the trace store (events and analysis) of the events file `path` (first open: it is parsed and the
-    store written) and date the file back an hour if it was just written (the store skips sources written less
+    """Remove the trace store (events and analysis) of the events file or trace dir `path` (first open: it is
+    parsed and the store written) and date its files back an hour if they were just written (the store skips sources written less
     than 2 s ago). Its path."""
     import os
 
     from disttrace.tracer.data.store import StoreOrigin, cache_path
 
-    st = os.stat(path)
-    os.utime(path, ns=(st.st_atime_ns, min(st.st_mtime_ns, time_ns() - 3600 * 10**9)))
-    store = cache_path([path], None, False)
+    is_dir = os.path.isdir(path)
+    for p in [os.path.join(path, f) for f in os.listdir(path) if f.endswith(".jsonl")] if is_dir else [path]:
+        st = os.stat(p)
+        os.utime(p, ns=(st.st_atime_ns, min(st.st_mtime_ns, time_ns() - 3600 * 10**9)))
+    store = cache_path([path], None, is_dir)
     for f in (store, StoreOrigin(store, {}).beside("analysis")):  # the events, and the analysis kept beside them
         if os.path.exists(f):
             os.unlink(f)
