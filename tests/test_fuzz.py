@@ -450,7 +450,7 @@ def test_the_column_readers_read_what_the_event_by_event_ones_do(seeds, tmp_path
     data/events._columns for events files) and fall back to event by event, skipping the bad ones, on anything
     odd. On every mutated trace dir and events file, both ways must read the same, and the columns' way must
     have run on most cases (else this would compare the fallback with itself)."""
-    from disttrace.tracer.data import events, reader
+    from disttrace.tracer.data import events, rank_batches, reader
 
     used = {"yes": 0, "no": 0}
 
@@ -473,11 +473,13 @@ def test_the_column_readers_read_what_the_event_by_event_ones_do(seeds, tmp_path
         if kind not in ("trace", "events"):
             continue
         path = _write(tmp_path / "case", kind, files)
-        with monkeypatch.context() as m:
+        with monkeypatch.context() as m:  # (orjson's dicts: the typed records are compared with them below)
+            m.setattr(rank_batches, "decode", lambda *a: None)
             m.setattr(reader, "_columns", counted(reader._columns))
             m.setattr(events, "_columns", counted(events._columns))
             columns = _read_back(path)
         with monkeypatch.context() as m:
+            m.setattr(rank_batches, "decode", lambda *a: None)
             m.setattr(reader, "_columns", refuse)
             m.setattr(events, "_columns", refuse)
             by_event = _read_back(path)
@@ -487,6 +489,76 @@ def test_the_column_readers_read_what_the_event_by_event_ones_do(seeds, tmp_path
                 shutil.copytree(tmp_path / "case", tmp_path / f"differ-{k}")
     assert not differ, f"cases read differently: {differ[:20]} (the first kept in {tmp_path})"
     assert used["yes"] > 2 * used["no"], used
+
+
+def test_the_typed_records_read_what_orjsons_dicts_do(seeds, tmp_path, monkeypatch):
+    """Differential: a rank file's begins, ends and waits are decoded by msgspec into typed records and made into
+    columns from them (data/rank_batches.py), or, on anything odd, the file is read again by orjson. On every
+    mutated trace dir both ways must read the same, and the typed records' way must have made most files'
+    columns (else this would compare the careful path with itself)."""
+    from disttrace.tracer.data import rank_batches
+
+    made = {"yes": 0, "no": 0}
+    columns = rank_batches.columns
+
+    def counted(*args, **kwargs):
+        out = columns(*args, **kwargs)
+        made["no" if out is None else "yes"] += 1
+        return out
+
+    differ = []
+    for k, (kind, files) in enumerate(_cases(seeds)):
+        if kind != "trace":
+            continue
+        path = _write(tmp_path / "case", kind, files)
+        with monkeypatch.context() as m:
+            m.setattr(rank_batches, "columns", counted)
+            typed = _read_back(path)
+        with monkeypatch.context() as m:
+            m.setattr(rank_batches, "decode", lambda *a: None)
+            careful = _read_back(path)
+        if typed != careful:
+            differ.append(k)
+            if len(differ) == 1:
+                shutil.copytree(tmp_path / "case", tmp_path / f"differ-{k}")
+    assert not differ, f"cases read differently: {differ[:20]} (the first kept in {tmp_path})"
+    assert made["yes"] > 2 * made["no"], made
+
+
+def test_the_typed_records_read_every_key_of_the_format_as_orjsons_dicts_do(tmp_path, monkeypatch):
+    """The keys the real traces of the fuzz cases rarely hold, as the recorder writes them: a recv from any
+    source (its peer at its end), CUDA summaries resolved after the fact ("s"), the keys kept in `extra`
+    (origin, th, bound, dev), an error, a wait, step markers, an unknown group; read through the typed records
+    (which must take this file) and through orjson's dicts: the same table."""
+    from disttrace.tracer.data import rank_batches
+
+    summary = {"numel": 4, "min": -1.5, "max": 2.25, "mean": 0.1, "norm": 3.0, "nan": 0, "inf": 0, "checksum": 7}
+    recs = [{"k": "meta", "v": 2, "rank": 0, "world_size": 2, "host": "h", "pid": 1, "mono_ns": 0, "wall_ns": 0},
+            {"k": "clock", "phase": "start", "offset_ns": 0, "uncertainty_ns": 0, "mono_ns": 0, "window": 0},
+            {"k": "group", "g": 0, "name": "0", "desc": "default_pg", "ranks": [0, 1], "backend": "gloo"},
+            {"k": "b", "i": 0, "op": "all_reduce", "api": "all_reduce", "g": 0, "gs": 0, "bytes": 16,
+             "dtype": "float32", "shape": [4], "t": 1000, "site": "a.py:1 in f", "in": summary, "origin": "ddp.x",
+             "th": 7},
+            {"k": "e", "i": 0, "t": 2000, "seq": 1, "out": summary, "dev": 500},
+            {"k": "step", "t": 2500, "n": 1, "src": "api"},
+            {"k": "b", "i": 1, "op": "recv", "api": "irecv", "peer": -1, "tag": 3, "bytes": 8, "dtype": "int64",
+             "shape": [1], "async": True, "t": 3000, "site": None},
+            {"k": "w", "i": 1, "t0": 3100, "t1": 3900},
+            {"k": "e", "i": 1, "t": 3800, "seq": 2, "peer": 1},
+            {"k": "b", "i": 2, "op": "broadcast", "g": 5, "root": 1, "bytes": 4, "dtype": "float32", "shape": [],
+             "t": 4000},
+            {"k": "e", "i": 2, "t": 4500, "st": "error", "err": "RuntimeError: peer gone", "bound": True},
+            {"k": "s", "i": 2, "which": "in", "s": summary},
+            {"k": "b", "i": 3, "op": "barrier", "api": "barrier", "g": 0, "gs": 1, "t": 5000},
+            {"k": "left", "t": 6000, "how": "destroy"}]
+    (tmp_path / "rank-00000-h-1.jsonl").write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in recs))
+    made = []
+    columns = rank_batches.columns
+    monkeypatch.setattr(rank_batches, "columns", lambda *a: made.append(columns(*a)) or made[-1])
+    typed = _read_back(str(tmp_path))
+    assert made and made[0] is not None
+    monkeypatch.setattr(rank_batches, "decode", lambda *a: None)
+    assert typed == _read_back(str(tmp_path))
 
 
 def test_times_are_aligned_in_numpy_as_one_at_a_time():

@@ -233,15 +233,19 @@ class JsonColumn(SparseColumn):
     def take(self, order) -> "JsonColumn":
         """The rows in `order` (a permutation, a numpy array): their texts copied in that order."""
         import numpy as np
+        import pyarrow as pa
 
-        off = np.frombuffer(self._offsets, np.int64)[:self._n + 1]
-        a, b = off[:-1][order], off[1:][order]
-        data, view = bytearray(), memoryview(self._data)
-        for k in range(0, len(a), 1 << 16):  # (a slice object per row, a chunk of rows at a time)
-            data += b"".join([view[x:y] for x, y in zip(a[k:k + (1 << 16)].tolist(), b[k:k + (1 << 16)].tolist())])
-        offsets = array("q", [0])
-        offsets.frombytes(np.cumsum(b - a, dtype=np.int64).tobytes())
-        out = JsonColumn(offsets, data, self._n)
+        # Arrow's take over the texts as one binary array (the buffers as they are, no copy): a row's slice
+        # taken in Python cost ~1.6 s at 1M rows, every trace dir's read sorting its rank files' rows
+        n = self._n
+        texts = pa.LargeBinaryArray.from_buffers(pa.large_binary(), n, [
+            None, pa.py_buffer(np.frombuffer(self._offsets, np.int64)[:n + 1]), pa.py_buffer(self._data)])
+        taken = texts.take(pa.array(np.asarray(order, np.int64)))
+        _, off_buf, data_buf = taken.buffers()
+        offsets = array("q")
+        offsets.frombytes(memoryview(off_buf)[:8 * (n + 1)])
+        data = bytearray(memoryview(data_buf)[:offsets[n]]) if data_buf is not None else bytearray()
+        out = JsonColumn(offsets, data, n)
         if self._values:
             out._values = _moved(self._values, order)
         return out

@@ -13,7 +13,6 @@ Imports neither torch nor textual.
 
 from __future__ import annotations
 
-import re
 from array import array
 from operator import attrgetter
 from typing import Any, Optional
@@ -154,12 +153,21 @@ def _texts(raws: list) -> JsonTexts | None:
         joined.decode()
     except UnicodeDecodeError:
         return None
-    if _HUGE.search(joined):
+    if _huge(joined):
         return None
     return JsonTexts(raws, lens)
 
 
-_HUGE = re.compile(rb"[eE]\+?[0-9]{3}")  # an exponent that may overflow a double (orjson rejects those)
+_ZEROS = bytes.maketrans(b"123456789", b"000000000")
+_HUGE = (b"e000", b"e+000", b"E000", b"E+000")
+
+
+def _huge(text: bytes) -> bool:
+    """Whether text holds an exponent that may overflow a double (orjson rejects those): the regular expression
+    [eE]\\+?[0-9]{3}, found by memchr-speed searches for its four shapes once every digit is a 0 (the regular
+    expression's scan took ~1 s over a million events' summaries)."""
+    digits = text.translate(_ZEROS)
+    return any(shape in digits for shape in _HUGE)
 
 
 def _groups(table, names: list, rankss: list, group_name) -> array | None:
