@@ -445,11 +445,33 @@ def _read_back(path: str) -> tuple:
     return b"".join(iter_jsonl(t)), t.warnings, sorted(t.ranks.items()), t.groups
 
 
+def _differential(seeds, tmp_path, monkeypatch, kinds: tuple, one: dict, other: dict) -> None:
+    """Each mutated case of `kinds` read twice, with the attributes `one` and then `other` set ({(module, name):
+    value}): the same table both ways, else the first differing case is kept in tmp_path."""
+    differ = []
+    for k, (kind, files) in enumerate(_cases(seeds)):
+        if kind not in kinds:
+            continue
+        path = _write(tmp_path / "case", kind, files)
+        reads = []
+        for patches in (one, other):
+            with monkeypatch.context() as m:
+                for (module, name), value in patches.items():
+                    m.setattr(module, name, value)
+                reads.append(_read_back(path))
+        if reads[0] != reads[1]:
+            differ.append(k)
+            if len(differ) == 1:
+                shutil.copytree(tmp_path / "case", tmp_path / f"differ-{k}")
+    assert not differ, f"cases read differently: {differ[:20]} (the first kept in {tmp_path})"
+
+
 def test_the_column_readers_read_what_the_event_by_event_ones_do(seeds, tmp_path, monkeypatch):
     """Differential: the readers make an intact file's columns at once (data/reader._columns for rank files,
     data/events._columns for events files) and fall back to event by event, skipping the bad ones, on anything
     odd. On every mutated trace dir and events file, both ways must read the same, and the columns' way must
-    have run on most cases (else this would compare the fallback with itself)."""
+    have run on most cases (else this would compare the fallback with itself). (Rank files by orjson's dicts:
+    the typed records are compared with them below.)"""
     from disttrace.tracer.data import events, rank_batches, reader
 
     used = {"yes": 0, "no": 0}
@@ -468,26 +490,10 @@ def test_the_column_readers_read_what_the_event_by_event_ones_do(seeds, tmp_path
     def refuse(*args, **kwargs):
         raise ValueError("event by event")
 
-    differ = []
-    for k, (kind, files) in enumerate(_cases(seeds)):
-        if kind not in ("trace", "events"):
-            continue
-        path = _write(tmp_path / "case", kind, files)
-        with monkeypatch.context() as m:  # (orjson's dicts: the typed records are compared with them below)
-            m.setattr(rank_batches, "decode", lambda *a: None)
-            m.setattr(reader, "_columns", counted(reader._columns))
-            m.setattr(events, "_columns", counted(events._columns))
-            columns = _read_back(path)
-        with monkeypatch.context() as m:
-            m.setattr(rank_batches, "decode", lambda *a: None)
-            m.setattr(reader, "_columns", refuse)
-            m.setattr(events, "_columns", refuse)
-            by_event = _read_back(path)
-        if columns != by_event:
-            differ.append(k)
-            if len(differ) == 1:
-                shutil.copytree(tmp_path / "case", tmp_path / f"differ-{k}")
-    assert not differ, f"cases read differently: {differ[:20]} (the first kept in {tmp_path})"
+    dicts = {(rank_batches, "decode"): lambda *a: None}
+    at_once = {(reader, "_columns"): counted(reader._columns), (events, "_columns"): counted(events._columns)}
+    _differential(seeds, tmp_path, monkeypatch, ("trace", "events"), {**dicts, **at_once},
+                  {**dicts, (reader, "_columns"): refuse, (events, "_columns"): refuse})
     assert used["yes"] > 2 * used["no"], used
 
 
@@ -506,22 +512,8 @@ def test_the_typed_records_read_what_orjsons_dicts_do(seeds, tmp_path, monkeypat
         made["no" if out is None else "yes"] += 1
         return out
 
-    differ = []
-    for k, (kind, files) in enumerate(_cases(seeds)):
-        if kind != "trace":
-            continue
-        path = _write(tmp_path / "case", kind, files)
-        with monkeypatch.context() as m:
-            m.setattr(rank_batches, "columns", counted)
-            typed = _read_back(path)
-        with monkeypatch.context() as m:
-            m.setattr(rank_batches, "decode", lambda *a: None)
-            careful = _read_back(path)
-        if typed != careful:
-            differ.append(k)
-            if len(differ) == 1:
-                shutil.copytree(tmp_path / "case", tmp_path / f"differ-{k}")
-    assert not differ, f"cases read differently: {differ[:20]} (the first kept in {tmp_path})"
+    _differential(seeds, tmp_path, monkeypatch, ("trace",), {(rank_batches, "columns"): counted},
+                  {(rank_batches, "decode"): lambda *a: None})
     assert made["yes"] > 2 * made["no"], made
 
 
