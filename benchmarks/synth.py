@@ -187,8 +187,8 @@ def time_yardstick(path) -> float:
 
 def fresh_store(path) -> str:
     """Remove the trace store (events and analysis) of the events file or trace dir `path` (first open: it is
-    parsed and the store written) and date its files back an hour if they were just written (the store skips sources written less
-    than 2 s ago). Its path."""
+    parsed and the store written) and date its files back an hour if they were just written (the store skips
+    sources written less than 2 s ago). Its path."""
     import os
 
     from disttrace.tracer.data.store import StoreOrigin, cache_path

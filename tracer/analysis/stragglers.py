@@ -309,7 +309,8 @@ def verdict(t: EventTable, rec: WaitRecord, steps: list[Step], step_of: array) -
     # otherwise widen the very spread its delays are measured against. When no rank is named, a step's late rank
     # is only one past the jitter measured over all the steps (a balanced job's steps are not marked late by it)
     plain = max(floor, med + OUTLIERS * mad)
-    clean = [x for x in tops if x <= med + CLEAN * mad]
+    ordinary_top = med + CLEAN * mad
+    clean = [x for x in tops if x <= ordinary_top]
     ordinary = total
     if len(clean) * 2 > len(tops):
         # the ranks' costs that the persistent rule compares: those of the units of ordinary size. A start-up
@@ -317,7 +318,7 @@ def verdict(t: EventTable, rec: WaitRecord, steps: list[Step], step_of: array) -
         # in each of the other 11 steps, caused under 3 times rank 0's total, and no straggler was named
         ordinary = {}
         for u, top in zip(units, tops):
-            if top <= med + CLEAN * mad:
+            if top <= ordinary_top:
                 for r, v in cost.get(u, {}).items():
                     ordinary[r] = ordinary.get(r, 0) + v
         med, mad = _center(clean)

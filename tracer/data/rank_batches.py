@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from array import array
 from operator import attrgetter
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import msgspec
 import orjson
@@ -21,6 +21,7 @@ from .event_batches import _text, _texts
 from .events import NONE, OPS, text_field
 
 _NO = msgspec.Raw(b"")
+UNSET = msgspec.UNSET
 _PREFIX = {b'{"k":"b",': 0, b'{"k":"e",': 1, b'{"k":"w",': 2}  # (records are written compact, "k" first)
 
 
@@ -56,8 +57,7 @@ class _End(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     seq: int = NONE
     st: Any = None
     err: msgspec.Raw = _NO
-    peer: int = NONE
-    has_peer: bool = False  # (never in a file: whether "peer" was, see decode)
+    peer: Union[int, msgspec.UnsetType] = msgspec.UNSET  # (a recv from any source: its peer, at its end)
     out: msgspec.Raw = _NO
     bound: Any = None
     dev: Any = None
@@ -97,9 +97,6 @@ def decode(begins: list, ends: list, waits: list) -> tuple[list, dict, dict] | N
         if recs and {r.k for r in recs} != {kind}:  # a second "k" later in the object: the last one counts
             return None
     b, e, w = out
-    if e and any(b'"peer":' in line for line in ends):  # a recv from any source: its peer, at its end
-        for rec, line in zip(e, ends):
-            rec.has_peer = b'"peer":' in line
     return b, {r.i: r for r in e}, {r.i: r for r in w}
 
 
@@ -150,8 +147,8 @@ def columns(begins: list, ends: dict, waits: dict, late: dict, rank: int, host: 
         else:
             wait_start = wait_end = array("q", [NONE]) * n
         peer = get("peer")
-        if any(e.has_peer for e in ends.values()):
-            peer = [e.peer if p == NONE and e is not None and e.has_peer else p for p, e in zip(peer, es)]
+        if any(e.peer is not UNSET for e in ends.values()):
+            peer = [e.peer if p == NONE and e is not None and e.peer is not UNSET else p for p, e in zip(peer, es)]
         cols = {"rank": array("i", [rank]) * n, "group_seq": ints(get("gs")), "peer": ints(peer, "i"),
                 "root": ints(get("root"), "i"), "bytes": ints(get("bytes")), "start_ns": start, "end_ns": end,
                 "wait_start_ns": wait_start, "wait_end_ns": wait_end,

@@ -260,7 +260,7 @@ def _append_rank(rf: _RankFile, table: EventTable) -> None:
     host = text_field(meta.get("host"))
     align, offset, unc, drift = _offset_fn(rf)
     clock = _clock(rf)
-    gids = {g: table.group_id(name, ranks) for g, (name, ranks) in rf.groups.items()}  # (the same again, below)
+    gids = {g: table.group_id(name, ranks) for g, (name, ranks) in rf.groups.items()}  # (a careful re-read: the same)
     step_ends = _step_ends(rf)
     cols = None
     if rf.fast:

@@ -86,8 +86,7 @@ class _CudaWatcher(threading.Thread):
                 completion.complete(ev, e, now)
         with self.lock:
             if self.dropped:  # let go of while this pass held them
-                keep = [item for item in keep
-                        if not any(item[0] is c and which(item[1]) for c, which in self.dropped)]
+                keep = [item for item in keep if not any(_picked(item, c, which) for c, which in self.dropped)]
                 self.dropped = []
             self.items[:0] = keep
             self.passing = []
@@ -99,7 +98,7 @@ class _CudaWatcher(threading.Thread):
         and their Works are let go of (a gloo Work kept past destroy_process_group can abort the process at
         exit)."""
         def mine(items) -> bool:
-            return any(item[0] is completion and which(item[1]) for item in items)
+            return any(_picked(item, completion, which) for item in items)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             with self.lock:
@@ -107,9 +106,14 @@ class _CudaWatcher(threading.Thread):
                     break
             time.sleep(0.001)
         with self.lock:
-            self.items = [item for item in self.items if not (item[0] is completion and which(item[1]))]
+            self.items = [item for item in self.items if not _picked(item, completion, which)]
             if mine(self.passing):  # the watcher holds them in its pass: it must not put them back
                 self.dropped.append((completion, which))
+
+
+def _picked(item: tuple, completion, which) -> bool:
+    """Whether a watched (completion, event, work) is one of `completion`'s that `which(event)` picks."""
+    return item[0] is completion and which(item[1])
 
 
 _THREADS: dict = {}  # the one background thread of each kind, started on first use

@@ -177,8 +177,7 @@ class ViewerScreen(Screen):
         self.narration = narration
         self.start_row = start_row
         self.initial_view = "timeline"
-        self.ready = False
-        self.shown = threading.Event()  # set with `ready`, for the loading worker (which waits for the first frame)
+        self.shown = threading.Event()  # set once on screen (the loading worker waits for it to analyse)
         self._timer: Timer | None = None
         self.title_text = title
         self.last_search = ""
@@ -259,11 +258,12 @@ class ViewerScreen(Screen):
         if self.initial_view != "timeline":  # a --follow reload keeps the view the user was on
             self.call_after_refresh(self.action_view, self.initial_view)
         self._tell_damage()
-        self.call_after_refresh(self._on_screen)
+        self.call_after_refresh(self.shown.set)
 
-    def _on_screen(self) -> None:
-        self.ready = True  # fully on screen: a --follow reload may replace it
-        self.shown.set()
+    @property
+    def ready(self) -> bool:
+        """Fully on screen: a --follow reload may replace it."""
+        return self.shown.is_set()
 
     def _tell_damage(self) -> None:
         """Say at once what the input lost, as the report does first; once per app for the same warnings (a
