@@ -375,3 +375,43 @@ def test_replaying_unchanged_steps_gives_back_their_measured_length():
     assert nothing.step_ns_after == nothing.step_ns_before, nothing
     # a change does change the replay: rank 2, last at every collective, on time shortens the steps
     assert on_time.step_ns_before == nothing.step_ns_before and on_time.step_ns_after < on_time.step_ns_before
+
+
+# -- the walk compiled (numba, large traces) and as Python (small ones) -------------------------------------------
+
+def _ring_and_replay_tables():
+    """Hand-timed traces with every move of the walk: P2P chains, a ring at one instant, async ops waited later."""
+    tr = Trace(4)
+    t = 0
+    for k in range(5):
+        arrive = {r: t + 10 * MS + (20 * MS if r == 2 and k in (2, 4) else 0) + r * MS // 10 for r in range(4)}
+        end = max(arrive.values()) + 2 * MS
+        tr.coll("all_reduce", arrive, end, nbytes=4096, site=f"t.py:{5 + k % 2} in step")
+        ring = end + MS
+        for r in range(4):
+            tr.send(r, (r + 1) % 4, ring + r * MS // 20, ring + MS, 64, site="t.py:8 in step")
+            tr.recv(r, (r - 1) % 4, ring + r * MS // 20 + MS // 5, ring + MS, 64, site="t.py:9 in step")
+        tr.coll("all_reduce", {1: ring + 2 * MS, 3: ring + 3 * MS + k * MS}, ring + 4 * MS + k * MS, nbytes=1024,
+                group=[1, 3], site="d.py:2 in main", async_op=True,
+                wait_start_ns={1: ring + 6 * MS, 3: ring + 4 * MS + k * MS},
+                wait_end_ns={1: ring + 6 * MS + 1000, 3: ring + 4 * MS + k * MS + 1000})
+        t = ring + 8 * MS + k * MS
+    return [tr.table()]
+
+
+@pytest.mark.slow
+def test_the_compiled_walk_finds_what_the_python_walk_does(traced, monkeypatch):
+    """walks.walk_all compiled by numba (from walks.JIT_FROM events) gives the paths and causes it gives as Python,
+    on the real jobs (DDP's async buckets, a P2P chain, a pipeline, a mesh) and on hand-timed traces."""
+    pytest.importorskip("numba")
+    tables = _ring_and_replay_tables() + [load_trace(str(traced("cp_ddp_straggler.py", nproc=2, summaries="off")))]
+    tables += [_traced_pair(traced, script, n)[0] for script, n in
+               (("cp_p2p_chain.py", 3), ("cp_pipeline_slow_stage.py", PIPE.STAGES), ("cp_mesh_slow_group.py", 4))]
+    for t in tables:
+        seen = []
+        for jit in ("1", "0"):
+            monkeypatch.setenv("DISTTRACE_JIT", jit)
+            a = analyze(t, timings={})  # (timings: computed here, not the saved analysis)
+            seen.append((to_json(a)["critical_path"], to_json(a)["causes"]))
+        assert seen[0] == seen[1]
+        assert seen[0][0] and seen[0][1]  # (something was walked)
