@@ -21,7 +21,7 @@ three times the median duration: a step or two of jitter on a busy machine is no
 from __future__ import annotations
 
 from array import array
-from collections import Counter
+from collections import Counter, deque
 from itertools import groupby, islice
 from operator import eq
 from statistics import median
@@ -52,15 +52,16 @@ def find_steps(t: EventTable, instance_rows: list, p2p: P2PTable) -> tuple[array
     if n and (np.frombuffer(t.user_step, np.int32) != NONE).any():  # the job marked its steps
         return array("i", t.user_step), "marker"
     step_of = array("i", [-1]) * n
-    # each rank's rows in issue order (table order is start order): one stable sort by rank, in C
-    order = sorted(range(n), key=t.rank.__getitem__)
+    steps = np.frombuffer(step_of, np.int32)  # (a view: writing it writes step_of)
     # the keys of every row, as small ints (they compare faster than tuples): (op, group, site), and with the bytes
-    loose_all = _dense(zip(t.op.codes, t.gid, t.site.codes))
-    full_all = _dense(zip(loose_all, t.bytes))
+    loose_all = _dense(t.op.codes, t.gid, t.site.codes)
+    full_all = _dense(loose_all, t.bytes)
     found = False
-    for _, same in groupby(order, key=t.rank.__getitem__):
-        rows = list(same)
-        starts = _step_starts(list(map(full_all.__getitem__, rows)), list(map(loose_all.__getitem__, rows)))
+    # each rank's rows in issue order (table order is start order)
+    rank = np.frombuffer(t.rank, np.int32)
+    order = np.argsort(rank, kind="stable")
+    for rows in np.split(order, np.flatnonzero(np.diff(rank[order])) + 1) if n else ():
+        starts = _step_starts(full_all[rows].tolist(), loose_all[rows].tolist())
         if not starts:
             continue
         found = True
@@ -68,21 +69,33 @@ def find_steps(t: EventTable, instance_rows: list, p2p: P2PTable) -> tuple[array
         # step is cut at its usual length
         usual = median(b - a for a, b in zip(starts, starts[1:]))
         end = min(len(rows), starts[-1] + int(usual * 1.5) + 1)
-        values = [-1] * starts[0]
-        for k, (a, b) in enumerate(zip(starts, starts[1:] + [end])):
-            values += [k] * (b - a)
-        for i, k in zip(rows, values):
-            step_of[i] = k
+        bounds = np.array(starts + [end])
+        steps[rows[starts[0]:end]] = np.repeat(np.arange(len(starts), dtype=np.int32), np.diff(bounds))
     if not found:
         return step_of, ""
     _align(t, step_of, instance_rows, zip(p2p.send, p2p.recv))
     return step_of, "detected"
 
 
-def _dense(keys) -> list[int]:
-    """Each key as the number of distinct keys seen before its first occurrence."""
-    index: dict = {}
-    return [index.setdefault(k, len(index)) for k in keys]
+def _dense(*columns) -> "object":
+    """Each row's key (its values in the integer columns) as the number of distinct keys seen before the key's
+    first row, in numpy."""
+    import numpy as np
+
+    cols = [np.asarray(c).astype(np.int64) for c in columns]
+    n = len(cols[0])
+    order = np.lexsort(cols[::-1])  # (stable: the first row of equal keys comes first)
+    new = np.ones(n, bool)
+    if n:
+        new[1:] = False
+        for c in cols:
+            new[1:] |= c[order][1:] != c[order][:-1]
+    first = order[new]
+    number = np.empty(len(first), np.int64)
+    number[np.argsort(first)] = np.arange(len(first))
+    out = np.empty(n, np.int64)
+    out[order] = number[np.cumsum(new) - 1]
+    return out
 
 
 def _stretch(keys: list, p: int) -> tuple[int, int, int, int]:
@@ -175,21 +188,28 @@ def _align(t: EventTable, step_of: array, instance_rows: list, p2p_pairs) -> Non
     ranks = sorted({r for r, _ in votes} | {r for _, r in votes})
     if not ranks:
         return
+    shared: dict[int, list[tuple[int, Counter]]] = {}  # rank -> the ranks it shares ops with, and their votes
+    for (x, y), c in votes.items():
+        shared.setdefault(x, []).append((y, c))
     ahead = {ranks[0]: 0}  # rank -> how many steps its numbering is ahead of the first rank's
-    frontier = [ranks[0]]
+    frontier = deque([ranks[0]])
     while frontier:  # breadth-first over the ranks that share ops
-        a = frontier.pop(0)
-        for (x, y), c in votes.items():
-            if x == a and y not in ahead:
+        a = frontier.popleft()
+        for y, c in shared.get(a, ()):
+            if y not in ahead:
                 ahead[y] = ahead[a] + c.most_common(1)[0][0]
                 frontier.append(y)
     # the rank furthest ahead (it found the most leading steps) keeps its numbering; the others move up to it,
     # so that no rank's first step goes below 0
+    import numpy as np
+
     top = max(ahead.values())
-    for i, r in enumerate(rank):
-        d = top - ahead.get(r, top)
-        if d and step_of[i] >= 0:
-            step_of[i] += d
+    ranks = np.frombuffer(rank, np.int32)
+    shift = np.zeros(int(ranks.max()) + 1, np.int32)
+    for r, a in ahead.items():
+        shift[r] = top - a
+    steps = np.frombuffer(step_of, np.int32)
+    steps += np.where(steps >= 0, shift[ranks], 0).astype(np.int32)
 
 
 def build_steps(t: EventTable, step_of: array) -> list[Step]:
