@@ -207,11 +207,46 @@ def propagated(rec: WaitRecord) -> WaitRecord:
             out.append((c, crow, now, b))
         return out
 
-    out = WaitRecord()
-    for k in range(len(rec.waiter)):
+    # most waits are for a rank that was not waiting itself meanwhile: they stay as they are, found in numpy; the
+    # others are followed back by `roots`
+    chained = np.flatnonzero(_waiting_meanwhile(rec, stretches))
+    found = []
+    for k in chained.tolist():
         w, c, a, b = rec.waiter[k], rec.culprit[k], rec.a[k], rec.b[k]
-        for root, root_row, lo, hi in roots(c, rec.culprit_row[k], a, b, (w,)):  # (never w itself)
-            out.add(w, root, lo, hi - lo, rec.row[k], root_row, rec.unit[k], rec.counts[k])
+        found.append(roots(c, rec.culprit_row[k], a, b, (w,)))  # (never w itself)
+    times = np.ones(len(rec.waiter), np.int64)  # each record's records out, in its place
+    times[chained] = [len(f) for f in found]
+    at = np.cumsum(times) - times
+    out = WaitRecord()
+    for name in ("waiter", "row", "unit", "counts"):
+        getattr(out, name).extend(from_numpy(np.repeat(rec.view(name), times), getattr(out, name).typecode))
+    cols = {name: np.array(rec.view(name)).repeat(times) for name in ("culprit", "culprit_row", "a", "b")}
+    if found:
+        parts = np.array([p for f in found for p in f], np.int64).reshape(-1, 4)
+        where = np.repeat(at[chained], times[chained]) + np.concatenate([np.arange(len(f)) for f in found])
+        for c, name in enumerate(("culprit", "culprit_row", "a", "b")):
+            cols[name][where] = parts[:, c]
+    for name, col in cols.items():
+        getattr(out, name).extend(from_numpy(col, getattr(out, name).typecode))
+    return out
+
+
+def _waiting_meanwhile(rec: WaitRecord, stretches: dict) -> "np.ndarray":
+    """Per wait record, whether its culprit has a counted stretch of waiting that overlaps it, or it is empty (the
+    records `propagated` must follow back). A rank's stretches are disjoint and in time order: the first that ends
+    after the record's start is the only one that can begin before its end."""
+    culprit, a, b = rec.view("culprit"), rec.view("a"), rec.view("b")
+    out = b <= a
+    order = np.argsort(culprit, kind="stable")
+    edges = np.flatnonzero(np.diff(culprit[order])) + 1
+    for part in np.split(order, edges) if len(order) else ():
+        mine = stretches.get(int(culprit[part[0]]))
+        if mine is None:
+            continue
+        starts, ends = np.frombuffer(mine[0], np.int64), np.frombuffer(mine[1], np.int64)
+        k = np.searchsorted(ends, a[part], side="right")
+        inside = k < len(ends)
+        out[part[inside]] = starts[k[inside]] < b[part[inside]]
     return out
 
 
