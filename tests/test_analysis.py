@@ -284,6 +284,46 @@ def test_synthetic_large_trace_generator(tmp_path):
     assert len(a.links) == 2 * 3 * 16
 
 
+def test_the_collectives_built_in_numpy_are_what_the_rules_make_of_each_instance(tmp_path):
+    """build_collectives makes the common instances in numpy, all at once; collectives._instance holds the rules
+    (one instance from its rows). Each instance of the table is what _instance makes of it: on the synthetic 3-D
+    job (async all_reduces, broadcasts, barriers) and on hand-made damage (a mismatch, a rank missing, a rank
+    twice, an op that never ended)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    from synth import write_synthetic
+
+    from disttrace.tracer.analysis.collectives import _instance, build_collectives
+    from disttrace.tracer.analysis.matching import group_collectives
+    from disttrace.tracer.data.events import read_jsonl
+
+    write_synthetic(tmp_path / "syn.jsonl", n_events=5_000, n_ranks=16, seed=3)
+    tr = Trace(3)
+    tr.coll("all_reduce", {0: 1 * MS, 1: 2 * MS, 2: 5 * MS}, 6 * MS, nbytes=4096, site="a.py:1 in f")
+    tr.coll("all_reduce", {0: 7 * MS, 1: 8 * MS, 2: 9 * MS}, 10 * MS, nbytes={0: 4096, 1: 4096, 2: 1024})
+    tr.coll("all_gather", {0: 11 * MS, 1: 12 * MS}, 13 * MS, nbytes=64)  # rank 2 never entered it
+    tr.coll("all_reduce", {0: 14 * MS, 1: 15 * MS, 2: 16 * MS}, {0: 17 * MS, 1: 17 * MS, 2: None}, nbytes=8)
+    tr.coll("broadcast", {0: 18 * MS, 1: 19 * MS, 2: 20 * MS}, 21 * MS, nbytes=8, root=0)
+    tr.coll("barrier", {0: 22 * MS, 1: 23 * MS, 2: 24 * MS}, 25 * MS)
+    twice = tr.table()
+    twice.group_seq[1] = twice.group_seq[0]  # rank 0's second all_reduce numbered as its first: rank 0 twice
+    for t in (read_jsonl(str(tmp_path / "syn.jsonl")), tr.table(), twice):
+        buckets = group_collectives(t)
+        table, instance_of, culprits, suspects = build_collectives(t, buckets, set(t.ranks))
+        assert len(table) == len(buckets) > 0
+        for k, rows in enumerate(buckets):
+            g = t.groups[t.gid[rows[0]]]
+            d = _instance(t, rows, tuple(r for r in g.ranks if r in t.ranks) or g.ranks)
+            c = table[k]
+            assert (c.op, c.wait_kind, list(table.rows_of(k)), list(table.waits_of(k))) == (
+                d["op"], d["kind"], list(d["rows"]), list(d["waits"])), k
+            assert (table.bytes[k], table.skew_ns[k], table.complete[k], table.is_async[k], table.last_arrival[k],
+                    table.volume_bytes[k], table.missing.get(k, ()), culprits[k], k in suspects) == (
+                d["bytes"], d["skew_ns"], d["complete"], d["is_async"], d["last_arrival"], d["volume_bytes"],
+                d["missing"], d["culprit"], d["suspect"]), k
+            assert c.duration_ns == d["duration_ns"] and c.algbw_gbps == d["algbw"] and c.busbw_gbps == d["busbw"]
+        assert all(instance_of[i] == k for k, rows in enumerate(buckets) for i in rows)
+
+
 @pytest.mark.parametrize("ranks,events", [(64, 50_000), (256, 60_000)])
 def test_a_steady_straggler_is_named_in_a_large_world_and_a_balanced_one_names_none(tmp_path, ranks, events):
     """The synthetic 3-D job: the last rank arrives 400 µs late at every op (the others within 5–60 µs), so the

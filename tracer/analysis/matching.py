@@ -10,21 +10,17 @@ from ..data.events import COLLECTIVE_OPS, NONE, EventTable
 
 
 def group_collectives(t: EventTable) -> list[list[int]]:
-    """Rows of each collective instance, instances ordered by (group, group_seq), rows in table order."""
-    buckets: dict[int, list[int]] = {}
-    get = buckets.get
-    coll = COLLECTIVE_OPS
-    i = 0
-    for op, g, s in zip(t.op, t.gid, t.group_seq):
-        if s >= 0 and op in coll:
-            k = (g << 40) | s  # an int key hashes faster than a tuple
-            b = get(k)
-            if b is None:
-                buckets[k] = [i]
-            else:
-                b.append(i)
-        i += 1
-    return [buckets[k] for k in sorted(buckets)]
+    """Rows of each collective instance, instances ordered by (group, group_seq), rows in table order; in numpy."""
+    import numpy as np
+
+    is_coll = np.array([v in COLLECTIVE_OPS for v in t.op.values] + [False], bool)
+    seq = np.frombuffer(t.group_seq, np.int64)
+    rows = np.flatnonzero(is_coll[np.asarray(memoryview(t.op.codes))] & (seq >= 0))
+    key = (np.frombuffer(t.gid, np.int32)[rows].astype(np.int64) << 40) | seq[rows]
+    order = np.argsort(key, kind="stable")  # (stable: each instance's rows stay in table order)
+    rows, key = rows[order], key[order]
+    edges = np.flatnonzero(key[1:] != key[:-1]) + 1
+    return [part.tolist() for part in np.split(rows, edges)] if len(rows) else []
 
 
 def match_p2p(t: EventTable) -> list[tuple[int, int, int, int, int | None, int | None]]:

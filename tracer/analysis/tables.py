@@ -81,6 +81,30 @@ class CollectiveTable:
         if missing:
             self.missing[k] = missing
 
+    @classmethod
+    def of(cls, events: EventTable, op: list[str], wait_kind: list[str], cols: dict, rows, waits, offset,
+           missing: dict[int, tuple[int, ...]]) -> "CollectiveTable":
+        """A table of n instances at once: op and wait_kind by instance, the other columns (`append`'s names) and
+        the rows, waits and offsets as numpy arrays."""
+        import numpy as np
+
+        out = cls(events)
+        out.op.extend(op)
+        out.wait_kind.extend(wait_kind)
+        for name in ("gid", "group_seq", "bytes", "skew_ns", "duration_ns", "algbw_gbps", "busbw_gbps", "root",
+                     "last_arrival", "volume_bytes"):
+            getattr(out, name).frombytes(np.asarray(cols[name]).astype(getattr(out, name).typecode).tobytes())
+        out.offset = array("q", np.asarray(offset, np.int64).tobytes())
+        out.rows = array("i", np.asarray(rows).astype(np.int32).tobytes())
+        out.waits = array("q", np.asarray(waits, np.int64).tobytes())
+        n = len(op)
+        out.model_ns = array("d", [nan]) * n
+        out.slow = bytearray(n)
+        out.complete = bytearray(np.asarray(cols["complete"], np.uint8).tobytes())
+        out.is_async = bytearray(np.asarray(cols["is_async"], np.uint8).tobytes())
+        out.missing = missing
+        return out
+
     def __len__(self) -> int:
         return len(self.gid)
 
