@@ -205,18 +205,38 @@ def critical_paths(t: EventTable, collectives: CollectiveTable, instance_of, cul
     a, b, row, _kind, maxb = w.columns
     ranks = np.concatenate((alone[0], wr))
     words = int(ranks.max()) // 64 + 1 if len(ranks) else 1
+    ops, gids = _codes(t.op.codes), _codes(t.gid)
     parts, off, keys, sums, bits = run(
         len(t), np.frombuffer(t.start_ns, np.int64), np.frombuffer(event_wait_ns, np.int64),
         np.frombuffer(w.fin, np.int64), np.frombuffer(t.async_op, np.uint8), np.frombuffer(t.rank, np.int32), w.hid,
         np.frombuffer(instance_of, np.int32), w.culprit_row, np.frombuffer(p2p_of, np.int32),
         np.frombuffer(p2p.send, np.int32), np.frombuffer(p2p.recv, np.int32),
         a, b, row, maxb, w.off.astype(np.int64), w.floor,
-        s_row, s_end, s_floor, *alone, wj, whi, wr, wlo, g0s, g1s,
-        _codes(t.site.codes), _codes(t.op.codes), _codes(t.gid), words)
+        s_row, s_end, s_floor, wj, whi, wr, wlo, g0s, g1s, _codes(t.site.codes), ops, gids, words)
     raw = [(r, _KINDS[c], lo, ns, x, y) for r, c, lo, ns, x, y in parts.tolist()]
     paths = [CriticalPath(k, windows[k][1] - windows[k][0], _merged([w.part(p) for p in raw[off[i]:off[i + 1]]]))
              for i, k in enumerate(index)]
-    return paths, _causes(t, w, keys, sums, bits), w
+    return paths, _causes(t, w, *_with_alone(keys, sums, bits, alone, ops, gids)), w
+
+
+def _with_alone(keys, sums, bits, alone, ops, gids) -> tuple:
+    """The walks' causes (keys, sums, bits: walks.walk_all's) with the waits that have no arrival to walk back
+    from: each is its own rank's waiting in its op kind and group."""
+    import numpy as np
+
+    rank, row, lo, hi = alone
+    if not len(row):
+        return keys, sums, bits
+    more = np.zeros((len(row), bits.shape[1]), np.uint64)
+    more[np.arange(len(row)), rank >> 6] = np.left_shift(np.uint64(1), (rank & 63).astype(np.uint64))
+    keys = np.concatenate((keys, np.stack((rank, np.full(len(row), _KIND_CODE["wait"]), ops[row], gids[row]), 1)))
+    keys, which = np.unique(keys, axis=0, return_inverse=True)
+    which = which.ravel()
+    total = np.zeros(len(keys), np.int64)
+    np.add.at(total, which, np.concatenate((sums, hi - lo)))
+    ranks = np.zeros((len(keys), bits.shape[1]), np.uint64)
+    np.bitwise_or.at(ranks, which, np.concatenate((bits, more)))
+    return keys, total, ranks
 
 
 def _codes(codes) -> "object":

@@ -63,7 +63,6 @@ def _read_only(a):
 def walk_all(start, wait, fin, async_op, rank, hid, instance_of, culprit_row, p2p_of, p2p_send, p2p_recv,
              ha, hb, hrow, hmaxb, hoff, floor,
              s_row, s_end, s_floor,
-             a_rank, a_row, a_lo, a_hi,
              wj, whi, wr, wlo, g0s, g1s,
              sites, ops, gids, words):
     """The steps' paths and the waits' causes.
@@ -75,9 +74,9 @@ def walk_all(start, wait, fin, async_op, rank, hid, instance_of, culprit_row, p2
     running maximum of ends), host h's in [hoff[h], hoff[h+1]), each host's sorted by start. floor: no walk goes
     before it (the trace's first op).
 
-    Steps: walk from inside op s_row[i] at s_end[i] back to s_floor[i]. Causes: the waits with no one to walk
-    back from (rank a_rank, row a_row, from a_lo to a_hi), then the walks (critical_path._walks: each wait's row
-    and instant waited for, its rank and its start; walk g from wj[g0s[g]], whi[g0s[g]] over waits g0s..g1s).
+    Steps: walk from inside op s_row[i] at s_end[i] back to s_floor[i]. Causes: the walks (critical_path._walks:
+    each wait's row and instant waited for, its rank and its start; walk g from wj[g0s[g]], whi[g0s[g]] over
+    waits g0s..g1s).
 
     Returns (parts, part_off, keys, sums, bits): step i's parts (rank, kind, start, ns, x, y), latest first, are
     parts[part_off[i]:part_off[i + 1]]; cause k is keys[k] (rank, kind, a, b: a compute span's sites' codes, -1
@@ -107,33 +106,15 @@ def walk_all(start, wait, fin, async_op, rank, hid, instance_of, culprit_row, p2
     kidx = np.empty(n + 1024, np.int64)  # node -> its cause's slot
     n_kidx = 0
 
-    # Jobs: the steps' walks, then the waits with no walk, then the waits' walks
+    # Jobs: the steps' walks, then the waits' walks
     n_steps, n_walks = len(s_row), len(g0s)
-    for job in range(n_steps + 1 + n_walks):
-        if job == n_steps:
-            for i in range(len(a_row)):
-                x = a_row[i]
-                key = (np.int64(a_rank[i]), np.int64(WAIT), np.int64(ops[x]), np.int64(gids[x]))
-                k = slots[key] if key in slots else -1
-                if k < 0:
-                    k = len(slots)
-                    slots[key] = k
-                    if k == len(sums):
-                        keys = np.concatenate((keys, np.empty_like(keys)))
-                        sums = np.concatenate((sums, np.zeros_like(sums)))
-                        bits = np.concatenate((bits, np.zeros_like(bits)))
-                        token_of = np.concatenate((token_of, np.full(len(token_of), -1, np.int64)))
-                    keys[k, 0], keys[k, 1], keys[k, 2], keys[k, 3] = key
-                sums[k] += a_hi[i] - a_lo[i]
-                r = a_rank[i]
-                bits[k, r >> 6] |= np.uint64(1) << np.uint64(r & 63)
-            continue
+    for job in range(n_steps + n_walks):
         if job < n_steps:
             now, key = s_end[job], s_row[job] << 1
             walk_floor = s_floor[job]
             g0 = g1 = p = 0
         else:
-            g = job - n_steps - 1
+            g = job - n_steps
             g0, g1 = g0s[g], g1s[g]
             now, key = whi[g0], wj[g0] << 1
             walk_floor = 0
