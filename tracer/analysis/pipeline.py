@@ -18,21 +18,22 @@ from bisect import bisect_left
 from statistics import median
 from typing import TYPE_CHECKING
 
-from ..data.events import EventTable
+from ..data.events import NONE, EventTable
 from .matching import finished_at
-from .model import WAIT_BARRIER, WAIT_NXN, CollectiveInstance, P2PMatch, PipelineStats, StageStats, Step
+from .model import WAIT_BARRIER, WAIT_NXN, CollectiveInstance, PipelineStats, StageStats, Step
 from .waits import blocked_in
 
 if TYPE_CHECKING:
     from .tables import CollectiveTable, P2PTable
 
 
-def _paths(p2p: list[P2PMatch]) -> list[tuple[list[int], dict[tuple[int, int], int]]]:
+def _paths(p2p: P2PTable) -> list[tuple[list[int], dict[tuple[int, int], int]]]:
     """Connected P2P components that are paths, with their message counts per directed link."""
     count: dict[tuple[int, int], int] = {}
-    for m in p2p:
-        if m.send is not None and m.recv is not None and m.src != m.dst:
-            count[(m.src, m.dst)] = count.get((m.src, m.dst), 0) + 1
+    # (the messages' columns, not P2PMatch objects: making one per message was most of this stage's time)
+    for src, dst, send, recv in zip(p2p.src, p2p.dst, p2p.send, p2p.recv):
+        if send != NONE and recv != NONE and src != dst:
+            count[(src, dst)] = count.get((src, dst), 0) + 1
     adj: dict[int, set[int]] = {}
     for a, b in count:
         adj.setdefault(a, set()).add(b)
@@ -74,23 +75,23 @@ def pipeline_stats(t: EventTable, p2p: P2PTable, collectives: CollectiveTable, s
     if not paths:
         return None
     first_send: dict[tuple[int, int], int] = {}  # (src, dst) -> start of its first send
-    for m in p2p:
-        if m.send is not None:
-            k = (m.src, m.dst)
-            s = t.start_ns[m.send]
+    for src, dst, send in zip(p2p.src, p2p.dst, p2p.send):
+        if send != NONE:
+            k = (src, dst)
+            s = t.start_ns[send]
             if s < first_send.get(k, 1 << 62):
                 first_send[k] = s
     # each pipeline's P2P rows per rank, made in one pass over the messages
     comp_of = {r: k for k, (path, _) in enumerate(paths) for r in path}
     rows_of: list[dict[int, list[int]]] = [{r: [] for r in path} for path, _ in paths]
-    for m in p2p:
-        k = comp_of.get(m.src)
-        if k is not None and comp_of.get(m.dst) == k:
+    for src, dst, send, recv in zip(p2p.src, p2p.dst, p2p.send, p2p.recv):
+        k = comp_of.get(src)
+        if k is not None and comp_of.get(dst) == k:
             rows = rows_of[k]
-            if m.send is not None:
-                rows[m.src].append(m.send)
-            if m.recv is not None:
-                rows[m.dst].append(m.recv)
+            if send != NONE:
+                rows[src].append(send)
+            if recv != NONE:
+                rows[dst].append(recv)
     by_group: dict[int, list[CollectiveInstance]] = {}
     for c in collectives:
         if c.complete and (c.wait_kind == WAIT_NXN or c.wait_kind == WAIT_BARRIER):
