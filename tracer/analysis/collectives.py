@@ -11,6 +11,7 @@ from collections import Counter
 from itertools import chain
 from math import nan
 
+from ..data.columns import as_int64
 from ..data.events import NONE, EventTable
 from .bandwidth import busbw_factor, size_s
 from .matching import finished
@@ -51,7 +52,7 @@ def build_collectives(t: EventTable, buckets: list[list[int]], traced: set[int],
     inst = np.repeat(np.arange(n_inst), sizes)  # each row's instance
     instance_of = array("i", [-1]) * len(t)  # 4 bytes a row, not a pointer and an int object
     np.frombuffer(instance_of, np.int32)[rows] = inst
-    v = _Common(t, rows, first, inst, np.array([len(expected_of(g)) for g in range(len(t.groups))] + [0], np.int64))
+    v = _Common(t, rows, first, sizes, inst, np.array([len(expected_of(g)) for g in range(len(t.groups))] + [0], np.int64))
     culprits: list[int | None] = np.where(v.common, v.culprit, -1).tolist()
     suspects: set[int] = set()
     slow = np.flatnonzero(~v.common).tolist()
@@ -72,30 +73,29 @@ def build_collectives(t: EventTable, buckets: list[list[int]], traced: set[int],
 class _Common:
     """The instances' columns in numpy, right for the common ones (`common`)."""
 
-    def __init__(self, t: EventTable, rows, first, inst, n_expected) -> None:
+    def __init__(self, t: EventTable, rows, first, sizes, inst, n_expected) -> None:
         import numpy as np
 
         def agree(col) -> "np.ndarray":  # per instance: its rows' values are all one
             c = np.asarray(col)[rows]
             return np.maximum.reduceat(c, first) == np.minimum.reduceat(c, first)
 
-        i0 = rows[first] if len(rows) else rows
-        self.i0 = i0
-        op = _codes(t.op.codes)[i0]
+        self.i0 = i0 = rows[first]
+        op = as_int64(t.op.codes)[i0]
         self.op_code = op
         nxn = np.array([WAIT_KIND.get(name) in (WAIT_NXN, WAIT_BARRIER) for name in t.op.values] + [False], bool)
         self.is_async = np.frombuffer(t.async_op, np.uint8)[i0] != 0
         start = np.frombuffer(t.start_ns, np.int64)[rows]
         end = np.where(self.is_async[inst], np.frombuffer(finished(t), np.int64)[rows],
                        np.frombuffer(t.end_ns, np.int64)[rows])
-        self.latest = np.maximum.reduceat(start, first) if len(rows) else start
-        self.skew = self.latest - (np.minimum.reduceat(start, first) if len(rows) else start)
-        self.last_end = np.maximum.reduceat(end, first) if len(rows) else end
+        self.latest = np.maximum.reduceat(start, first)
+        self.skew = self.latest - np.minimum.reduceat(start, first)
+        self.last_end = np.maximum.reduceat(end, first)
         self.waits = self.latest[inst] - start
         rank = np.frombuffer(t.rank, np.int32)[rows].astype(np.int64)
         # the first row to arrive last (its rank caused the waits)
         at = np.flatnonzero(start == self.latest[inst])
-        self.culprit = rank[at[np.unique(inst[at], return_index=True)[1]]] if len(at) else at
+        self.culprit = rank[at[np.unique(inst[at], return_index=True)[1]]]
         # a rank twice (a damaged trace) or the group's ranks not all there
         by = np.lexsort((rank, inst))
         twice = np.zeros(len(first), bool)
@@ -104,8 +104,8 @@ class _Common:
         gid = np.frombuffer(t.gid, np.int32)[i0]
         self.gid, self.n = gid, n_expected[gid]
         self.nbytes = np.frombuffer(t.bytes, np.int64)[i0]
-        self.status_ok = np.array([v == "ok" for v in t.status.values] + [False], bool)[_codes(t.status.codes)[i0]]
-        self.root = np.asarray(t.root).astype(np.int64)[i0]
+        self.status_ok = np.array([v == "ok" for v in t.status.values] + [False], bool)[as_int64(t.status.codes)[i0]]
+        self.root = as_int64(t.root)[i0]
         # the busbw factor and S per (op, group size): a few pairs
         pairs, which = np.unique(np.stack((op, self.n)), axis=1, return_inverse=True)
         factor, times = np.array([[f(t.op.values[o], m) for o, m in pairs.T.tolist()]
@@ -115,8 +115,8 @@ class _Common:
         self.volume = self.s * self.factor
         self.common = (agree(t.op.codes) & agree(t.status.codes) & agree(t.async_op) & agree(t.dtype.codes)
                        & agree(t.root) & agree(t.bytes) & agree(t.shape.codes) & nxn[op] & ~twice
-                       & (np.minimum.reduceat(end, first) >= self.latest if len(rows) else self.is_async)
-                       & (np.diff(np.append(first, len(rows))) >= self.n) & (self.volume < 2.0 ** 62))
+                       & (np.minimum.reduceat(end, first) >= self.latest) & (sizes >= self.n)
+                       & (self.volume < 2.0 ** 62))
 
     def table(self, t: EventTable, sizes, first, rows, done: dict) -> CollectiveTable:
         """The table: the common instances' columns, the others' from `done` (instance -> _instance's values)."""
@@ -135,7 +135,7 @@ class _Common:
                 "group_seq": np.frombuffer(t.group_seq, np.int64)[self.i0], "bytes": self.nbytes.copy(),
                 "skew_ns": self.skew, "duration_ns": duration, "algbw_gbps": algbw, "busbw_gbps": busbw,
                 "root": self.root.copy(), "complete": complete, "is_async": self.is_async.copy(),
-                "last_arrival": self.culprit.copy() if len(self.culprit) == n else np.zeros(n, np.int64),
+                "last_arrival": self.culprit.copy(),
                 "volume_bytes": np.minimum(self.volume, _MAX_VOLUME).astype(np.int64)}
         kinds = np.array([WAIT_KIND.get(v, "") for v in t.op.values] + [""], object)[self.op_code]
         op_names = np.array(list(t.op.values) + [""], object)[self.op_code]
@@ -168,12 +168,6 @@ class _Common:
 def _size_times(op: str, n: int) -> int:
     """nccl-tests' S over the per-rank input size."""
     return size_s(op, 1, n)
-
-
-def _codes(codes) -> "object":
-    import numpy as np
-
-    return np.asarray(memoryview(codes)).astype(np.int64)
 
 
 def _instance(t: EventTable, rows: list[int], expected: tuple[int, ...]) -> dict:

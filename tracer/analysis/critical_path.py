@@ -27,28 +27,16 @@ from __future__ import annotations
 
 from bisect import bisect_left
 
-from ..data.columns import from_numpy
+from ..data.columns import as_int64, from_numpy, groups_of
 from ..data.events import NONE, EventTable
 from .matching import finished
 from .model import CriticalPath, DelayCause, PathPart, Step
 from .tables import CollectiveTable, P2PTable
-from .walks import run
+from . import walks
+from .walks import KINDS as _KINDS, run
 
 SPAN_ARROW = " → "  # between the sites of a compute span's name: "train.py:40 → train.py:52" (what_if.py reads it)
 SYNC, ISSUE, WAIT = 0, 1, 2  # a host interval: a synchronous op's call, an async op's issue (empty), a wait() call
-_KINDS = ("compute", "comm", "wait")  # a part's kind, by its code in the walks (walks.COMPUTE, COMM, WAIT)
-_KIND_CODE = {k: c for c, k in enumerate(_KINDS)}
-
-
-def _rows_by_rank(t: EventTable):
-    """(rank, its rows in table order, a numpy array) for each rank."""
-    import numpy as np
-
-    rank = np.frombuffer(t.rank, dtype=np.int32)
-    order = np.argsort(rank, kind="stable")
-    edges = np.flatnonzero(np.diff(rank[order])) + 1
-    for part in np.split(order, edges) if len(order) else ():
-        yield int(rank[part[0]]), part
 
 
 class _Host:
@@ -105,21 +93,6 @@ def _hosts(t: EventTable, fin):
     return (a, b, row, kind, maxb), ranks, off, hid
 
 
-def _culprit_rows(t: EventTable, collectives: CollectiveTable, culprits: list) -> "object":
-    """Each collective's row of the rank waited for (its first, should a rank be there twice), -1 for none."""
-    import numpy as np
-
-    out = np.full(len(collectives), -1, np.int64)
-    rows = np.frombuffer(collectives.rows, np.int32)
-    offset = np.frombuffer(collectives.offset, np.int64)
-    culprit = np.array([-1 if c is None else c for c in culprits], np.int64)
-    k = np.repeat(np.arange(len(collectives)), np.diff(offset))
-    at = np.flatnonzero(np.frombuffer(t.rank, np.int32)[rows] == culprit[k])
-    first = np.unique(k[at], return_index=True)[1] if len(at) else at
-    out[k[at[first]]] = rows[at[first]]
-    return out
-
-
 class _Walker:
     """What the walks (walks.py) read, prepared: the ops' ends, each rank's host, each collective's row of the
     rank waited for; and the names of the parts they find."""
@@ -134,7 +107,7 @@ class _Walker:
                       for h, r in enumerate(ranks.tolist())}
         self._sites: dict[str, str] = {}
         self.floor = min(t.start_ns) if len(t) else 0  # no walk goes before the trace's first op
-        self.culprit_row = _culprit_rows(t, collectives, culprits)
+        self.culprit_row = collectives.culprit_rows(culprits)
 
     def label(self, i: int) -> str:
         t = self.t
@@ -205,14 +178,14 @@ def critical_paths(t: EventTable, collectives: CollectiveTable, instance_of, cul
     a, b, row, _kind, maxb = w.columns
     ranks = np.concatenate((alone[0], wr))
     words = int(ranks.max()) // 64 + 1 if len(ranks) else 1
-    ops, gids = _codes(t.op.codes), _codes(t.gid)
+    ops, gids = as_int64(t.op.codes), as_int64(t.gid)
     parts, off, keys, sums, bits = run(
         len(t), np.frombuffer(t.start_ns, np.int64), np.frombuffer(event_wait_ns, np.int64),
         np.frombuffer(w.fin, np.int64), np.frombuffer(t.async_op, np.uint8), np.frombuffer(t.rank, np.int32), w.hid,
         np.frombuffer(instance_of, np.int32), w.culprit_row, np.frombuffer(p2p_of, np.int32),
         np.frombuffer(p2p.send, np.int32), np.frombuffer(p2p.recv, np.int32),
         a, b, row, maxb, w.off.astype(np.int64), w.floor,
-        s_row, s_end, s_floor, wj, whi, wr, wlo, g0s, g1s, _codes(t.site.codes), ops, gids, words)
+        s_row, s_end, s_floor, wj, whi, wr, wlo, g0s, g1s, as_int64(t.site.codes), ops, gids, words)
     raw = [(r, _KINDS[c], lo, ns, x, y) for r, c, lo, ns, x, y in parts.tolist()]
     paths = [CriticalPath(k, windows[k][1] - windows[k][0], _merged([w.part(p) for p in raw[off[i]:off[i + 1]]]))
              for i, k in enumerate(index)]
@@ -229,7 +202,7 @@ def _with_alone(keys, sums, bits, alone, ops, gids) -> tuple:
         return keys, sums, bits
     more = np.zeros((len(row), bits.shape[1]), np.uint64)
     more[np.arange(len(row)), rank >> 6] = np.left_shift(np.uint64(1), (rank & 63).astype(np.uint64))
-    keys = np.concatenate((keys, np.stack((rank, np.full(len(row), _KIND_CODE["wait"]), ops[row], gids[row]), 1)))
+    keys = np.concatenate((keys, np.stack((rank, np.full(len(row), walks.WAIT), ops[row], gids[row]), 1)))
     keys, which = np.unique(keys, axis=0, return_inverse=True)
     which = which.ravel()
     total = np.zeros(len(keys), np.int64)
@@ -237,13 +210,6 @@ def _with_alone(keys, sums, bits, alone, ops, gids) -> tuple:
     ranks = np.zeros((len(keys), bits.shape[1]), np.uint64)
     np.bitwise_or.at(ranks, which, np.concatenate((bits, more)))
     return keys, total, ranks
-
-
-def _codes(codes) -> "object":
-    """An integer column (a coded column's codes: typecode B, H or i) as int64."""
-    import numpy as np
-
-    return np.asarray(memoryview(codes)).astype(np.int64)
 
 
 def _windows(t: EventTable, fin, steps: list[Step], step_of) -> dict[int, tuple[int, int, int]]:
@@ -308,7 +274,7 @@ def _waits(t: EventTable, w: _Walker, event_wait_ns) -> tuple[tuple, tuple]:
     waits = np.frombuffer(event_wait_ns, np.int64)
     starts = np.frombuffer(t.start_ns, np.int64)
     alone, found = [], []
-    for r, rows in _rows_by_rank(t):
+    for r, rows in groups_of(np.frombuffer(t.rank, np.int32)):  # (each rank's rows in table order)
         rows = rows[waits[rows] > 0]
         st = starts[rows]
         hi = st + waits[rows]
@@ -336,7 +302,7 @@ def _causes(t: EventTable, w: _Walker, keys, sums, bits) -> list[DelayCause]:
     for (rank, kind, x, y), ns, b in zip(keys.tolist(), sums.tolist(), bits):
         if ns <= 0:  # a node made by a walk but past every wait's start
             continue
-        if kind == _KIND_CODE["compute"]:
+        if kind == walks.COMPUTE:
             what = SPAN_ARROW.join((w.site_of(t.site.values[x]) if x >= 0 else "start", w.site_of(t.site.values[y])))
         else:
             what = f"{t.op.values[x]} {t.groups[y].name}"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from array import array
 
-from ..data.columns import copy_of
+from ..data.columns import as_int64, copy_of, groups_of
 from ..data.events import COLLECTIVE_OPS, NONE, EventTable
 
 
@@ -15,12 +15,9 @@ def group_collectives(t: EventTable) -> list[list[int]]:
 
     is_coll = np.array([v in COLLECTIVE_OPS for v in t.op.values] + [False], bool)
     seq = np.frombuffer(t.group_seq, np.int64)
-    rows = np.flatnonzero(is_coll[np.asarray(memoryview(t.op.codes))] & (seq >= 0))
+    rows = np.flatnonzero(is_coll[as_int64(t.op.codes)] & (seq >= 0))
     key = (np.frombuffer(t.gid, np.int32)[rows].astype(np.int64) << 40) | seq[rows]
-    order = np.argsort(key, kind="stable")  # (stable: each instance's rows stay in table order)
-    rows, key = rows[order], key[order]
-    edges = np.flatnonzero(key[1:] != key[:-1]) + 1
-    return [part.tolist() for part in np.split(rows, edges)] if len(rows) else []
+    return [rows[part].tolist() for _, part in groups_of(key)]  # (each instance's rows stay in table order)
 
 
 def match_p2p(t: EventTable) -> list[tuple[int, int, int, int, int | None, int | None]]:

@@ -27,6 +27,7 @@ from operator import eq
 from statistics import median
 from typing import TYPE_CHECKING
 
+from ..data.columns import as_int64, groups_of
 from ..data.events import NONE, EventTable
 from .matching import finished
 from .model import Step
@@ -58,9 +59,7 @@ def find_steps(t: EventTable, instance_rows: list, p2p: P2PTable) -> tuple[array
     full_all = _dense(loose_all, t.bytes)
     found = False
     # each rank's rows in issue order (table order is start order)
-    rank = np.frombuffer(t.rank, np.int32)
-    order = np.argsort(rank, kind="stable")
-    for rows in np.split(order, np.flatnonzero(np.diff(rank[order])) + 1) if n else ():
+    for _, rows in groups_of(np.frombuffer(t.rank, np.int32)):
         starts = _step_starts(full_all[rows].tolist(), loose_all[rows].tolist())
         if not starts:
             continue
@@ -82,7 +81,7 @@ def _dense(*columns) -> "object":
     first row, in numpy."""
     import numpy as np
 
-    cols = [np.asarray(c).astype(np.int64) for c in columns]
+    cols = [as_int64(c) for c in columns]
     n = len(cols[0])
     order = np.lexsort(cols[::-1])  # (stable: the first row of equal keys comes first)
     new = np.ones(n, bool)

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..data.columns import from_numpy
+from ..data.columns import from_numpy, groups_of
 from ..data.events import NONE, EventTable
 from .model import PipelineStats, Step, Straggler, StragglerVerdict
 from .waits import reach_before, union_by
@@ -109,8 +109,7 @@ def wait_records(t: EventTable, collectives: CollectiveTable, culprits: list[int
     culprit = np.array([-1 if c is None else c for c in culprits] + [-1], np.int64)[inst]
     member_rank = rank[rows]
     is_culprit = member_rank == culprit
-    culprit_row = np.full(len(sizes), -1, np.int64)
-    culprit_row[inst[is_culprit]] = rows[is_culprit]  # (a rank appears once in an instance)
+    culprit_row = collectives.culprit_rows(culprits)
     waited = (culprit >= 0) & (waits > 0) & ~is_culprit
     k = inst[waited]
     crow = culprit_row[k]
@@ -217,15 +216,14 @@ def propagated(rec: WaitRecord) -> WaitRecord:
     times = np.ones(len(rec.waiter), np.int64)  # each record's records out, in its place
     times[chained] = [len(f) for f in found]
     at = np.cumsum(times) - times
-    out = WaitRecord()
-    for name in ("waiter", "row", "unit", "counts"):
-        getattr(out, name).extend(from_numpy(np.repeat(rec.view(name), times), getattr(out, name).typecode))
-    cols = {name: np.array(rec.view(name)).repeat(times) for name in ("culprit", "culprit_row", "a", "b")}
+    cols = {name: np.repeat(rec.view(name), times)
+            for name in ("waiter", "culprit", "a", "b", "row", "culprit_row", "unit", "counts")}
     if found:
         parts = np.array([p for f in found for p in f], np.int64).reshape(-1, 4)
         where = np.repeat(at[chained], times[chained]) + np.concatenate([np.arange(len(f)) for f in found])
         for c, name in enumerate(("culprit", "culprit_row", "a", "b")):
             cols[name][where] = parts[:, c]
+    out = WaitRecord()
     for name, col in cols.items():
         getattr(out, name).extend(from_numpy(col, getattr(out, name).typecode))
     return out
@@ -237,10 +235,8 @@ def _waiting_meanwhile(rec: WaitRecord, stretches: dict) -> "np.ndarray":
     after the record's start is the only one that can begin before its end."""
     culprit, a, b = rec.view("culprit"), rec.view("a"), rec.view("b")
     out = b <= a
-    order = np.argsort(culprit, kind="stable")
-    edges = np.flatnonzero(np.diff(culprit[order])) + 1
-    for part in np.split(order, edges) if len(order) else ():
-        mine = stretches.get(int(culprit[part[0]]))
+    for c, part in groups_of(culprit):
+        mine = stretches.get(c)
         if mine is None:
             continue
         starts, ends = np.frombuffer(mine[0], np.int64), np.frombuffer(mine[1], np.int64)

@@ -141,6 +141,19 @@ class CollectiveTable:
             return finished(self.events, rows)  # the op-end rule: a wait() return where the end is unknown
         return array("q", map(self.events.end_ns.__getitem__, rows))
 
+    def culprit_rows(self, culprits: list[int | None]) -> "object":
+        """Each instance's row of its culprit (the rank its ranks waited for; a rank is in an instance once), -1
+        for none, in numpy."""
+        import numpy as np
+
+        out = np.full(len(self.gid), -1, np.int64)
+        rows = np.frombuffer(self.rows, np.int32)
+        k = np.repeat(np.arange(len(self.gid)), np.diff(np.frombuffer(self.offset, np.int64)))
+        culprit = np.array([-1 if c is None else c for c in culprits], np.int64)
+        at = np.frombuffer(self.events.rank, np.int32)[rows] == culprit[k]
+        out[k[at]] = rows[at]
+        return out
+
     def first_starts(self) -> array:
         """The earliest arrival of every instance (0 for one without rows), in numpy: one pass over the rows."""
         import numpy as np

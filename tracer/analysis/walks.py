@@ -21,7 +21,8 @@ import os
 
 import numpy as np
 
-COMPUTE, COMM, WAIT = 0, 1, 2  # a part's kind (critical_path._KINDS)
+KINDS = ("compute", "comm", "wait")  # a part's kind, by its code
+COMPUTE, COMM, WAIT = range(3)
 # a node's columns: its part's rank, kind, start, end, x, y (x: the op's row for COMM and WAIT; for COMPUTE, the
 # row of the op before the span, -1 for none, and y the row of the op after it), and what comes after it: a node, -1 (none) or _PENDING (not made yet: the state to find it from, its instant
 # and key, in PNOW and PKEY)

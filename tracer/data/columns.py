@@ -318,6 +318,24 @@ def from_numpy(values, tc: str = "q") -> array:
     return out
 
 
+def as_int64(col):
+    """An integer column (an array.array, a coded column's codes, a mapped column, a bytearray) as a numpy int64
+    copy: columns of several typecodes compared or combined."""
+    import numpy as np
+
+    return np.asarray(col).astype(np.int64)
+
+
+def groups_of(keys):
+    """(key, the indexes of its rows in order) for each distinct value of `keys` (a numpy integer column), keys
+    ascending: one stable sort, in numpy."""
+    import numpy as np
+
+    order = np.argsort(keys, kind="stable")
+    for part in np.split(order, np.flatnonzero(np.diff(keys[order])) + 1) if len(order) else ():
+        yield int(keys[part[0]]), part
+
+
 def permuted(col, order) -> array:
     """The integer column `col` with its rows in `order` (a permutation, a numpy array), in numpy."""
     import numpy as np
