@@ -541,6 +541,8 @@ def describe_straggler(a) -> str:
 
 
 def test_a_period_that_does_not_repeat_is_no_loop():
+    import numpy as np
+
     from disttrace.tracer.analysis.steps import _step_starts
 
     # one rank of benchmarks/synth.py's 3-D parallel job: 24 ops a step, sizes varying inside it, 2 set-up ops, a
@@ -548,4 +550,4 @@ def test_a_period_that_does_not_repeat_is_no_loop():
     # than the true period does, yet is no loop: it must not win (it did, and the whole trace had no steps)
     step = [3, 5, 12, 14, 36, 63, 87, 5, 12, 88, 36, 63, 91, 5, 12, 92, 36, 63, 94, 5, 12, 96, 36, 63]
     keys = [0, 1] + step * 2 + step[:12] + [0] + step[12:] + step[:6]
-    assert _step_starts(keys, keys) == [2, 26]  # (the third holds the barrier, the last is cut short)
+    assert _step_starts(np.array(keys), keys) == [2, 26]  # (the third holds the barrier, the last is cut short)

@@ -22,8 +22,6 @@ from __future__ import annotations
 
 from array import array
 from collections import Counter, deque
-from itertools import groupby, islice
-from operator import eq
 from statistics import median
 from typing import TYPE_CHECKING
 
@@ -60,7 +58,7 @@ def find_steps(t: EventTable, instance_rows: list, p2p: P2PTable) -> tuple[array
     found = False
     # each rank's rows in issue order (table order is start order)
     for _, rows in groups_of(np.frombuffer(t.rank, np.int32)):
-        starts = _step_starts(full_all[rows].tolist(), loose_all[rows].tolist())
+        starts = _step_starts(full_all[rows], loose_all[rows].tolist())
         if not starts:
             continue
         found = True
@@ -97,17 +95,48 @@ def _dense(*columns) -> "object":
     return out
 
 
-def _stretch(keys: list, p: int) -> tuple[int, int, int, int]:
-    """(ops covered, -p, p, start) of the longest stretch where keys[i] == keys[i + p]: found in C, a byte per
-    position split at the mismatches."""
-    runs = list(map(len, bytes(map(eq, keys, islice(keys, p, None))).split(b"\0")))
-    longest = max(runs)
-    k = runs.index(longest)
-    return longest + p, -p, p, sum(runs[:k]) + k  # each split took one mismatch byte
+def _spacings(sample) -> list[tuple[int, int]]:
+    """(spacing, how often) of the spacings between repeats of a key and between repeats of a run of one key (the
+    same key, as long) in `sample` (a numpy column), the most frequent first; ties in the order they are first met
+    (every key's repeats, in order, before the runs'), as a Counter filled in that order would list them."""
+    import numpy as np
+
+    n = len(sample)
+    if not n:
+        return []
+    order = np.argsort(sample, kind="stable")
+    same = sample[order][1:] == sample[order][:-1]
+    spacing, met = [(order[1:] - order[:-1])[same]], [order[1:][same]]
+    starts = np.flatnonzero(np.diff(sample, prepend=sample[0] - 1))  # of the runs of one key
+    lengths = np.diff(np.append(starts, n))
+    order = np.lexsort((lengths, sample[starts]))
+    same = (sample[starts][order][1:] == sample[starts][order][:-1]) & (lengths[order][1:] == lengths[order][:-1])
+    spacing.append((starts[order[1:]] - starts[order[:-1]])[same])
+    met.append(starts[order[1:]][same] + n)
+    d, at = np.concatenate(spacing), np.concatenate(met)
+    o = np.lexsort((at, d))
+    first = np.flatnonzero(np.diff(d[o], prepend=-1))
+    counts = np.diff(np.append(first, len(o)))
+    by = np.lexsort((at[o][first], -counts))
+    return list(zip(d[o][first][by].tolist(), counts[by].tolist()))
 
 
-def _step_starts(keys: list, loose_keys: list) -> list[int]:
-    """Positions in one rank's op sequence where a step starts (empty: no repeating sequence)."""
+def _stretch(keys, p: int) -> tuple[int, int, int, int]:
+    """(ops covered, -p, p, start) of the longest stretch where keys[i] == keys[i + p] (a numpy column)."""
+    import numpy as np
+
+    same = keys[:-p] == keys[p:] if p < len(keys) else np.zeros(0, bool)
+    bounds = np.concatenate(([-1], np.flatnonzero(~same), [len(same)]))  # around the mismatches
+    runs = np.diff(bounds) - 1
+    k = int(np.argmax(runs))
+    return int(runs[k]) + p, -p, p, int(bounds[k]) + 1
+
+
+def _step_starts(keys, loose_keys: list) -> list[int]:
+    """Positions in one rank's op sequence (`keys`: a numpy column) where a step starts (empty: no repeating
+    sequence)."""
+    import numpy as np
+
     n = len(keys)
     if n < 2 * MIN_REPEATS:
         return []
@@ -115,39 +144,25 @@ def _step_starts(keys: list, loose_keys: list) -> list[int]:
     # pipeline stage sends M activations in a row, then receives M gradients: its period is two runs long),
     # over the first ops: a loop repeats from the start
     sample = keys[:_SAMPLE]
-    spacing: Counter = Counter()
-    last: dict = {}
-    for i, k in enumerate(sample):
-        j = last.get(k)
-        if j is not None:
-            spacing[i - j] += 1
-        last[k] = i
-    last = {}
-    i = 0
-    for k, run in groupby(sample):
-        length = len(list(run))
-        j = last.get((k, length))
-        if j is not None:
-            spacing[i - j] += 1
-        last[(k, length)] = i
-        i += length
+
     # each candidate tried on the first ops, the two best of them on all; a stretch that does not hold the period
     # MIN_REPEATS times is no loop (a long spacing seen once would otherwise cover the most)
     def loops(stretch) -> bool:
         return stretch[0] >= stretch[2] * MIN_REPEATS
 
-    tried = sorted(filter(loops, (_stretch(sample, p) for p, count in spacing.most_common(_CANDIDATES)
+    tried = sorted(filter(loops, (_stretch(sample, p) for p, count in _spacings(sample)[:_CANDIDATES]
                                   if count >= MIN_REPEATS - 1)), reverse=True)
     best = max(filter(loops, (_stretch(keys, p) for _, _, p, _ in tried[:2])), default=None)
     if best is None:
         return []
     _, _, p, a = best
-    signature = keys[a:a + p]
-    first = signature[0]
+    at = np.flatnonzero(keys[a:n - p + 1] == keys[a]) + a  # every occurrence of the signature from a on
+    for q in range(1, p):
+        at = at[keys[at + q] == keys[a + q]]
     starts = []
     i = a
-    for j in [j for j in range(a, n - p + 1) if keys[j] == first]:  # every occurrence of the signature from a on
-        if j >= i and keys[j:j + p] == signature:
+    for j in at.tolist():  # (occurrences that overlap the one before are not steps)
+        if j >= i:
             starts.append(j)
             i = j + p
     # earlier iterations that differ only in their sizes: the signature's first (op, group, site), close enough
