@@ -113,6 +113,18 @@ def _check(stages: tuple[Stage, ...]) -> list[tuple[float, float]]:
 _STRETCH = _check(STAGES)
 
 
+def _dropped_after(stages: tuple[Stage, ...]) -> list[tuple[str, ...]]:
+    """Per stage, the intermediate results (not fields of Analysis) that no later stage reads: dropped once it
+    ran, so that the analysis' peak memory holds only what is still to be read (at 10M events, the instances'
+    rows by bucket and the wait records are ~1 GB)."""
+    kept = {f.name for f in fields(Analysis)} | {"table", "progress", "changes"}
+    last = {name: k for k, s in enumerate(stages) for name in s.reads}
+    return [tuple(name for name, at in last.items() if at == k and name not in kept) for k in range(len(stages))]
+
+
+_DROPPED = _dropped_after(STAGES)
+
+
 def analyze(table: EventTable, progress=None, changes: tuple[ChangeSpec, ...] = (),
             timings: dict[str, float] | None = None) -> Analysis:
     """The analysis of a table; `changes` are the what-ifs to re-time (what_if.py; none: its defaults). `timings`,
@@ -138,7 +150,7 @@ def analyze(table: EventTable, progress=None, changes: tuple[ChangeSpec, ...] = 
 
 def _analyze(table: EventTable, progress, changes: tuple[ChangeSpec, ...], timings) -> Analysis:
     results = {"table": table, "progress": None, "changes": changes}
-    for stage, (lo, hi) in zip(STAGES, _STRETCH):
+    for stage, (lo, hi), dropped in zip(STAGES, _STRETCH, _DROPPED):
         if progress is not None:
             if stage.label:
                 progress(stage.at, stage.label)
@@ -152,6 +164,9 @@ def _analyze(table: EventTable, progress, changes: tuple[ChangeSpec, ...], timin
             results[stage.adds[0]] = out
         elif stage.adds:
             results.update(zip(stage.adds, out))
+        del out
+        for name in dropped:
+            del results[name]
     if progress is not None:
         progress(1.0, "done")
     return Analysis(**{f.name: results[f.name] for f in fields(Analysis)})
