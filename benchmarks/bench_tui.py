@@ -1,6 +1,6 @@
 """Benchmark: the viewer on a large synthetic trace, as ratios to merely parsing its JSON with orjson.
 
-    python benchmarks/bench_tui.py [--events 1000000] [--ranks 64] [--file PATH] [--size 160x50]
+    python benchmarks/bench_tui.py [--events 1000000] [--ranks 64] [--file PATH] [--size 160x50] [--memory-limit 4G]
 
 Measured side by side in one run:
 - the yardstick: orjson.loads of every line of the events file, nothing kept (issue 19); the ratios are to it;
@@ -12,7 +12,10 @@ Measured side by side in one run:
   included; goal: < 50 ms), to the frame that shows the detail pane, and the CPU time the process spent on
   the key; and the cold cost of drawing every visible timeline line with its caches empty;
 - keys while the analysis runs in its worker thread (zoomed in, so that pans move), timed the same way;
-- memory: the app process's resident memory once the trace is open (goal: low hundreds of MB).
+- memory: the app process's resident memory once the trace is open (goal: low hundreds of MB); with
+  --memory-limit, each run is made in a memory cgroup of that size (memlimit.py: the whole process tree, the
+  page cache of the mapped store counted but reclaimable, as on a machine with that much memory), and whether it
+  completed is printed (goal at 10M events: within 4 GB).
 The app runs in a child process so that its memory is its own.
 """
 
@@ -36,6 +39,15 @@ sys.path.insert(0, str(Path(__file__).parent))
 def rss_mb() -> float:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory (VmHWM: a mapped file's pages included)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
 
 
 class FrameClock:
@@ -157,6 +169,7 @@ async def _app_run(path: str, size: tuple[int, int]) -> dict:
             cold.append(time.process_time() - t)
             await clock.press(app, "l")
     return {"during_s": during, "first_frame_s": first, "analysed_s": analysed, "rss_mb": rss, "rss_full_mb": rss_full,
+            "peak_rss_mb": peak_rss_mb(),
             "frames": frames, "cold_frame_s": cold,
             "events": store.n_events, "ranks": len(store.rows), "stages": stages}
 
@@ -198,6 +211,7 @@ def main() -> None:
     ap.add_argument("--ranks", type=int, default=64)
     ap.add_argument("--file", help="use (or create) this .jsonl instead of a temporary one")
     ap.add_argument("--size", default="160x50", help="terminal size, COLSxROWS")
+    ap.add_argument("--memory-limit", metavar="SIZE", help="run each child in a memory cgroup of SIZE (4G)")
     ap.add_argument("--child", choices=["app", "stages"], help=argparse.SUPPRESS)
     ns = ap.parse_args()
     size = tuple(int(v) for v in ns.size.lower().split("x"))
@@ -208,6 +222,7 @@ def main() -> None:
     if ns.child == "stages":
         print(json.dumps(_stages(path)))
         return
+    from memlimit import MemoryLimit, parse_size
     from synth import ensure_synthetic, fresh_store, time_parse, time_yardstick
 
     ensure_synthetic(path, ns.events, ns.ranks)
@@ -215,17 +230,34 @@ def main() -> None:
     yards = [time_yardstick(path)]  # measured three times, between the runs: this machine's speed drifts
     fresh_store(path)  # the first app run parses and writes the trace store; the re-open run opens it
 
-    def child(kind: str) -> dict:
+    limited: list[str] = []  # what each run did under --memory-limit
+
+    def child(kind: str, what: str) -> dict:
         cmd = [sys.executable, __file__, "--file", path, "--size", ns.size, "--child", kind]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
+        cage = MemoryLimit.make(parse_size(ns.memory_limit)) if ns.memory_limit else None
+        if isinstance(cage, str):
+            limited.append(f"{what}: not tested, {cage}")
+            cage = None
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, preexec_fn=cage and cage.join)
+            if cage is not None:
+                peak = cage.peak_bytes()
+                killed = cage.oom_kills()
+                limited.append(f"{what}: {'KILLED for want of memory' if killed else 'completed'}; the cgroup's "
+                               f"peak {peak / 2**30:.2f} GB (page cache of the mapped store included)"
+                               if peak is not None else f"{what}: {'KILLED' if killed else 'completed'}")
+        finally:
+            if cage is not None:
+                cage.close()
         if proc.returncode:
-            sys.exit(f"{kind} run failed:\n{proc.stderr[-3000:]}")
+            print("\n".join(limited))
+            sys.exit(f"{kind} run failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
         return json.loads(proc.stdout.strip().splitlines()[-1])
 
-    app = child("app")
+    app = child("app", "the viewer, first open (reading, analysing, keys)")
     yards.append(time_yardstick(path))
-    reopen = child("app")
-    stages = child("stages")
+    reopen = child("app", "the viewer, re-open")
+    stages = child("stages", "the stages measured apart (load, analyze, store)")
     yards.append(time_yardstick(path))
     yard = statistics.median(yards)
     first = app["first_frame_s"]
@@ -275,6 +307,12 @@ def main() -> None:
     per = {k: r * 2**20 / max(n, 1) for k, r in (("first", app["rss_full_mb"]), ("again", reopen["rss_full_mb"]))}
     print(f"memory an event                 {per['first']:7.0f} B analysed on the first open, {per['again']:.0f} B on a "
           "re-open (goal <= 150 B; the whole process, its ~100 MB of libraries included)")
+    print(f"peak RSS (VmHWM)                {app['peak_rss_mb']:7.0f} MB first open, {reopen['peak_rss_mb']:.0f} MB "
+          "re-open (the mapped store's pages included)")
+    if ns.memory_limit:
+        print(f"in a {ns.memory_limit} memory cgroup each (goal at 10M events: completes within 4 GB):")
+        for line in limited:
+            print("    " + line)
 
 
 if __name__ == "__main__":

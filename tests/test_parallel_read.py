@@ -128,6 +128,27 @@ def test_a_split_events_file_reads_as_one(tmp_path, split, careful):
     assert_same(sorted_ranks(slow), sorted_ranks(again))
 
 
+def test_more_shares_than_workers_are_read_a_few_at_a_time(tmp_path, split, careful, monkeypatch):
+    """A trace larger than the workers' shares may be (MAX_SHARE_BYTES) is cut into more shares, which at most
+    workers() processes read at once: the table is the same."""
+    path = damaged_events_file(tmp_path / "events.jsonl")
+    monkeypatch.setattr(parallel, "MAX_SHARE_BYTES", os.path.getsize(path) // 7 + 1)  # (7 shares)
+    monkeypatch.setenv(parallel.ENV, "2")
+    running, most = [], []
+    popen = parallel.subprocess.Popen
+
+    class Counted(popen):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            running.append(self)
+            most.append(sum(p.poll() is None for p in running))
+
+    monkeypatch.setattr(parallel.subprocess, "Popen", Counted)
+    t = load_trace(path)
+    assert split == [7] and len(running) == 7 and max(most) <= 2 and opened_from_store(t)
+    assert_same(sorted_ranks(careful(path)), sorted_ranks(t))
+
+
 def test_a_split_read_of_one_run_of_several(tmp_path, split, careful):
     path = damaged_events_file(tmp_path / "events.jsonl", runs=3)
     for run in (2, None):

@@ -7,6 +7,8 @@ file like the store, data/store.py). The parent then merges the parts in Arrow (
 groups and the text columns' dictionaries made one, the rows sorted as EventTable.sort sorts them, the table-level
 records (ranks, warnings, notes, stacks) joined in order, and writes the trace store. The shares are contiguous and
 merged in file order, so the table is the one the in-process reader makes (tests/test_store.py compares them).
+A share is at most MAX_SHARE_BYTES and at most workers() run at once, so that what the workers hold together stays
+bounded whatever the trace's size (a 10M-event trace: 20 shares, ~300 MB a worker).
 
 Used where it pays (data/load.py): a first read that writes the store, of a trace of at least PARALLEL_BYTES, with
 more than one CPU. Anything odd in the machinery (a worker killed, a value the store cannot hold) makes the caller
@@ -32,7 +34,8 @@ from .events import EventTable, Progress, TraceError, part_of
 
 PARALLEL_BYTES = 48 << 20  # smaller traces are read in process: two interpreters' start costs ~0.3 s
 SHARE_BYTES = 24 << 20     # no worker gets less than this
-MAX_WORKERS = 8
+MAX_SHARE_BYTES = 256 << 20  # nor more: a worker holds its share as a table (~500 bytes an event, ~250 MB here)
+MAX_WORKERS = 8            # at once; a large trace has more shares than workers, read a few at a time
 ENV = "DISTTRACE_WORKERS"  # how many workers to use ("1": read in process); default: the CPUs
 
 
@@ -65,7 +68,11 @@ def workers() -> int:
 
 
 def _how_many(size: int) -> int:
-    return min(workers(), max(1, size // SHARE_BYTES)) if size >= PARALLEL_BYTES else 1
+    """How many shares a trace of `size` bytes is read in: one per worker, more where a worker's share would
+    exceed MAX_SHARE_BYTES (the workers' memory together is what a first read of 10M events needs)."""
+    if size < PARALLEL_BYTES:
+        return 1
+    return max(min(workers(), max(1, size // SHARE_BYTES)), -(-size // MAX_SHARE_BYTES))
 
 
 def plan_trace_dirs(paths: list[str], run: int | None) -> Plan | None:
@@ -124,31 +131,49 @@ def read_parts(plan: Plan, folder: str, progress: Progress | None = None) -> lis
     _remove_stale_parts(folder)
     token = f"{os.getpid()}-{os.urandom(4).hex()}"
     outs = [os.path.join(folder, f"{_PART_PREFIX}{token}-{k}.arrow") for k in range(len(plan.shares))]
-    procs = []
+    procs: dict[int, subprocess.Popen] = {}  # the running workers, by share
+    codes: list[int | None] = [None] * len(outs)
     sel = selectors.DefaultSelector()
+    lanes = workers()
+    done = [0.0] * len(outs)
+    errs = [b""] * len(outs)
+    open_pipes: dict[int, int] = {}
+
+    def start(k: int) -> None:
+        spec = dict(plan.shares[k], kind=plan.kind, path=plan.paths[0], out=outs[k], parent=os.getpid())
+        p = subprocess.Popen([sys.executable, "-m", __spec__.name], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        procs[k] = p
+        p.stdin.write(orjson.dumps(spec))
+        p.stdin.close()
+        sel.register(p.stdout, selectors.EVENT_READ, (k, "out"))
+        sel.register(p.stderr, selectors.EVENT_READ, (k, "err"))
+        open_pipes[k] = 2
+
     try:
-        for k, (share, out) in enumerate(zip(plan.shares, outs)):
-            spec = dict(share, kind=plan.kind, path=plan.paths[0], out=out, parent=os.getpid())
-            p = subprocess.Popen([sys.executable, "-m", __spec__.name], stdin=subprocess.PIPE,
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-            procs.append(p)
-            p.stdin.write(orjson.dumps(spec))
-            p.stdin.close()
-            sel.register(p.stdout, selectors.EVENT_READ, (k, "out"))
-            sel.register(p.stderr, selectors.EVENT_READ, (k, "err"))
+        waiting = list(range(len(outs)))
+        for _ in range(min(lanes, len(waiting))):
+            start(waiting.pop(0))
         import numpy  # noqa: F401 - the merge's, loaded while the workers read (this process waits anyway)
         import pyarrow.compute  # noqa: F401
 
-        done = [0.0] * len(procs)
-        errs = [b""] * len(procs)
-        open_pipes = 2 * len(procs)
         while open_pipes:
             for key, _ in sel.select():
                 k, which = key.data
                 chunk = os.read(key.fileobj.fileno(), 1 << 16)
                 if not chunk:
                     sel.unregister(key.fileobj)
-                    open_pipes -= 1
+                    open_pipes[k] -= 1
+                    if not open_pipes[k]:  # this worker is done: the next share takes its place
+                        del open_pipes[k]
+                        p = procs.pop(k)
+                        codes[k] = p.wait()
+                        p.stdout.close()
+                        p.stderr.close()
+                        if codes[k]:
+                            waiting.clear()  # (it failed: the read is over)
+                        elif waiting:
+                            start(waiting.pop(0))
                 elif which == "err":
                     errs[k] = (errs[k] + chunk)[-4000:]
                 else:
@@ -158,17 +183,16 @@ def read_parts(plan: Plan, folder: str, progress: Progress | None = None) -> lis
                     except ValueError:
                         pass
                     if progress is not None:
-                        progress(sum(done) / len(done), "reading (%d processes)" % len(procs))
-        codes = [p.wait() for p in procs]
+                        progress(sum(done) / len(done), "reading (%d processes)" % min(lanes, len(outs)))
     except BaseException:
-        for p in procs:
+        for p in procs.values():
             p.kill()
             p.wait()
         _remove(outs)
         raise
     finally:
         sel.close()
-        for p in procs:
+        for p in procs.values():
             for pipe in (p.stdout, p.stderr):
                 pipe.close()
     for k, code in enumerate(codes):

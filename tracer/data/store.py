@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import os
 import secrets
+import tempfile
 import time
 import zlib
 from array import array
@@ -286,7 +287,6 @@ def merge_parts(parts: list[str], head: EventTable, path: str, fingerprint: dict
     of the whole, or raises. Raises StoreError on a part that is not one."""
     import numpy as np
     import pyarrow as pa
-    import pyarrow.compute as pc
 
     batches, records = [], []
     for p in parts:
@@ -320,46 +320,130 @@ def merge_parts(parts: list[str], head: EventTable, path: str, fingerprint: dict
     if n < 2 or (order[1:] > order[:-1]).all():
         order = None  # already in order
 
-    def ordered(values):
-        return values if order is None else values[order]
+    scratch = _Scratch(os.path.dirname(path) or ".")
+
+    def ordered(values, dtype):
+        """values in the table's order, in a scratch column; values: a numpy column, or a list of them joined."""
+        out = scratch.column(dtype, n)
+        if isinstance(values, list):
+            if order is None:
+                return np.concatenate(values, out=out) if values else out
+            values = np.concatenate(values)
+        return np.take(values, order, out=out) if order is not None else np.copyto(out, values) or out
+
+    def fixed(values, dtype) -> "object":
+        return pa.Array.from_buffers(pa.from_numpy_dtype(dtype), n, [None, pa.py_buffer(ordered(values, dtype))])
 
     out_names, arrays = [], []
-    for name in _INT_COLUMNS:
-        file_name = _NAMES.get(name, name)
-        if name == "gid":  # each part's group indexes, as the whole's
-            values = np.concatenate([g[np.frombuffer(_used_bytes(a)[0], np.int32)]
-                                     for g, a in zip(group_of, column(name))])
-        elif name in keys:
-            values = keys[name]
-        else:
-            values = np.concatenate([np.frombuffer(_used_bytes(a)[0], _np_type(a)) for a in column(file_name)])
-        out_names.append(file_name)
-        arrays.append(pa.array(ordered(values)))
-    for name in _STR_COLUMNS + ("shape",):
-        index: dict = {}  # value -> its code in the whole, in order of first appearance
-        codes = []
-        for a in column(name):
-            mapping = np.array([index.setdefault(v, len(index)) for v in a.dictionary.to_pylist()] or [0], np.int64)
-            codes.append(mapping[np.frombuffer(_used_bytes(a.indices)[0], _np_type(a.indices))])
-        values = list(index)
-        code_type = np.uint8 if len(values) <= 1 << 8 else np.uint16 if len(values) <= 1 << 16 else np.int32
-        merged = np.concatenate(codes).astype(code_type) if codes else np.zeros(0, code_type)
-        out_names.append(name)
-        arrays.append(pa.DictionaryArray.from_arrays(pa.array(ordered(merged)), pa.array(values, pa.string())))
-    for name in _JSON_COLUMNS:
-        file_name = _NAMES.get(name, name)
-        chunks = pa.chunked_array(column(file_name), pa.large_string())
-        if order is not None:  # (taken from the parts as they are: no joined copy of the summaries first)
-            chunks = pc.take(chunks, pa.array(order))
-        out_names.append(file_name)
-        arrays.append(chunks.chunk(0) if chunks.num_chunks == 1 else pa.concat_arrays(chunks.chunks)
-                      if chunks.num_chunks else pa.array([], pa.large_string()))
-    flags = np.concatenate([np.frombuffer(_used_bytes(a)[0], np.uint8) for a in column("async_op")])
-    out_names.append("async_op")
-    arrays.append(pa.array(ordered(flags)))
-    meta = _meta(head, fingerprint)
-    meta["events"] = n
-    _write(pa, path, out_names, arrays, orjson.dumps(meta))
+    try:
+        for name in _INT_COLUMNS:
+            file_name = _NAMES.get(name, name)
+            if name == "gid":  # each part's group indexes, as the whole's
+                values = [g[np.frombuffer(_used_bytes(a)[0], np.int32)] for g, a in zip(group_of, column(name))]
+            elif name in keys:
+                values = keys[name]
+            else:
+                values = [np.frombuffer(_used_bytes(a)[0], _np_type(a)) for a in column(file_name)]
+            out_names.append(file_name)
+            arrays.append(fixed(values, np.dtype(_np_type(batches[0].column(file_name)) if batches else np.int64)))
+        for name in _STR_COLUMNS + ("shape",):
+            index: dict = {}  # value -> its code in the whole, in order of first appearance
+            codes = []
+            for a in column(name):
+                mapping = np.array([index.setdefault(v, len(index)) for v in a.dictionary.to_pylist()] or [0],
+                                   np.int64)
+                codes.append(mapping[np.frombuffer(_used_bytes(a.indices)[0], _np_type(a.indices))])
+            values = list(index)
+            code_type = np.uint8 if len(values) <= 1 << 8 else np.uint16 if len(values) <= 1 << 16 else np.int32
+            merged = np.concatenate(codes).astype(code_type) if codes else np.zeros(0, code_type)
+            out_names.append(name)
+            arrays.append(pa.DictionaryArray.from_arrays(fixed(merged, np.dtype(code_type)),
+                                                         pa.array(values, pa.string())))
+        for name in _JSON_COLUMNS:
+            file_name = _NAMES.get(name, name)
+            out_names.append(file_name)
+            arrays.append(_joined_texts(pa, np, column(file_name), order, n, scratch))
+        out_names.append("async_op")
+        arrays.append(fixed([np.frombuffer(_used_bytes(a)[0], np.uint8) for a in column("async_op")],
+                            np.dtype(np.uint8)))
+        meta = _meta(head, fingerprint)
+        meta["events"] = n
+        _write(pa, path, out_names, arrays, orjson.dumps(meta))
+    finally:
+        del arrays
+        scratch.close()
+
+
+class _Scratch:
+    """The merged columns, built in unlinked temp files beside the store and mapped, not in the process's memory:
+    their pages are the page cache's, which the kernel writes back and reclaims when memory runs short (10M
+    events: the merge held ~4 GB of its own, more than a 4 GB machine has; now the part it must hold at once)."""
+
+    def __init__(self, folder: str) -> None:
+        self.folder, self.files = folder, []
+
+    def column(self, dtype, n: int):
+        import numpy as np
+
+        dtype = np.dtype(dtype)
+        if not n:
+            return np.zeros(0, dtype)
+        fh = tempfile.TemporaryFile(dir=self.folder, prefix=".merge-")
+        self.files.append(fh)
+        return np.memmap(fh, dtype, "w+", shape=(n,))
+
+    def close(self) -> None:
+        for fh in self.files:
+            fh.close()
+
+
+_TAKE_ROWS = 1 << 18  # the JSON texts are reordered this many rows at a time (the take's own copy is this big)
+
+
+def _joined_texts(pa, np, chunks: list, order, n: int, scratch: _Scratch):
+    """The parts' JSON texts (large_string arrays) as one, in the table's order, built in scratch columns: first
+    joined in file order, then (when the rows are reordered) taken a slice of rows at a time. (Arrow's take over
+    a chunked array would join the chunks in memory first, every time.)"""
+    import pyarrow.compute as pc
+
+    lengths, valid = [], []
+    for a in chunks:
+        lengths.append(np.diff(np.frombuffer(_used_bytes(a)[0], np.int64)))
+        valid.append(a.is_valid().to_numpy(zero_copy_only=False) if a.null_count else np.ones(len(a), bool))
+    lengths = np.concatenate(lengths) if chunks else np.zeros(0, np.int64)
+    valid = np.concatenate(valid) if chunks else np.zeros(0, bool)
+
+    def texts(lengths, valid, fill):
+        """A large_string array of rows of these lengths and validity, its bytes written by fill(offsets, data)."""
+        offsets = scratch.column(np.int64, n + 1)
+        offsets[0] = 0
+        np.cumsum(lengths, out=offsets[1:])
+        data = scratch.column(np.uint8, int(offsets[-1]))
+        fill(offsets, data)
+        nulls = int(n - np.count_nonzero(valid))
+        validity = pa.py_buffer(np.packbits(valid, bitorder="little")) if nulls else None
+        return pa.Array.from_buffers(pa.large_string(), n, [validity, pa.py_buffer(offsets), pa.py_buffer(data)],
+                                     null_count=nulls)
+
+    def joined(offsets, data) -> None:
+        row = 0
+        for a in chunks:
+            used = _used_bytes(a)
+            data[offsets[row]:offsets[row + len(a)]] = np.frombuffer(used[1], np.uint8)
+            row += len(a)
+
+    whole = texts(lengths, valid, joined)
+    if order is None:
+        return whole
+
+    def taken(offsets, data) -> None:
+        for a in range(0, n, _TAKE_ROWS):
+            b = min(a + _TAKE_ROWS, n)
+            piece = pc.take(whole, pa.array(order[a:b]))
+            used = _used_bytes(piece)
+            data[offsets[a]:offsets[b]] = np.frombuffer(used[1], np.uint8)
+
+    return texts(lengths[order], valid[order], taken)
 
 
 def _np_type(a):
