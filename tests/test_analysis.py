@@ -460,6 +460,81 @@ def test_a_wait_for_a_rank_that_was_waiting_is_carried_back_to_the_root():
     assert sorted(zip(out.waiter, out.culprit, out.a, out.b)) == [(0, 1, 0, 10 * MS), (1, 0, 0, 10 * MS)]
 
 
+def _roots_by_recursion(rec, max_chain):
+    """The propagation's definition, followed by recursion over per-rank lists (what chains.follow_all computes
+    with a stack, compiled or not): each record's (waiter, culprit, a, b, culprit_row, row), in order."""
+    from bisect import bisect_right
+
+    mine: dict = {}
+    for w, c, a, b, crow, counted in sorted(zip(rec.waiter, rec.culprit, rec.a, rec.b, rec.culprit_row, rec.counts),
+                                           key=lambda x: (x[0], x[2])):
+        if not counted:
+            continue
+        s = mine.setdefault(w, [])
+        lo = max(a, max((e for _, e, _, _ in s), default=a))  # (past what the rank's earlier waits covered)
+        if b > lo:
+            s.append((lo, b, c, crow))
+
+    def roots(c, crow, a, b, chain):
+        stretches = mine.get(c)
+        if not stretches or len(chain) >= max_chain:
+            return [(c, crow, a, b)]
+        starts = [x[0] for x in stretches]
+        k = max(bisect_right(starts, a) - 1, 0)
+        out, now, chain = [], a, chain + (c,)
+        while k < len(stretches) and stretches[k][0] < b:
+            sa, sb, d, drow = stretches[k]
+            k += 1
+            if sb <= now or d in chain:
+                continue
+            lo, hi = max(sa, now), min(sb, b)
+            if lo > now:
+                out.append((c, crow, now, lo))
+            out += roots(d, drow, lo, hi, chain)
+            now = hi
+        if now < b:
+            out.append((c, crow, now, b))
+        return out
+
+    out = []
+    for w, c, a, b, crow, row in zip(rec.waiter, rec.culprit, rec.a, rec.b, rec.culprit_row, rec.row):
+        out += [(w, d, lo, hi, drow, row) for d, drow, lo, hi in roots(c, crow, a, b, (w,))]
+    return out
+
+
+@pytest.mark.parametrize("jit", ["0", "1"])
+def test_waits_carried_back_along_random_chains_are_the_definitions(jit, monkeypatch):
+    """chains.follow_all (a stack, compiled by numba from jit.JIT_FROM records, else Python) against the
+    definition by recursion, on random waits among a few ranks: chains, cycles, chains past MAX_CHAIN, uncounted
+    waits."""
+    import random
+
+    from disttrace.tracer.analysis import chains
+    from disttrace.tracer.analysis.stragglers import WaitRecord, propagated
+
+    if jit == "1":
+        pytest.importorskip("numba")
+    monkeypatch.setenv("DISTTRACE_JIT", jit)
+    rnd = random.Random(7)
+    carried = cut = 0
+    for trial in range(150):
+        ranks = rnd.randint(2, 24)
+        rec = WaitRecord()
+        for _ in range(rnd.randint(1, 200)):
+            w = rnd.randrange(ranks)
+            c = (w + rnd.randrange(1, ranks)) % ranks
+            a = rnd.randrange(1000)
+            rec.add(w, c, a, rnd.randrange(1, 200), rnd.randrange(10**6), rnd.randrange(10**6), -1, rnd.random() < 0.9)
+        longest = 3 if trial % 2 else 16  # (chains cut short too)
+        monkeypatch.setattr(chains, "MAX_CHAIN", longest)
+        out = propagated(rec)
+        got = list(zip(out.waiter, out.culprit, out.a, out.b, out.culprit_row, out.row))
+        assert got == _roots_by_recursion(rec, longest), trial
+        cut += longest == 3 and got != _roots_by_recursion(rec, 16)
+        carried += len(out.waiter) > len(rec.waiter)
+    assert carried > 100 and cut > 10  # (most trials had chains to follow, many cut short)
+
+
 def test_a_balanced_job_has_no_straggler():
     for seed in range(5):
         a = ddp_like(20, {}, jitter_ms=2.0, seed=seed).analyze()

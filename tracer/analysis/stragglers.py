@@ -26,7 +26,6 @@ names a slower stage), and no chain is followed through them.
 from __future__ import annotations
 
 from array import array
-from bisect import bisect_right
 from collections import Counter
 from statistics import median
 from typing import TYPE_CHECKING
@@ -35,6 +34,7 @@ import numpy as np
 
 from ..data.columns import from_numpy, groups_of
 from ..data.events import NONE, EventTable
+from . import chains
 from .model import PipelineStats, Step, Straggler, StragglerVerdict
 from .waits import reach_before, union_by
 
@@ -143,13 +143,11 @@ def _extend(rec: WaitRecord, waiter, culprit, a, w, row, culprit_row, unit, coun
         arr.extend(from_numpy(col, arr.typecode))
 
 
-MAX_CHAIN = 16  # ranks followed back along one chain of waits
-
-
-def _stretches(rec: WaitRecord) -> dict[int, tuple[array, array, array, array]]:
-    """Per waiting rank, its counted waits as disjoint stretches in time order: columns of start, end, culprit and
-    culprit row (a wait overlapping the rank's earlier ones keeps only what lies past them). In numpy, and typed
-    arrays per rank: a tuple per wait took ~150 bytes, ~1 GB at 10M events."""
+def _stretches(rec: WaitRecord):
+    """Every waiting rank's counted waits as disjoint stretches in time order: (slot, off, start, end, culprit,
+    culprit row), rank r's at [off[slot[r]], off[slot[r] + 1]) (slot -1: it never waited), a wait overlapping
+    the rank's earlier ones keeping only what lies past them. In numpy (a tuple per wait took ~150 bytes, ~1 GB
+    at 10M events)."""
     counted = np.flatnonzero(rec.view("counts"))  # (a pipeline's bubble: nothing to carry)
     waiter = rec.view("waiter")[counted]
     a = rec.view("a")[counted]
@@ -161,66 +159,39 @@ def _stretches(rec: WaitRecord) -> dict[int, tuple[array, array, array, array]]:
     low = np.iinfo(np.int64).min
     start = np.maximum(a, reach_before(np.where(b > a, b, low), new))
     keep = b > start
-    cols = (start, b, rec.view("culprit")[order], rec.view("culprit_row")[order])
-    waiter, cols = waiter[keep], [c[keep] for c in cols]
-    out = {}
-    edges = np.flatnonzero(np.diff(waiter)) + 1
-    for lo, hi in zip(np.append(0, edges).tolist(), np.append(edges, len(waiter)).tolist()):
-        if hi > lo:
-            out[int(waiter[lo])] = tuple(from_numpy(c[lo:hi]) for c in cols)
-    return out
+    waiter = waiter[keep]
+    ranks, first = np.unique(waiter, return_index=True)
+    slot = np.full(int(ranks.max()) + 1 if len(ranks) else 0, -1, np.int64)
+    slot[ranks] = np.arange(len(ranks))
+    off = np.append(first, len(waiter)).astype(np.int64)
+    return (slot, off) + tuple(np.ascontiguousarray(c[keep]) for c in
+                               (start, b, rec.view("culprit")[order], rec.view("culprit_row")[order]))
 
 
 def propagated(rec: WaitRecord) -> WaitRecord:
     """The waits with their causes carried back along chains (Scalasca's propagation of wait states): while rank a
     waited for rank b, if b was itself waiting for c, that stretch of a's wait was caused by c (and so on back:
-    c may have been waiting too). A ring exchange passes one rank's delay on from neighbour to neighbour; without
-    this the ranks that passed it on would share the blame. A chain that comes back to a rank already on it (a
-    cycle) stops there. Each stretch keeps its waiter, event and unit; its culprit row is the root's arrival."""
+    c may have been waiting too; chains.py follows them). A ring exchange passes one rank's delay on from
+    neighbour to neighbour; without this the ranks that passed it on would share the blame. A chain that comes
+    back to a rank already on it (a cycle) stops there. Each stretch keeps its waiter, event and unit; its culprit
+    row is the root's arrival."""
     counted = rec.view("counts") != 0
     if len(np.unique(rec.view("waiter")[counted])) < 2:
         return rec
     stretches = _stretches(rec)
-
-    def roots(c: int, crow: int, a: int, b: int, chain: tuple) -> list[tuple]:
-        """[(culprit, culprit row, start, end)] of the stretch [a, b) of a wait for rank c; `chain`: the ranks
-        that waited, each for the next, down to c."""
-        mine = stretches.get(c)
-        if mine is None or len(chain) >= MAX_CHAIN:
-            return [(c, crow, a, b)]
-        starts, ends, culprit, culprit_row = mine
-        k = max(bisect_right(starts, a) - 1, 0)
-        out, now = [], a
-        chain += (c,)
-        while k < len(starts) and starts[k] < b:
-            sa, sb, d, drow = starts[k], ends[k], culprit[k], culprit_row[k]
-            k += 1
-            if sb <= now or d in chain:  # (a cycle: c's wait leads back along the chain; c keeps it)
-                continue
-            lo, hi = max(sa, now), min(sb, b)
-            if lo > now:
-                out.append((c, crow, now, lo))
-            out += roots(d, drow, lo, hi, chain)
-            now = hi
-        if now < b:
-            out.append((c, crow, now, b))
-        return out
-
     # most waits are for a rank that was not waiting itself meanwhile: they stay as they are, found in numpy; the
-    # others are followed back by `roots`
-    chained = np.flatnonzero(_waiting_meanwhile(rec, stretches))
-    found = []
-    for k in chained.tolist():
-        w, c, a, b = rec.waiter[k], rec.culprit[k], rec.a[k], rec.b[k]
-        found.append(roots(c, rec.culprit_row[k], a, b, (w,)))  # (never w itself)
+    # others are followed back
+    chained = np.flatnonzero(_waiting_meanwhile(rec, *stretches[:4]))
+    parts, counts = chains.follow(len(rec.waiter), *(rec.view(name)[chained] for name in
+                                                     ("waiter", "culprit", "culprit_row", "a", "b")),
+                                  *stretches, chains.MAX_CHAIN)
     times = np.ones(len(rec.waiter), np.int64)  # each record's records out, in its place
-    times[chained] = [len(f) for f in found]
+    times[chained] = counts
     at = np.cumsum(times) - times
     cols = {name: np.repeat(rec.view(name), times)
             for name in ("waiter", "culprit", "a", "b", "row", "culprit_row", "unit", "counts")}
-    if found:
-        parts = np.array([p for f in found for p in f], np.int64).reshape(-1, 4)
-        where = np.repeat(at[chained], times[chained]) + np.concatenate([np.arange(len(f)) for f in found])
+    if len(parts):
+        where = np.repeat(at[chained] - (np.cumsum(counts) - counts), counts) + np.arange(len(parts))
         for c, name in enumerate(("culprit", "culprit_row", "a", "b")):
             cols[name][where] = parts[:, c]
     out = WaitRecord()
@@ -229,20 +200,20 @@ def propagated(rec: WaitRecord) -> WaitRecord:
     return out
 
 
-def _waiting_meanwhile(rec: WaitRecord, stretches: dict) -> "np.ndarray":
+def _waiting_meanwhile(rec: WaitRecord, slot, off, starts, ends) -> "np.ndarray":
     """Per wait record, whether its culprit has a counted stretch of waiting that overlaps it, or it is empty (the
     records `propagated` must follow back). A rank's stretches are disjoint and in time order: the first that ends
     after the record's start is the only one that can begin before its end."""
     culprit, a, b = rec.view("culprit"), rec.view("a"), rec.view("b")
     out = b <= a
     for c, part in groups_of(culprit):
-        mine = stretches.get(c)
-        if mine is None:
+        s = slot[c] if 0 <= c < len(slot) else -1
+        if s < 0:
             continue
-        starts, ends = np.frombuffer(mine[0], np.int64), np.frombuffer(mine[1], np.int64)
-        k = np.searchsorted(ends, a[part], side="right")
-        inside = k < len(ends)
-        out[part[inside]] = starts[k[inside]] < b[part[inside]]
+        mine_starts, mine_ends = starts[off[s]:off[s + 1]], ends[off[s]:off[s + 1]]
+        k = np.searchsorted(mine_ends, a[part], side="right")
+        inside = k < len(mine_ends)
+        out[part[inside]] = mine_starts[k[inside]] < b[part[inside]]
     return out
 
 

@@ -2,14 +2,12 @@
 
 critical_path.py holds the definitions (its docstring) and prepares the columns; this holds the walk itself: the
 steps' critical paths and every wait's root causes, in one function, `walk_all`, that numba compiles for large
-traces (`run`). A walk is a chain of dependent moves, one state at a time, which no array operation expresses;
-compiled, a 1M-event trace's ~1M parts take ~0.7 s, against ~14 s as Python objects. Small traces run the same
-function as Python: numba compiles it once (~13 s, then cached beside this file or in the user's cache) and loads
-it in ~1 s, longer than such a trace's walk.
+traces (`run`, jit.py). A walk is a chain of dependent moves, one state at a time, which no array operation
+expresses; compiled, a 1M-event trace's ~1M parts take ~0.7 s, against ~14 s as Python objects. Small traces run
+the same function as Python (numba takes ~13 s to compile it once, ~1 s to load it).
 
-`walk_all` is written in the Python numba compiles: one function, no helpers (compiled code calls only compiled
-functions, so a helper would load numba for every trace; closures are not cached), every container typed by its
-first use.
+`walk_all` is written in the Python numba compiles (jit.py): one function, no helpers, every container typed by
+its first use.
 
 The walk is made of nodes, one per part, made on demand and shared: a part's successor depends only on the state
 the walk is in after it (inside an op at an instant, or on a rank's host at an instant before an op), never on
@@ -17,9 +15,9 @@ where the walk began or how far back it goes, so the walks of many waits go on a
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
+
+from . import jit
 
 KINDS = ("compute", "comm", "wait")  # a part's kind, by its code
 COMPUTE, COMM, WAIT = range(3)
@@ -31,34 +29,9 @@ _PENDING = -2
 _MAX_MOVES = 1_000_000  # a bound on one part's moves: a damaged trace must not make it loop
 _NONE = -1  # data.events.NONE
 
-JIT_FROM = 50_000  # events from which the walk is compiled (numba: ~1 s to load); below, Python is sooner
-_compiled = None
-
-
 def run(n_events: int, *args):
-    """walk_all(*args), compiled when the trace is large and numba is there (DISTTRACE_JIT=0 never compiles,
-    =1 always does)."""
-    want = os.environ.get("DISTTRACE_JIT")
-    if want == "0" or (want != "1" and n_events < JIT_FROM):
-        return walk_all(*args)
-    global _compiled
-    if _compiled is None:
-        try:
-            from numba import njit
-        except ImportError:  # (a platform without numba's wheels: the same walk, as Python)
-            _compiled = walk_all
-        else:
-            _compiled = njit(cache=True, nogil=True)(walk_all)
-    return _compiled(*map(_read_only, args))
-
-
-def _read_only(a):
-    """Every column read-only: numba compiles a function once per argument types, and a column of a table opened
-    from the store is read-only (mapped) where one just parsed is not."""
-    if isinstance(a, np.ndarray) and a.flags.writeable:
-        a = a.view()
-        a.flags.writeable = False
-    return a
+    """walk_all(*args), compiled for large traces (jit.py)."""
+    return jit.run(walk_all, n_events, *args)
 
 
 def walk_all(start, wait, fin, async_op, rank, hid, instance_of, culprit_row, p2p_of, p2p_send, p2p_recv,
