@@ -19,7 +19,7 @@ from statistics import median
 from typing import TYPE_CHECKING
 
 from ..data.events import NONE, EventTable
-from .matching import finished_at
+from .matching import finished
 from .model import WAIT_BARRIER, WAIT_NXN, CollectiveInstance, PipelineStats, StageStats, Step
 from .waits import blocked_in
 
@@ -92,10 +92,16 @@ def pipeline_stats(t: EventTable, p2p: P2PTable, collectives: CollectiveTable, s
                 rows[src].append(send)
             if recv != NONE:
                 rows[dst].append(recv)
-    by_group: dict[int, list[CollectiveInstance]] = {}
-    for c in collectives:
-        if c.complete and (c.wait_kind == WAIT_NXN or c.wait_kind == WAIT_BARRIER):
-            by_group.setdefault(c.gid, []).append(c)
+    by_group: dict[int, list[CollectiveInstance]] = {}  # (made when a pipeline's steps are no iterations)
+
+    def syncs_by_group() -> dict[int, list[CollectiveInstance]]:
+        if not by_group:
+            for c in collectives:
+                if c.complete and (c.wait_kind == WAIT_NXN or c.wait_kind == WAIT_BARRIER):
+                    by_group.setdefault(c.gid, []).append(c)
+        return by_group
+
+    cols = _Columns(t)
     per_stage: list[StageStats] = []
     pipelines: list[list[int]] = []
     first: tuple[list[int], int, int] | None = None
@@ -110,24 +116,23 @@ def pipeline_stats(t: EventTable, p2p: P2PTable, collectives: CollectiveTable, s
         rows = rows_of[k_path]
         for r in rows:
             rows[r].sort(key=t.start_ns.__getitem__)
-        windows = _step_windows(t, path, rows, steps, step_of) or _sync_windows(t, path, rows, by_group)
+        windows = _step_windows(t, path, rows, steps, step_of) or _sync_windows(t, path, rows, syncs_by_group())
         stage_acc = {r: [0, 0] for r in path}
         if windows:
             iterations = len(windows)
-            row_starts = {r: [t.start_ns[i] for i in rr] for r, rr in rows.items()}
-            for a_of, b, close in windows:
-                for r in path:
-                    a = a_of(r)
-                    rr, starts = rows[r], row_starts[r]
-                    lo, hi = bisect_left(starts, a), bisect_left(starts, b)
-                    if hi == lo:
+            ends = [b for _, b, _ in windows]
+            for r in path:
+                starts = [a_of(r) for a_of, _, _ in windows]
+                # per window: blocked in its ops, the last of them done, whether it has any
+                blocked, last, some = cols.per_window(rows[r], starts, ends)
+                for a, b, (_, _, close), bl, fin, any_op in zip(starts, ends, windows, blocked, last, some):
+                    if not any_op:
                         continue
-                    blocked = sum(blocked_in(t, i, a, b) for i in rr[lo:hi])
                     if close is not None:
-                        blocked += close.wait_of(r)
+                        bl += close.wait_of(r)
                     else:  # idle after its last message of the iteration until the iteration ends
-                        blocked += max(0, b - max(finished_at(t, i) for i in rr[lo:hi]))
-                    stage_acc[r][0] += blocked
+                        bl += max(0, b - fin)
+                    stage_acc[r][0] += bl
                     stage_acc[r][1] += b - a
         else:  # no iterations found: one window over the pipeline's span
             iterations = 1
@@ -156,6 +161,43 @@ def pipeline_stats(t: EventTable, p2p: P2PTable, collectives: CollectiveTable, s
 
 
 Window = tuple  # (rank -> window start, window end, the closing synchronization or None)
+
+
+class _Columns:
+    """The columns blocked_in reads, in numpy, to sum a rank's blocked time over many windows at once."""
+
+    def __init__(self, t: EventTable) -> None:
+        import numpy as np
+
+        start, end = np.frombuffer(t.start_ns, np.int64), np.frombuffer(t.end_ns, np.int64)
+        is_async = np.frombuffer(t.async_op, np.uint8) != 0
+        self.start = start
+        self.lo = np.where(is_async, np.frombuffer(t.wait_start_ns, np.int64), start)  # blocked_in's interval
+        self.hi = np.where(is_async, np.frombuffer(t.wait_end_ns, np.int64), end)
+        self.never = is_async & (self.lo == NONE)  # an async op never waited for blocks nothing
+        self.fin = np.frombuffer(finished(t), np.int64)
+
+    def per_window(self, rows: list[int], starts: list[int], ends: list[int]) -> tuple[list, list, list]:
+        """For rows (one rank's, by start) and windows [starts[w], ends[w]): the sum of blocked_in over the rows
+        that start in each window, the latest finished_at among them, and whether there are any."""
+        import numpy as np
+
+        rr = np.array(rows, np.int64)
+        begin = self.start[rr]
+        a, b = np.array(starts, np.int64), np.array(ends, np.int64)
+        lo, hi = np.searchsorted(begin, a), np.searchsorted(begin, b)
+        counts = np.maximum(hi - lo, 0)
+        at = np.repeat(lo - (np.cumsum(counts) - counts), counts) + np.arange(int(counts.sum()))
+        i, wa, wb = rr[at], np.repeat(a, counts), np.repeat(b, counts)
+        x, y = np.maximum(self.lo[i], wa), np.minimum(np.where(self.hi[i] == NONE, wb, self.hi[i]), wb)
+        blocked = np.where((wb > wa) & ~self.never[i] & (y > x), y - x, 0)
+        full = counts > 0
+        firsts = (np.cumsum(counts) - counts)[full]
+        sums, last = np.zeros(len(a), np.int64), np.full(len(a), NONE, np.int64)
+        if len(i):
+            sums[full] = np.add.reduceat(blocked, firsts)
+            last[full] = np.maximum.reduceat(self.fin[i], firsts)
+        return sums.tolist(), last.tolist(), (hi != lo).tolist()
 
 
 def _step_windows(t: EventTable, path: list[int], rows: dict[int, list[int]], steps: list[Step],
