@@ -63,3 +63,23 @@ def test_messages_in_numpy_are_the_rules_one_by_one(seed):
             if row is not None:
                 assert p2p_of[row] == k
     assert sum(1 for x in p2p_of if x >= 0) == sum((m[3] is not None) + (m[4] is not None) for m in expected)
+
+
+def test_the_rows_a_pattern_may_match_are_found_across_the_scans_slices(monkeypatch):
+    """JsonColumn.items(pattern) scans the texts a slice of rows at a time (other threads run between slices):
+    every row with a match is found, wherever the slices fall, as a test of each row would find it."""
+    import re
+
+    from disttrace.tracer.data import columns
+
+    rnd = random.Random(3)
+    rows = [None if rnd.random() < 0.2 else {"numel": rnd.randrange(9), "nan": rnd.choice([0, 0, 0, 2])}
+            for _ in range(500)]
+    col = columns.JsonColumn()
+    col.extend(rows)
+    pattern = re.compile(rb'"nan"\s*:\s*(?!0\s*[,}])')
+    want = [(i, v) for i, v in enumerate(rows) if v and v["nan"]]
+    assert len(want) > 20
+    for slice_rows in (1, 3, 64, 1 << 15):
+        monkeypatch.setattr(columns, "_SCAN_ROWS", slice_rows)
+        assert list(col.items(pattern)) == want, slice_rows

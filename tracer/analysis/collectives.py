@@ -95,7 +95,7 @@ class _Common:
         rank = np.frombuffer(t.rank, np.int32)[rows].astype(np.int64)
         # the first row to arrive last (its rank caused the waits)
         at = np.flatnonzero(start == self.latest[inst])
-        self.culprit = rank[at[np.unique(inst[at], return_index=True)[1]]]
+        self.culprit = rank[at[np.flatnonzero(np.diff(inst[at], prepend=-1))]]  # (inst[at] ascends)
         # a rank twice (a damaged trace) or the group's ranks not all there
         by = np.lexsort((rank, inst))
         twice = np.zeros(len(first), bool)
@@ -107,8 +107,9 @@ class _Common:
         self.status_ok = np.array([v == "ok" for v in t.status.values] + [False], bool)[as_int64(t.status.codes)[i0]]
         self.root = as_int64(t.root)[i0]
         # the busbw factor and S per (op, group size): a few pairs
-        pairs, which = np.unique(np.stack((op, self.n)), axis=1, return_inverse=True)
-        factor, times = np.array([[f(t.op.values[o], m) for o, m in pairs.T.tolist()]
+        width = int(self.n.max()) + 1 if len(self.n) else 1
+        pairs, which = np.unique(op * width + self.n, return_inverse=True)  # (one integer key: a quick sort)
+        factor, times = np.array([[f(t.op.values[o], m) for o, m in zip(*(x.tolist() for x in divmod(pairs, width)))]
                                   for f in (busbw_factor, _size_times)]).reshape(2, -1)
         self.factor = factor[which.ravel()]
         self.s = self.nbytes * times.astype(np.int64)[which.ravel()]
