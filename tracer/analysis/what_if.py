@@ -31,6 +31,9 @@ from dataclasses import dataclass
 from statistics import median
 from typing import Callable
 
+import numpy as np
+
+from ..data.columns import groups_of
 from ..data.events import NONE, EventTable
 from .critical_path import ISSUE, SPAN_ARROW, SYNC, WAIT
 from .model import AlphaBeta, CriticalPath, Step, StragglerVerdict, WhatIf
@@ -90,13 +93,17 @@ class _Replay:
         self.t, self.w, self.wait, self.fin = t, walker, event_wait_ns, walker.fin
         self.colls, self.instance_of, self.p2p, self.p2p_of = collectives, instance_of, p2p, p2p_of
         self.models = models
-        # step index -> rank -> its host intervals in the step (indexes into walker.hosts[rank]), in time order
+        # step index -> rank -> its host intervals in the step (indexes into walker.hosts[rank]), in time order;
+        # found in numpy (a loop over every interval took ~0.4 s at 1M events)
         self.items: dict[int, dict[int, list[int]]] = {k: {} for k in windows}
+        step_col = np.frombuffer(step_of, np.int32) if steps else None
+        wanted = np.array(sorted(windows), np.int64)
         for r, host in walker.hosts.items():
-            for idx, row in enumerate(host.row):
-                k = step_of[row] if steps else 0
-                if k in windows:
-                    self.items[k].setdefault(r, []).append(idx)
+            rows = np.frombuffer(host.row, np.int64)
+            ks = step_col[rows].astype(np.int64) if step_col is not None else np.zeros(len(rows), np.int64)
+            idxs = np.flatnonzero(np.isin(ks, wanted))
+            for k, part in groups_of(ks[idxs]):
+                self.items[k][r] = idxs[part].tolist()
         self.start = {s.index: s.start_ns for s in steps} if steps else {0: min(t.start_ns) if len(t) else 0}
 
     def deps(self, i: int) -> list[int]:
