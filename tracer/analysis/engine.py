@@ -56,7 +56,7 @@ def _ranks(t: EventTable) -> tuple[set[int], list[int]]:
 
 def _span_and_notes(t: EventTable, traced: set[int]) -> tuple[tuple[int, int], list[str]]:
     span = ((int(as_int64(t.start_ns).min()), int(max(as_int64(t.end_ns).max(), as_int64(t.wait_end_ns).max())))
-            if len(t) else (0, 0))  # (in numpy: a builtin min over a million rows held the GIL ~30 ms)
+            if len(t) else (0, 0))  # (in numpy: not a Python int per row)
     if span[1] == NONE:
         span = (span[0], span[0])
     notes = list(t.notes)
@@ -120,7 +120,7 @@ _STRETCH = _check(STAGES)
 def _dropped_after(stages: tuple[Stage, ...]) -> list[tuple[str, ...]]:
     """Per stage, the intermediate results (not fields of Analysis) that no later stage reads: dropped once it
     ran, so that the analysis' peak memory holds only what is still to be read (at 10M events, the instances'
-    rows by bucket and the wait records are ~1 GB)."""
+    rows by bucket and the wait records add ~1 GB to the resident memory)."""
     kept = {f.name for f in fields(Analysis)} | {"table", "progress", "changes"}
     last = {name: k for k, s in enumerate(stages) for name in s.reads}
     return [tuple(name for name, at in last.items() if at == k and name not in kept) for k in range(len(stages))]

@@ -329,7 +329,10 @@ def merge_parts(parts: list[str], head: EventTable, path: str, fingerprint: dict
             if order is None:
                 return np.concatenate(values, out=out) if values else out
             values = np.concatenate(values)
-        return np.take(values, order, out=out) if order is not None else np.copyto(out, values) or out
+        if order is None:
+            out[:] = values
+            return out
+        return np.take(values, order, out=out)
 
     def fixed(values, dtype) -> "object":
         return pa.Array.from_buffers(pa.from_numpy_dtype(dtype), n, [None, pa.py_buffer(ordered(values, dtype))])
@@ -377,7 +380,8 @@ def merge_parts(parts: list[str], head: EventTable, path: str, fingerprint: dict
 class _Scratch:
     """The merged columns, built in unlinked temp files beside the store and mapped, not in the process's memory:
     their pages are the page cache's, which the kernel writes back and reclaims when memory runs short (10M
-    events: the merge held ~4 GB of its own, more than a 4 GB machine has; now the part it must hold at once)."""
+    events: the merge held ~4 GB of its own, more than a 4 GB machine has; now ~0.7 GB, the sort keys and one
+    column's copy at a time). The price is disk: about the store's size again while it is written."""
 
     def __init__(self, folder: str) -> None:
         self.folder, self.files = folder, []
