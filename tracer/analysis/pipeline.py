@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from ..data.events import NONE, EventTable
 from .matching import finished
 from .model import WAIT_BARRIER, WAIT_NXN, CollectiveInstance, PipelineStats, StageStats, Step
-from .waits import blocked_in
+from .waits import blocked_in, blocked_intervals
 
 if TYPE_CHECKING:
     from .tables import CollectiveTable, P2PTable
@@ -164,17 +164,14 @@ Window = tuple  # (rank -> window start, window end, the closing synchronization
 
 
 class _Columns:
-    """The columns blocked_in reads, in numpy, to sum a rank's blocked time over many windows at once."""
+    """The columns blocked_in reads, in numpy (waits.blocked_intervals), to sum a rank's blocked time over many
+    windows at once."""
 
     def __init__(self, t: EventTable) -> None:
         import numpy as np
 
-        start, end = np.frombuffer(t.start_ns, np.int64), np.frombuffer(t.end_ns, np.int64)
-        is_async = np.frombuffer(t.async_op, np.uint8) != 0
-        self.start = start
-        self.lo = np.where(is_async, np.frombuffer(t.wait_start_ns, np.int64), start)  # blocked_in's interval
-        self.hi = np.where(is_async, np.frombuffer(t.wait_end_ns, np.int64), end)
-        self.never = is_async & (self.lo == NONE)  # an async op never waited for blocks nothing
+        self.start = np.frombuffer(t.start_ns, np.int64)
+        self.lo, self.hi, self.never = blocked_intervals(t)
         self.fin = np.frombuffer(finished(t), np.int64)
 
     def per_window(self, rows: list[int], starts: list[int], ends: list[int]) -> tuple[list, list, list]:

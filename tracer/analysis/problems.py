@@ -579,11 +579,9 @@ def _clock_violations(t: EventTable, collectives: CollectiveTable, p2p: P2PTable
         k, rows = k[on], rows[on]
         latest = np.maximum.reduceat(start[rows], np.flatnonzero(np.diff(k, prepend=-1)))
         latest = np.repeat(latest, size[take])
-        ends = np.where(np.frombuffer(collectives.is_async, np.uint8)[k] == 1, fin[rows], as_int64(t.end_ns)[rows])
+        ends = collectives.row_ends()[on]
         late = as_int64(collectives.last_arrival)[k]
-        cause = np.full(len(size), -1, np.int64)  # each instance's row of its last arrival
-        at = rank[rows] == late
-        cause[k[at]] = rows[at]
+        cause = collectives.culprit_rows(collectives.last_arrival)  # each instance's row of its last arrival
         early = ends < latest
         found.append((rank[rows][early], late[early], (latest - ends)[early], rows[early], cause[k[early]]))
     early, late, by, row, other = (np.concatenate(c) for c in zip(*found))

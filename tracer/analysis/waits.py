@@ -56,6 +56,19 @@ def blocked_in(t: EventTable, i: int, a: int, b: int) -> int:
     return hi - lo if hi > lo else 0
 
 
+def blocked_intervals(t: EventTable) -> tuple:
+    """blocked_in's rule for every row at once, in numpy: (lo, hi, never), where row i blocked from lo[i] to hi[i]
+    (NONE: it never ended, so to the end of any window), and never[i]: an async op whose wait() was never called,
+    which blocks nothing."""
+    import numpy as np
+
+    start, end = np.frombuffer(t.start_ns, np.int64), np.frombuffer(t.end_ns, np.int64)
+    is_async = np.frombuffer(t.async_op, np.uint8) != 0
+    lo = np.where(is_async, np.frombuffer(t.wait_start_ns, np.int64), start)
+    hi = np.where(is_async, np.frombuffer(t.wait_end_ns, np.int64), end)
+    return lo, hi, is_async & (lo == NONE)
+
+
 def _until(start: int, end: int, needed: int) -> int:
     """Wait of an op that arrived at `start`, ended at `end` (NONE: never) and needed a peer arriving at `needed`."""
     if needed <= start:
