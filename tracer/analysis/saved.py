@@ -5,7 +5,7 @@ An Analysis is columns and a small tree of dataclasses. The columns (the arrays 
 CollectiveTable's and P2PTable's own) become the store's arrays as they are; everything else is JSON, read back
 into its dataclasses by their type hints (`_revive`). A saved analysis is valid for the events store it was made
 from (its fingerprint: the rank files' sizes and mtimes, the reader's code) and for this package's analysis code
-(a digest of its sources): anything else, or any damage (the store's CRC), and the analysis runs again.
+(a digest of its sources): anything else, or any damage (the store's digest), and the analysis runs again.
 
 Only the plain analysis is saved (no what-if changes asked for): `report --what-if` recomputes.
 """
@@ -28,7 +28,7 @@ from ..data.events import EventTable
 from .model import Analysis
 from .tables import CollectiveTable, P2PTable
 
-KIND = "analysis"  # the store file's name: analysis-v1[-runN][-HASH].arrow beside events-v1...
+KIND = "analysis"  # the store file's name: analysis-v2[-runN][-HASH].arrow beside events-v2...
 _TABLES = {"collectives": CollectiveTable, "p2p": P2PTable}
 _TABLE_WARNINGS = "table.warnings"  # a key of the meta that no Analysis field can have
 
