@@ -28,6 +28,8 @@ from .widgets.messages import LoadProgress
 
 PRELOAD_BYTES = 8 << 20  # inputs smaller than this are read before the app starts
 FIRST_FRAME_WAIT_S = 2.0  # the loading worker waits at most this for the first frame before it analyses
+LOADING_SCREEN_AFTER_S = 0.5  # the progress bar shows only for a load that takes longer (a trace's store opens
+#                               faster: drawing the bar meanwhile held the GIL from the reader, ~0.08 s a re-open)
 
 
 class LoadingScreen(Screen):
@@ -36,9 +38,10 @@ class LoadingScreen(Screen):
     LoadingScreen ProgressBar { width: auto; }
     """
 
-    def __init__(self, what: str) -> None:
+    def __init__(self, what: str, progress: LoadProgress | None = None) -> None:
         super().__init__()
         self.what = what
+        self.progress = progress  # the latest before the screen showed
 
     def compose(self) -> ComposeResult:
         with Middle():
@@ -46,6 +49,10 @@ class LoadingScreen(Screen):
             with Center():
                 yield ProgressBar(total=100, id="bar", show_eta=False)
             yield Label("reading…", id="stage")
+
+    def on_mount(self) -> None:
+        if self.progress is not None:
+            self.on_load_progress(self.progress)
 
     def on_load_progress(self, message: LoadProgress) -> None:
         self.query_one(ProgressBar).update(progress=int(message.fraction * 100))
@@ -79,6 +86,7 @@ class DisttraceApp(App[int]):
         self.store = store
         self.narration = narration
         self.error: str | None = None
+        self._progress: LoadProgress | None = None  # the loading worker's latest
         self.title = "disttrace"
         self.sub_title = " ".join(self.paths)
 
@@ -89,8 +97,18 @@ class DisttraceApp(App[int]):
         if self.store is not None:
             self._show(self.store, self.narration)
             return
-        self.push_screen(LoadingScreen(" ".join(self.paths)))
+        self.set_timer(LOADING_SCREEN_AFTER_S, self._show_loading)
         self._load()
+
+    def _show_loading(self) -> None:
+        if self.store is None and self.error is None:
+            self.push_screen(LoadingScreen(" ".join(self.paths), self._progress))
+
+    def on_load_progress(self, message: LoadProgress) -> None:
+        """The loading worker's progress while the progress bar is not up (kept for it), or is."""
+        self._progress = message
+        if isinstance(self.screen, LoadingScreen):
+            self.screen.on_load_progress(message)
 
     # -- --follow: a trace still being written ---------------------------------------------------------------
     def _poll_follow(self) -> None:
@@ -175,7 +193,7 @@ class DisttraceApp(App[int]):
     @work(thread=True, exclusive=True)
     def _load(self) -> None:
         """Read the trace and show its timeline at once; then analyse it and hand the analysis to the screen."""
-        target = [self.screen]
+        target = [self]  # the app (it keeps the latest for the progress bar), then the viewer (analysing)
         last = [-1.0]
 
         def progress(fraction: float, label: str) -> None:
