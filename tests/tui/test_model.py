@@ -223,3 +223,59 @@ def test_glyph_keys_say_what_columns_say():
                             level = 8 if c.busy >= 0.8 else max(1, min(7, int(c.busy * 8 + 0.999)))
                             want.append(codes[c.row] * 18 + c.waiting * 9 + level)
                     assert keys == want
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_every_lane_built_at_once_is_its_rank_s_events_by_definition(seed):
+    """Lane.build_all builds every rank's lane in one pass over all of them (numpy): each lane must still be its
+    rank's events in table order, with each category's time between two events what those events hold, and
+    maxend the running maximum of ends from 0, on times near 0 and at epoch nanoseconds, with hung and damaged
+    (end before start) events."""
+    import types
+    from array import array
+
+    import numpy as np
+
+    from disttrace.tui.model.lod import Lane
+
+    rng = np.random.default_rng(seed)
+    n, n_ranks = int(rng.integers(0, 300)), int(rng.integers(1, 9))
+    base = [0, 1_764_000_000_000_000_000][seed % 2]
+    start = np.sort(rng.integers(0, 10**6, n)) + base
+    end = start + rng.integers(-5, 10**5, n)
+    end[rng.random(n) < 0.1] = -1  # hung
+    rank = rng.integers(0, n_ranks, n)
+    table = types.SimpleNamespace(rank=array("i", rank.tolist()), start_ns=array("q", start.tolist()),
+                                  end_ns=array("q", end.tolist()), ranks=dict.fromkeys(range(n_ranks + 1)))
+    cats = rng.integers(0, 4, n).astype(np.uint8)
+    waits = rng.integers(0, 10**5, n) * int(seed % 3 != 0)  # (some with no waits yet: the bare store's)
+    t_end = int(start.max()) + 10 if n else 10
+    lanes = Lane.build_all(table, cats.tobytes(), waits.astype(np.int64), t_end)
+    assert sorted(lanes) == list(range(n_ranks + 1))  # a rank with a file and no event: an empty lane
+    for r, lane in lanes.items():
+        rows = np.flatnonzero(rank == r)
+        assert list(lane.rows) == rows.tolist()
+        ends = np.where(end[rows] == -1, np.maximum(t_end, start[rows]), end[rows])
+        assert list(lane.starts) == start[rows].tolist() and list(lane.ends) == ends.tolist()
+        assert bytes(lane.cats) == cats[rows].tobytes()
+        durs = ends - start[rows]
+        held = [np.minimum(waits[rows], durs)] + [np.where(cats[rows] == c, durs, 0) for c in (1, 2, 3)]
+        for c in range(4):
+            assert len(lane.cum[c]) == len(rows) + 1
+            assert np.diff(np.asarray(lane.cum[c])).tolist() == held[c].tolist()
+        assert list(lane.maxend) == [max([0, *ends[:i].tolist()]) for i in range(len(rows) + 1)]
+
+
+def test_running_max_by_starts_again_at_each_segment_even_where_lifting_would_overflow():
+    import numpy as np
+
+    from disttrace.tracer.data.columns import running_max_by
+
+    rng = np.random.default_rng(0)
+    for base, spread in ((0, 10**6), (1_764_000_000_000_000_000, 10**6), (-(1 << 62), 1 << 63)):
+        values = (base + rng.integers(0, spread, 500, dtype=np.uint64).astype(np.int64)).astype(np.int64)
+        starts = np.unique(np.concatenate(([0], rng.integers(0, 500, 20))))
+        out = running_max_by(values, starts)
+        bounds = [*starts.tolist(), 500]
+        expect = np.concatenate([np.maximum.accumulate(values[a:b]) for a, b in zip(bounds, bounds[1:])])
+        assert out.tolist() == expect.tolist()

@@ -342,6 +342,32 @@ def groups_of(keys):
         yield int(keys[part[0]]), part
 
 
+def running_max_by(values, starts):
+    """The running maximum of `values` (a numpy int64 column) starting again at each index in `starts` (each
+    segment's first, ascending, from 0): every segment at once, each lifted above all earlier ones so that one
+    running maximum never carries across a segment, or one segment at a time where the lift would overflow."""
+    import numpy as np
+
+    n = len(values)
+    if not n:
+        return np.zeros(0, np.int64)
+    lo, hi = int(values.min()), int(values.max())
+    span = hi - lo + 1
+    lengths = np.diff(np.append(np.asarray(starts, np.int64), n))
+    if span * len(lengths) < 1 << 62:
+        lift = np.repeat(np.arange(len(lengths), dtype=np.int64) * span, lengths)
+        out = values - lo
+        out += lift
+        np.maximum.accumulate(out, out=out)
+        out -= lift
+        out += lo
+        return out
+    out = np.empty(n, np.int64)
+    for a, k in zip(np.asarray(starts).tolist(), lengths.tolist()):
+        np.maximum.accumulate(values[a:a + k], out=out[a:a + k])
+    return out
+
+
 def permuted(col, order) -> array:
     """The integer column `col` with its rows in `order` (a permutation, a numpy array), in numpy."""
     import numpy as np

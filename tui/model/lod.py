@@ -18,6 +18,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from disttrace.tracer.data.columns import running_max_by
 from disttrace.tracer.data.events import NONE, EventTable
 
 N_CATS = 4  # index 0: waiting; 1 collective, 2 barrier, 3 p2p (no event: compute)
@@ -80,13 +81,22 @@ class Lane:
         cats = np.take(np.frombuffer(cats_of_row, np.uint8), order)
         durs = ends - starts
         waits = np.frombuffer(wait_ns, np.int64)
-        waits = np.minimum(np.take(waits, order), durs) if waits.any() else np.zeros(len(order), np.int64)  # (none yet)
+        waits = np.minimum(np.take(waits, order) if waits.any() else 0, durs)  # (none yet: no gather)
         # each category's sums run through all the lanes one after another, and lane k takes its stretch
         # [bounds[k], bounds[k + 1]] of them: its own prefix sums plus the lanes' before it, a constant that the
         # lane's differences (all that is read of them) cancel
         cum = [_prefix_all(v) for v in (waits, *(np.where(cats == c, durs, 0) for c in (1, 2, 3)))]
-        lane_of = np.repeat(np.arange(len(present)), counts)
-        maxend = _segmented_running_max(ends, np.arange(len(order)) + lane_of + 1, bounds)
+        # maxend: each lane's running maximum of its ends from 0, one after another (lane k's at [bounds[k] + k,
+        # bounds[k + 1] + k + 1)); its leading slot filled with the smallest end, so as not to widen the values'
+        # span (a lane's 0 would, below epoch times), then set to the 0 it stands for
+        heads = bounds[:-1] + np.arange(len(present))
+        padded = np.empty(len(order) + len(present), np.int64)
+        padded[np.arange(len(order)) + np.repeat(np.arange(len(present)), counts) + 1] = ends
+        padded[heads] = ends.min() if len(ends) else 0
+        maxend = running_max_by(padded, heads)
+        np.maximum(maxend, 0, out=maxend)
+        maxend[heads] = 0
+        maxend = memoryview(maxend)
         rows, starts, ends, cats = (memoryview(c) for c in (order.astype(np.int32), starts, ends, cats))
         lanes = {}
         for k, r in enumerate(present.tolist()):
@@ -264,33 +274,6 @@ def _prefix_all(values) -> memoryview:
     """The prefix sums of `values` from 0 (len + 1 of them)."""
     out = np.zeros(len(values) + 1, np.int64)
     np.cumsum(values, out=out[1:])
-    return memoryview(out)
-
-
-def _segmented_running_max(ends, slot, bounds) -> memoryview:
-    """Each lane's running maximum of its ends from 0 (maxend), the lanes one after another, each from a 0 of its
-    own: lane k's at [bounds[k] + k, bounds[k + 1] + k + 1) (`slot`: each end's place there). Lane k's ends are
-    lifted above every earlier lane's, so that one running maximum starts again at each lane; where that could
-    overflow (a trace spanning months, of thousands of ranks), lane by lane."""
-    n_lanes = len(bounds) - 1
-    out = np.zeros(len(ends) + n_lanes, np.int64)
-    if not len(ends):
-        return memoryview(out)
-    lo, hi = int(min(ends.min(), 0)), int(max(ends.max(), 0))
-    span = hi - lo + 1
-    if span * (n_lanes + 1) < 1 << 62:
-        lift = np.repeat(np.arange(n_lanes, dtype=np.int64) * span, np.diff(bounds) + 1)
-        heads = bounds[:-1] + np.arange(n_lanes)
-        out[slot] = ends - lo
-        out[heads] = -lo  # (each lane's running maximum starts from 0)
-        out += lift  # (lane k's values now lie in [k * span, (k + 1) * span): above every earlier lane's)
-        np.maximum.accumulate(out, out=out)
-        out -= lift
-        out += lo
-    else:
-        for k in range(n_lanes):
-            a, b = int(bounds[k]), int(bounds[k + 1])
-            np.maximum.accumulate(np.concatenate(([0], ends[a:b])), out=out[a + k:b + k + 1])
     return memoryview(out)
 
 
