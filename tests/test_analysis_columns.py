@@ -83,3 +83,85 @@ def test_the_rows_a_pattern_may_match_are_found_across_the_scans_slices(monkeypa
     for slice_rows in (1, 3, 64, 1 << 15):
         monkeypatch.setattr(columns, "_SCAN_ROWS", slice_rows)
         assert list(col.items(pattern)) == want, slice_rows
+
+
+def windows_row_by_row(t: EventTable, step_of) -> list[tuple[int, int]]:
+    """Each step's (start, end) as build_steps' rule says it, one row at a time: a rank's part of a step starts
+    when its op before ended (the latest end among its earlier rows; its own start when none has one) and ends
+    when its last op in the step does."""
+    n_steps = max(step_of, default=-1) + 1
+    lo, hi = [1 << 62] * n_steps, [-1] * n_steps
+    cur, prev_end = {}, {}
+    for i in range(len(t)):
+        k, r, s, e = step_of[i], t.rank[i], t.start_ns[i], finished_at(t, i)
+        if k >= 0:
+            if cur.get(r) != k:
+                cur[r] = k
+                lo[k] = min(lo[k], prev_end.get(r, s))
+            hi[k] = max(hi[k], e if e != NONE else s)
+        if e != NONE and e > prev_end.get(r, -1):
+            prev_end[r] = e
+    return [(lo[k] if hi[k] >= 0 else 0, max(hi[k], 0)) for k in range(n_steps)]
+
+
+def warmup_row_by_row(t: EventTable, step_of, windows) -> list[bool]:
+    """Which leading steps are warm-up, as _mark_warmup's rule says it: on a sample of ranks, a step whose
+    sequence of (op, group, site, bytes) is not the rank's most common one, or one over WARMUP_LONG times the
+    median length, until the first step that is neither."""
+    from collections import Counter
+    from statistics import median
+
+    from disttrace.tracer.analysis.steps import WARMUP_LONG
+
+    warm = [False] * len(windows)
+    if len(windows) < 3:
+        return warm
+    ranks = sorted(t.ranks)
+    sample = set(ranks[::max(1, len(ranks) // 8)])
+    sigs: dict = {}
+    for i in range(len(t)):
+        if step_of[i] >= 0 and t.rank[i] in sample:
+            sigs.setdefault((t.rank[i], step_of[i]), []).append((t.op[i], t.gid[i], t.site[i], t.bytes[i]))
+    by_rank: dict = {}
+    for (r, _), sig in sigs.items():
+        by_rank.setdefault(r, Counter())[tuple(sig)] += 1
+    usual = {r: c.most_common(1)[0][0] for r, c in by_rank.items()}
+    typical = median(b - a for a, b in windows)
+    for k in range(len(windows) // 2):
+        odd = any(tuple(sigs[(r, k)]) != usual[r] for r in usual if (r, k) in sigs)
+        if not odd and windows[k][1] - windows[k][0] <= WARMUP_LONG * typical:
+            break
+        warm[k] = True
+    return warm
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_steps_windows_and_warmup_in_numpy_are_the_rules_row_by_row(seed):
+    from array import array
+
+    from disttrace.tracer.analysis.steps import build_steps
+
+    rng = random.Random(seed)
+    t = EventTable()
+    n_ranks, n_steps = rng.randrange(1, 12), rng.randrange(1, 9)
+    base = rng.choice([0, 1_764_000_000_000_000_000])  # (epoch nanoseconds: no lift may overflow)
+    for i in range(rng.randrange(0, 150)):
+        ev = {"rank": rng.randrange(n_ranks), "op": rng.choice(["all_reduce", "broadcast", "send"]),
+              "start_ns": base + rng.randrange(10**6), "id": i, "bytes": rng.choice([8, 8, 8, 16]),
+              "site": rng.choice(["train.py:10", "train.py:10", "train.py:12"])}
+        if ev["op"] == "send":
+            ev["peer"] = 0
+        if rng.random() < 0.8:
+            ev["end_ns"] = max(0, ev["start_ns"] + rng.randrange(-5, 10**5))  # (some before their start)
+        elif rng.random() < 0.5:
+            ev.update(async_op=True, wait_start_ns=ev["start_ns"] + 1, wait_end_ns=ev["start_ns"] + rng.randrange(60))
+        t.append(ev)
+    t.sort()
+    # each rank's rows mostly in step order, some out of it, some in none
+    step_of = array("i", [-1 if rng.random() < 0.1 else min(n_steps - 1, i * n_steps // max(1, len(t))
+                                                             + rng.choice([0, 0, 0, 0, -1, 1]))
+                          for i in range(len(t))])
+    steps = build_steps(t, step_of)
+    windows = windows_row_by_row(t, step_of)
+    assert [(s.start_ns, s.end_ns) for s in steps] == windows
+    assert [s.warmup for s in steps] == warmup_row_by_row(t, step_of, windows)

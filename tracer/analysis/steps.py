@@ -25,7 +25,7 @@ from collections import Counter, deque
 from statistics import median
 from typing import TYPE_CHECKING
 
-from ..data.columns import as_int64, groups_of
+from ..data.columns import as_int64, groups_of, running_max_by
 from ..data.events import NONE, EventTable
 from .matching import finished
 from .model import Step
@@ -228,27 +228,41 @@ def _align(t: EventTable, step_of: array, instance_rows: list, p2p_pairs) -> Non
 
 def build_steps(t: EventTable, step_of: array) -> list[Step]:
     """The steps' windows: per rank from the end of its op before the step to the end of its last op in it; a
-    step spans the earliest rank's start to the latest rank's end. Waits and causes are filled in later."""
-    n_steps = max(step_of, default=-1) + 1
+    step spans the earliest rank's start to the latest rank's end. Waits and causes are filled in later.
+
+    In numpy, each rank's rows in table order: "its op before" is the latest end among the rank's earlier rows
+    that have one (its start when none has), taken at each row where the rank's step changes."""
+    import numpy as np
+
+    k_all = np.frombuffer(step_of, np.dtype(step_of.typecode)).astype(np.int64)
+    n_steps = int(k_all.max()) + 1 if len(k_all) else 0
     if n_steps <= 0:
         return []
-    lo = [1 << 62] * n_steps
-    hi = [-1] * n_steps
-    cur: dict[int, int] = {}       # rank -> the step of its previous row
-    prev_end: dict[int, int] = {}  # rank -> the end of its previous ops
-    for k, r, s, e in zip(step_of, t.rank, t.start_ns, finished(t)):
-        if k >= 0:
-            if cur.get(r) != k:  # the rank's first op of step k: the step began when its op before ended
-                cur[r] = k
-                a = prev_end.get(r, s)
-                if a < lo[k]:
-                    lo[k] = a
-            x = e if e != NONE else s
-            if x > hi[k]:
-                hi[k] = x
-        if e != NONE and e > prev_end.get(r, -1):
-            prev_end[r] = e
-    steps = [Step(k, lo[k] if hi[k] >= 0 else 0, max(hi[k], 0), {}, {}, None) for k in range(n_steps)]
+    rank = np.frombuffer(t.rank, np.int32)
+    order = np.argsort(rank, kind="stable")
+    r, k = rank[order], k_all[order]
+    s = np.frombuffer(t.start_ns, np.int64)[order]
+    e = np.frombuffer(finished(t), np.int64)[order]
+    heads = np.flatnonzero(np.concatenate(([True], r[1:] != r[:-1])))  # each rank's first row
+    # the latest end before each row on its rank: a running maximum of the ends there are (e >= 0; the others
+    # filled with the least of them, which never wins), shifted by one, where the rank has had one
+    ended = e >= 0
+    latest = running_max_by(np.where(ended, e, e[ended].min() if ended.any() else 0), heads)
+    seen = np.cumsum(ended)
+    seen_before = seen - ended - np.repeat((seen - ended)[heads], np.diff(np.append(heads, len(r))))
+    before = np.empty_like(latest)
+    before[1:] = latest[:-1]
+    a = np.where(seen_before > 0, before, s)
+    # a rank's first row of a step: where its step differs from the one of its previous row in a step
+    in_step = np.flatnonzero(k >= 0)
+    rk, kk = r[in_step], k[in_step]
+    first = in_step[np.concatenate(([True], (rk[1:] != rk[:-1]) | (kk[1:] != kk[:-1])))]
+    lo = np.full(n_steps, 1 << 62, np.int64)
+    np.minimum.at(lo, k[first], a[first])
+    hi = np.full(n_steps, -1, np.int64)
+    np.maximum.at(hi, kk, np.where(e[in_step] != NONE, e[in_step], s[in_step]))
+    steps = [Step(i, a if b >= 0 else 0, max(b, 0), {}, {}, None) for i, (a, b) in enumerate(zip(lo.tolist(),
+                                                                                               hi.tolist()))]
     _mark_warmup(t, step_of, steps)
     return steps
 
@@ -258,19 +272,44 @@ def _mark_warmup(t: EventTable, step_of: array, steps: list[Step]) -> None:
     `WARMUP_LONG` times the median length."""
     if len(steps) < 3:
         return
+    import numpy as np
+
     ranks = sorted(t.ranks)
-    sample = set(ranks[::max(1, len(ranks) // 8)])
-    sigs: dict[tuple[int, int], list] = {}
-    for k, r, o, g, site, b in zip(step_of, t.rank, t.op.codes, t.gid, t.site.codes, t.bytes):
-        if k >= 0 and r in sample:
-            sigs.setdefault((r, k), []).append((o, g, site, b))
+    sample = ranks[::max(1, len(ranks) // 8)]
+    # the sampled ranks' rows in a step, picked in numpy (the rest are most of the table), in table order
+    rows = np.flatnonzero((np.frombuffer(step_of, np.dtype(step_of.typecode)) >= 0)
+                          & np.isin(np.frombuffer(t.rank, np.int32), sample))
+    sigs = _signatures(t, step_of, rows, len(steps))
     by_rank: dict[int, Counter] = {}
     for (r, _), sig in sigs.items():
-        by_rank.setdefault(r, Counter())[tuple(sig)] += 1
+        by_rank.setdefault(r, Counter())[sig] += 1
     usual = {r: c.most_common(1)[0][0] for r, c in by_rank.items()}
     typical = median(s.end_ns - s.start_ns for s in steps)
     for s in steps[: len(steps) // 2]:
-        odd = any(tuple(sigs[(r, s.index)]) != usual[r] for r in usual if (r, s.index) in sigs)
+        odd = any(sigs[(r, s.index)] != usual[r] for r in usual if (r, s.index) in sigs)
         if not odd and s.end_ns - s.start_ns <= WARMUP_LONG * typical:
             break
         s.warmup = True
+
+
+def _signatures(t: EventTable, step_of: array, rows, n_steps: int) -> dict[tuple[int, int], tuple]:
+    """(rank, step) -> the sequence of its ops' (op, group, site, bytes), each as an id (equal ids: equal ops),
+    for the table's `rows` (a numpy array, ascending); in order of each (rank, step)'s first row."""
+    import numpy as np
+
+    if not len(rows):
+        return {}
+    ops = [np.asarray(c)[rows].astype(np.int64) for c in (t.op.codes, t.gid, t.site.codes, t.bytes)]
+    by_op = np.lexsort(ops)  # (np.unique over rows sorts them as bytes: 15x slower)
+    new_op = np.zeros(len(rows), bool)
+    for c in ops:
+        new_op[1:] |= c[by_op][1:] != c[by_op][:-1]
+    ids = np.empty(len(rows), np.int64)
+    ids[by_op] = np.cumsum(new_op)
+    key = np.asarray(t.rank)[rows].astype(np.int64) * n_steps + np.asarray(step_of)[rows]
+    keys, first, group = np.unique(key, return_index=True, return_inverse=True)
+    group = group.ravel()
+    bounds = np.concatenate(([0], np.cumsum(np.bincount(group)))).tolist()
+    ids = ids[np.argsort(group, kind="stable")].tolist()  # each group's ids in row order, group by group
+    return {divmod(int(keys[g]), n_steps): tuple(ids[bounds[g]:bounds[g + 1]])
+            for g in np.argsort(first, kind="stable").tolist()}
