@@ -165,3 +165,36 @@ def test_steps_windows_and_warmup_in_numpy_are_the_rules_row_by_row(seed):
     windows = windows_row_by_row(t, step_of)
     assert [(s.start_ns, s.end_ns) for s in steps] == windows
     assert [s.warmup for s in steps] == warmup_row_by_row(t, step_of, windows)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_union_by_key_in_numpy_is_each_key_s_union(seed):
+    """union_by (keys packed into one sort key where their ranges allow, else sorted key by key; the reach of
+    each key's earlier intervals by one running maximum) against union_ns, key by key."""
+    import numpy as np
+
+    from disttrace.tracer.analysis.waits import reach_before, union_by, union_ns
+
+    rng = np.random.default_rng(seed)
+    n, n_keys = int(rng.integers(0, 200)), int(rng.integers(1, 4))
+    wide = seed % 4 == 0  # key ranges whose product overflows: no packing
+    keys = [rng.integers(-(1 << 40) if wide else -3, (1 << 40) if wide else 5, n) for _ in range(n_keys)]
+    a = [0, 1_764_000_000_000_000_000][seed % 2] + rng.integers(0, 10**4, n)
+    b = a + rng.integers(-50, 3000, n)  # (some end before they start: they add nothing)
+    got_keys, got = union_by(keys, a, b)
+    expect: dict = {}
+    for i in range(n):
+        expect.setdefault(tuple(int(k[i]) for k in keys), []).append((int(a[i]), int(b[i])))
+    assert [tuple(k) for k in zip(*(c.tolist() for c in got_keys))] == sorted(expect)
+    assert got.tolist() == [union_ns([(x, y) for x, y in expect[k] if y > x]) for k in sorted(expect)]
+    # a row left out (int64's minimum) is reached over, never reached
+    low = np.iinfo(np.int64).min
+    values = np.where(rng.random(n) < 0.3, low, b)
+    new = rng.random(n) < 0.2
+    if n:
+        new[0] = True
+    group = np.cumsum(new)
+    before = reach_before(values, new)
+    for i in range(n):
+        earlier = [int(values[j]) for j in range(i) if group[j] == group[i] and values[j] != low]
+        assert before[i] == (max(earlier) if earlier else low)

@@ -234,12 +234,14 @@ def _caused_per(rec: WaitRecord, units, keep=None) -> dict[int, dict[int, int]]:
     if keep is not None:
         units, culprit, waiter, a, b = units[keep], culprit[keep], waiter[keep], a[keep], b[keep]
     (u, c, _), ns = union_by([units, culprit, waiter], a, b)
+    # summed over the waiting ranks: (unit, culprit) pairs are runs of the sorted rows
+    first = np.flatnonzero(np.concatenate(([True], (u[1:] != u[:-1]) | (c[1:] != c[:-1])))) if len(u) else u
     out: dict[int, dict[int, int]] = {}
-    for u, c, ns in zip(u.tolist(), c.tolist(), ns.tolist()):  # (sorted by unit and culprit: a few per pair)
+    for u, c, ns in zip(u[first].tolist(), c[first].tolist(), np.add.reduceat(ns, first).tolist() if len(u) else []):
         caused = out.get(u)
         if caused is None:
             caused = out[u] = {}
-        caused[c] = caused.get(c, 0) + ns
+        caused[c] = ns
     return out
 
 

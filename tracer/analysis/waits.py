@@ -23,6 +23,7 @@ from __future__ import annotations
 from array import array
 from typing import TYPE_CHECKING
 
+from ..data.columns import running_max_by
 from ..data.events import NONE, EventTable
 from .matching import finished_at
 from .model import EARLY_REDUCE, LATE_BROADCAST, WAIT_BARRIER, WAIT_NXN
@@ -169,7 +170,7 @@ def union_by(keys: list, a, b) -> tuple[list, "object"]:
     n = len(a)
     if n == 0:
         return [k[:0] for k in keys], np.zeros(0, dtype=np.int64)
-    order = np.lexsort((a, *reversed(keys)))  # by the keys, the first most significant, then by start
+    order = np.lexsort((a, *reversed(_packed(keys))))  # by the keys, the first most significant, then by start
     a, b, keys = a[order], b[order], [k[order] for k in keys]
     new = np.zeros(n, dtype=bool)
     new[0] = True
@@ -181,23 +182,49 @@ def union_by(keys: list, a, b) -> tuple[list, "object"]:
     return [k[starts] for k in keys], np.add.reduceat(part, starts)
 
 
+def _packed(keys: list) -> list:
+    """Integer key columns as one column that sorts as they do together (the first most significant), where
+    their ranges' product fits in int64: lexsort's time grows with its number of keys."""
+    import numpy as np
+
+    if len(keys) < 2 or not len(keys[0]):
+        return keys
+    lows = [int(k.min()) for k in keys]
+    spans = [int(k.max()) - lo + 1 for k, lo in zip(keys, lows)]
+    total = 1
+    for span in spans:
+        total *= span
+    if total >= 1 << 62:
+        return keys
+    out = keys[0] - lows[0]
+    for k, lo, span in zip(keys[1:], lows[1:], spans[1:]):
+        out *= span
+        out += k - lo
+    return [out]
+
+
 def reach_before(b, new):
-    """Per row, the largest of `b` over the earlier rows of its group (int64's minimum for a group's first row);
-    a group is a run of rows that begins where `new` is True (new[0] must be). A running maximum that starts
-    afresh at each group, by doubling: log2 of the largest group's rows passes, each in numpy."""
+    """Per row, the largest of `b` over the earlier rows of its group (int64's minimum for a group's first row,
+    and where `b` holds only that minimum before it: a row left out); a group is a run of rows that begins where
+    `new` is True (new[0] must be). A running maximum that starts afresh at each group (columns.running_max_by),
+    shifted by a row."""
     import numpy as np
 
     n = len(b)
     low = np.iinfo(np.int64).min
-    group = np.cumsum(new)
-    starts = np.flatnonzero(new)
-    run = np.array(b, dtype=np.int64)
-    longest = int(np.diff(np.append(starts, n)).max()) if n else 0
-    step = 1
-    while step < longest:
-        same = group[step:] == group[:-step]
-        np.maximum(run[step:], np.where(same, run[:-step], low), out=run[step:])
-        step <<= 1
+    b = np.asarray(b, dtype=np.int64)
     before = np.full(n, low, dtype=np.int64)
+    starts = np.flatnonzero(new)
+    counted = b != low
+    if not counted.any():
+        return before
+    # the rows left out take the least counted value instead (it never wins), not int64's minimum (whose span
+    # the running maximum could not lift over); a row with none counted before it in its group gets low
+    values = b if counted.all() else np.where(counted, b, b[counted].min())
+    run = running_max_by(values, starts)
     before[1:] = np.where(new[1:], low, run[:-1])
+    if not counted.all():
+        seen = np.cumsum(counted) - counted
+        seen -= np.repeat(seen[starts], np.diff(np.append(starts, n)))
+        before[seen == 0] = low
     return before

@@ -344,27 +344,35 @@ def groups_of(keys):
 
 def running_max_by(values, starts):
     """The running maximum of `values` (a numpy int64 column) starting again at each index in `starts` (each
-    segment's first, ascending, from 0): every segment at once, each lifted above all earlier ones so that one
-    running maximum never carries across a segment, or one segment at a time where the lift would overflow."""
+    segment's first, ascending, from 0). One pass over every segment at once: each segment's values are lifted
+    by just enough to lie above all the earlier ones', so that the running maximum never carries across a
+    segment; where those lifts could overflow (values spanning much of int64), by doubling (log2 of the longest
+    segment's passes)."""
     import numpy as np
 
     n = len(values)
     if not n:
         return np.zeros(0, np.int64)
-    lo, hi = int(values.min()), int(values.max())
-    span = hi - lo + 1
-    lengths = np.diff(np.append(np.asarray(starts, np.int64), n))
-    if span * len(lengths) < 1 << 62:
-        lift = np.repeat(np.arange(len(lengths), dtype=np.int64) * span, lengths)
+    starts = np.asarray(starts, np.int64)
+    lengths = np.diff(np.append(starts, n))
+    lo_seg, hi_seg = np.minimum.reduceat(values, starts), np.maximum.reduceat(values, starts)
+    lo, hi = int(lo_seg.min()), int(hi_seg.max())
+    climb = np.maximum(hi_seg[:-1].astype(float) - lo_seg[1:].astype(float), 0)  # (float: no overflow to check)
+    if hi - lo + float(climb.sum()) < 2.0**61:
+        lift = np.repeat(np.concatenate(([0], np.cumsum(np.maximum(hi_seg[:-1] - lo_seg[1:], 0)))), lengths)
         out = values - lo
         out += lift
         np.maximum.accumulate(out, out=out)
         out -= lift
         out += lo
         return out
-    out = np.empty(n, np.int64)
-    for a, k in zip(np.asarray(starts).tolist(), lengths.tolist()):
-        np.maximum.accumulate(values[a:a + k], out=out[a:a + k])
+    group = np.repeat(np.arange(len(starts)), lengths)
+    out = np.array(values, dtype=np.int64)
+    step, longest = 1, int(lengths.max())
+    while step < longest:
+        same = group[step:] == group[:-step]
+        np.maximum(out[step:], np.where(same, out[:-step], np.iinfo(np.int64).min), out=out[step:])
+        step <<= 1
     return out
 
 
