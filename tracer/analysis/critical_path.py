@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 
-from ..data.columns import as_int64, groups_of
+from ..data.columns import as_int64, groups_of, packed_keys
 from ..data.events import NONE, EventTable
 from .matching import finished
 from .model import CriticalPath, DelayCause, PathPart, Step
@@ -83,7 +83,7 @@ def _hosts(t: EventTable, fin):
                            np.full(int(sync.sum()), SYNC, np.uint8)))
     ranks, hid = np.unique(np.frombuffer(t.rank, np.int32), return_inverse=True)
     hid = hid.astype(np.int64).ravel()
-    order = np.lexsort((kind, row, b, a, hid[row]))
+    order = np.lexsort((*packed_keys([row, kind]), b, *packed_keys([hid[row], a])))  # (hid, a, b, row, kind)
     a, b, row, kind = a[order], b[order], row[order], kind[order]
     off = np.searchsorted(hid[row], np.arange(len(ranks) + 1))
     maxb = np.empty_like(b)
@@ -98,6 +98,8 @@ class _Walker:
 
     def __init__(self, t: EventTable, collectives: CollectiveTable, instance_of, culprits: list, p2p: P2PTable,
                  p2p_of) -> None:
+        import numpy as np
+
         self.t = t
         self.fin = finished(t)
         self.instance_of, self.p2p, self.p2p_of = instance_of, p2p, p2p_of
@@ -105,7 +107,7 @@ class _Walker:
         self.hosts = {int(r): _Host(*(c[self.off[h]:self.off[h + 1]] for c in self.columns))
                       for h, r in enumerate(ranks.tolist())}
         self._sites: dict[str, str] = {}
-        self.floor = min(t.start_ns) if len(t) else 0  # no walk goes before the trace's first op
+        self.floor = int(np.frombuffer(t.start_ns, np.int64).min()) if len(t) else 0  # (no walk goes before it)
         self.culprit_row = collectives.culprit_rows(culprits)
 
     def label(self, i: int) -> str:

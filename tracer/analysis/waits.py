@@ -23,7 +23,7 @@ from __future__ import annotations
 from array import array
 from typing import TYPE_CHECKING
 
-from ..data.columns import running_max_by
+from ..data.columns import packed_keys, running_max_by
 from ..data.events import NONE, EventTable
 from .matching import finished_at
 from .model import EARLY_REDUCE, LATE_BROADCAST, WAIT_BARRIER, WAIT_NXN
@@ -170,7 +170,7 @@ def union_by(keys: list, a, b) -> tuple[list, "object"]:
     n = len(a)
     if n == 0:
         return [k[:0] for k in keys], np.zeros(0, dtype=np.int64)
-    order = np.lexsort((a, *reversed(_packed(keys))))  # by the keys, the first most significant, then by start
+    order = np.lexsort((a, *reversed(packed_keys(keys))))  # by the keys, the first most significant, then by start
     a, b, keys = a[order], b[order], [k[order] for k in keys]
     new = np.zeros(n, dtype=bool)
     new[0] = True
@@ -180,27 +180,6 @@ def union_by(keys: list, a, b) -> tuple[list, "object"]:
     # each interval adds what lies past the reach of the key's earlier ones (they all start no later)
     part = np.maximum(b - np.maximum(a, reach_before(b, new)), 0)
     return [k[starts] for k in keys], np.add.reduceat(part, starts)
-
-
-def _packed(keys: list) -> list:
-    """Integer key columns as one column that sorts as they do together (the first most significant), where
-    their ranges' product fits in int64: lexsort's time grows with its number of keys."""
-    import numpy as np
-
-    if len(keys) < 2 or not len(keys[0]):
-        return keys
-    lows = [int(k.min()) for k in keys]
-    spans = [int(k.max()) - lo + 1 for k, lo in zip(keys, lows)]
-    total = 1
-    for span in spans:
-        total *= span
-    if total >= 1 << 62:
-        return keys
-    out = keys[0] - lows[0]
-    for k, lo, span in zip(keys[1:], lows[1:], spans[1:]):
-        out *= span
-        out += k - lo
-    return [out]
 
 
 def reach_before(b, new):
