@@ -9,6 +9,7 @@ instance far above it is flagged slow."""
 
 from __future__ import annotations
 
+from ..data.columns import typecode
 from ..data.events import NONE
 from .model import NULL, AlphaBeta
 from .tables import CollectiveTable, P2PTable
@@ -17,16 +18,32 @@ SLOW_FACTOR = 4.0       # slower than 4x the model...
 SLOW_MIN_NS = 1_000_000  # ...and by more than 1 ms (scheduler noise on a loaded box is that large)
 
 
-def _fit(points: list[tuple[int, int]]) -> tuple[float, float]:
-    buckets: dict[int, list[tuple[int, int]]] = {}
-    for x, y in points:
-        buckets.setdefault(x.bit_length(), []).append((x, y))
-    xs, ys = [], []
-    for pts in buckets.values():
-        pts.sort(key=lambda p: p[1])
-        x, y = pts[len(pts) // 4]
-        xs.append(x)
-        ys.append(y)
+def _bit_lengths(x):
+    """int.bit_length of each of x (a numpy int64 column), in numpy: frexp's exponent of |x|, less one where the
+    float rounded |x| up to the next power of two."""
+    import numpy as np
+
+    m = np.abs(x).astype(np.uint64)
+    e = np.frexp(m.astype(np.float64))[1].astype(np.int64)
+    e[m == 0] = 0
+    over = e > 0
+    e[over] -= np.left_shift(np.uint64(1), (e[over] - 1).astype(np.uint64)) > m[over]
+    return e
+
+
+def _fit(x, y) -> tuple[float, float]:
+    """alpha, beta of one op's points (x: volume, y: time; numpy int64 columns in the trace's order): one point
+    per power-of-two bucket of volume (the lower quartile of its times: of its points sorted by time, stably,
+    the len // 4-th), the buckets in order of their first point; then least squares over them."""
+    import numpy as np
+
+    bucket = _bit_lengths(x)
+    order = np.lexsort((y, bucket))  # by bucket, then time (ties in the trace's order)
+    starts = np.flatnonzero(np.concatenate(([True], np.diff(bucket[order]) != 0)))
+    counts = np.diff(np.append(starts, len(order)))
+    picked = order[starts + counts // 4]
+    picked = picked[np.argsort(np.minimum.reduceat(order, starts))]  # the buckets by their first point
+    xs, ys = x[picked].tolist(), y[picked].tolist()
     if len(xs) < 2:
         return float(min(ys)), 0.0
     mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
@@ -42,18 +59,26 @@ def _fit(points: list[tuple[int, int]]) -> tuple[float, float]:
 
 
 def fit_models(collectives: CollectiveTable, p2p: P2PTable) -> dict[str, AlphaBeta]:
-    points: dict[str, list[tuple[int, int]]] = {}
-    ops = collectives.op.values
-    for code, volume, d in zip(collectives.op.codes, collectives.volume_bytes, collectives.duration_ns):
-        if d != NULL:
-            points.setdefault(ops[code], []).append((volume, d))
-    for b, tr in zip(p2p.bytes, p2p.transfer_ns):
-        if tr != NONE:
-            points.setdefault("send", []).append((b, tr))
+    """The alpha-beta model of each op kind (collectives by their op, messages as "send"), in order of each
+    kind's first complete instance."""
+    import numpy as np
+
+    points: dict[str, list] = {}
+    codes = np.frombuffer(collectives.op.codes, np.dtype(typecode(collectives.op.codes)))
+    volume, d = (np.frombuffer(c, np.int64) for c in (collectives.volume_bytes, collectives.duration_ns))
+    done = d != NULL
+    present, first = np.unique(codes[done], return_index=True)
+    for code in present[np.argsort(first, kind="stable")].tolist():
+        rows = done & (codes == code)
+        points.setdefault(collectives.op.values[code], []).append((volume[rows], d[rows]))
+    nbytes, transfer = (np.frombuffer(c, np.int64) for c in (p2p.bytes, p2p.transfer_ns))
+    if (known := transfer != NONE).any():
+        points.setdefault("send", []).append((nbytes[known], transfer[known]))
     models = {}
-    for op, pts in points.items():
-        alpha, beta = _fit(pts)
-        models[op] = AlphaBeta(op, alpha, beta, len(pts))
+    for op, parts in points.items():
+        x, y = (np.concatenate([p[i] for p in parts]) for i in (0, 1))
+        alpha, beta = _fit(x, y)
+        models[op] = AlphaBeta(op, alpha, beta, len(x))
     return models
 
 
