@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from array import array
 
-from ..data.columns import as_int64, copy_of, groups_of
+from ..data.columns import as_int64, copy_of
 from ..data.events import COLLECTIVE_OPS, NONE, EventTable
 
 
@@ -17,7 +17,10 @@ def group_collectives(t: EventTable) -> list[list[int]]:
     seq = np.frombuffer(t.group_seq, np.int64)
     rows = np.flatnonzero(is_coll[as_int64(t.op.codes)] & (seq >= 0))
     key = (np.frombuffer(t.gid, np.int32)[rows].astype(np.int64) << 40) | seq[rows]
-    return [rows[part].tolist() for _, part in groups_of(key)]  # (each instance's rows stay in table order)
+    order = np.argsort(key, kind="stable")  # (each instance's rows stay in table order)
+    bounds = [0, *(np.flatnonzero(np.diff(key[order])) + 1).tolist(), len(order)] if len(order) else [0]
+    rows = rows[order].tolist()
+    return [rows[a:b] for a, b in zip(bounds, bounds[1:])]  # (list slices: an array per instance took 4x longer)
 
 
 def match_p2p(t: EventTable) -> list[tuple[int, int, int, int, int | None, int | None]]:
