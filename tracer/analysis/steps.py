@@ -25,7 +25,7 @@ from collections import Counter, deque
 from statistics import median
 from typing import TYPE_CHECKING
 
-from ..data.columns import as_int64, groups_of, running_max_by
+from ..data.columns import as_int64, groups_of, packed_keys, running_max_by
 from ..data.events import NONE, EventTable
 from .matching import finished
 from .model import Step
@@ -79,7 +79,7 @@ def _dense(*columns) -> "object":
     first row, in numpy."""
     import numpy as np
 
-    cols = [as_int64(c) for c in columns]
+    cols = packed_keys([as_int64(c) for c in columns])
     n = len(cols[0])
     order = np.lexsort(cols[::-1])  # (stable: the first row of equal keys comes first)
     new = np.ones(n, bool)

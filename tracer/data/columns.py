@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import re
 from array import array
-from itertools import accumulate, repeat
+from itertools import accumulate, compress, repeat
+from operator import is_
 from typing import Any, Callable, Iterable, Iterator
 
 import orjson
@@ -69,12 +70,16 @@ class CodedColumn:
         keys = vs if self._key is None else self._keys(vs)
         codes = list(map(self._index.get, keys))  # C speed for the common case: every value seen before
         if None in codes:
-            index = self._index
-            for k, c in enumerate(codes):
-                if c is None:
-                    c = index.get(keys[k])
-                    codes[k] = c if c is not None else self._add(keys[k], vs[k])
-        self.codes.extend(codes)  # after the loop: _add may have replaced self.codes with wider ones
+            # the values not seen before, each added once in the order of its first row with that row's value,
+            # then every row mapped again: passes at C speed (a new column's rows are all new, and a loop over
+            # them took 0.1 s a 175k rows)
+            new = list(map(is_, codes, repeat(None)))
+            new_keys, new_vs = list(compress(keys, new)), list(compress(vs, new))
+            first_v = dict(zip(reversed(new_keys), reversed(new_vs)))
+            for k in dict.fromkeys(new_keys):
+                self._add(k, first_v[k])
+            codes = list(map(self._index.get, keys))
+        self.codes.extend(codes)  # after the adds: _add may have replaced self.codes with wider ones
 
     def _keys(self, vs: list) -> list:
         try:
