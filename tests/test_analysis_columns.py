@@ -238,3 +238,32 @@ def test_alpha_beta_fit_in_numpy_is_its_rule_point_by_point(seed):
               for _ in range(rng.randrange(1, 120))]
     got = _fit(np.array([x for x, _ in points], np.int64), np.array([y for _, y in points], np.int64))
     assert got == fit_one_by_one(points)
+
+
+def test_a_stage_beside_the_others_may_not_read_what_one_between_fills():
+    """engine._check: a stage running in a thread beside the next ones must not read a result that one of them
+    fills in while it runs (the critical path reads the steps' windows, not the steps that the verdict fills)."""
+    import dataclasses
+
+    from disttrace.tracer.analysis import engine
+
+    assert any(s.beside for s in engine.STAGES)
+    engine._check(engine.STAGES)
+    k = next(k for k, s in enumerate(engine.STAGES) if s.run.__name__ == "critical_paths")
+    reads_steps = dataclasses.replace(engine.STAGES[k], reads=engine.STAGES[k].reads + ("steps",))
+    with pytest.raises(TypeError, match="fills what critical_paths"):
+        engine._check(engine.STAGES[:k] + (reads_steps,) + engine.STAGES[k + 1:])
+
+
+def test_what_a_stage_beside_the_others_raises_is_raised_by_analyze(monkeypatch):
+    import dataclasses
+
+    from disttrace.tracer.analysis import engine
+
+    def broken(*args):
+        raise ZeroDivisionError("beside")
+
+    stages = tuple(dataclasses.replace(s, run=broken) if s.beside else s for s in engine.STAGES)
+    monkeypatch.setattr(engine, "STAGES", stages)
+    with pytest.raises(ZeroDivisionError, match="beside"):
+        engine.analyze(random_table(3))

@@ -162,15 +162,14 @@ class _Walker:
 
 
 def critical_paths(t: EventTable, collectives: CollectiveTable, instance_of, culprits, p2p: P2PTable, p2p_of,
-                   event_wait_ns, steps: list[Step], step_of) -> tuple[list[CriticalPath], list[DelayCause], "_Walker"]:
-    """Each step's critical path, the waits' root causes, and the walker (the hosts' intervals, which the what-if
-    re-times)."""
+                   event_wait_ns, windows: dict) -> tuple[list[CriticalPath], list[DelayCause], "_Walker"]:
+    """Each step's critical path (`windows`: step_windows'), the waits' root causes, and the walker (the hosts'
+    intervals, which the what-if re-times)."""
     import numpy as np
 
     w = _Walker(t, collectives, instance_of, culprits, p2p, p2p_of)
     if not len(t):
         return [], [], w
-    windows = _windows(t, w.fin, steps, step_of)
     index = list(windows)
     s_floor, s_end, s_row = (np.array([windows[k][c] for k in index], np.int64).reshape(-1) for c in range(3))
     alone, found = _waits(t, w, event_wait_ns)
@@ -213,12 +212,14 @@ def _with_alone(keys, sums, bits, alone, ops, gids) -> tuple:
     return keys, total, ranks
 
 
-def _windows(t: EventTable, fin, steps: list[Step], step_of) -> dict[int, tuple[int, int, int]]:
+def step_windows(t: EventTable, steps: list[Step], step_of) -> dict[int, tuple[int, int, int]]:
     """step index -> (its start, its end, the row that finished last in it); without steps, the whole trace as
     step 0. In numpy: the last to finish; of those finishing together, the last to arrive (the others' ops end by
-    waiting); of those, the first row."""
+    waiting); of those, the first row. (What critical_paths walks back from: taken from the steps before later
+    stages fill their waits in, so that it can run beside them.)"""
     import numpy as np
 
+    fin = finished(t)
     n = len(t)
     k = np.frombuffer(step_of, np.int32).astype(np.int64) if steps else np.zeros(n, np.int64)
     f, st = np.frombuffer(fin, np.int64), np.frombuffer(t.start_ns, np.int64)
@@ -313,4 +314,4 @@ def _causes(t: EventTable, w: _Walker, keys, sums, bits) -> list[DelayCause]:
     return [causes[i] for i in sorted(range(len(causes)), key=order.__getitem__)]
 
 
-__all__ = ["critical_paths"]
+__all__ = ["critical_paths", "step_windows"]

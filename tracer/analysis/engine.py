@@ -11,6 +11,7 @@ one line in STAGES."""
 from __future__ import annotations
 
 from array import array
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, fields
 from time import perf_counter
 from typing import Callable
@@ -22,7 +23,7 @@ from ..data.events import NONE, EventTable, gc_paused, give_back_freed_memory, p
 from . import saved
 from .bandwidth import links_of
 from .collectives import build_collectives
-from .critical_path import critical_paths
+from .critical_path import critical_paths, step_windows
 from .matching import group_collectives
 from .model import Analysis
 from .overlap import overlaps
@@ -46,6 +47,10 @@ class Stage:
     adds: tuple[str, ...]      # empty: it only fills in earlier results (columns, fields of the steps)
     label: str = ""            # said to the progress callback when the stage starts ("": it goes on the last one)
     at: float = 0.0            # with a label: the fraction of the analysis done when it starts
+    fills: tuple[str, ...] = ()  # earlier results it fills in (their fields, in place)
+    beside: bool = False       # runs in a thread beside the stages after it, until one reads what it adds (none
+    #                            of those may fill what it reads: _check); for one that waits mostly in numpy and
+    #                            compiled code, which let the other thread run
 
 
 def _ranks(t: EventTable) -> tuple[set[int], list[int]]:
@@ -73,24 +78,26 @@ STAGES: tuple[Stage, ...] = (
           ("collectives", "instance_of", "culprits", "suspects"), "collectives", 0.15),
     Stage(build_p2p, ("table",), ("p2p", "p2p_of"), "point-to-point", 0.7),
     Stage(fit_models, ("collectives", "p2p"), ("models",), "models", 0.8),
-    Stage(flag_slow, ("collectives", "models"), ()),  # fills the collectives' model_ns and slow
+    Stage(flag_slow, ("collectives", "models"), (), fills=("collectives",)),  # their model_ns and slow
     Stage(find_steps, ("table", "buckets", "p2p"), ("step_of", "steps_source"), "steps", 0.82),
     Stage(build_steps, ("table", "step_of"), ("steps",)),
+    Stage(event_waits, ("table", "collectives", "p2p"), ("event_wait_ns",)),
+    Stage(step_windows, ("table", "steps", "step_of"), ("windows",)),
+    # the critical path (a compiled walk, ~15% of the analysis at 1M events) beside the waits and the problems
+    Stage(critical_paths, ("table", "collectives", "instance_of", "culprits", "p2p", "p2p_of", "event_wait_ns",
+                           "windows"), ("critical_path", "causes", "walker"), "critical path", 0.84, beside=True),
     Stage(pipeline_stats, ("table", "p2p", "collectives", "steps", "step_of"), ("pipeline",), "pipeline", 0.85),
     Stage(wait_records, ("table", "collectives", "culprits", "p2p", "pipeline"), ("wait_records",), "waits", 0.87),
     Stage(wait_totals, ("wait_records", "ranks"), ("waits",)),
-    Stage(event_waits, ("table", "collectives", "p2p"), ("event_wait_ns",)),
     Stage(stragglers_of, ("wait_records", "culprits", "ranks"), ("stragglers",)),
-    Stage(fill_steps, ("wait_records", "steps", "step_of"), ()),  # fills each step's wait_ns and caused_ns
-    Stage(verdict, ("table", "wait_records", "steps", "step_of"), ("straggler",)),  # and each step's late_rank
-    Stage(critical_paths, ("table", "collectives", "instance_of", "culprits", "p2p", "p2p_of", "event_wait_ns",
-                           "steps", "step_of"), ("critical_path", "causes", "walker"), "critical path", 0.88),
-    Stage(overlaps, ("table", "walker", "event_wait_ns"), ("event_overlap_ns", "overlap")),
-    Stage(what_ifs, ("table", "walker", "collectives", "instance_of", "p2p", "p2p_of", "event_wait_ns", "models",
-                     "steps", "step_of", "critical_path", "straggler", "changes"), ("what_if",), "what if", 0.89),
-    Stage(find_problems, ("table", "collectives", "p2p", "suspects"), ("problems",), "problems", 0.9),
+    Stage(fill_steps, ("wait_records", "steps", "step_of"), (), fills=("steps",)),  # each one's wait_ns, caused_ns
+    Stage(verdict, ("table", "wait_records", "steps", "step_of"), ("straggler",), fills=("steps",)),  # late_rank
+    Stage(find_problems, ("table", "collectives", "p2p", "suspects"), ("problems",), "problems", 0.88),
     Stage(links_of, ("p2p",), ("links",)),
     Stage(_span_and_notes, ("table", "traced"), ("span_ns", "notes")),
+    Stage(overlaps, ("table", "walker", "event_wait_ns"), ("event_overlap_ns", "overlap")),
+    Stage(what_ifs, ("table", "walker", "collectives", "instance_of", "p2p", "p2p_of", "event_wait_ns", "models",
+                     "steps", "step_of", "critical_path", "straggler", "changes"), ("what_if",), "what if", 0.9),
 )
 
 
@@ -99,10 +106,20 @@ def _check(stages: tuple[Stage, ...]) -> list[tuple[float, float]]:
     mistake fails at import, not in the middle of a trace). Returns each stage's stretch of the progress: from its
     labelled stage's start to the next labelled stage's."""
     have = {"table", "progress", "changes"}
-    for s in stages:
+    for k, s in enumerate(stages):
         if missing := [name for name in s.reads if name not in have]:
             raise TypeError(f"stage {s.run.__name__} reads {missing}, which no earlier stage adds")
         have.update(s.adds)
+        if s.beside:
+            if "progress" in s.reads or not s.adds:
+                raise TypeError(f"stage {s.run.__name__} runs beside others: it can neither report progress nor "
+                                "only fill")
+            for later in stages[k + 1:]:
+                if set(later.fills) & set(s.reads):
+                    raise TypeError(f"stage {later.run.__name__} fills what {s.run.__name__}, running beside it, "
+                                    "reads")
+                if set(later.reads) & set(s.adds):
+                    break
     if missing := [f.name for f in fields(Analysis) if f.name not in have]:
         raise TypeError(f"no stage adds the Analysis fields {missing}")
     ats = [s.at for s in stages if s.label] + [1.0]
@@ -154,26 +171,58 @@ def analyze(table: EventTable, progress=None, changes: tuple[ChangeSpec, ...] = 
 
 def _analyze(table: EventTable, progress, changes: tuple[ChangeSpec, ...], timings) -> Analysis:
     results = {"table": table, "progress": None, "changes": changes}
-    for stage, (lo, hi), dropped in zip(STAGES, _STRETCH, _DROPPED):
-        if progress is not None:
-            if stage.label:
-                progress(stage.at, stage.label)
-            if "progress" in stage.reads:
-                results["progress"] = part_of(progress, lo, hi)
-        t0 = perf_counter()
-        out = stage.run(*map(results.__getitem__, stage.reads))
-        if timings is not None:
-            timings[stage.run.__name__] = perf_counter() - t0
+    running: dict[str, tuple[Stage, Future]] = {}  # what a stage running beside the others will add
+
+    def take(stage: Stage, out) -> None:
         if len(stage.adds) == 1:
             results[stage.adds[0]] = out
         elif stage.adds:
             results.update(zip(stage.adds, out))
-        del out
-        for name in dropped:
-            del results[name]
+
+    def timed(stage: Stage, args: list):
+        t0 = perf_counter()
+        out = stage.run(*args)
+        if timings is not None:
+            timings[stage.run.__name__] = perf_counter() - t0
+        return out
+
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="disttrace-analysis") as beside:
+        try:
+            for stage, (lo, hi), dropped in zip(STAGES, _STRETCH, _DROPPED):
+                for name in stage.reads:
+                    if name in running:
+                        _join(running, name, take)
+                if progress is not None:
+                    if stage.label:
+                        progress(stage.at, stage.label)
+                    if "progress" in stage.reads:
+                        results["progress"] = part_of(progress, lo, hi)
+                args = list(map(results.__getitem__, stage.reads))
+                if stage.beside:
+                    future = beside.submit(timed, stage, args)
+                    running.update((name, (stage, future)) for name in stage.adds)
+                else:
+                    take(stage, timed(stage, args))
+                del args
+                for name in dropped:
+                    del results[name]
+            while running:
+                _join(running, next(iter(running)), take)
+        finally:
+            for _, future in running.values():
+                future.cancel()
     if progress is not None:
         progress(1.0, "done")
     return Analysis(**{f.name: results[f.name] for f in fields(Analysis)})
+
+
+def _join(running: dict, name: str, take) -> None:
+    """Wait for the stage that adds `name`, running beside, and take all it adds (its exception, raised here)."""
+    stage, future = running[name]
+    out = future.result()
+    for added in stage.adds:
+        del running[added]
+    take(stage, out)
 
 
 def pending_analysis(table: EventTable) -> Analysis:
