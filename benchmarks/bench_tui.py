@@ -6,7 +6,7 @@ Measured side by side in one run:
 - the yardstick: orjson.loads of every line of the events file, nothing kept (issue 19); the ratios are to it;
 - first frame: from starting the app (headless, loading in its worker behind the progress bar: reader, analysis,
   store) to the first full frame of the timeline; goal: <= 1x the yardstick on a first open, <= 0.5 s on a
-  re-open. The split (load / analyze / store) is printed too;
+  re-open (the median of three). The split (load / analyze / store) is printed too;
 - frames: each navigation key (zoom +/-, pan h/l and arrows, rank j/k and arrows, event n/p), timed from the
   driver handing the key over to the frame that repaints the timeline (the wait for the 60 Hz frame timer
   included; goal: < 50 ms), to the frame that shows the detail pane, and the CPU time the process spent on
@@ -256,7 +256,9 @@ def main() -> None:
 
     app = child("app", "the viewer, first open (reading, analysing, keys)")
     yards.append(time_yardstick(path))
-    reopen = child("app", "the viewer, re-open")
+    # three re-opens, the median's reported: one takes 0.35-0.6 s on this VM, as its speed drifts
+    reopens = [child("app", "the viewer, re-open")] + [child("app", f"the viewer, re-open ({k})") for k in (2, 3)]
+    reopen = sorted(reopens, key=lambda r: r["first_frame_s"])[1]
     stages = child("stages", "the stages measured apart (load, analyze, store)")
     yards.append(time_yardstick(path))
     yard = statistics.median(yards)
@@ -269,7 +271,8 @@ def main() -> None:
     print(f"first frame, first open         {first:7.2f} s   = {first / yard:.2f}x the yardstick (goal <= 1x; "
           f"parses and writes the trace store)")
     print(f"first frame, re-open            {reopen['first_frame_s']:7.2f} s   = "
-          f"{reopen['first_frame_s'] / yard:.2f}x the yardstick (goal <= 0.5 s; from the store), "
+          f"{reopen['first_frame_s'] / yard:.2f}x the yardstick (goal <= 0.5 s; from the store; the median of "
+          f"{', '.join(format(r['first_frame_s'], '.2f') for r in reopens)} s), "
           f"analysed (saved) at "
           f"{reopen['analysed_s']:.2f} s, RSS {reopen['rss_mb']:.0f} MB at the first frame")
     print(f"analysis views ready            {app['analysed_s']:7.2f} s   = {app['analysed_s'] / yard:.2f}x the "
