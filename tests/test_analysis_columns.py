@@ -200,35 +200,21 @@ def test_union_by_key_in_numpy_is_each_key_s_union(seed):
         assert before[i] == (max(earlier) if earlier else low)
 
 
-def fit_one_by_one(points: list[tuple[int, int]]) -> tuple[float, float]:
-    """theory._fit's rule, point by point: per power-of-two bucket of volume (buckets in order of their first
-    point), its points sorted by time, stably, and the len // 4-th taken; least squares over those."""
+def quartiles_one_by_one(points: list[tuple[int, int]]) -> tuple[list[int], list[int]]:
+    """theory._quartiles' rule, point by point: per power-of-two bucket of volume (buckets in order of their
+    first point), its points sorted by time, stably, and the len // 4-th taken."""
     buckets: dict = {}
     for x, y in points:
         buckets.setdefault(x.bit_length(), []).append((x, y))
-    xs, ys = [], []
-    for pts in buckets.values():
-        pts.sort(key=lambda p: p[1])
-        xs.append(pts[len(pts) // 4][0])
-        ys.append(pts[len(pts) // 4][1])
-    if len(xs) < 2:
-        return float(min(ys)), 0.0
-    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-    sxx = sum((x - mx) ** 2 for x in xs)
-    beta = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx if sxx else 0.0
-    if beta <= 0:
-        return float(min(ys)), 0.0
-    alpha = my - beta * mx
-    if alpha < 0:
-        return 0.0, sum(x * y for x, y in zip(xs, ys)) / sum(x * x for x in xs)
-    return alpha, beta
+    picked = [sorted(pts, key=lambda p: p[1])[len(pts) // 4] for pts in buckets.values()]
+    return [x for x, _ in picked], [y for _, y in picked]
 
 
 @pytest.mark.parametrize("seed", range(30))
 def test_alpha_beta_fit_in_numpy_is_its_rule_point_by_point(seed):
     import numpy as np
 
-    from disttrace.tracer.analysis.theory import _bit_lengths, _fit
+    from disttrace.tracer.analysis.theory import _bit_lengths, _quartiles
 
     rng = random.Random(seed)
     edges = [0, 1, 2, 3, 2**53 - 1, 2**53, 2**53 + 1, 2**62, 2**63 - 1, -1, -(2**62)]
@@ -236,8 +222,8 @@ def test_alpha_beta_fit_in_numpy_is_its_rule_point_by_point(seed):
     assert _bit_lengths(np.array(xs, np.int64)).tolist() == [x.bit_length() for x in xs]
     points = [(rng.choice([rng.randrange(2 ** rng.randrange(1, 30)), 1024, 4096]), rng.randrange(10**6))
               for _ in range(rng.randrange(1, 120))]
-    got = _fit(np.array([x for x, _ in points], np.int64), np.array([y for _, y in points], np.int64))
-    assert got == fit_one_by_one(points)
+    got = _quartiles(np.array([x for x, _ in points], np.int64), np.array([y for _, y in points], np.int64))
+    assert got == quartiles_one_by_one(points)
 
 
 def test_a_stage_beside_the_others_may_not_read_what_one_between_fills():

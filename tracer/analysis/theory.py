@@ -32,18 +32,9 @@ def _bit_lengths(x):
 
 
 def _fit(x, y) -> tuple[float, float]:
-    """alpha, beta of one op's points (x: volume, y: time; numpy int64 columns in the trace's order): one point
-    per power-of-two bucket of volume (the lower quartile of its times: of its points sorted by time, stably,
-    the len // 4-th), the buckets in order of their first point; then least squares over them."""
-    import numpy as np
-
-    bucket = _bit_lengths(x)
-    order = np.lexsort((y, bucket))  # by bucket, then time (ties in the trace's order)
-    starts = np.flatnonzero(np.concatenate(([True], np.diff(bucket[order]) != 0)))
-    counts = np.diff(np.append(starts, len(order)))
-    picked = order[starts + counts // 4]
-    picked = picked[np.argsort(np.minimum.reduceat(order, starts))]  # the buckets by their first point
-    xs, ys = x[picked].tolist(), y[picked].tolist()
+    """alpha, beta of one op's points (x: volume, y: time; numpy int64 columns in the trace's order): least
+    squares over each volume bucket's lower quartile (_quartiles)."""
+    xs, ys = _quartiles(x, y)
     if len(xs) < 2:
         return float(min(ys)), 0.0
     mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
@@ -56,6 +47,21 @@ def _fit(x, y) -> tuple[float, float]:
         beta = sum(x * y for x, y in zip(xs, ys)) / sum(x * x for x in xs)
         alpha = 0.0
     return alpha, beta
+
+
+def _quartiles(x, y) -> tuple[list[int], list[int]]:
+    """One point per power-of-two bucket of volume (int.bit_length), the buckets in order of their first point:
+    the lower quartile of its times (what the link achieves without interference), i.e. of its points sorted by
+    time, stably, the len // 4-th. As (volumes, times)."""
+    import numpy as np
+
+    bucket = _bit_lengths(x)
+    order = np.lexsort((y, bucket))  # by bucket, then time (ties in the trace's order)
+    starts = np.flatnonzero(np.concatenate(([True], np.diff(bucket[order]) != 0)))
+    counts = np.diff(np.append(starts, len(order)))
+    picked = order[starts + counts // 4]
+    picked = picked[np.argsort(np.minimum.reduceat(order, starts))]  # the buckets by their first point
+    return x[picked].tolist(), y[picked].tolist()
 
 
 def fit_models(collectives: CollectiveTable, p2p: P2PTable) -> dict[str, AlphaBeta]:
