@@ -253,3 +253,28 @@ def test_what_a_stage_beside_the_others_raises_is_raised_by_analyze(monkeypatch)
     monkeypatch.setattr(engine, "STAGES", stages)
     with pytest.raises(ZeroDivisionError, match="beside"):
         engine.analyze(random_table(3))
+
+
+def test_a_large_table_s_stages_run_one_after_another(monkeypatch):
+    """Beyond BESIDE_MAX_EVENTS no stage runs beside the others (two at once hold both's memory): the analysis is
+    the same either way."""
+    import threading
+
+    from disttrace.tracer.analysis import engine, to_json
+
+    t = random_table(5)
+    threads = set()
+    run = engine.critical_paths
+
+    def spy(*args):
+        threads.add(threading.current_thread().name)
+        return run(*args)
+
+    stages = tuple(engine.Stage(spy, s.reads, s.adds, s.label, s.at, s.fills, s.beside)
+                   if s.run is run else s for s in engine.STAGES)
+    monkeypatch.setattr(engine, "STAGES", stages)
+    beside = to_json(engine.analyze(t))
+    monkeypatch.setattr(engine, "BESIDE_MAX_EVENTS", len(t) - 1)
+    after = to_json(engine.analyze(t))
+    assert beside == after
+    assert len(threads) == 2 and threading.main_thread().name in threads

@@ -38,6 +38,12 @@ from .waits import event_waits
 from .what_if import ChangeSpec, what_ifs
 
 
+BESIDE_MAX_EVENTS = 3_000_000
+"""Beyond this many events the stages run one after another: two at once hold both's intermediate results (10M
+events: 5.1 GB of anonymous memory at the peak, against 4.0 GB one after another; such a trace is to be read on a
+machine of 4 GB)."""
+
+
 @dataclass(frozen=True)
 class Stage:
     run: Callable
@@ -50,7 +56,7 @@ class Stage:
     fills: tuple[str, ...] = ()  # earlier results it fills in (their fields, in place)
     beside: bool = False       # runs in a thread beside the stages after it, until one reads what it adds (none
     #                            of those may fill what it reads: _check); for one that waits mostly in numpy and
-    #                            compiled code, which let the other thread run
+    #                            compiled code, which let the other thread run; on tables up to BESIDE_MAX_EVENTS
 
 
 def _ranks(t: EventTable) -> tuple[set[int], list[int]]:
@@ -198,7 +204,7 @@ def _analyze(table: EventTable, progress, changes: tuple[ChangeSpec, ...], timin
                     if "progress" in stage.reads:
                         results["progress"] = part_of(progress, lo, hi)
                 args = list(map(results.__getitem__, stage.reads))
-                if stage.beside:
+                if stage.beside and len(table) <= BESIDE_MAX_EVENTS:
                     future = beside.submit(timed, stage, args)
                     running.update((name, (stage, future)) for name in stage.adds)
                 else:
