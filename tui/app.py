@@ -16,6 +16,7 @@ from textual.binding import Binding
 from textual.containers import Center, Middle
 from textual.screen import Screen
 from textual.widgets import Label, ProgressBar, TabbedContent
+from textual.worker import get_current_worker
 
 from disttrace.tracer.data.events import EventTable, TraceError
 from disttrace.tracer.data.load import trace_size
@@ -30,6 +31,10 @@ PRELOAD_BYTES = 8 << 20  # inputs smaller than this are read before the app star
 FIRST_FRAME_WAIT_S = 2.0  # the loading worker waits at most this for the first frame before it analyses
 LOADING_SCREEN_AFTER_S = 0.5  # the progress bar shows only for a load that takes longer (a trace's store opens
 #                               faster: drawing the bar meanwhile held the GIL from the reader, ~0.08 s a re-open)
+
+
+class _Quit(Exception):
+    """The app is quitting: the analysis in its worker stops."""
 
 
 class LoadingScreen(Screen):
@@ -217,8 +222,20 @@ class DisttraceApp(App[int]):
         # the analysis starts once the timeline is on screen: begun at once, it held the GIL while the screen was
         # being laid out, and the first frame of a re-opened 1M-event trace came ~0.2 s later
         screen.shown.wait(FIRST_FRAME_WAIT_S)
-        with loading.background_work():
-            full = loading.analysed_store(bare, progress)
+        worker = get_current_worker()
+
+        def analysing(fraction: float, label: str) -> None:
+            # quitting cancels the worker: the analysis stops at its next stage rather than holding the exit
+            # until it ends (the interpreter waits for this thread; at 1M events a "q" took 5-6 s to exit)
+            if worker.is_cancelled:
+                raise _Quit
+            progress(fraction, label)
+
+        try:
+            with loading.background_work():
+                full = loading.analysed_store(bare, analysing)
+        except _Quit:
+            return
         self.call_from_thread(screen.adopt_analysis, full)
 
     def _fail(self, message: str) -> None:
