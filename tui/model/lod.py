@@ -112,7 +112,7 @@ class Lane:
         """The same lane with other waits (the analysis arrived): everything else is shared."""
         durs = np.frombuffer(self.ends, np.int64) - np.frombuffer(self.starts, np.int64)
         waits = np.frombuffer(wait_ns, np.int64)[np.frombuffer(self.rows, np.int32)]
-        return Lane(self.rows, self.starts, self.ends, self.cats, [_prefix(np.minimum(waits, durs)), *self.cum[1:]],
+        return Lane(self.rows, self.starts, self.ends, self.cats, [_prefix_all(np.minimum(waits, durs)), *self.cum[1:]],
                     self.maxend)
 
     def before(self, t: int) -> tuple[int, int, int, int, int]:
@@ -266,21 +266,10 @@ _plus1 = (1).__add__
 _minus_one = (-1).__add__
 
 
-def _q(a) -> array:
-    return array("q", a.astype(np.int64, copy=False).tobytes())
-
-
 def _prefix_all(values) -> memoryview:
     """The prefix sums of `values` from 0 (len + 1 of them)."""
     out = np.zeros(len(values) + 1, np.int64)
     np.cumsum(values, out=out[1:])
     return memoryview(out)
-
-
-def _prefix(a) -> array:
-    """The prefix sums of `a` from 0 (len(a) + 1 of them), as an array of "q"."""
-    out = np.zeros(len(a) + 1, np.int64)
-    np.cumsum(a, out=out[1:])
-    return _q(out)
 
 
