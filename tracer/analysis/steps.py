@@ -25,10 +25,11 @@ from collections import Counter, deque
 from statistics import median
 from typing import TYPE_CHECKING
 
-from ..data.columns import as_int64, groups_of, packed_keys, running_max_by
+from ..data.columns import as_int64, groups_of, packed_keys
 from ..data.events import NONE, EventTable
 from .matching import finished
 from .model import Step
+from .waits import reach_before
 
 if TYPE_CHECKING:
     from .tables import P2PTable
@@ -243,16 +244,10 @@ def build_steps(t: EventTable, step_of: array) -> list[Step]:
     r, k = rank[order], k_all[order]
     s = np.frombuffer(t.start_ns, np.int64)[order]
     e = np.frombuffer(finished(t), np.int64)[order]
-    heads = np.flatnonzero(np.concatenate(([True], r[1:] != r[:-1])))  # each rank's first row
-    # the latest end before each row on its rank: a running maximum of the ends there are (e >= 0; the others
-    # filled with the least of them, which never wins), shifted by one, where the rank has had one
-    ended = e >= 0
-    latest = running_max_by(np.where(ended, e, e[ended].min() if ended.any() else 0), heads)
-    seen = np.cumsum(ended)
-    seen_before = seen - ended - np.repeat((seen - ended)[heads], np.diff(np.append(heads, len(r))))
-    before = np.empty_like(latest)
-    before[1:] = latest[:-1]
-    a = np.where(seen_before > 0, before, s)
+    # the latest end before each row on its rank (the rows without one left out), else the row's start
+    low = np.iinfo(np.int64).min
+    before = reach_before(np.where(e >= 0, e, low), np.concatenate(([True], r[1:] != r[:-1])))
+    a = np.where(before != low, before, s)
     # a rank's first row of a step: where its step differs from the one of its previous row in a step
     in_step = np.flatnonzero(k >= 0)
     rk, kk = r[in_step], k[in_step]
@@ -299,13 +294,7 @@ def _signatures(t: EventTable, step_of: array, rows, n_steps: int) -> dict[tuple
 
     if not len(rows):
         return {}
-    ops = [np.asarray(c)[rows].astype(np.int64) for c in (t.op.codes, t.gid, t.site.codes, t.bytes)]
-    by_op = np.lexsort(ops)  # (np.unique over rows sorts them as bytes: 15x slower)
-    new_op = np.zeros(len(rows), bool)
-    for c in ops:
-        new_op[1:] |= c[by_op][1:] != c[by_op][:-1]
-    ids = np.empty(len(rows), np.int64)
-    ids[by_op] = np.cumsum(new_op)
+    ids = _dense(*(np.asarray(c)[rows] for c in (t.op.codes, t.gid, t.site.codes, t.bytes)))
     key = np.asarray(t.rank)[rows].astype(np.int64) * n_steps + np.asarray(step_of)[rows]
     keys, first, group = np.unique(key, return_index=True, return_inverse=True)
     group = group.ravel()
