@@ -1,9 +1,9 @@
 """Whole-process overhead: a job run under `disttrace run` against the same job untraced, side by side.
 
-    python benchmarks/bench_wholejob.py [--rounds 5] [--job trivial|ddp|compiled ...]
+    python benchmarks/bench_wholejob.py [--rounds 5] [--job trivial|ddp|compiled ...] [--device cpu|cuda]
 
 Each round runs every job once untraced (`torchrun --nproc_per_node=2 ...`) and once traced (`disttrace run --
-torchrun ...`), the order alternating between rounds, on 2 ranks of gloo. Printed per job: the whole process's wall
+torchrun ...`), the order alternating between rounds, on 2 ranks of gloo (`--device cuda`: NCCL, a rank per GPU). Printed per job: the whole process's wall
 time, traced / untraced as the median of the rounds' ratios (and their spread), and where the time goes, phase by
 phase (medians over rounds, rank 0), from timestamps the job takes itself (this file is also the job):
   launch   the command's start to the script's first line: launcher, torchrun's agent, the interpreter
@@ -31,22 +31,26 @@ import time
 PHASES = ("launch", "import", "init", "setup", "steps", "destroy", "exit")
 
 
-def _job(kind: str, out: str) -> None:
+def _job(kind: str, out: str, device: str) -> None:
     marks = {"start": time.time()}
     import torch
     import torch.distributed as dist
 
     marks["import"] = time.time()
-    dist.init_process_group("gloo")
+    if device == "cuda":
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    dist.init_process_group("nccl" if device == "cuda" else "gloo")
     marks["init"] = time.time()
     if kind == "trivial":
         marks["setup"] = time.time()
         for _ in range(10):
-            dist.all_reduce(torch.ones(4))
+            dist.all_reduce(torch.ones(4, device=device))
+        if device == "cuda":
+            torch.cuda.synchronize()
     else:
         torch.manual_seed(0)
         model = torch.nn.parallel.DistributedDataParallel(
-            torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 4)))
+            torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 4)).to(device))
         if kind == "compiled":
             model = torch.compile(model)
         opt = torch.optim.Adam(model.parameters(), lr=1e-2)
@@ -54,13 +58,15 @@ def _job(kind: str, out: str) -> None:
 
         def step() -> None:
             opt.zero_grad()
-            model(torch.randn(8, 16, generator=g)).square().mean().backward()
+            model(torch.randn(8, 16, generator=g).to(device)).square().mean().backward()
             opt.step()
 
         step()  # construction and the first step (compilation, for `compiled`)
         marks["setup"] = time.time()
         for _ in range(19):
             step()
+        if device == "cuda":
+            torch.cuda.synchronize()
         # DDP's reducer holds the default group: destroyed after it, gloo can abort the process at exit
         del model, opt, step
     marks["steps"] = time.time()
@@ -73,10 +79,10 @@ def _job(kind: str, out: str) -> None:
 RERUNS = {False: 0, True: 0}  # runs done again after torch's abort at exit, untraced and traced
 
 
-def _run(kind: str, traced: bool, tmp: str, n: int) -> dict:
+def _run(kind: str, traced: bool, tmp: str, n: int, device: str, nproc: int) -> dict:
     out = os.path.join(tmp, f"{kind}-{'t' if traced else 'u'}-{n}")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", __file__,
-           "--as-job", kind, out]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", __file__,
+           "--as-job", kind, out, device]
     if traced:
         cmd = [sys.executable, "-m", "disttrace", "run", "--out", out + ".trace", "--", *cmd]
     for attempt in range(3):
@@ -100,17 +106,24 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--job", nargs="+", default=["trivial", "ddp", "compiled"], choices=["trivial", "ddp", "compiled"])
-    ap.add_argument("--as-job", nargs=2, help=argparse.SUPPRESS)
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    ap.add_argument("--as-job", nargs=3, help=argparse.SUPPRESS)
     ns = ap.parse_args()
     if ns.as_job:
         _job(*ns.as_job)
         return
+    nproc = 2
+    if ns.device == "cuda":
+        import torch
+
+        nproc = min(2, torch.cuda.device_count())
+        print(f"{nproc} rank(s) on {torch.cuda.get_device_name()}, NCCL", file=sys.stderr)
     tmp = tempfile.mkdtemp(prefix="disttrace-wholejob-")
     res: dict = {(k, t): [] for k in ns.job for t in (False, True)}
     for n in range(ns.rounds):
         for kind in ns.job:
             for traced in ((False, True) if n % 2 == 0 else (True, False)):
-                res[(kind, traced)].append(_run(kind, traced, tmp, n))
+                res[(kind, traced)].append(_run(kind, traced, tmp, n, ns.device, nproc))
         print(f"round {n + 1}/{ns.rounds} done", file=sys.stderr)
     med = statistics.median
     for kind in ns.job:

@@ -4,6 +4,7 @@ runs. Test modules import it (never conftest.py or each other); conftest.py hold
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import socket
 import subprocess
@@ -82,3 +83,51 @@ def traced_fr_run(traced, tmp_path_factory):
     dumps.mkdir(exist_ok=True)
     trace = traced("fr_ddp.py", nproc=2, args=[str(dumps)], summaries="off")
     return trace, dumps
+
+
+def compile_modes_runs(tmp: Path, nproc: int, env: dict | None = None):
+    """jobs/compile_modes.py run untraced and traced: ({rank: (untraced counts, traced counts)}, the trace dir)."""
+    # torch 2.13 sometimes aborts a rank of this job at the interpreter's exit (EXIT_ABORT). What the job did is
+    # complete by then (its outputs written, its trace closed by atexit), and that is what is compared; any other
+    # failure, or that one before the outputs, fails the test
+    def check(proc, name):
+        done = all((tmp / f"{name}.{r}").exists() for r in range(nproc))
+        assert proc.returncode == 0 or (done and aborted_at_exit(proc)), proc.stderr[-3000:]
+        assert done, proc.stderr[-3000:]
+
+    plain = subprocess.run(torchrun_cmd(JOBS / "compile_modes.py", nproc, [tmp / "untraced"]), capture_output=True,
+                           text=True, timeout=300, env={**os.environ, **(env or {})})
+    check(plain, "untraced")
+    traced = run_traced("compile_modes.py", tmp / "trace", nproc, [tmp / "traced"], summaries="off", env=env,
+                        timeout=300)
+    check(traced, "traced")
+    load = lambda name, r: json.loads((tmp / f"{name}.{r}").read_text())  # noqa: E731
+    return {r: (load("untraced", r), load("traced", r)) for r in range(nproc)}, tmp / "trace"
+
+
+def assert_compiled_the_same(counts: dict) -> None:
+    """What Dynamo counted (compile_modes.py) is the same traced as untraced, and so are the job's numbers."""
+    for rank, (plain, traced) in counts.items():
+        # nothing of disttrace's in the graph breaks, no extra frame, graph, recompile or AOT compilation
+        assert traced["graph_breaks"] == plain["graph_breaks"], rank
+        for key in ("frames", "stats", "recompiles", "aot_autograd"):
+            assert traced[key] == plain[key], (rank, key)
+        assert plain["stats"]["unique_graphs"] >= 3 and plain["aot_autograd"]["ok"] >= 1  # it did compile
+        assert traced["results"] == plain["results"], rank
+
+
+def assert_compiled_collectives_recorded(trace: Path, fsdp: bool = True) -> None:
+    """compile_modes.py's collectives, compiled ones too, are in rank 0's trace, at the user's lines (FSDP2's only
+    where `fsdp`: in a world of one it issues none)."""
+    events = [json.loads(line) for f in sorted(trace.glob("rank-00000-*.jsonl"))
+              for line in f.read_bytes().rstrip(b"\0").splitlines() if b'"k":"b"' in line]
+    # (the api is the generated function's: compiled.forward from an FX graph, compiled.call from Inductor)
+    in_graph = [e for e in events if e.get("api", "").startswith("compiled.")]
+    # 3 calls of the fullgraph step (its dist.all_reduce) and 3 of the functional collective, each recorded; the
+    # compiled code is the graph's, and the site the user's compiled function (Dynamo's frame keeps its def line)
+    assert len(in_graph) == 6, [(e["op"], e.get("api"), e["site"]) for e in events]
+    assert all(e["op"] == "all_reduce" and e["site"].startswith(str(JOBS / "compile_modes.py")) for e in in_graph)
+    assert sorted(e["site"].rsplit(" in ", 1)[1] for e in in_graph) == ["fullgraph_step"] * 3 + ["funcol_step"] * 3
+    # DDP's bucket all-reduces from the compiled model's backward, FSDP2's all-gathers and reduce-scatters
+    apis = {e["api"] for e in events}
+    assert {"ddp.reducer_allreduce", *(("all_gather_single", "reduce_scatter_single") if fsdp else ())} <= apis, apis

@@ -1,6 +1,6 @@
 """The CUDA paths on a real GPU: NCCL in a world of one (every collective kind, its end and its device duration
 against the job's own CUDA events and clock, device summaries, a traced call behind a busy device, a hang), gloo
-with CUDA tensors, DDP.
+with CUDA tensors, DDP, compiled jobs (inductor) traced and untraced.
 Run with `pytest -m gpu`; skipped where there is no CUDA device (the CPU suite never needs one)."""
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ import torch.distributed as dist
 
 from disttrace.tracer.data.load import load_trace
 
-from harness import aborted_at_exit, run_traced
+from harness import (aborted_at_exit, assert_compiled_collectives_recorded, assert_compiled_the_same,
+                     compile_modes_runs, run_traced)
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")]
@@ -119,3 +120,14 @@ def test_nccl_hang_is_diagnosed(tmp_path):
     assert "HANG" in proc.stderr and "all_reduce #0 of group world never finished on rank 0" in proc.stderr, \
         proc.stderr[-4000:]
     assert [r["status"] for r in rows if r["op"] == "all_reduce"][-1] == "unfinished"
+
+
+@nccl
+def test_compiled_cuda_jobs_compile_the_same_traced_and_untraced(tmp_path):
+    # test_compile.py's jobs on NCCL with inductor: the CUDA ends (the watcher, the stream ends of ops without a
+    # Work, the completion hook) run beside compiled code and inside the collectives its kernels call. Inductor's
+    # caches off, so that the traced run (second) compiles as much as the untraced one
+    counts, trace = compile_modes_runs(tmp_path, nproc=1, env={"COMPILE_DEVICE": "cuda",
+                                                               "TORCHINDUCTOR_FORCE_DISABLE_CACHES": "1"})
+    assert_compiled_the_same(counts)
+    assert_compiled_collectives_recorded(trace, fsdp=False)  # (FSDP2 in a world of one issues no collective)

@@ -1,7 +1,8 @@
 """Compiled code, traced and untraced: what the compiler did must be the same (tests/test_compile.py).
 
 Runs, on 2 ranks of gloo with torch.compile's aot_eager backend (AOT autograd: a compiled backward, without the
-cost of generating kernels), each of:
+cost of generating kernels), or with COMPILE_DEVICE=cuda on NCCL, a GPU per rank, with inductor (the kernels it
+generates call the collectives; tests/test_gpu.py), each of:
 - ddp: torch.compile around DDP of an MLP, 4 steps, with a compiled optimizer step;
 - fsdp: FSDP2 (fully_shard) of an MLP under torch.compile, 3 steps;
 - fullgraph: a fullgraph=True step that calls dist.all_reduce (Dynamo turns it into a functional collective);
@@ -11,6 +12,7 @@ argv[1].RANK as JSON, with the results' checksums (a traced job computes the sam
 """
 
 import json
+import os
 import sys
 
 import torch
@@ -20,12 +22,13 @@ from torch._dynamo.utils import counters
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
-BACKEND = "aot_eager"
+DEVICE = os.environ.get("COMPILE_DEVICE", "cpu")
+BACKEND = "inductor" if DEVICE == "cuda" else "aot_eager"
 
 
 def mlp() -> torch.nn.Module:
     torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 4))
+    return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 4)).to(DEVICE)
 
 
 def train(model, steps: int, rank: int) -> float:
@@ -34,17 +37,19 @@ def train(model, steps: int, rank: int) -> float:
     g = torch.Generator().manual_seed(rank)
     for _ in range(steps):
         opt.zero_grad()
-        model(torch.randn(8, 16, generator=g)).square().mean().backward()
+        model(torch.randn(8, 16, generator=g).to(DEVICE)).square().mean().backward()
         step()
     return float(sum(p.detach().float().sum() for p in model.parameters()))
 
 
 def main() -> None:
-    dist.init_process_group("gloo")
+    if DEVICE == "cuda":
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    dist.init_process_group("nccl" if DEVICE == "cuda" else "gloo")
     rank = dist.get_rank()
     results = {}
     results["ddp"] = train(torch.compile(torch.nn.parallel.DistributedDataParallel(mlp()), backend=BACKEND), 4, rank)
-    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    mesh = init_device_mesh(DEVICE, (dist.get_world_size(),))
     model = mlp()
     for layer in model:
         if isinstance(layer, torch.nn.Linear):
@@ -62,8 +67,9 @@ def main() -> None:
     def funcol_step(t):
         return funcol.all_reduce(t * 3, "sum", dist.group.WORLD) + 1
 
-    results["fullgraph"] = sum(float(fullgraph_step(torch.full((4,), float(rank + k))).sum()) for k in range(3))
-    results["funcol"] = sum(float(funcol_step(torch.full((4,), float(rank + k))).sum()) for k in range(3))
+    inputs = [torch.full((4,), float(rank + k), device=DEVICE) for k in range(3)]
+    results["fullgraph"] = sum(float(fullgraph_step(t.clone()).sum()) for t in inputs)
+    results["funcol"] = sum(float(funcol_step(t.clone()).sum()) for t in inputs)
     seen = {k: dict(v) for k, v in counters.items()}
     out = {
         "graph_breaks": sorted(seen.get("graph_break", {}).items()),
