@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import random
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -353,6 +354,21 @@ def test_round_trip_of_real_traces(traced, tmp_path):
 
 
 @pytest.mark.slow
+def test_reading_a_trace_never_imports_pandas(traced, tmp_path):
+    """pyarrow imports pandas at its first `pa.array` where pandas is installed: 0.3 s of every read, and of the end
+    of `disttrace run`, for nothing. The store's arrays are built over buffers (data/arrow_arrays.py). A first read
+    (the rank files' rows sorted, the store written), a re-open and the analysis, in a fresh interpreter."""
+    pytest.importorskip("pandas")  # (a test extra: where it is missing there is nothing to import)
+    t = _copy(traced("rec_ops.py", nproc=4), tmp_path)
+    code = ("import sys; from disttrace.tracer.data.load import load_trace; "
+            "from disttrace.tracer.analysis.engine import analyze; "
+            f"load_trace({t!r}); analyze(load_trace({t!r})); print('pandas' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert os.path.isfile(store.cache_path([t], None, True))  # (it was written, and re-opened)
+    assert out.split() == ["False"]
+
+
+@pytest.mark.slow
 def test_round_trip_of_a_damaged_trace(traced, tmp_path):
     t = _copy(traced("rec_crash.py", nproc=2, args=("kill",), summaries="off", expect_rc=1), tmp_path)
     rank_file = os.path.join(t, sorted(f for f in os.listdir(t) if f.startswith("rank-"))[0])
@@ -511,10 +527,11 @@ def test_summaries_are_kept_as_json_text_and_survive_appends_and_sorting():
 
 @pytest.mark.slow
 def test_disttrace_run_writes_the_store_when_the_job_ends(tmp_path):
-    """The job's end, not the first view, pays for the first read (the rank files were written just now: the
-    launcher knows that nothing writes them any more); --no-store leaves it to the first view."""
+    """With --store, the job's end, not the first view, pays for the first read (the rank files were written just
+    now: the launcher knows that nothing writes them any more); by default a trace under STORE_AT_END_BYTES, as this
+    one, is left to the first view, as with --no-store."""
     from harness import run_traced
-    for run_args, stored in (((), True), (("--no-store",), False)):
+    for run_args, stored in ((("--store",), True), ((), False)):
         out = tmp_path / f"trace{len(run_args)}"
         proc = run_traced("rec_steps.py", out, nproc=2, summaries="stats", run_args=run_args)
         assert proc.returncode == 0, proc.stderr[-2000:]

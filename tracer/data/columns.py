@@ -16,6 +16,8 @@ from typing import Any, Callable, Iterable, Iterator
 
 import orjson
 
+from . import arrow_arrays
+
 _WIDER = {"B": "H", "H": "i"}                         # the codes' typecode when they outgrow theirs
 _LIMIT = {"B": 1 << 8, "H": 1 << 16, "i": 1 << 31}    # the number of values codes of a typecode can say
 
@@ -245,7 +247,7 @@ class JsonColumn(SparseColumn):
         n = self._n
         texts = pa.LargeBinaryArray.from_buffers(pa.large_binary(), n, [
             None, pa.py_buffer(np.frombuffer(self._offsets, np.int64)[:n + 1]), pa.py_buffer(self._data)])
-        taken = texts.take(pa.array(np.asarray(order, np.int64)))
+        taken = texts.take(arrow_arrays.numbers(pa, np.asarray(order, np.int64)))
         _, off_buf, data_buf = taken.buffers()
         offsets = array("q")
         offsets.frombytes(memoryview(off_buf)[:8 * (n + 1)])

@@ -34,6 +34,7 @@ from typing import Callable
 import orjson
 import xxhash
 
+from . import arrow_arrays
 from .columns import CodedColumn, JsonColumn, SparseColumn, json_key, typecode
 from .events import _INT_COLUMNS, _STR_COLUMNS, EventTable, Group, Progress, RankInfo, give_back_freed_memory
 from .runs import Ending, RankFile, Run
@@ -129,7 +130,7 @@ def _json_array(pa, col) -> "object":
 
 def _coded(pa, col: CodedColumn, shape: bool):
     values = [json_key(v).decode() for v in col.values] if shape else col.values
-    return pa.DictionaryArray.from_arrays(_fixed(pa, col.codes), pa.array(values, pa.string()))
+    return pa.DictionaryArray.from_arrays(_fixed(pa, col.codes), arrow_arrays.strings(pa, values))
 
 
 def _meta(table: EventTable, fingerprint: dict) -> dict:
@@ -216,7 +217,7 @@ def write_arrays(path: str, arrays: dict, meta: dict, fingerprint: dict) -> None
 
     names, cols, codes = [], [], {}
     for name, a in arrays.items():
-        cols.append(pa.LargeListArray.from_arrays(pa.array([0, len(a)], pa.int64()), _fixed(pa, a)))
+        cols.append(pa.LargeListArray.from_arrays(_fixed(pa, array("q", [0, len(a)])), _fixed(pa, a)))
         names.append(name)
         codes[name] = _typecode(a)
     _write(pa, path, names, cols, orjson.dumps({"store_version": STORE_VERSION, "fingerprint": fingerprint,
@@ -361,7 +362,7 @@ def merge_parts(parts: list[str], head: EventTable, path: str, fingerprint: dict
             merged = np.concatenate(codes).astype(code_type) if codes else np.zeros(0, code_type)
             out_names.append(name)
             arrays.append(pa.DictionaryArray.from_arrays(fixed(merged, np.dtype(code_type)),
-                                                         pa.array(values, pa.string())))
+                                                         arrow_arrays.strings(pa, values)))
         for name in _JSON_COLUMNS:
             file_name = _NAMES.get(name, name)
             out_names.append(file_name)
@@ -443,7 +444,7 @@ def _joined_texts(pa, np, chunks: list, order, n: int, scratch: _Scratch):
     def taken(offsets, data) -> None:
         for a in range(0, n, _TAKE_ROWS):
             b = min(a + _TAKE_ROWS, n)
-            piece = pc.take(whole, pa.array(order[a:b]))
+            piece = pc.take(whole, arrow_arrays.numbers(pa, order[a:b]))
             used = _used_bytes(piece)
             data[offsets[a]:offsets[b]] = np.frombuffer(used[1], np.uint8)
 
