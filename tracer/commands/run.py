@@ -36,9 +36,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--hang-timeout", type=float, default=60.0, metavar="SECONDS",
                    help="diagnose an op in flight longer than this (default 60; 0 turns it off)")
     p.add_argument("--kill-on-hang", action="store_true", help="stop the job once a hang has been diagnosed")
-    p.add_argument("--no-store", dest="store", action="store_false",
-                   help="do not write the trace store (the columnar copy that view, report and export open) when "
-                        "the job ends; the first of them writes it")
+    store = p.add_mutually_exclusive_group()
+    store.add_argument("--store", dest="store", action="store_true", default=None,
+                       help="write the trace store (the columnar copy that view, report and export open) when the "
+                            "job ends, whatever the trace's size (default: only from 16 MB of JSON, where reading "
+                            "it takes longer than opening the store; the first reader writes a smaller one)")
+    store.add_argument("--no-store", dest="store", action="store_false",
+                       help="do not write the trace store when the job ends; the first reader writes it")
     p.add_argument("job", nargs=argparse.REMAINDER, metavar="COMMAND", help="the job's command line")
 
 
@@ -120,8 +124,8 @@ def main(args) -> int:
         rc = 128 - rc  # killed by a signal: the shell's convention
     _write_run_info(out, command, started, rc)
     files = [os.path.join(out, f) for f in os.listdir(out) if is_rank_file(f)]
-    if files and args.store:
-        _write_store(out, files)
+    if files and args.store is not False:
+        _write_store(out, files, always=bool(args.store))
     where = os.path.relpath(out) if not os.path.relpath(out).startswith("..") else out
     runs = _runs(files)
     if len(runs) > 1:
@@ -137,17 +141,26 @@ def main(args) -> int:
     return rc
 
 
-def _write_store(out: str, files: list[str]) -> None:
+# Below this much JSON the run's end leaves the store to the first reader: reading 16 MB (~40k events) takes it
+# ~0.7 s more than opening a store would, and the imports and writing cost the run ~0.3 s however small the trace
+# (a short job's whole-process overhead: benchmarks/bench_wholejob.py)
+STORE_AT_END_BYTES = 16 << 20
+
+
+def _write_store(out: str, files: list[str], always: bool = False) -> None:
     """Read the trace once, now that the job is over, and write its store (data/store.py), so that the first view
-    or report opens it rather than parsing the JSON (a million events: ~1 s instead of ~7). Never fails the run:
-    a damaged trace is the reader's to report when it is opened."""
+    or report opens it rather than parsing the JSON (a million events: ~1 s instead of ~7); only from
+    STORE_AT_END_BYTES unless `always`. Never fails the run: a damaged trace is the reader's to report when it is
+    opened."""
+    size = sum(os.path.getsize(f) for f in files)
+    if size < STORE_AT_END_BYTES and not always:
+        return  # (before any import: a short job's end pays nothing)
     from ..data import store
     from ..data.load import load_trace
     from ..data.parallel import PARALLEL_BYTES
 
     if not store.enabled():
         return
-    size = sum(os.path.getsize(f) for f in files)
     if size >= PARALLEL_BYTES:
         sys.stderr.write(f"disttrace: storing the trace ({size >> 20} MB of JSON) for the viewer…\n")
     try:
