@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import os
 import shutil
+from array import array
 from dataclasses import fields
 
 import orjson
@@ -16,6 +17,7 @@ from disttrace.tracer.analysis import analyze, saved, to_json
 from disttrace.tracer.analysis.model import Analysis
 from disttrace.tracer.analysis.what_if import parse_change
 from disttrace.tracer.data import store
+from disttrace.tracer.data.columns import typecode
 from disttrace.tracer.data.load import load_trace
 
 from test_store import age
@@ -47,10 +49,13 @@ def assert_same_analysis(a: Analysis, b: Analysis) -> None:
             if k in ("events", "_views"):
                 continue
             vb = tb[k]
-            if getattr(va, "typecode", "") == "d":
-                assert _same_floats(va, vb), (name, k)
-            elif hasattr(va, "codes"):
+            if hasattr(va, "codes"):
                 assert (list(va), va.values) == (list(vb), vb.values), (name, k)
+            elif isinstance(va, (array, memoryview)):  # (a saved column is read in place: a memoryview)
+                assert typecode(va) == typecode(vb), (name, k)
+                assert _same_floats(va, vb) if typecode(va) == "d" else list(va) == list(vb), (name, k)
+            elif isinstance(va, bytearray):
+                assert bytes(va) == bytes(vb), (name, k)
             else:
                 assert va == vb and type(va) is type(vb), (name, k)
     dumps = lambda x: orjson.dumps(to_json(x), option=orjson.OPT_NON_STR_KEYS)  # noqa: E731
@@ -75,6 +80,9 @@ def test_opening_again_gives_the_saved_analysis_and_it_is_the_analysis(jobs):
         again = load_trace(path)
         from_store = saved.load(again)
         assert from_store is not None, path
+        # its columns read in place from the mapped file, not copied into the process's memory
+        assert type(from_store.event_wait_ns) is memoryview and from_store.event_wait_ns.readonly
+        assert type(from_store.collectives.rows) is memoryview
         assert_same_analysis(computed, from_store)
         assert_same_analysis(computed, analyze(load_trace(path, cache=False)))  # ... and what parsing gives
         assert analyze(again).steps == computed.steps

@@ -23,7 +23,7 @@ from math import nan
 import orjson
 
 from ..data import store
-from ..data.columns import CodedColumn
+from ..data.columns import CodedColumn, typecode
 from ..data.events import EventTable
 from .model import Analysis
 from .tables import CollectiveTable, P2PTable
@@ -144,10 +144,20 @@ def _decode_columns(cls, name: str, table: EventTable, arrays: dict, meta: dict)
             setattr(t, attr, {int(k): tuple(ranks) for k, ranks in meta[attr]})
         else:
             stored = arrays[f"{name}.{attr}"]
-            if type(stored) is not type(v) or (isinstance(v, array) and stored.typecode != v.typecode):
+            if not _same_kind(stored, v):
                 raise TypeError(f"{name}.{attr}: stored as another type")
             setattr(t, attr, stored)
     return t
+
+
+def _same_kind(stored, v) -> bool:
+    """Whether a stored column (read in place: a memoryview) stands for the empty column `v` of a fresh table: an
+    array of the same typecode, or a bytearray."""
+    if type(stored) is not memoryview:
+        return False
+    if isinstance(v, array):
+        return typecode(stored) == v.typecode
+    return isinstance(v, (bytes, bytearray)) and stored.format == "B"
 
 
 def _revive(tp, v):

@@ -239,8 +239,10 @@ def read_arrays(path: str, fingerprint: dict) -> tuple[dict, dict]:
                 raise StoreError("unexpected columns")
         if digest(batch.columns) != _stored_digest(batch):
             raise StoreError("checksum mismatch")
-        out = {name: bytearray(_used_bytes(col.values)[0]) if tc == _BYTES else _ints(col.values, tc)
-               for (name, tc), col in zip(codes.items(), batch.columns)}
+        # read in place, as the event columns are (_mapped): a re-open's analysis is ~65 bytes an event of arrays,
+        # which copies kept in the process's own memory (a reader that must change one copies it: columns.writable)
+        out = {name: _mapped(col.values, "B" if tc == _BYTES else tc) for (name, tc), col in zip(codes.items(),
+                                                                                                batch.columns)}
         return out, meta["meta"]
     except StoreError:
         raise
@@ -530,13 +532,6 @@ def _used_bytes(a) -> list:
     if len(data) != w * n:
         raise StoreError("short column")
     return [data]
-
-
-def _ints(a, typecode: str) -> array:
-    """A fixed-width Arrow array's values as an array.array of `typecode` (a copy)."""
-    out = array(typecode)
-    out.frombytes(_used_bytes(a)[0])
-    return out
 
 
 def _mapped(a, typecode: str) -> memoryview:
