@@ -110,6 +110,24 @@ def test_the_warnings_the_analysis_adds_come_back_with_it(jobs, tmp_path):
 
 
 @pytest.mark.slow
+def test_every_command_reads_a_saved_analysis_as_it_reads_a_computed_one(jobs, tmp_path):
+    """The commands, on a trace opened again, say what they said when they computed its analysis: the saved one's
+    columns are the mapped file (memoryviews), and code that treats a column as an array must not meet one there
+    (the text report once added one to an array: a traceback on every second report)."""
+    from harness import run_disttrace
+
+    for path in jobs:
+        copy = _copy(path, tmp_path, os.path.basename(path) + "-cmds")
+        commands = [("report",), ("report", "--json"), ("export", "--format", "chrome", "-o", "-"), ("events",)]
+        first = [run_disttrace(*cmd[:1], copy, *cmd[1:]) for cmd in commands]
+        assert os.path.isfile(load_trace(copy).origin.beside(saved.KIND))
+        again = [run_disttrace(*cmd[:1], copy, *cmd[1:]) for cmd in commands]
+        for cmd, a, b in zip(commands, first, again):
+            assert "Traceback" not in a.stderr + b.stderr, (cmd, b.stderr[-2000:])
+            assert (a.returncode, a.stdout) == (b.returncode, b.stdout), cmd
+
+
+@pytest.mark.slow
 def test_a_what_if_is_computed_not_read(jobs):
     path = jobs[0]
     analyze(load_trace(path))

@@ -14,7 +14,7 @@ from math import nan
 from typing import Iterator
 from weakref import WeakValueDictionary
 
-from ..data.columns import CodedColumn
+from ..data.columns import CodedColumn, copy_of
 from ..data.events import NONE, EventTable
 from .matching import finished
 from .model import NULL, CollectiveInstance, P2PMatch
@@ -124,10 +124,10 @@ class CollectiveTable:
 
     # -- per-instance reads (CollectiveInstance's properties) ----------------------------------------------------
     def rows_of(self, k: int) -> array:
-        return self.rows[self.offset[k]:self.offset[k + 1]]
+        return _part(self.rows, self.offset[k], self.offset[k + 1])
 
     def waits_of(self, k: int) -> array:
-        return self.waits[self.offset[k]:self.offset[k + 1]]
+        return _part(self.waits, self.offset[k], self.offset[k + 1])
 
     def ranks_of(self, k: int) -> array:
         return array("q", map(self.events.rank.__getitem__, self.rows_of(k)))
@@ -214,6 +214,12 @@ class P2PTable:
     def __iter__(self) -> Iterator[P2PMatch]:
         return map(_match, self.src, self.dst, self.order, self.send, self.recv, self.bytes, self.late_sender_ns,
                    self.late_receiver_ns, self.transfer_ns)
+
+
+def _part(col, a: int, b: int) -> array:
+    """col[a:b] as an array, as an array's slice is: a column of a saved analysis is the mapped file (a memoryview,
+    whose slice would be one too, and which an array cannot be added to)."""
+    return col[a:b] if type(col) is array else copy_of(col[a:b])
 
 
 def _match(src, dst, order, send, recv, nbytes, ls, lr, transfer) -> P2PMatch:
