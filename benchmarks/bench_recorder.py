@@ -253,10 +253,10 @@ def _cuda_pieces(rounds: int, n: int = 1500) -> None:
     res: dict = {"untraced": []}
     for b in range(max(rounds // 2, 3)):
         res["untraced"].append(block())
-        for name, take_out in pieces.items():
+        for m, (name, take_out) in enumerate(pieces.items()):
             take_out()
             try:
-                with trace(out=os.path.join(tmp, f"{b}-{len(res)}"), summaries="off"):
+                with trace(out=os.path.join(tmp, f"{b}-{m}"), summaries="off"):  # (a trace dir of its own each)
                     block()  # (warm)
                     res.setdefault(name, []).append(block())
             finally:

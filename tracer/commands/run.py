@@ -142,7 +142,7 @@ def main(args) -> int:
 
 
 # Below this much JSON the run's end leaves the store to the first reader: reading 16 MB (~40k events) takes it
-# ~0.7 s more than opening a store would, and the imports and writing cost the run ~0.3 s however small the trace
+# ~0.7 s more than opening a store would, and the imports and writing cost the run ~0.4 s however small the trace
 # (a short job's whole-process overhead: benchmarks/bench_wholejob.py)
 STORE_AT_END_BYTES = 16 << 20
 

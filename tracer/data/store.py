@@ -338,7 +338,7 @@ def merge_parts(parts: list[str], head: EventTable, path: str, fingerprint: dict
         return np.take(values, order, out=out)
 
     def fixed(values, dtype) -> "object":
-        return pa.Array.from_buffers(pa.from_numpy_dtype(dtype), n, [None, pa.py_buffer(ordered(values, dtype))])
+        return arrow_arrays.numbers(pa, ordered(values, dtype))
 
     out_names, arrays = [], []
     try:
