@@ -42,7 +42,7 @@ def main() -> None:
     ap.add_argument("--rank-files", action=argparse.BooleanOptionalAction, default=None,
                     help="also time the trace dir of rank files (default: up to 2M events)")
     ns = ap.parse_args()
-    path = ns.file or os.path.join(tempfile.gettempdir(), f"disttrace_synth_v2_{ns.events}_{ns.ranks}.jsonl")
+    path = ns.file or os.path.join(tempfile.gettempdir(), f"disttrace_synth_v3_{ns.events}_{ns.ranks}.jsonl")
     ensure_synthetic(path, ns.events, ns.ranks)
     parse, n = time_parse(path)
     yards = [time_yardstick(path)]  # measured three times, between the runs: this machine's speed drifts

@@ -10,6 +10,7 @@ pipeline all have something to find. Run as a script to write one: `python bench
 
 from __future__ import annotations
 
+import bisect
 import random
 import sys
 
@@ -99,13 +100,16 @@ def write_synthetic(path, n_events: int = 1_000_000, n_ranks: int = 64, seed: in
         events.append((s, src, es))
         events.append((rcv, dst, er))
 
-    # written step by step, each step's events in order of start (the reader sorts the table anyway): at 10M
-    # events a list of every event's dict would take ~10 GB
+    # written in order of start, as `disttrace events` writes (the viewer shows a file's head while it reads
+    # the rest only when it is: data/head.py), and step by step: at 10M events a list of every event's dict would
+    # take ~10 GB. An event starts at or after its rank's clock when it is made, and the clocks only move on, so
+    # once a step is made, the events that start before the earliest clock are final: written, the rest kept
     dumps = orjson.dumps
     written = 0
     step = 0
+    pending: list = []
     f = open(path, "wb")
-    while written < n_events:
+    while written + len(pending) < n_events:
         if step % 10 == 0:
             collective("barrier", "world", world, 0, "train.py:40 in train")
         if step % 50 == 0:
@@ -129,12 +133,16 @@ def write_synthetic(path, n_events: int = 1_000_000, n_ranks: int = 64, seed: in
         for r in world:
             clk[r] += rng.randrange(500_000, 800_000)  # compute
         step += 1
-        events.sort(key=lambda e: (e[0], e[1]))
-        f.write(b"".join(dumps(ev) + b"\n" for _, _, ev in events))
-        written += len(events)
+        pending += events
         events.clear()
+        pending.sort(key=lambda e: (e[0], e[1]))
+        final = bisect.bisect_left(pending, min(clk), key=lambda e: e[0])
+        f.write(b"".join(dumps(ev) + b"\n" for _, _, ev in pending[:final]))
+        written += final
+        del pending[:final]
+    f.write(b"".join(dumps(ev) + b"\n" for _, _, ev in pending))
     f.close()
-    return written
+    return written + len(pending)
 
 
 def ensure_synthetic(path, n_events: int, n_ranks: int) -> None:

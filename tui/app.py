@@ -141,14 +141,10 @@ class DisttraceApp(App[int]):
         if not old.ready:  # the previous view is still being put on screen: take this one at the next poll
             self._seen_size = -1
             return
-        t = store.table
         if self.follow_newest:
-            start = len(t) - 1
-        else:  # the same event as before, found by (rank, id) in the new, longer table
-            start = -1
-            if old.playhead >= 0:
-                key = (old.store.table.rank[old.playhead], old.store.table.id[old.playhead])
-                start = next((i for i in range(len(t)) if (t.rank[i], t.id[i]) == key), -1)
+            start = len(store.table) - 1
+        else:
+            start = _same_event(old, store)
         screen = ViewerScreen(store, narration, start_row=start)
         screen.initial_view = old.query_one(TabbedContent).active or "timeline"
         self.store = store
@@ -206,34 +202,54 @@ class DisttraceApp(App[int]):
                 last[0] = fraction
                 target[0].post_message(LoadProgress(fraction, label))
 
+        worker = get_current_worker()
+
+        def going_on(fraction: float, label: str) -> None:
+            # quitting cancels the worker: the read (its worker processes killed) or the analysis stops at its next
+            # step rather than holding the exit until it ends (the interpreter waits for this thread; at 1M events
+            # a "q" took 5-6 s to exit)
+            if worker.is_cancelled:
+                raise _Quit
+            progress(fraction, label)
+
+        head_screen: list[ViewerScreen] = []
+        browsing = loading.background_work()
+
+        def preview(head: EventTable, fraction: float) -> None:
+            """The trace's head on screen while the whole is read (a first read of a large trace)."""
+            store = loading.bare_store(head)
+            browsing.__enter__()  # keys on the head are answered at once while this thread reads and merges
+            screen = self.call_from_thread(self._show, store, narration, fraction)
+            head_screen.append(screen)
+            target[0] = screen
+            last[0] = -1.0
+
         try:
-            table = self.table if self.table is not None else loading.read_table(self.paths, progress,
-                                                                                  self.run_number,
-                                                                                  False if self.follow else None)
+            narration = self.narration if self.narration is not None else load_narration(self.paths)
+            table = self.table if self.table is not None else loading.read_table(
+                self.paths, going_on, self.run_number, False if self.follow else None, preview)
             progress(1.0, "indexing")
             bare = loading.bare_store(table)
-            narration = self.narration if self.narration is not None else load_narration(self.paths)
         except TraceError as e:
             self.call_from_thread(self._fail, str(e))
             return
-        screen = self.call_from_thread(self._show, bare, narration)
+        except _Quit:
+            return
+        finally:
+            if head_screen:
+                browsing.__exit__(None, None, None)
+        if head_screen:
+            screen = self.call_from_thread(self._replace_head, head_screen[0], bare)
+        else:
+            screen = self.call_from_thread(self._show, bare, narration)
         target[0] = screen
         last[0] = -1.0
         # the analysis starts once the timeline is on screen: begun at once, it held the GIL while the screen was
         # being laid out, and the first frame of a re-opened 1M-event trace came ~0.2 s later
         screen.shown.wait(FIRST_FRAME_WAIT_S)
-        worker = get_current_worker()
-
-        def analysing(fraction: float, label: str) -> None:
-            # quitting cancels the worker: the analysis stops at its next stage rather than holding the exit
-            # until it ends (the interpreter waits for this thread; at 1M events a "q" took 5-6 s to exit)
-            if worker.is_cancelled:
-                raise _Quit
-            progress(fraction, label)
-
         try:
             with loading.background_work():
-                full = loading.analysed_store(bare, analysing)
+                full = loading.analysed_store(bare, going_on)
         except _Quit:
             return
         self.call_from_thread(screen.adopt_analysis, full)
@@ -242,15 +258,29 @@ class DisttraceApp(App[int]):
         self.error = message
         self.exit(2)
 
-    def _show(self, store: TraceStore, narration: Narration | None) -> ViewerScreen:
+    def _show(self, store: TraceStore, narration: Narration | None, head: float | None = None) -> ViewerScreen:
+        """The viewer on `store`; `head`: the store is the trace's head, this fraction of it, the rest being read."""
         self.store = store
         self._set_sub_title(store)
         # stepping (a demo's narration, --step) starts on the first event; browsing starts before it, with the hint
         start = 0 if (self.step_mode or narration is not None) else -1
-        screen = ViewerScreen(store, narration, start_row=start)
+        screen = ViewerScreen(store, narration, start_row=start, head=head)
         if narration is not None and narration.title:
             self.sub_title = narration.title
         if isinstance(self.screen, LoadingScreen):
+            self.switch_screen(screen)
+        else:
+            self.push_screen(screen)
+        return screen
+
+    def _replace_head(self, head: ViewerScreen, store: TraceStore) -> ViewerScreen:
+        """The whole trace in place of its head: on the event and the view the user was on."""
+        screen = ViewerScreen(store, head.narration, start_row=_same_event(head, store))
+        screen.initial_view = head.query_one(TabbedContent).active or "timeline"
+        self.store = store
+        while self.screen is not head and head in self.screen_stack:  # (a help or prompt over it)
+            self.pop_screen()
+        if self.screen is head:
             self.switch_screen(screen)
         else:
             self.push_screen(screen)
@@ -264,6 +294,14 @@ class DisttraceApp(App[int]):
                 if what and not b.action.startswith("app."):
                     yield SystemCommand(f"{what} ({b.key.split(',')[0]})", what,
                                         lambda action=b.action: self.run_action(action, screen))
+
+
+def _same_event(old: ViewerScreen, store: TraceStore) -> int:
+    """The row in `store` of the event `old` is on (-1: none, or not in it), found by (rank, id)."""
+    if old.playhead < 0:
+        return -1
+    t = old.store.table
+    return loading.row_of(store.table, t.rank[old.playhead], t.id[old.playhead])
 
 
 def _wait_for_first_events(paths: list[str], run: int | None = None) -> tuple[TraceStore, Narration | None]:

@@ -17,9 +17,10 @@ from .model.store import TraceStore
 
 
 def read_table(paths: list[str], progress: Progress | None = None, run: int | None = None,
-               cache: bool | None = None) -> EventTable:
+               cache: bool | None = None, preview=None) -> EventTable:
     """The merged EventTable of trace dirs / events files, of one run (`run`: its number; default the only or
-    the last); raises TraceError with a one-line message."""
+    the last); raises TraceError with a one-line message. `preview(head, fraction)`: given the trace's head while
+    the whole is read, where that takes long (data/load.py)."""
     if not paths:
         raise TraceError("no trace given")
     try:
@@ -27,7 +28,7 @@ def read_table(paths: list[str], progress: Progress | None = None, run: int | No
     except ImportError:  # the reader of trace dirs is not there: events files still open
         load_trace = None
     if load_trace is not None:
-        return load_trace(list(paths), progress=progress, run=run, cache=cache)
+        return load_trace(list(paths), progress=progress, run=run, cache=cache, preview=preview)
     from disttrace.tracer.data.events import read_jsonl
 
     table = EventTable()
@@ -39,6 +40,19 @@ def read_table(paths: list[str], progress: Progress | None = None, run: int | No
         read_jsonl(p, table, run=run)
     table.sort()
     return table
+
+
+def row_of(table: EventTable, rank: int, ident: int) -> int:
+    """The row of a rank's event `ident` in the table (-1: none): the event a user was on, found again in a longer
+    table (the whole trace after its head, a followed trace that grew)."""
+    import numpy as np
+
+    from disttrace.tracer.data.columns import typecode
+
+    ranks = np.frombuffer(table.rank, dtype=typecode(table.rank))
+    ids = np.frombuffer(table.id, dtype=typecode(table.id))
+    found = np.flatnonzero((ranks == rank) & (ids == ident))
+    return int(found[0]) if len(found) else -1
 
 
 def bare_store(table: EventTable) -> TraceStore:

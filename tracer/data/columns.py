@@ -95,6 +95,11 @@ class CodedColumn:
         except (TypeError, ValueError):
             return ("unencodable", id(v))  # unique while the column holds v
 
+    def truncate(self, n: int) -> None:
+        """Keep the first n rows."""
+        self.codes = writable(self.codes)
+        del self.codes[n:]
+
     def take(self, order) -> "CodedColumn":
         """The rows in `order` (a permutation, a numpy array), as a new column sharing the values."""
         out = CodedColumn(key=self._key)
@@ -135,6 +140,12 @@ class SparseColumn:
         self._n += len(vs)
         if vs.count(None) != len(vs):  # C-speed test for the common case: nothing to keep
             self._values.update((n0 + k, v) for k, v in enumerate(vs) if v is not None)
+
+    def truncate(self, n: int) -> None:
+        """Keep the first n rows."""
+        self._n = min(self._n, n)
+        if self._values:
+            self._values = {k: v for k, v in self._values.items() if k < n}
 
     def take(self, order) -> "SparseColumn":
         """The rows in `order` (a permutation, a numpy array): only the rows with a value are moved."""
@@ -236,6 +247,14 @@ class JsonColumn(SparseColumn):
     def __iter__(self):
         row = self._row
         return map(row, range(self._n))
+
+    def truncate(self, n: int) -> None:
+        """Keep the first n rows."""
+        if n >= self._n:
+            return
+        super().truncate(n)
+        self._offsets, self._data = copy_of(self._offsets), bytearray(self._data[:self._offsets[n]])
+        del self._offsets[n + 1:]
 
     def take(self, order) -> "JsonColumn":
         """The rows in `order` (a permutation, a numpy array): their texts copied in that order."""

@@ -207,6 +207,16 @@ class EventTable:
             setattr(self, name, getattr(self, name).take(order))
         self.async_op = bytearray(np.frombuffer(self.async_op, dtype=np.uint8)[order].tobytes())
 
+    def keep_first(self, n: int) -> None:
+        """Keep the first n rows (of a sorted table: the events that start before a time)."""
+        for name in _INT_COLUMNS:
+            col = writable(getattr(self, name))
+            del col[n:]
+            setattr(self, name, col)
+        for name in _STR_COLUMNS + _OBJ_COLUMNS:
+            getattr(self, name).truncate(n)
+        del self.async_op[n:]
+
     # -- reading ------------------------------------------------------------------------------
     def row(self, i: int) -> dict:
         """Event i as the normalized dict of docs/FORMAT.md."""

@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass
 from typing import Callable
 
-from . import flightrec, kineto, parallel, store
+from . import flightrec, head, kineto, parallel, store
 from .events import EventTable, Progress, TraceError, no_events, read_jsonl
 from .reader import find_rank_files, is_trace_dir, load_trace_dirs, written_size
 
@@ -63,15 +63,20 @@ IMPORTERS: tuple[Importer, ...] = (
 )
 
 
+Preview = Callable[[EventTable, float], None]
+"""Takes a large trace's head (data/head.py) and the fraction of the trace it holds, before the whole is read."""
+
+
 def load_trace(paths: list[str] | str, progress: Progress | None = None, run: int | None = None,
-               cache: bool | None = None, settled: bool = False) -> EventTable:
+               cache: bool | None = None, settled: bool = False, preview: Preview | None = None) -> EventTable:
     """Load trace dirs (one per node), Flight Recorder dumps or events files into one sorted EventTable; `run`
     picks one run of a trace that holds several (data/runs.py).
 
     Every format but the store itself is read through the trace store (data/store.py): its valid copy beside
     the trace is opened instead of parsing, else the trace is parsed and the store written. `cache`: False never
     reads nor writes it (a live trace: --follow); None: as DISTTRACE_CACHE says (on unless "0"). `settled`: no
-    process writes the trace any more (its job exited), so that files written just now may be stored."""
+    process writes the trace any more (its job exited), so that files written just now may be stored.
+    `preview`: called with the trace's head when the whole is read in parallel (a first read of a large trace)."""
     if isinstance(paths, str):
         paths = [paths]
     if not paths:
@@ -99,16 +104,16 @@ def load_trace(paths: list[str] | str, progress: Progress | None = None, run: in
     dirs = all(os.path.isdir(p) for p in paths)
     if cache and importer is not None and importer.sources is not None and (dirs or len(paths) == 1):
         sources = [f for p in paths for f in importer.sources(p)]
-        build = _builder(importer, paths, run, sources, progress)
+        build = _builder(importer, paths, run, sources, progress, preview)
         return store.cached_load(paths, run, sources, dirs, parse, progress, build, settled)
     return parse()
 
 
 def _builder(importer: Importer, paths: list[str], run: int | None, sources: list[str],
-             progress: Progress | None):
+             progress: Progress | None, preview: Preview | None = None):
     """The parallel first read of these paths, as cached_load's `build` (None: the importer has none, or the
     trace is too small to split: then neither its runs are scanned twice nor a temp file made for nothing). Its
-    plan is made only when it is needed: the store missing or stale."""
+    plan is made only when it is needed: the store missing or stale. `preview` gets the trace's head first."""
     if importer.plan is None or parallel.workers() < 2:
         return None
     try:
@@ -121,6 +126,13 @@ def _builder(importer: Importer, paths: list[str], run: int | None, sources: lis
         plan = importer.plan(paths, run)
         if plan is None:
             raise parallel.PartsFailed("too small to split")
+        if preview is not None:
+            try:
+                found = head.read_head(plan)
+            except Exception:  # noqa: BLE001 - a preview only: the whole read says what is wrong with the trace
+                found = None
+            if found is not None:
+                preview(*found)
         parallel.build(plan, target, fingerprint, progress)
 
     return build

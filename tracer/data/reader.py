@@ -77,8 +77,9 @@ def no_readable(files: list[str]) -> str:
 class _RankFile:
     """The parsed records of one rank file."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, limit: int | None = None):
         self.path = path
+        self.limit = limit                 # read only the whole lines of its first `limit` bytes (None: all)
         self.meta: dict | None = None
         self.groups: dict[int, tuple[str, tuple]] = {}
         self.begins: list[dict] = []
@@ -96,11 +97,11 @@ class _RankFile:
         self.fast = False  # begins, ends and waits are rank_batches' records (else orjson's dicts)
 
 
-def _parse_file(path: str, careful: bool = False) -> _RankFile:
-    """The records of the rank file `path`: its begins, ends and waits decoded by msgspec into typed records
-    (rank_batches), or, for a file with anything odd in them (or `careful`), every record by orjson, a malformed
-    one skipped and counted."""
-    data = written(path)
+def _parse_file(path: str, careful: bool = False, limit: int | None = None) -> _RankFile:
+    """The records of the rank file `path` (with `limit`: of its whole lines in its first `limit` bytes): its
+    begins, ends and waits decoded by msgspec into typed records (rank_batches), or, for a file with anything odd
+    in them (or `careful`), every record by orjson, a malformed one skipped and counted."""
+    data = written(path, limit)
     lines = data.split(b"\n")
     torn = False
     if lines and lines[-1] == b"":
@@ -108,14 +109,14 @@ def _parse_file(path: str, careful: bool = False) -> _RankFile:
     elif lines:
         torn = True  # no newline after the last record: the rank died while writing it
     if not careful and not torn:
-        rf = _RankFile(path)
+        rf = _RankFile(path, limit)
         begins, ends, waits, others = rank_batches.split(lines)
         recs = rank_batches.decode(begins, ends, waits)
         if recs is not None and _others(rf, others):
             rf.begins, rf.ends, rf.waits = recs
             rf.fast = True
             return rf
-    rf = _RankFile(path)
+    rf = _RankFile(path, limit)
     rf.torn = torn
     loads = orjson.loads
     last = len(lines) - 1
@@ -232,13 +233,15 @@ def _aligned(raw, clock):
     return raw + o0 + np.rint((np.clip(raw, t0, t1) - t0) * slope).astype(np.int64)
 
 
-def read_rank_files(files: list[str], table: EventTable, progress: Progress | None = None) -> int:
-    """Parse each rank file and add its ops to `table` in turn: only one file's records are held at a time (a
-    trace's every parsed record at once would take ~1 KB an event). Returns how many files were readable."""
+def read_rank_files(files: list[str], table: EventTable, progress: Progress | None = None,
+                    limit: int | None = None) -> int:
+    """Parse each rank file (with `limit`: its whole lines in its first `limit` bytes) and add its ops to `table`
+    in turn: only one file's records are held at a time (a trace's every parsed record at once would take ~1 KB an
+    event). Returns how many files were readable."""
     total = sum(max(os.path.getsize(f), 1) for f in files)
     done = read = 0
     for path in files:
-        rf = _parse_file(path)
+        rf = _parse_file(path, limit=limit)
         done += max(os.path.getsize(path), 1)
         if rf.meta is None or not isinstance(rf.meta.get("rank"), int):  # (runs.scan read it: it changed since)
             table.warnings.append(unreadable(path))
@@ -266,7 +269,7 @@ def _append_rank(rf: _RankFile, table: EventTable) -> None:
     if rf.fast:
         cols = _columns(rf, table, rank, host, gids, step_ends, clock)
         if cols is None:  # a value the typed records do not take as they are: the careful way, from the start
-            _append_rank(_parse_file(rf.path, careful=True), table)
+            _append_rank(_parse_file(rf.path, careful=True, limit=rf.limit), table)
             return
     table.ranks[rank] = RankInfo(rank=rank, host=host, pid=_ns(meta, "pid") or 0,
                                  world_size=_ns(meta, "world_size") or 0, backend=text_field(meta.get("backend")),

@@ -132,13 +132,17 @@ class Run:
                 "missing": self.missing, "argv": self.argv, "files": [f.path for f in self.files]}
 
 
-def written(path: str) -> bytes:
-    """The bytes a rank file holds: what its recorder wrote (one that died leaves its preallocated tail zeroed)."""
+def written(path: str, limit: int | None = None) -> bytes:
+    """The bytes a rank file holds: what its recorder wrote (one that died leaves its preallocated tail zeroed);
+    with `limit`, its whole lines among the first `limit` bytes (a trace's head, data/head.py)."""
     try:
         with open(path, "rb") as f:
-            return f.read().rstrip(b"\0")
+            data = f.read() if limit is None else f.read(limit)
     except OSError as e:
         raise TraceError(f"cannot read {path}: {e.strerror or e}") from None
+    if limit is not None and len(data) == limit:
+        data = data[:data.rfind(b"\n") + 1]
+    return data.rstrip(b"\0")
 
 
 def unreadable(path: str) -> str:

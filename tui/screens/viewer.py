@@ -92,7 +92,7 @@ class PlayheadLine(Static):
         row = self.playhead
         state = f"▶ {self.speed}/s" if self.playing else "❚❚"
         if self.analysis_label:
-            state += f"  [analysing: {self.analysis_label}]"
+            state += f"  [{self.analysis_label}]"
         if row < 0:
             return f"{state}  before the first event — n: next event, N: next collective, space: play, ?: help"
         t = self.store.table.start_ns[row] - self.store.t0
@@ -171,9 +171,11 @@ class ViewerScreen(Screen):
     analysis_label: var[str] = var("", init=False)
     """Progress of the analysis while it runs in the background ("" once done)."""
 
-    def __init__(self, store: TraceStore, narration=None, start_row: int = 0, title: str = "") -> None:
+    def __init__(self, store: TraceStore, narration=None, start_row: int = 0, title: str = "",
+                 head: float | None = None) -> None:
         super().__init__()
         self.store = store
+        self.head = head  # the store is the trace's head, this fraction of its bytes, while the rest is read
         self.narration = narration
         self.start_row = start_row
         self.initial_view = "timeline"
@@ -244,14 +246,19 @@ class ViewerScreen(Screen):
         self.call_after_refresh(settle)
 
     def on_load_progress(self, message: LoadProgress) -> None:
-        self.analysis_label = f"{message.label} {message.fraction:.0%}"
+        self.analysis_label = f"{self._doing()}: {message.label} {message.fraction:.0%}"
+
+    def _doing(self) -> str:
+        if self.head is None:
+            return "analysing"
+        return f"the trace's first {fmt_ns_short(self.store.span_ns)} ({self.head:.0%}) while the rest loads"
 
     def on_mount(self) -> None:
         for tabs in self.query("Tabs"):
             tabs.can_focus = False
         self.set_focus(None)
         if not self.store.analysed:
-            self.analysis_label = "starting"
+            self.analysis_label = f"{self._doing()}: starting"
         self.playhead = self.start_row
         if self.start_row < 0:
             self.selection = -1

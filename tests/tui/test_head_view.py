@@ -1,0 +1,93 @@
+"""The first open of a large trace: the viewer shows the trace's head while the whole is read in parallel
+(data/head.py), then the whole trace on the event and view the user was on; quitting meanwhile stops the read."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from textual.widgets import TabbedContent
+
+from disttrace.tracer.data import head, parallel
+from disttrace.tui.app import DisttraceApp
+from disttrace.tui.screens.viewer import PlayheadLine, ViewerScreen
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+from synth import write_synthetic, write_trace_dir  # noqa: E402
+
+SIZE = (120, 36)
+
+
+@pytest.fixture
+def held_read(tmp_path, monkeypatch):
+    """A trace dir read in parallel, with a head of a few percent; the parallel read waits for `go` (it says how
+    far it is meanwhile, as the workers do). Returns (trace dir, go, what the held read ended with)."""
+    events = tmp_path / "events.jsonl"
+    write_synthetic(str(events), 12_000, 8)
+    write_trace_dir(str(events), str(tmp_path / "trace"))
+    monkeypatch.setattr(parallel, "PARALLEL_BYTES", 1)
+    monkeypatch.setattr(parallel, "SHARE_BYTES", 1)
+    monkeypatch.setenv(parallel.ENV, "2")
+    monkeypatch.setattr(head, "HEAD_BYTES", 200_000)
+    go, ended = threading.Event(), []
+    real = parallel.build
+
+    def held(plan, target, fingerprint, progress=None):
+        try:
+            while not go.is_set():
+                progress(0.1, "reading")
+                time.sleep(0.01)
+        except BaseException as e:
+            ended.append(type(e).__name__)
+            raise
+        ended.append("read")
+        return real(plan, target, fingerprint, progress)
+
+    monkeypatch.setattr(parallel, "build", held)
+    return tmp_path / "trace", go, ended
+
+
+async def until(pilot, ok, seconds: float = 20.0) -> None:
+    for _ in range(int(seconds / 0.05)):
+        if ok():
+            return
+        await pilot.pause(0.05)
+    raise AssertionError("timed out")
+
+
+async def test_the_head_is_shown_then_the_whole_trace_on_the_same_event_and_view(held_read):
+    trace, go, ended = held_read
+    app = DisttraceApp([str(trace)])
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: isinstance(app.screen, ViewerScreen))
+        first = app.screen
+        assert first.head is not None and 0 < first.head < 0.5 and not ended  # (the whole is not read yet)
+        assert 0 < first.store.n_events < 12_000 / 3
+        await until(pilot, lambda: "while the rest loads: reading" in str(first.query_one(PlayheadLine).render()))
+        await pilot.press("n", "n", "n", "n", "n", "4")
+        t = first.store.table
+        on = (t.rank[first.playhead], t.id[first.playhead])
+        go.set()
+        await until(pilot, lambda: app.screen is not first and isinstance(app.screen, ViewerScreen)
+                    and app.screen.ready)
+        whole = app.screen
+        assert whole.head is None and whole.store.n_events >= 12_000 and ended == ["read"]
+        assert (whole.store.table.rank[whole.playhead], whole.store.table.id[whole.playhead]) == on
+        assert whole.query_one(TabbedContent).active == "waits"
+        await until(pilot, lambda: whole.store.analysed and not whole.analysis_label)
+
+
+async def test_quitting_on_the_head_stops_the_read(held_read):
+    trace, go, ended = held_read
+    app = DisttraceApp([str(trace)])
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: isinstance(app.screen, ViewerScreen))
+        await pilot.press("q")
+    for _ in range(100):
+        if ended:
+            break
+        time.sleep(0.02)
+    assert ended == ["_Quit"]  # the loading worker stopped the read at its next progress, not at its end
