@@ -89,6 +89,8 @@ def _fixed(pa, col):
 
 
 def _typecode(col) -> str:
+    if isinstance(col, memoryview):  # (of one of the array module's typecodes)
+        return col.format
     return _BYTES if isinstance(col, (bytes, bytearray)) else col.typecode
 
 
@@ -210,7 +212,7 @@ def _value_type(pa, typecode: str):
 
 
 def write_arrays(path: str, arrays: dict, meta: dict, fingerprint: dict) -> None:
-    """Write named typed arrays (array.array or bytearray) of any lengths and a JSON-able `meta` to the
+    """Write named typed arrays (array.array, bytearray, or a memoryview of an array typecode) of any lengths and a JSON-able `meta` to the
     store file `path`: one row, each array a large_list column (its typecode in the metadata's "arrays"). What
     derived results (the analysis) are kept in, beside the events; read_arrays reads it back."""
     import pyarrow as pa

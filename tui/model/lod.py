@@ -22,6 +22,7 @@ from disttrace.tracer.data.columns import running_max_by
 from disttrace.tracer.data.events import NONE, EventTable
 
 N_CATS = 4  # index 0: waiting; 1 collective, 2 barrier, 3 p2p (no event: compute)
+LANE_COLUMNS = ("present", "bounds", "rows", "starts", "ends", "cats", "maxend", "cum0", "cum1", "cum2", "cum3")
 _LOOK_BACK = 64  # events looked back for async ops still running (beyond that, a long async op is approximate)
 
 
@@ -63,9 +64,14 @@ class Lane:
     @classmethod
     def build_all(cls, table: EventTable, cats_of_row, wait_ns, t_end: int) -> dict[int, "Lane"]:
         """Every rank's lane, by rank (a rank with a file and no event gets an empty one). `cats_of_row`: each row's
-        category (a buffer of bytes), `wait_ns`: each row's wait. In numpy, every rank at once: the columns are
-        gathered in rank order, and each lane's columns are slices of them (memoryviews, as quick to index as
-        arrays; no copy per lane)."""
+        category (a buffer of bytes), `wait_ns`: each row's wait."""
+        return cls.from_columns(table, cls.columns_all(table, cats_of_row, wait_ns, t_end))
+
+    @staticmethod
+    def columns_all(table: EventTable, cats_of_row, wait_ns, t_end: int) -> dict:
+        """Every lane's columns, one after another in rank order (LANE_COLUMNS: what from_columns makes the lanes
+        of, and what model/saved_lanes.py keeps beside the trace). In numpy, every rank at once: the columns are
+        gathered in rank order, and each lane's are slices of them."""
         rank = np.frombuffer(table.rank, np.int32)
         # table order is start order: kept per rank by a stable sort (a radix sort where ranks fit 16 bits: 4x quicker)
         key = rank.astype(np.uint16) if len(rank) and rank.max() < 1 << 16 else rank
@@ -96,11 +102,20 @@ class Lane:
         maxend = running_max_by(padded, heads)
         np.maximum(maxend, 0, out=maxend)
         maxend[heads] = 0
-        maxend = memoryview(maxend)
-        rows, starts, ends, cats = (memoryview(c) for c in (order.astype(np.int32), starts, ends, cats))
+        cols = {"present": present.astype(np.int32), "bounds": bounds, "rows": order.astype(np.int32),
+                "starts": starts, "ends": ends, "cats": cats, "maxend": maxend}
+        cols.update((f"cum{c}", v) for c, v in enumerate(cum))
+        return {name: memoryview(cols[name]) for name in LANE_COLUMNS}
+
+    @classmethod
+    def from_columns(cls, table: EventTable, cols: dict) -> dict[int, "Lane"]:
+        """The lanes over columns_all's columns (memoryviews, as quick to index as arrays; no copy per lane)."""
+        rows, starts, ends, cats, maxend = (cols[k] for k in ("rows", "starts", "ends", "cats", "maxend"))
+        cum = [cols[f"cum{c}"] for c in range(N_CATS)]
+        bounds = cols["bounds"]
         lanes = {}
-        for k, r in enumerate(present.tolist()):
-            lo, hi = int(bounds[k]), int(bounds[k + 1])
+        for k, r in enumerate(cols["present"].tolist()):
+            lo, hi = bounds[k], bounds[k + 1]
             lanes[r] = cls(rows[lo:hi], starts[lo:hi], ends[lo:hi], cats[lo:hi],
                            [c[lo:hi + 1] for c in cum], maxend[lo + k:hi + k + 1])
         for r in table.ranks:

@@ -18,6 +18,7 @@ from disttrace.tracer.analysis.model import Analysis
 from disttrace.tracer.data.columns import typecode
 from disttrace.tracer.data.events import NONE, P2P_OPS, EventTable, gc_paused
 
+from . import saved_lanes
 from .lod import Lane
 
 # Categories the timeline colours by (compute gaps are the absence of an event).
@@ -63,6 +64,12 @@ class TraceStore:
         new.rows = [RankRow(rr.rank, rr.host, rr.lane.with_waits(new.wait_ns)) for rr in self.rows]
         return new
 
+    def keep_lanes(self) -> None:
+        """Keep the bare store's lanes beside the trace's store for the next open (model/saved_lanes.py)."""
+        if not self.analysed and not self.lanes_kept:
+            saved_lanes.save(self.table, self.t1, self.lane_columns)
+            self.lanes_kept = True
+
     def adopt(self, other: "TraceStore") -> None:
         """Take over everything another store of the same table holds (its analysis, waits, lanes): one
         assignment on the UI thread, so widgets never see half of it."""
@@ -79,9 +86,15 @@ class TraceStore:
         self._take_analysis(analysis)
         if progress:
             progress(0.2, "indexing ranks")
-        cat_of_code = np.array([category(op) for op in table.op.values], np.uint8)  # op is dictionary-encoded
-        cats = cat_of_code[np.frombuffer(table.op.codes, typecode(table.op.codes))]
-        lanes = Lane.build_all(table, cats, self.wait_ns, self.t1)
+        # the bare store's lanes as a previous open kept them, else built (and kept by keep_lanes)
+        cols = saved_lanes.load(table, self.t1) if analysis is None else None
+        self.lanes_kept = cols is not None
+        if cols is None:
+            cat_of_code = np.array([category(op) for op in table.op.values], np.uint8)  # op is dictionary-encoded
+            cats = cat_of_code[np.frombuffer(table.op.codes, typecode(table.op.codes))]
+            cols = Lane.columns_all(table, cats, self.wait_ns, self.t1)
+        self.lane_columns = cols
+        lanes = Lane.from_columns(table, cols)
         self.rows: list[RankRow] = []
         for r in sorted(lanes):
             info = table.ranks.get(r)
