@@ -14,7 +14,8 @@ Measured side by side in one run:
   included; goal: < 50 ms), to the frame that shows the detail pane, and the CPU time the process spent on
   the key; and the cold cost of drawing every visible timeline line with its caches empty;
 - keys while the analysis runs in its worker thread (zoomed in, so that pans move), timed the same way;
-- memory: the app process's resident memory once the trace is open (goal: low hundreds of MB); with
+- memory: the app process's resident memory once the trace is open, an event's share of it, and what one more
+  event costs (against the same run on a trace of 10,000 events: the libraries and the screen; goal <= 150 B); with
   --memory-limit, each run is made in a memory cgroup of that size (memlimit.py: the whole process tree, the
   page cache of the mapped store counted but reclaimable, as on a machine with that much memory), and whether it
   completed is printed (goal at 10M events: within 4 GB).
@@ -252,8 +253,8 @@ def main() -> None:
 
     limited: list[str] = []  # what each run did under --memory-limit
 
-    def child(kind: str, what: str) -> dict:
-        cmd = [sys.executable, __file__, "--file", path, "--size", ns.size, "--child", kind]
+    def child(kind: str, what: str, file: str = path) -> dict:
+        cmd = [sys.executable, __file__, "--file", file, "--size", ns.size, "--child", kind]
         cage = MemoryLimit.make(parse_size(ns.memory_limit)) if ns.memory_limit else None
         if isinstance(cage, str):
             limited.append(f"{what}: not tested, {cage}")
@@ -279,6 +280,13 @@ def main() -> None:
     # three re-opens, the median's reported: one takes 0.35-0.6 s on this VM, as its speed drifts
     reopens = [child("app", "the viewer, re-open")] + [child("app", f"the viewer, re-open ({k})") for k in (2, 3)]
     reopen = sorted(reopens, key=lambda r: r["first_frame_s"])[1]
+    # the same on a trace of 10,000 events: what the process holds whatever the trace (the libraries, Textual's
+    # screen), so that what each event costs is told apart from it
+    small = os.path.join(tempfile.gettempdir(), f"disttrace_synth_v3_10000_{ns.ranks}.jsonl")
+    ensure_synthetic(small, 10_000, ns.ranks)
+    fresh_store(small)
+    base = [child("app", "the viewer on 10,000 events, first open", small),
+            child("app", "the viewer on 10,000 events, re-open", small)]
     stages = child("stages", "the stages measured apart (load, analyze, store)")
     yards.append(time_yardstick(path))
     yard = statistics.median(yards)
@@ -336,7 +344,13 @@ def main() -> None:
           f"viewer store {stages['mem_store_mb']:.0f} MB")
     per = {k: r * 2**20 / max(n, 1) for k, r in (("first", app["rss_full_mb"]), ("again", reopen["rss_full_mb"]))}
     print(f"memory an event                 {per['first']:7.0f} B analysed on the first open, {per['again']:.0f} B on a "
-          "re-open (goal <= 150 B; the whole process, its ~100 MB of libraries included)")
+          "re-open (the whole process, its libraries included)")
+    n_base = base[0]["events"]
+    more = [(big["rss_full_mb"] - small_run["rss_full_mb"]) * 2**20 / max(n - n_base, 1)
+            for big, small_run in ((app, base[0]), (reopen, base[1]))]
+    print(f"  what one more event costs     {more[0]:7.0f} B on the first open, {more[1]:.0f} B on a re-open (goal <= "
+          f"150 B; against the same on {n_base:,} events: {base[0]['rss_full_mb']:.0f} MB first open, "
+          f"{base[1]['rss_full_mb']:.0f} MB re-open)")
     print(f"peak RSS (VmHWM)                {app['peak_rss_mb']:7.0f} MB first open, {reopen['peak_rss_mb']:.0f} MB "
           "re-open (the mapped store's pages included)")
     if ns.memory_limit:

@@ -194,7 +194,7 @@ def time_yardstick(path) -> float:
 
 
 def fresh_store(path) -> str:
-    """Remove the trace store (events and analysis) of the events file or trace dir `path` (first open: it is
+    """Remove the trace store (events, analysis, lanes) of the events file or trace dir `path` (first open: it is
     parsed and the store written) and date its files back an hour if they were just written (the store skips
     sources written less than 2 s ago). Its path."""
     import os
@@ -206,7 +206,8 @@ def fresh_store(path) -> str:
         st = os.stat(p)
         os.utime(p, ns=(st.st_atime_ns, min(st.st_mtime_ns, time_ns() - 3600 * 10**9)))
     store = cache_path([path], None, is_dir)
-    for f in (store, StoreOrigin(store, {}).beside("analysis")):  # the events, and the analysis kept beside them
+    # the events, and the analysis and the viewer's lanes kept beside them
+    for f in (store, StoreOrigin(store, {}).beside("analysis"), StoreOrigin(store, {}).beside("lanes")):
         if os.path.exists(f):
             os.unlink(f)
     return store
