@@ -212,9 +212,10 @@ def _value_type(pa, typecode: str):
 
 
 def write_arrays(path: str, arrays: dict, meta: dict, fingerprint: dict) -> None:
-    """Write named typed arrays (array.array, bytearray, or a memoryview of an array typecode) of any lengths and a JSON-able `meta` to the
-    store file `path`: one row, each array a large_list column (its typecode in the metadata's "arrays"). What
-    derived results (the analysis) are kept in, beside the events; read_arrays reads it back."""
+    """Write named typed arrays (array.array, bytearray, or a memoryview of an array typecode) of any lengths and
+    a JSON-able `meta` to the store file `path`: one row, each array a large_list column (its typecode in the
+    metadata's "arrays"). What derived results (the analysis, the viewer's lanes) are kept in, beside the events;
+    read_arrays reads it back."""
     import pyarrow as pa
 
     names, cols, codes = [], [], {}
