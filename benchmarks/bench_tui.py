@@ -299,7 +299,7 @@ def main() -> None:
     head = app["head"]
     if head:
         print(f"first frame, first open         {first:7.2f} s   = {first / yard:.2f}x the yardstick (goal <= 1x; the "
-              f"trace's head: its first {head['span_s']:.2f} s, {head['events']:,} events, {head['fraction']:.1%} of "
+              f"trace's head: its first {head['span_s'] * 1e3:.0f} ms, {head['events']:,} events, {head['fraction']:.1%} of "
               f"its bytes, while the rest is read)")
     print(f"whole trace on screen, 1st open {app['whole_s']:7.2f} s   = {app['whole_s'] / yard:.2f}x the yardstick "
           f"(parses and writes the trace store)")

@@ -21,8 +21,15 @@ from . import reader
 from .columns import typecode
 from .events import EventTable
 
-HEAD_BYTES = 8 << 20      # what the head reads in all (~20k events: ~0.3 s)
-FILE_HEAD_BYTES = 16 << 10  # and at least this of each rank file (1,024 ranks: 16 MB)
+HEAD_BYTES = 8 << 20        # what the head reads in all (1M events: ~20k of them, ~0.3 s), or
+HEAD_SHARE = 128            # 1/128th of a larger trace (10M events of 1,024 ranks: 40 MB, its first step)
+MAX_HEAD_BYTES = 64 << 20   # up to this
+FILE_HEAD_BYTES = 16 << 10  # and at least this of each rank file
+
+
+def head_bytes(total: int) -> int:
+    """How much of a trace of `total` bytes its head reads."""
+    return min(max(HEAD_BYTES, total // HEAD_SHARE), MAX_HEAD_BYTES)
 
 
 def read_head(plan) -> tuple[EventTable, float] | None:
@@ -32,8 +39,8 @@ def read_head(plan) -> tuple[EventTable, float] | None:
     table.runs, table.run = plan.head.runs, plan.head.run  # (which run of the trace: the plan found it)
     if plan.kind == "dirs":
         files = [f for share in plan.shares for f in share["files"]]
-        limit = max(HEAD_BYTES // max(len(files), 1), FILE_HEAD_BYTES)
         sizes = {f: _size(f) for f in files}
+        limit = max(head_bytes(sum(sizes.values())) // max(len(files), 1), FILE_HEAD_BYTES)
         with events_mod.gc_paused():
             reader.read_rank_files(files, table, limit=limit)
         if not len(table):
@@ -46,7 +53,7 @@ def read_head(plan) -> tuple[EventTable, float] | None:
     else:
         path, (_, total), run = plan.paths[0], plan.shares[-1]["range"], plan.shares[0]["run"]
         with open(path, "rb") as fh:
-            fh.seek(min(HEAD_BYTES, total))
+            fh.seek(min(head_bytes(total), total))
             fh.readline()  # on to the next line's start
             done = fh.tell()
         events_mod.read_range(path, 0, done, table, run)
@@ -92,4 +99,4 @@ def _size(path: str) -> int:
         return 0
 
 
-__all__ = ["FILE_HEAD_BYTES", "HEAD_BYTES", "read_head"]
+__all__ = ["FILE_HEAD_BYTES", "HEAD_BYTES", "HEAD_SHARE", "MAX_HEAD_BYTES", "head_bytes", "read_head"]
