@@ -274,9 +274,11 @@ class DisttraceApp(App[int]):
         return screen
 
     def _replace_head(self, head: ViewerScreen, store: TraceStore) -> ViewerScreen:
-        """The whole trace in place of its head: on the event and the view the user was on."""
+        """The whole trace in place of its head: on the event, the tab and the stretch of time the user was on."""
         screen = ViewerScreen(store, head.narration, start_row=_same_event(head, store))
         screen.initial_view = head.query_one(TabbedContent).active or "timeline"
+        if head.zoom:  # the stretch of time the user zoomed into, in the whole trace
+            screen.initial_window = head.time_window()
         self.store = store
         while self.screen is not head and head in self.screen_stack:  # (a help or prompt over it)
             self.pop_screen()

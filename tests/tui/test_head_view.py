@@ -66,10 +66,11 @@ async def test_the_head_is_shown_then_the_whole_trace_on_the_same_event_and_view
         first = app.screen
         assert first.head is not None and 0 < first.head < 0.5 and not ended  # (the whole is not read yet)
         assert 0 < first.store.n_events < 12_000 / 3
-        await until(pilot, lambda: "while the rest loads: reading" in str(first.query_one(PlayheadLine).render()))
-        await pilot.press("n", "n", "n", "n", "n", "4")
+        await until(pilot, lambda: "of the trace; the rest: reading" in str(first.query_one(PlayheadLine).render()))
+        await pilot.press("n", "n", "n", "n", "n", "plus", "plus", "l", "4")
         t = first.store.table
         on = (t.rank[first.playhead], t.id[first.playhead])
+        lo, hi = first.time_window()
         go.set()
         await until(pilot, lambda: app.screen is not first and isinstance(app.screen, ViewerScreen)
                     and app.screen.ready)
@@ -77,6 +78,10 @@ async def test_the_head_is_shown_then_the_whole_trace_on_the_same_event_and_view
         assert whole.head is None and whole.store.n_events >= 12_000 and ended == ["read"]
         assert (whole.store.table.rank[whole.playhead], whole.store.table.id[whole.playhead]) == on
         assert whole.query_one(TabbedContent).active == "waits"
+        # the stretch of time zoomed into on the head, framed in the whole trace
+        await pilot.press("1")
+        a, b = whole.time_window()
+        assert whole.zoom > 3 and a <= lo and hi <= b and b - a < 3 * (hi - lo)
         await until(pilot, lambda: whole.store.analysed and not whole.analysis_label)
 
 

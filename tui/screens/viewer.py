@@ -179,6 +179,7 @@ class ViewerScreen(Screen):
         self.narration = narration
         self.start_row = start_row
         self.initial_view = "timeline"
+        self.initial_window: tuple[int, int] | None = None  # (start, end ns) to show first: the head's, zoomed
         self.shown = threading.Event()  # set once on screen (the loading worker waits for it to analyse)
         self._timer: Timer | None = None
         self.title_text = title
@@ -251,7 +252,7 @@ class ViewerScreen(Screen):
     def _doing(self) -> str:
         if self.head is None:
             return "analysing"
-        return f"the trace's first {fmt_ns_short(self.store.span_ns)} ({self.head:.0%}) while the rest loads"
+        return f"showing the first {fmt_ns_short(self.store.span_ns)} ({self.head:.0%}) of the trace; the rest"
 
     def on_mount(self) -> None:
         for tabs in self.query("Tabs"):
@@ -264,6 +265,8 @@ class ViewerScreen(Screen):
             self.selection = -1
         if self.initial_view != "timeline":  # a --follow reload keeps the view the user was on
             self.call_after_refresh(self.action_view, self.initial_view)
+        if self.initial_window is not None:
+            self.call_after_refresh(self._frame, *self.initial_window)
         self._tell_damage()
         self.call_after_refresh(self.shown.set)
 
@@ -491,6 +494,11 @@ class ViewerScreen(Screen):
         if only_if_small and lo <= start and end <= lo + w and (end - start) * 4 >= w:
             return
         self._frame(start, end)
+
+    def time_window(self) -> tuple[int, int]:
+        """The (start, end) ns the timeline shows."""
+        lo = self.store.t0 + self.offset_ns
+        return lo, lo + int(viewport.window_ns(self.store.span_ns, self.zoom))
 
     def _frame(self, start_ns: int, end_ns: int) -> None:
         """Zoom and pan so that [start_ns, end_ns] fills most of the window."""
