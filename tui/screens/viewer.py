@@ -268,6 +268,9 @@ class ViewerScreen(Screen):
         if self.initial_window is not None:
             self.call_after_refresh(self._frame, *self.initial_window)
         self._tell_damage()
+        # its widgets, styles and first frame's caches (~100k objects) out of the collector's sight: else each full
+        # collection walked them, 25-56 ms that a key pressed meanwhile waited (keys on a head, or while analysing)
+        self.call_after_refresh(settle)
         self.call_after_refresh(self.shown.set)
 
     @property
