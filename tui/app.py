@@ -6,6 +6,7 @@ are read before the app starts, so bad input ends as one line on stderr and exit
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -213,12 +214,13 @@ class DisttraceApp(App[int]):
             progress(fraction, label)
 
         head_screen: list[ViewerScreen] = []
-        browsing = loading.background_work()
+        browsing = contextlib.ExitStack()  # while the head is on screen
 
         def preview(head: EventTable, fraction: float) -> None:
             """The trace's head on screen while the whole is read (a first read of a large trace)."""
             store = loading.bare_store(head)
-            browsing.__enter__()  # keys on the head are answered at once while this thread reads and merges
+            # keys on the head are answered at once while this thread reads and merges
+            browsing.enter_context(loading.background_work())
             screen = self.call_from_thread(self._show, store, narration, fraction)
             head_screen.append(screen)
             target[0] = screen
@@ -236,8 +238,7 @@ class DisttraceApp(App[int]):
         except _Quit:
             return
         finally:
-            if head_screen:
-                browsing.__exit__(None, None, None)
+            browsing.close()
         if head_screen:
             screen = self.call_from_thread(self._replace_head, head_screen[0], bare)
         else:

@@ -169,7 +169,8 @@ class ViewerScreen(Screen):
     path_step: var[int] = var(-1, init=False)
     """Step whose critical path the timelines mark: the playhead's while show_path is on, else -1."""
     analysis_label: var[str] = var("", init=False)
-    """Progress of the analysis while it runs in the background ("" once done)."""
+    """Progress of the analysis while it runs in the background, or of the read while the screen shows the trace's
+    head ("" once done)."""
 
     def __init__(self, store: TraceStore, narration=None, start_row: int = 0, title: str = "",
                  head: float | None = None) -> None:
@@ -179,7 +180,7 @@ class ViewerScreen(Screen):
         self.narration = narration
         self.start_row = start_row
         self.initial_view = "timeline"
-        self.initial_window: tuple[int, int] | None = None  # (start, end ns) to show first: the head's, zoomed
+        self.initial_window: tuple[int, float] | None = None  # (start, end ns) to show first: the head's, zoomed
         self.shown = threading.Event()  # set once on screen (the loading worker waits for it to analyse)
         self._timer: Timer | None = None
         self.title_text = title
@@ -492,16 +493,15 @@ class ViewerScreen(Screen):
         if step is None:
             return
         start, end = sp.window(step)
-        w = viewport.window_ns(self.store.span_ns, self.zoom)
-        lo = self.store.t0 + self.offset_ns
-        if only_if_small and lo <= start and end <= lo + w and (end - start) * 4 >= w:
+        lo, hi = self.time_window()
+        if only_if_small and lo <= start and end <= hi and (end - start) * 4 >= hi - lo:
             return
         self._frame(start, end)
 
-    def time_window(self) -> tuple[int, int]:
+    def time_window(self) -> tuple[int, float]:
         """The (start, end) ns the timeline shows."""
         lo = self.store.t0 + self.offset_ns
-        return lo, lo + int(viewport.window_ns(self.store.span_ns, self.zoom))
+        return lo, lo + viewport.window_ns(self.store.span_ns, self.zoom)
 
     def _frame(self, start_ns: int, end_ns: int) -> None:
         """Zoom and pan so that [start_ns, end_ns] fills most of the window."""
