@@ -4,7 +4,8 @@
 
 Prints parse (orjson.loads of every line), load (JSON -> EventTable, the reader's cost), analyze, to_json,
 each measured in this run, and the ratio analyze / parse (goal: <= 2), with and without the critical paths
-(critical_path.py and what_if.py: a walk back from every wait, the dearest part of the analysis).
+(critical_path.py and what_if.py: a walk back from every wait, the dearest part of the analysis); and how long a
+thread beside the analysis, as the viewer's UI thread is, waited for the GIL at worst (goal: under 20 ms).
 
 Then (by default up to 2M events) the same job as the trace dir that `disttrace run` writes, a rank file per rank
 (synth.write_trace_dir, kept beside the events file): its reader against its own yardstick, orjson over every
@@ -76,6 +77,8 @@ def main() -> None:
     out = to_json(a)
     js = time.perf_counter() - t0
 
+    waits = _beside_a_ui(table)
+
     yards.append(time_yardstick(path))
     yard = statistics.median(yards)
     saved.save(a)  # what the first analyze() of a stored table does (timings: it did not)
@@ -102,12 +105,45 @@ def main() -> None:
           f"over the re-opened table's {rss0:.0f} MB RSS)")
     print(f"saved analysis   {reread:7.2f} s   ({reread / yard:.2f}x the yardstick; the trace re-opened: store and "
           f"analysis read back)")
+    print(f"beside a UI      {max(waits) * 1e3:7.1f} ms  the longest a thread waking every ms waited, the analysis running "
+          f"in another (as in the viewer: switch interval 0.5 ms); {sum(w > 0.02 for w in waits)} waits over 20 ms, "
+          f"{sum(w > 0.05 for w in waits)} over 50 ms (goal: none; a key's budget)")
     print(f"ratio analyze / yardstick = {analysis / yard:.2f}  (goal <= 2); "
           f"without the critical paths {(analysis - explain) / yard:.2f}")
     if ns.rank_files or (ns.rank_files is None and n <= 2_000_000):
         del table, a, again
         gc.collect()
         _rank_files(path)
+
+
+def _beside_a_ui(table) -> list[float]:
+    """The analysis again, in a worker thread as the viewer runs it, while this thread wakes every millisecond as a
+    UI's event loop would: how long each wake-up came late. A C call that holds the GIL (a loop over a whole
+    column, a collection of all the analysis made) keeps the UI's keys waiting that long."""
+    import threading
+
+    was = sys.getswitchinterval()
+    sys.setswitchinterval(0.0005)  # (tui/loading.background_work's)
+    worker = threading.Thread(target=analyze, args=(table,), kwargs={"timings": {}})
+    waits = []
+    try:
+        worker.start()
+        last = time.perf_counter()
+        while worker.is_alive():
+            time.sleep(0.001)
+            now = time.perf_counter()
+            waits.append(now - last - 0.001)
+            last = now
+        for _ in range(200):  # and just after: the collector's first pass over what it made
+            [[] for _ in range(100)]
+            time.sleep(0.001)
+            now = time.perf_counter()
+            waits.append(now - last - 0.001)
+            last = now
+    finally:
+        worker.join()
+        sys.setswitchinterval(was)
+    return waits
 
 
 def _rank_files(path: str) -> None:

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 from array import array
 from collections import Counter
-from itertools import chain
 from math import nan
 
-from ..data.columns import as_int64
+from ..data.columns import as_int64, concat_lists
 from ..data.events import NONE, EventTable
 from .bandwidth import busbw_factor, size_s
 from .matching import finished
@@ -46,7 +45,7 @@ def build_collectives(t: EventTable, buckets: list[list[int]], traced: set[int],
 
     n_inst = len(buckets)
     sizes = np.fromiter(map(len, buckets), np.int64, n_inst)
-    rows = np.fromiter(chain.from_iterable(buckets), np.int64, int(sizes.sum()))
+    rows = concat_lists(buckets, int(sizes.sum()))
     first = np.zeros(n_inst, np.int64)
     first[1:] = np.cumsum(sizes)[:-1]
     inst = np.repeat(np.arange(n_inst), sizes)  # each row's instance

@@ -10,6 +10,7 @@ one line in STAGES."""
 
 from __future__ import annotations
 
+import gc
 from array import array
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, fields
@@ -20,7 +21,7 @@ import numpy as np
 
 from ..data.columns import as_int64
 from ..data.events import NONE, EventTable, gc_paused, give_back_freed_memory, part_of
-from . import saved
+from . import jit, saved
 from .bandwidth import links_of
 from .collectives import build_collectives
 from .critical_path import critical_paths, step_windows
@@ -37,6 +38,13 @@ from .theory import fit_models, flag_slow
 from .waits import event_waits
 from .what_if import ChangeSpec, what_ifs
 
+
+FREEZE_FROM = 100_000
+"""From this many events, what the analysis made is moved out of the garbage collector's sight (gc.freeze) before
+the collector resumes. Made while it was paused, ~10^6 tracked objects at 1M events would all sit in its youngest
+generation, and its first collection, set off by whichever thread allocates next (the viewer's UI thread), would
+walk them all (~120 ms). They live as long as the trace is looked at (the viewer freezes the loaded trace too); a
+cycle among them is never collected."""
 
 BESIDE_MAX_EVENTS = 3_000_000
 """Beyond this many events the stages run one after another: two at once hold both's intermediate results (10M
@@ -167,7 +175,10 @@ def analyze(table: EventTable, progress=None, changes: tuple[ChangeSpec, ...] = 
     # The analysis makes ~10^5-10^6 small acyclic objects; the cyclic collector would rescan the whole table
     # again and again while they are made (half the time on a 1M-event trace), so it pauses meanwhile.
     with gc_paused():
+        jit.warm(len(table))  # numba starts beside the first stages (its loops come later: the critical path)
         a = _analyze(table, progress, tuple(changes), timings)
+        if len(table) >= FREEZE_FROM:
+            gc.freeze()
     if keep:
         saved.save(a)
     if len(table) >= 100_000:

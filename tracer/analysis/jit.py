@@ -3,35 +3,85 @@
 Such a loop is written once, as one function over integer columns in the Python that numba compiles (no helpers:
 compiled code calls only compiled functions, and closures are not cached), and `run` calls it compiled from
 JIT_FROM events on, else as Python: numba compiles a function once (seconds, then cached beside its module or in
-the user's cache) and loads it in ~1 s, longer than a small trace's whole loop. DISTTRACE_JIT=0 never compiles,
-=1 always does (the tests compare both ways). Without numba (a platform without its wheels) the same function runs
-as Python."""
+the user's cache) and loads it in ~0.02 s, after its own start (~0.5 s: its import and its compiler's first load),
+longer than a small trace's whole loop. `warm` starts that in a thread as an analysis begins, beside its first
+stages. DISTTRACE_JIT=0 never compiles, =1 always does (the tests compare both ways). Without numba (a platform
+without its wheels) the same function runs as Python."""
 
 from __future__ import annotations
 
 import os
+import sys
+import threading
 
 import numpy as np
 
 JIT_FROM = 50_000  # events from which a loop is compiled
 _compiled: dict = {}
+_lock = threading.Lock()  # held while numba starts: once, whichever thread asks first
+_njit = None  # numba.njit once started; False: numba is not there
+
+
+def wanted(n_events: int) -> bool:
+    """Whether a trace of n_events has its loops compiled."""
+    want = os.environ.get("DISTTRACE_JIT")
+    return want == "1" or (want != "0" and n_events >= JIT_FROM)
+
+
+def warm(n_events: int) -> None:
+    """Start numba in a thread (daemon: nothing waits for it but `run`), for an analysis of n_events that will
+    call compiled loops."""
+    if wanted(n_events) and _njit is None:
+        threading.Thread(target=_start, name="disttrace-jit-start", daemon=True).start()
 
 
 def run(fn, n_events: int, *args):
     """fn(*args), compiled when the trace (n_events) is large and numba is there."""
-    want = os.environ.get("DISTTRACE_JIT")
-    if want == "0" or (want != "1" and n_events < JIT_FROM):
+    if not wanted(n_events):
         return fn(*args)
     compiled = _compiled.get(fn)
     if compiled is None:
-        try:
-            from numba import njit
-        except ImportError:
-            compiled = fn
-        else:
-            compiled = njit(cache=True, nogil=True)(fn)
-        _compiled[fn] = compiled
+        njit = _start()
+        compiled = _compiled[fn] = njit(cache=True, nogil=True)(fn) if njit else fn
     return compiled(*map(_read_only, args))
+
+
+def _first(a):
+    return a[0]
+
+
+def _start():
+    """numba.njit, started: imported and its compiler loaded, by loading a trivial function from its cache (the
+    loops then load in ~0.02 s each). False without numba."""
+    global _njit
+    with _lock:
+        if _njit is None:
+            try:
+                with _without_scipy():
+                    from numba import njit
+
+                    njit(cache=True, nogil=True)(_first)(np.zeros(1, np.int64))
+            except ImportError:
+                njit = False
+            _njit = njit
+    return _njit
+
+
+class _without_scipy:
+    """numba's first load imports its array-math registry, which imports scipy.linalg (~0.4 s) only to learn
+    whether np.dot may call BLAS; no loop here does linear algebra. Where scipy is not imported yet, it is hidden
+    meanwhile: its import fails, and numba goes without BLAS in this process (disttrace's own, never the traced
+    job's)."""
+
+    def __enter__(self):
+        self.hid = "scipy" not in sys.modules
+        if self.hid:
+            sys.modules["scipy"] = None  # (None in sys.modules: `import scipy` raises ImportError)
+
+    def __exit__(self, *exc):
+        if self.hid and sys.modules.get("scipy", False) is None:
+            del sys.modules["scipy"]
+        return False
 
 
 def _read_only(a):
@@ -43,4 +93,4 @@ def _read_only(a):
     return a
 
 
-__all__ = ["JIT_FROM", "run"]
+__all__ = ["JIT_FROM", "run", "wanted", "warm"]

@@ -71,7 +71,7 @@ def find_steps(t: EventTable, instance_rows: list, p2p: P2PTable) -> tuple[array
         steps[rows[starts[0]:end]] = np.repeat(np.arange(len(starts), dtype=np.int32), np.diff(bounds))
     if not found:
         return step_of, ""
-    _align(t, step_of, instance_rows, zip(p2p.send, p2p.recv))
+    _align(t, step_of, instance_rows, p2p)
     return step_of, "detected"
 
 
@@ -177,7 +177,7 @@ def _step_starts(keys, loose_keys: list) -> list[int]:
     return starts if len(starts) >= MIN_REPEATS else []
 
 
-def _align(t: EventTable, step_of: array, instance_rows: list, p2p_pairs) -> None:
+def _align(t: EventTable, step_of: array, instance_rows: list, p2p: P2PTable) -> None:
     """Renumber each rank's steps so that one collective (or message) is in the same step on every rank: the
     shift that most of the rank's shared ops agree on, relative to the lowest rank (then to ranks aligned so far)."""
     votes: dict[tuple[int, int], Counter] = {}
@@ -195,8 +195,8 @@ def _align(t: EventTable, step_of: array, instance_rows: list, p2p_pairs) -> Non
             for j in rows[1:]:
                 vote(i0, j)
                 vote(j, i0)
-    pairs = list(p2p_pairs)
-    for s, r in pairs[::max(1, len(pairs) // _VOTES)]:
+    every = max(1, len(p2p.send) // _VOTES)
+    for s, r in zip(p2p.send[::every], p2p.recv[::every]):
         if s != NONE and r != NONE:
             vote(s, r)
             vote(r, s)

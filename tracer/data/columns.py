@@ -305,7 +305,7 @@ class JsonColumn(SparseColumn):
             yield i, self._values[i] if i in self._values else loads(data[off[i]:off[i + 1]])
 
 
-_SCAN_ROWS = 1 << 15  # rows of JSON text a regex scans between two chances for other threads to run
+_SCAN_ROWS = 1 << 12  # rows of JSON text a regex scans between two chances for other threads to run (~1 ms)
 
 
 class JsonTexts:
@@ -356,6 +356,37 @@ def as_int64(col):
     import numpy as np
 
     return np.asarray(col).astype(np.int64)
+
+
+# Rows per call of a C loop over a whole column (tolist, fromiter) in the analysis: such a call holds the GIL
+# throughout, and one over a million rows (25-40 ms) is a key's whole budget in the viewer, whose UI thread waits
+# for it. A slice of 64k rows takes ~2 ms, and the GIL can change hands between slices.
+GIL_ROWS = 1 << 16
+
+
+def to_list(a) -> list:
+    """a.tolist() for a 1-D numpy column, a slice (GIL_ROWS) at a time."""
+    if len(a) <= GIL_ROWS:
+        return a.tolist()
+    out: list = []
+    for k in range(0, len(a), GIL_ROWS):
+        out += a[k:k + GIL_ROWS].tolist()
+    return out
+
+
+def concat_lists(lists: list, total: int):
+    """The integers of `lists` (of ints), `total` in all, one after another as a numpy int64 column, a slice of
+    lists at a time (GIL_ROWS: by lists, of a few ints each)."""
+    import numpy as np
+    from itertools import chain
+
+    out = np.empty(total, np.int64)
+    at = 0
+    for k in range(0, len(lists), GIL_ROWS // 8):
+        part = np.fromiter(chain.from_iterable(lists[k:k + GIL_ROWS // 8]), np.int64)
+        out[at:at + len(part)] = part
+        at += len(part)
+    return out
 
 
 def groups_of(keys):

@@ -1,0 +1,88 @@
+"""What the analysis leaves the viewer's UI thread, which runs beside it: C loops over a whole column cut into
+slices (equal to the loops they replace), numba started beside the first stages without leaving scipy hidden, and
+what the analysis made moved out of the collector's sight. (How long the UI waits is measured, not asserted:
+benchmarks/bench_analysis.py, "beside a UI".)"""
+
+from __future__ import annotations
+
+import gc
+import os
+import subprocess
+import sys
+from itertools import chain
+
+import numpy as np
+import pytest
+
+from disttrace.tracer.data import columns
+
+
+def test_a_column_cut_into_slices_is_the_column(monkeypatch):
+    monkeypatch.setattr(columns, "GIL_ROWS", 64)
+    rng = np.random.default_rng(3)
+    for n in (0, 1, 63, 64, 65, 640, 1000):
+        a = rng.integers(-5, 10**12, n)
+        assert columns.to_list(a) == a.tolist()
+        lists = [rng.integers(0, 99, rng.integers(0, 5)).tolist() for _ in range(n)]
+        total = sum(map(len, lists))
+        got = columns.concat_lists(lists, total)
+        assert got.dtype == np.int64 and got.tolist() == list(chain.from_iterable(lists))
+
+
+def test_numba_starts_beside_and_scipy_is_not_left_hidden():
+    """In a fresh process (numba not imported yet): warm starts it in a thread, run then calls the compiled loop;
+    scipy, hidden while numba started, can be imported after."""
+    pytest.importorskip("numba")
+    code = """
+import importlib.util, sys, time
+import numpy as np
+from disttrace.tracer.analysis import jit
+jit.warm(10**6)
+assert jit.run(jit._first, 10**6, np.arange(3, 6)) == 3
+assert type(jit._compiled[jit._first]).__name__ == "CPUDispatcher", jit._compiled
+assert sys.modules.get("scipy", "absent") is not None  # (None: still hidden)
+if importlib.util.find_spec("scipy") is not None:
+    import scipy.linalg
+print("ok")
+"""
+    env = {**os.environ, "DISTTRACE_JIT": ""}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+def test_a_small_trace_never_starts_numba():
+    """Below JIT_FROM events the loops run as Python: analysing a small trace neither imports numba nor starts it
+    beside the stages (its start, ~0.5 s, would be longer than the whole analysis)."""
+    code = """
+import sys, threading
+sys.path.insert(0, ".")
+from test_analysis import ddp_like
+a = ddp_like(12, dict.fromkeys(range(12), 20), world=4).analyze()
+assert a.straggler.rank == 1
+assert "numba" not in sys.modules, "numba imported"
+assert not [t for t in threading.enumerate() if t.name.startswith("disttrace-jit")]
+print("ok")
+"""
+    env = {**os.environ, "DISTTRACE_JIT": ""}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120,
+                         cwd=os.path.dirname(os.path.abspath(__file__)))
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+def test_what_a_large_analysis_made_is_out_of_the_collectors_sight(monkeypatch):
+    """From FREEZE_FROM events the Analysis' objects are frozen before the collector resumes: its youngest
+    generation is left nearly empty, not holding all the analysis made (which its next pass would walk)."""
+    from disttrace.tracer.analysis import engine
+    from test_analysis import ddp_like
+
+    trace = ddp_like(12, dict.fromkeys(range(12), 20), world=4)
+    gc.collect()
+    frozen = gc.get_freeze_count()
+    try:
+        monkeypatch.setattr(engine, "FREEZE_FROM", 0)
+        a = trace.analyze()
+        assert gc.get_freeze_count() > frozen
+        assert gc.get_count()[0] < 100
+        assert a.straggler is not None and a.straggler.rank == 1  # (the analysis itself unchanged)
+    finally:
+        gc.unfreeze()
