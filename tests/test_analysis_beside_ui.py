@@ -9,6 +9,7 @@ import gc
 import os
 import subprocess
 import sys
+from array import array
 from itertools import chain
 
 import numpy as np
@@ -18,6 +19,7 @@ from disttrace.tracer.data import columns
 
 
 def test_a_column_cut_into_slices_is_the_column(monkeypatch):
+    """Each sliced C loop (columns.GIL_ROWS, made small here) equals the one call it replaces, across slices."""
     monkeypatch.setattr(columns, "GIL_ROWS", 64)
     rng = np.random.default_rng(3)
     for n in (0, 1, 63, 64, 65, 640, 1000):
@@ -27,6 +29,24 @@ def test_a_column_cut_into_slices_is_the_column(monkeypatch):
         total = sum(map(len, lists))
         got = columns.concat_lists(lists, total)
         assert got.dtype == np.int64 and got.tolist() == list(chain.from_iterable(lists))
+        counts = rng.integers(0, 4, n)
+        assert columns.repeat_each(a, counts).tolist() == np.repeat(a, counts).tolist()
+        mask = a % 3 == 0
+        assert columns.running_count(mask).tolist() == np.cumsum(mask).tolist()
+        small = a % 5
+        assert columns.from_numpy(small, "H").tolist() == small.tolist()
+        assert columns.from_numpy(small, "H").typecode == "H"
+        grown = array("q", [7, 8])
+        assert columns.extend_from_numpy(grown, a).tolist() == [7, 8, *a.tolist()]
+        assert columns.copy_of(memoryview(array("i", small.tolist()))).tolist() == small.tolist()
+        assert columns.filled("i", n, -1).tolist() == [-1] * n and columns.filled("d", n).typecode == "d"
+        items = list(range(n))
+        columns.release(items)
+        assert items == []
+        for keys in (small.astype(np.int32), (a % 70000 - 3).astype(np.int32)):  # (the second: negatives too)
+            got_u, got_i = columns.unique_inverse(keys)
+            want_u, want_i = np.unique(keys, return_inverse=True)
+            assert got_u.tolist() == want_u.tolist() and got_i.tolist() == want_i.tolist()
 
 
 def test_numba_starts_beside_and_scipy_is_not_left_hidden():

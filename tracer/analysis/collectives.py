@@ -10,7 +10,7 @@ from array import array
 from collections import Counter
 from math import nan
 
-from ..data.columns import as_int64, concat_lists
+from ..data.columns import as_int64, concat_lists, filled, repeat_each
 from ..data.events import NONE, EventTable
 from .bandwidth import busbw_factor, size_s
 from .matching import finished
@@ -48,8 +48,8 @@ def build_collectives(t: EventTable, buckets: list[list[int]], traced: set[int],
     rows = concat_lists(buckets, int(sizes.sum()))
     first = np.zeros(n_inst, np.int64)
     first[1:] = np.cumsum(sizes)[:-1]
-    inst = np.repeat(np.arange(n_inst), sizes)  # each row's instance
-    instance_of = array("i", [-1]) * len(t)  # 4 bytes a row, not a pointer and an int object
+    inst = repeat_each(np.arange(n_inst), sizes)  # each row's instance
+    instance_of = filled("i", len(t), -1)  # 4 bytes a row, not a pointer and an int object
     np.frombuffer(instance_of, np.int32)[rows] = inst
     v = _Common(t, rows, first, sizes, inst, np.array([len(expected_of(g)) for g in range(len(t.groups))] + [0], np.int64))
     culprits: list[int | None] = np.where(v.common, v.culprit, -1).tolist()
@@ -154,8 +154,8 @@ class _Common:
         np.cumsum(lengths, out=offset[1:])
         out_rows = np.empty(int(offset[-1]), np.int64)
         out_waits = np.empty(int(offset[-1]), np.int64)
-        keep = np.repeat(self.common, sizes)
-        to = np.repeat(offset[:-1] - first, sizes) + np.arange(len(rows))
+        keep = repeat_each(self.common, sizes)
+        to = repeat_each(offset[:-1] - first, sizes) + np.arange(len(rows))
         out_rows[to[keep]] = rows[keep]
         out_waits[to[keep]] = self.waits[keep]
         for k, d in done.items():

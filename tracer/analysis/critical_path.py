@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 
-from ..data.columns import as_int64, groups_of, packed_keys
+from ..data.columns import as_int64, groups_of, packed_keys, unique_inverse
 from ..data.events import NONE, EventTable
 from .matching import finished
 from .model import CriticalPath, DelayCause, PathPart, Step
@@ -81,7 +81,7 @@ def _hosts(t: EventTable, fin):
     row = np.concatenate((rows[is_async], rows[waited], rows[sync]))
     kind = np.concatenate((np.full(int(is_async.sum()), ISSUE, np.uint8), np.full(int(waited.sum()), WAIT, np.uint8),
                            np.full(int(sync.sum()), SYNC, np.uint8)))
-    ranks, hid = np.unique(np.frombuffer(t.rank, np.int32), return_inverse=True)
+    ranks, hid = unique_inverse(np.frombuffer(t.rank, np.int32))
     hid = hid.astype(np.int64).ravel()
     order = np.lexsort((*packed_keys([row, kind]), b, *packed_keys([hid[row], a])))  # (hid, a, b, row, kind)
     a, b, row, kind = a[order], b[order], row[order], kind[order]

@@ -15,6 +15,7 @@ from array import array
 
 import numpy as np
 
+from ..data.columns import filled
 from ..data.events import NONE, EventTable
 from .critical_path import ISSUE, WAIT
 from .model import Overlap
@@ -55,7 +56,7 @@ def _covered(union, a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def overlaps(t: EventTable, walker, event_wait_ns) -> tuple[array, list[Overlap]]:
     """Event row -> the ns of its communication proven to overlap its rank's compute (array of "q"), and each rank's
     totals. In numpy, rank by rank."""
-    out = array("q", bytes(8 * len(t)))
+    out = filled("q", len(t))
     out_np = np.frombuffer(out, np.int64)
     fin = np.frombuffer(walker.fin, np.int64)
     start = np.frombuffer(t.start_ns, np.int64)

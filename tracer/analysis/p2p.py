@@ -10,7 +10,7 @@ from array import array
 
 import numpy as np
 
-from ..data.columns import from_numpy, typecode
+from ..data.columns import extend_from_numpy, filled, running_count, typecode
 from ..data.events import NONE, EventTable
 from .matching import finished
 from .tables import P2PTable
@@ -32,7 +32,7 @@ def _nth(keys: tuple, rows: np.ndarray) -> np.ndarray:
 
 def build_p2p(t: EventTable) -> tuple[P2PTable, array]:
     p2p = P2PTable()
-    p2p_of = array("i", [-1]) * len(t)
+    p2p_of = filled("i", len(t), -1)
     ops = t.op.values
     codes = np.frombuffer(t.op.codes, typecode(t.op.codes))
     rank = np.frombuffer(t.rank, np.int32).astype(np.int64)
@@ -56,7 +56,7 @@ def build_p2p(t: EventTable) -> tuple[P2PTable, array]:
     src, dst, tg, n, snd, r = (c[order] for c in (side_src, side_dst, side_tag, nth, is_send, row))
     new = np.ones(len(order), bool)
     new[1:] = (src[1:] != src[:-1]) | (dst[1:] != dst[:-1]) | (tg[1:] != tg[:-1]) | (n[1:] != n[:-1])
-    msg = np.cumsum(new) - 1  # each side's message
+    msg = running_count(new) - 1  # each side's message
     m = int(msg[-1]) + 1
     s_row = np.full(m, NONE, np.int64)
     r_row = np.full(m, NONE, np.int64)
@@ -83,7 +83,7 @@ def build_p2p(t: EventTable) -> tuple[P2PTable, array]:
 
     for name, col in (("src", m_src), ("dst", m_dst), ("order", m_order), ("send", s_row), ("recv", r_row),
                       ("bytes", size), ("late_sender_ns", ls), ("late_receiver_ns", lr), ("transfer_ns", transfer)):
-        getattr(p2p, name).extend(from_numpy(col, getattr(p2p, name).typecode))
+        extend_from_numpy(getattr(p2p, name), col)
     of = np.frombuffer(p2p_of, np.int32)
     ids = np.arange(m, dtype=np.int32)
     of[s_row[s_row != NONE]] = ids[s_row != NONE]

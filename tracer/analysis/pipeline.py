@@ -18,6 +18,7 @@ from bisect import bisect_left
 from statistics import median
 from typing import TYPE_CHECKING
 
+from ..data.columns import repeat_each
 from ..data.events import NONE, EventTable
 from .matching import finished
 from .model import WAIT_BARRIER, WAIT_NXN, CollectiveInstance, PipelineStats, StageStats, Step
@@ -184,8 +185,8 @@ class _Columns:
         a, b = np.array(starts, np.int64), np.array(ends, np.int64)
         lo, hi = np.searchsorted(begin, a), np.searchsorted(begin, b)
         counts = np.maximum(hi - lo, 0)
-        at = np.repeat(lo - (np.cumsum(counts) - counts), counts) + np.arange(int(counts.sum()))
-        i, wa, wb = rr[at], np.repeat(a, counts), np.repeat(b, counts)
+        at = repeat_each(lo - (np.cumsum(counts) - counts), counts) + np.arange(int(counts.sum()))
+        i, wa, wb = rr[at], repeat_each(a, counts), repeat_each(b, counts)
         x, y = np.maximum(self.lo[i], wa), np.minimum(np.where(self.hi[i] == NONE, wb, self.hi[i]), wb)
         blocked = np.where((wb > wa) & ~self.never[i] & (y > x), y - x, 0)
         full = counts > 0

@@ -19,7 +19,7 @@ import re
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from ..data.columns import as_int64
+from ..data.columns import as_int64, repeat_each
 from ..data.events import NONE, EventTable, stacks_site
 from .matching import finished, finished_at, last_event_of_rank
 from .model import CollectiveInstance, P2PMatch, Problem
@@ -132,7 +132,7 @@ def find_problems(t: EventTable, collectives: CollectiveTable, p2p: P2PTable, su
         p = cascade[gid]
         p.message += (f" {n} later collective(s) of this group also disagree: the ranks' sequences of calls diverged "
                       f"here (a rank skipped or added a collective).")
-    reach = _Reach(t) if incomplete or NONE in p2p.send or NONE in p2p.recv else None
+    reach = _Reach(t) if incomplete or _unmatched(p2p) else None
     dead: dict[int, _Death] = {}
     gave_up: set[int] = set()  # rows that timed out waiting in a hang: that hang's, not errors of their own
     if incomplete:
@@ -485,6 +485,13 @@ def _divergence(t: EventTable, c: CollectiveInstance) -> Problem | None:
                    sorted(c.events.values()), max(c.start_ns.values()))
 
 
+def _unmatched(p2p: P2PTable) -> bool:
+    """Whether a message lacks its send or its recv (in numpy: `NONE in` an array holds the GIL over every one)."""
+    import numpy as np
+
+    return bool((np.frombuffer(p2p.send, np.int32) == NONE).any() or (np.frombuffer(p2p.recv, np.int32) == NONE).any())
+
+
 def _p2p_problems(t: EventTable, p2p: P2PTable, dead: dict[int, _Death]) -> list[Problem]:
     """Unmatched messages and size mismatches. Messages are paired by order: a rank that died leaves the rest of
     its messages unpaired (its died problem counts them), and a record lost from a damaged file shifts the pairs
@@ -573,12 +580,12 @@ def _clock_violations(t: EventTable, collectives: CollectiveTable, p2p: P2PTable
     take = (np.frombuffer(collectives.complete, np.uint8) == 1) & np.isin(as_int64(collectives.wait_kind.codes), nxn) \
         & (size >= 2)
     if take.any():
-        k = np.repeat(np.arange(len(size)), size)
+        k = repeat_each(np.arange(len(size)), size)
         rows = as_int64(collectives.rows)
         on = take[k]
         k, rows = k[on], rows[on]
         latest = np.maximum.reduceat(start[rows], np.flatnonzero(np.diff(k, prepend=-1)))
-        latest = np.repeat(latest, size[take])
+        latest = repeat_each(latest, size[take])
         ends = collectives.row_ends()[on]
         late = as_int64(collectives.last_arrival)[k]
         cause = collectives.culprit_rows(collectives.last_arrival)  # each instance's row of its last arrival

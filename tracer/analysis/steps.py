@@ -25,7 +25,7 @@ from collections import Counter, deque
 from statistics import median
 from typing import TYPE_CHECKING
 
-from ..data.columns import as_int64, groups_of, packed_keys
+from ..data.columns import as_int64, filled, groups_of, packed_keys, repeat_each, running_count
 from ..data.events import NONE, EventTable
 from .matching import finished
 from .model import Step
@@ -51,7 +51,7 @@ def find_steps(t: EventTable, instance_rows: list, p2p: P2PTable) -> tuple[array
     n = len(t)
     if n and (np.frombuffer(t.user_step, np.int32) != NONE).any():  # the job marked its steps
         return array("i", t.user_step), "marker"
-    step_of = array("i", [-1]) * n
+    step_of = filled("i", n, -1)
     steps = np.frombuffer(step_of, np.int32)  # (a view: writing it writes step_of)
     # the keys of every row, as small ints (they compare faster than tuples): (op, group, site), and with the bytes
     loose_all = _dense(t.op.codes, t.gid, t.site.codes)
@@ -68,7 +68,7 @@ def find_steps(t: EventTable, instance_rows: list, p2p: P2PTable) -> tuple[array
         usual = median(b - a for a, b in zip(starts, starts[1:]))
         end = min(len(rows), starts[-1] + int(usual * 1.5) + 1)
         bounds = np.array(starts + [end])
-        steps[rows[starts[0]:end]] = np.repeat(np.arange(len(starts), dtype=np.int32), np.diff(bounds))
+        steps[rows[starts[0]:end]] = repeat_each(np.arange(len(starts), dtype=np.int32), np.diff(bounds))
     if not found:
         return step_of, ""
     _align(t, step_of, instance_rows, p2p)
@@ -92,7 +92,7 @@ def _dense(*columns) -> "object":
     number = np.empty(len(first), np.int64)
     number[np.argsort(first)] = np.arange(len(first))
     out = np.empty(n, np.int64)
-    out[order] = number[np.cumsum(new) - 1]
+    out[order] = number[running_count(new) - 1]
     return out
 
 

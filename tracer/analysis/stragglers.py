@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..data.columns import from_numpy, groups_of, to_list
+from ..data.columns import extend_from_numpy, groups_of, repeat_each, to_list
 from ..data.events import NONE, EventTable
 from . import chains
 from .model import PipelineStats, Step, Straggler, StragglerVerdict
@@ -103,7 +103,7 @@ def wait_records(t: EventTable, collectives: CollectiveTable, culprits: list[int
     rank, start = np.frombuffer(t.rank, np.int32), np.frombuffer(t.start_ns, np.int64)
 
     sizes = np.diff(np.frombuffer(collectives.offset, np.int64))
-    inst = np.repeat(np.arange(len(sizes)), sizes)  # each member's instance
+    inst = repeat_each(np.arange(len(sizes)), sizes)  # each member's instance
     rows = np.frombuffer(collectives.rows, np.int32).astype(np.int64)
     waits = np.frombuffer(collectives.waits, np.int64)
     culprit = np.array([-1 if c is None else c for c in culprits] + [-1], np.int64)[inst]
@@ -140,7 +140,7 @@ def _extend(rec: WaitRecord, waiter, culprit, a, w, row, culprit_row, unit, coun
     for name, col in (("waiter", waiter), ("culprit", culprit), ("a", a), ("b", a + w), ("row", row),
                       ("culprit_row", culprit_row), ("unit", unit), ("counts", counts)):
         arr = getattr(rec, name)
-        arr.extend(from_numpy(col, arr.typecode))
+        extend_from_numpy(arr, col)
 
 
 def _stretches(rec: WaitRecord):
@@ -188,15 +188,15 @@ def propagated(rec: WaitRecord) -> WaitRecord:
     times = np.ones(len(rec.waiter), np.int64)  # each record's records out, in its place
     times[chained] = counts
     at = np.cumsum(times) - times
-    where = np.repeat(at[chained] - (np.cumsum(counts) - counts), counts) + np.arange(len(parts))
+    where = repeat_each(at[chained] - (np.cumsum(counts) - counts), counts) + np.arange(len(parts))
     del at
     out = WaitRecord()
     # a column at a time (at 10M events all of them at once held ~400 MB more at the analysis' peak)
     for name in ("waiter", "culprit", "a", "b", "row", "culprit_row", "unit", "counts"):
-        col = np.repeat(rec.view(name), times)
+        col = repeat_each(rec.view(name), times)
         if name in _FROM_PARTS:
             col[where] = parts[:, _FROM_PARTS[name]]
-        getattr(out, name).extend(from_numpy(col, getattr(out, name).typecode))
+        extend_from_numpy(getattr(out, name), col)
         del col
     return out
 

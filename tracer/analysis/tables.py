@@ -14,7 +14,7 @@ from math import nan
 from typing import Iterator
 from weakref import WeakValueDictionary
 
-from ..data.columns import CodedColumn, copy_of
+from ..data.columns import CodedColumn, copy_of, extend_from_numpy, filled, from_numpy, repeat_each
 from ..data.events import NONE, EventTable
 from .matching import finished
 from .model import NULL, CollectiveInstance, P2PMatch
@@ -93,12 +93,12 @@ class CollectiveTable:
         out.wait_kind.extend(wait_kind)
         for name in ("gid", "group_seq", "bytes", "skew_ns", "duration_ns", "algbw_gbps", "busbw_gbps", "root",
                      "last_arrival", "volume_bytes"):
-            getattr(out, name).frombytes(np.asarray(cols[name]).astype(getattr(out, name).typecode).tobytes())
-        out.offset = array("q", np.asarray(offset, np.int64).tobytes())
-        out.rows = array("i", np.asarray(rows).astype(np.int32).tobytes())
-        out.waits = array("q", np.asarray(waits, np.int64).tobytes())
+            extend_from_numpy(getattr(out, name), cols[name])
+        out.offset = from_numpy(offset)
+        out.rows = from_numpy(rows, "i")
+        out.waits = from_numpy(waits)
         n = len(op)
-        out.model_ns = array("d", [nan]) * n
+        out.model_ns = filled("d", n, nan)
         out.slow = bytearray(n)
         out.complete = bytearray(np.asarray(cols["complete"], np.uint8).tobytes())
         out.is_async = bytearray(np.asarray(cols["is_async"], np.uint8).tobytes())
@@ -147,7 +147,7 @@ class CollectiveTable:
 
         rows = np.frombuffer(self.rows, np.int32)
         sizes = np.diff(np.frombuffer(self.offset, np.int64))
-        is_async = np.repeat(np.frombuffer(self.is_async, np.uint8) != 0, sizes)
+        is_async = repeat_each(np.frombuffer(self.is_async, np.uint8) != 0, sizes)
         return np.where(is_async, np.frombuffer(finished(self.events), np.int64)[rows],
                         np.frombuffer(self.events.end_ns, np.int64)[rows])
 
@@ -158,7 +158,7 @@ class CollectiveTable:
 
         out = np.full(len(self.gid), -1, np.int64)
         rows = np.frombuffer(self.rows, np.int32)
-        k = np.repeat(np.arange(len(self.gid)), np.diff(np.frombuffer(self.offset, np.int64)))
+        k = repeat_each(np.arange(len(self.gid)), np.diff(np.frombuffer(self.offset, np.int64)))
         culprit = np.array([-1 if c is None else c for c in culprits], np.int64)
         at = np.frombuffer(self.events.rank, np.int32)[rows] == culprit[k]
         out[k[at]] = rows[at]

@@ -23,7 +23,7 @@ from __future__ import annotations
 from array import array
 from typing import TYPE_CHECKING
 
-from ..data.columns import packed_keys, running_max_by
+from ..data.columns import filled, packed_keys, repeat_each, running_count, running_max_by
 from ..data.events import NONE, EventTable
 from .matching import finished_at
 from .model import EARLY_REDUCE, LATE_BROADCAST, WAIT_BARRIER, WAIT_NXN
@@ -120,7 +120,7 @@ def p2p_waits(t: EventTable, send: int, recv: int) -> tuple[int, int]:
 def event_waits(t: EventTable, collectives: CollectiveTable, p2p: P2PTable) -> array:
     """Event row -> its wait (ns, 0: none): a collective's per-rank wait, a message's Late Sender wait on its recv
     and Late Receiver wait on its send (what the viewer draws as the waiting part of each event)."""
-    wait_ns = array("q", bytes(8 * len(t)))
+    wait_ns = filled("q", len(t))
     for row, w in zip(collectives.rows, collectives.waits):
         if w > 0:
             wait_ns[row] = w
@@ -203,7 +203,7 @@ def reach_before(b, new):
     run = running_max_by(values, starts)
     before[1:] = np.where(new[1:], low, run[:-1])
     if not counted.all():
-        seen = np.cumsum(counted) - counted
-        seen -= np.repeat(seen[starts], np.diff(np.append(starts, n)))
+        seen = running_count(counted) - counted
+        seen -= repeat_each(seen[starts], np.diff(np.append(starts, n)))
         before[seen == 0] = low
     return before

@@ -333,20 +333,48 @@ def writable(col):
     return col if type(col) is array else copy_of(col)
 
 
+# Rows per call of a C loop over a whole column (tolist, fromiter, np.repeat, a copy into an array.array) in the
+# analysis: such a call holds the GIL throughout (most numpy operations let it go; these do not), and one over a
+# million rows (25-40 ms; 10x that at 10M) is a key's whole budget in the viewer, whose UI thread waits for it. A
+# slice of 64k rows takes ~2 ms, and the GIL can change hands between slices.
+GIL_ROWS = 1 << 16
+
+
 def copy_of(col) -> array:
-    """An integer column's copy, as an array.array of its typecode (one memcpy)."""
+    """An integer column's copy, as an array.array of its typecode (memcpy, GIL_ROWS rows at a time)."""
     out = array(typecode(col))
-    out.frombytes(memoryview(col).cast("B"))
+    raw = memoryview(col).cast("B")
+    step = GIL_ROWS * out.itemsize
+    for k in range(0, len(raw), step):
+        out.frombytes(raw[k:k + step])
+    return out
+
+
+def filled(tc: str, n: int, value=0) -> array:
+    """array(tc, [value]) * n, GIL_ROWS rows at a time (the one call holds the GIL: 40-90 ms for 10M rows)."""
+    chunk = array(tc, [value]) * min(n, GIL_ROWS)
+    out = array(tc)
+    for k in range(0, n - GIL_ROWS + 1, GIL_ROWS):
+        out += chunk
+    out += chunk[:n - len(out)]
     return out
 
 
 def from_numpy(values, tc: str = "q") -> array:
-    """A numpy integer column as an array.array of typecode `tc` (one copy; bisect and indexing at C speed, Python
-    ints out)."""
+    """A numpy integer column as an array.array of typecode `tc` (bisect and indexing at C speed, Python ints
+    out)."""
+    return extend_from_numpy(array(tc), values)
+
+
+def extend_from_numpy(out: array, values) -> array:
+    """out with a numpy integer column's values appended, converted to its typecode, GIL_ROWS rows at a time
+    (tobytes and frombytes hold the GIL: ~85 ms each over 10M rows). Returns out."""
     import numpy as np
 
-    out = array(tc)
-    out.frombytes(np.asarray(values).astype(np.dtype(tc)).tobytes())
+    values = np.asarray(values)
+    dtype = np.dtype(out.typecode)
+    for k in range(0, len(values), GIL_ROWS):
+        out.frombytes(memoryview(np.ascontiguousarray(values[k:k + GIL_ROWS], dtype)).cast("B"))
     return out
 
 
@@ -358,12 +386,6 @@ def as_int64(col):
     return np.asarray(col).astype(np.int64)
 
 
-# Rows per call of a C loop over a whole column (tolist, fromiter) in the analysis: such a call holds the GIL
-# throughout, and one over a million rows (25-40 ms) is a key's whole budget in the viewer, whose UI thread waits
-# for it. A slice of 64k rows takes ~2 ms, and the GIL can change hands between slices.
-GIL_ROWS = 1 << 16
-
-
 def to_list(a) -> list:
     """a.tolist() for a 1-D numpy column, a slice (GIL_ROWS) at a time."""
     if len(a) <= GIL_ROWS:
@@ -372,6 +394,44 @@ def to_list(a) -> list:
     for k in range(0, len(a), GIL_ROWS):
         out += a[k:k + GIL_ROWS].tolist()
     return out
+
+
+def release(items: list) -> None:
+    """Empty a list GIL_ROWS items at a time, from its end: freeing millions of objects at once is one C loop under
+    the GIL (a 10M-event trace's instances' rows, a list of lists: ~190 ms)."""
+    while items:
+        del items[-GIL_ROWS:]
+
+
+def repeat_each(values, counts):
+    """np.repeat(values, counts) for a numpy column and its counts, a slice (GIL_ROWS values) at a time: np.repeat
+    holds the GIL (~55 ms for 10M rows out)."""
+    import numpy as np
+
+    if len(counts) <= GIL_ROWS:
+        return np.repeat(values, counts)
+    return np.concatenate([np.repeat(values[k:k + GIL_ROWS], counts[k:k + GIL_ROWS])
+                           for k in range(0, len(counts), GIL_ROWS)])
+
+
+def running_count(mask):
+    """np.cumsum of a numpy boolean column, as int64: how many are set up to each row. (np.cumsum of the booleans
+    themselves casts as it goes and holds the GIL throughout: 175 ms over 10M rows, against 40 ms without.)"""
+    import numpy as np
+
+    return np.cumsum(mask.astype(np.int64))
+
+
+def unique_inverse(keys):
+    """np.unique(keys, return_inverse=True) for a numpy integer column: (its distinct values ascending, each row's
+    index among them). That holds the GIL for long stretches (~160 ms over 10M rows); small non-negative keys (ranks)
+    are counted instead (np.bincount, which lets it go)."""
+    import numpy as np
+
+    if len(keys) and 0 <= int(keys.min()) and int(keys.max()) < 1 << 24:
+        present = np.bincount(keys) > 0
+        return np.flatnonzero(present).astype(keys.dtype), (running_count(present) - 1)[keys]
+    return np.unique(keys, return_inverse=True)
 
 
 def concat_lists(lists: list, total: int):
@@ -437,7 +497,7 @@ def running_max_by(values, starts):
     lo, hi = int(lo_seg.min()), int(hi_seg.max())
     climb = np.maximum(hi_seg[:-1].astype(float) - lo_seg[1:].astype(float), 0)  # (float: no overflow to check)
     if hi - lo + float(climb.sum()) < 2.0**61:
-        lift = np.repeat(np.concatenate(([0], np.cumsum(np.maximum(hi_seg[:-1] - lo_seg[1:], 0)))), lengths)
+        lift = repeat_each(np.concatenate(([0], np.cumsum(np.maximum(hi_seg[:-1] - lo_seg[1:], 0)))), lengths)
         out = values - lo
         out += lift
         np.maximum.accumulate(out, out=out)
