@@ -29,8 +29,10 @@ def test_a_column_cut_into_slices_is_the_column(monkeypatch):
         total = sum(map(len, lists))
         got = columns.concat_lists(lists, total)
         assert got.dtype == np.int64 and got.tolist() == list(chain.from_iterable(lists))
-        counts = rng.integers(0, 4, n)
-        assert columns.repeat_each(a, counts).tolist() == np.repeat(a, counts).tolist()
+        for most in (4, 200):  # (rows out of a value: fewer than a slice's, and more)
+            counts = rng.integers(0, most, n)
+            assert columns.repeat_each(a, counts).tolist() == np.repeat(a, counts).tolist()
+            assert columns.repeat_each(a > 0, counts).tolist() == np.repeat(a > 0, counts).tolist()
         mask = a % 3 == 0
         assert columns.running_count(mask).tolist() == np.cumsum(mask).tolist()
         small = a % 5

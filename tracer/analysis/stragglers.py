@@ -120,7 +120,7 @@ def wait_records(t: EventTable, collectives: CollectiveTable, culprits: list[int
     src, dst = np.frombuffer(p2p.src, np.int32), np.frombuffer(p2p.dst, np.int32)
     send, recv = np.frombuffer(p2p.send, np.int32), np.frombuffer(p2p.recv, np.int32)
     ls, lr = np.frombuffer(p2p.late_sender_ns, np.int64), np.frombuffer(p2p.late_receiver_ns, np.int64)
-    counts = np.array([(a, b) not in pipe_pairs for a, b in zip(src.tolist(), dst.tolist())], bool) \
+    counts = np.fromiter(((a, b) not in pipe_pairs for a, b in zip(to_list(src), to_list(dst))), bool, len(src)) \
         if pipe_pairs else np.ones(len(src), bool)
     late_sender = (ls != 0) & (recv != NONE)      # the receiver waited for the sender
     late_receiver = (lr != 0) & (send != NONE)    # the sender waited for the receiver

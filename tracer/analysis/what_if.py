@@ -32,7 +32,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..data.columns import groups_of
+from ..data.columns import groups_of, to_list
 from ..data.events import NONE, EventTable
 from .critical_path import ISSUE, SPAN_ARROW, SYNC, WAIT
 from .model import AlphaBeta, CriticalPath, Step, StragglerVerdict, WhatIf
@@ -133,18 +133,26 @@ class _Replay:
         """Step k's measured length and its length replayed with the change."""
         fin, start, hosts = self.fin, self.t.start_ns, self.w.hosts
         t0 = self.start[k]
-        events = []
+        # each interval's start, and the end of each that blocks, as (time, is_end, rank, index), in that order:
+        # sorted in numpy (a list's sort holds the GIL, ~100 ms for a step of a 10M-event trace)
+        cols: list[list] = [[], [], [], []]
         state = {}  # rank -> [host free at (measured), host free at (replayed), row of the interval before]
         for r, idxs in self.items[k].items():
             host = hosts[r]
             first = idxs[0]
             free = host.maxb[first - 1] if first > 0 else min(host.a[first], t0)
             state[r] = [free, free, host.row[first - 1] if first > 0 else -1]
-            for idx in idxs:
-                events.append((host.a[idx], 0, r, idx))
-                if host.kind[idx] != ISSUE:
-                    events.append((host.b[idx], 1, r, idx))
-        events.sort()
+            i = np.array(idxs, np.int64)
+            blocks = i[np.asarray(host.kind)[i] != ISSUE]
+            cols[0] += [np.asarray(host.a)[i], np.asarray(host.b)[blocks]]
+            cols[1] += [np.zeros(len(i), np.int64), np.ones(len(blocks), np.int64)]
+            cols[2].append(np.full(len(i) + len(blocks), r, np.int64))
+            cols[3] += [i, blocks]
+        events = []
+        if state:
+            time, is_end, rank, index = (np.concatenate(c) for c in cols)
+            order = np.lexsort((index, rank, is_end, time))
+            events = zip(*(to_list(c[order]) for c in (time, is_end, rank, index)))
         arrival: dict[int, int] = {}   # row -> replayed arrival
         began: dict[tuple[int, int], int] = {}
         done: dict[int, int | None] = {}
