@@ -135,7 +135,7 @@ class _Replay:
         t0 = self.start[k]
         # each interval's start, and the end of each that blocks, as (time, is_end, rank, index), in that order:
         # sorted in numpy (a list's sort holds the GIL, ~100 ms for a step of a 10M-event trace)
-        cols: list[list] = [[], [], [], []]
+        times, is_ends, ranks, indexes = [], [], [], []  # (numpy parts, a rank's at a time)
         state = {}  # rank -> [host free at (measured), host free at (replayed), row of the interval before]
         for r, idxs in self.items[k].items():
             host = hosts[r]
@@ -144,15 +144,15 @@ class _Replay:
             state[r] = [free, free, host.row[first - 1] if first > 0 else -1]
             i = np.array(idxs, np.int64)
             blocks = i[np.asarray(host.kind)[i] != ISSUE]
-            cols[0] += [np.asarray(host.a)[i], np.asarray(host.b)[blocks]]
-            cols[1] += [np.zeros(len(i), np.int64), np.ones(len(blocks), np.int64)]
-            cols[2].append(np.full(len(i) + len(blocks), r, np.int64))
-            cols[3] += [i, blocks]
+            times += [np.asarray(host.a)[i], np.asarray(host.b)[blocks]]
+            is_ends += [np.zeros(len(i), np.int64), np.ones(len(blocks), np.int64)]
+            ranks.append(np.full(len(i) + len(blocks), r, np.int64))
+            indexes += [i, blocks]
         events = []
         if state:
-            time, is_end, rank, index = (np.concatenate(c) for c in cols)
-            order = np.lexsort((index, rank, is_end, time))
-            events = zip(*(to_list(c[order]) for c in (time, is_end, rank, index)))
+            cols = [np.concatenate(c) for c in (times, is_ends, ranks, indexes)]
+            order = np.lexsort(cols[::-1])  # (by time, then is_end, rank, index: as the tuples sort)
+            events = zip(*(to_list(c[order]) for c in cols))
         arrival: dict[int, int] = {}   # row -> replayed arrival
         began: dict[tuple[int, int], int] = {}
         done: dict[int, int | None] = {}
