@@ -1,7 +1,7 @@
 """The critical path of each step across ranks, the root causes of waits, and the what-if (issue 18).
 
-On a real DDP job with a straggler (tests/jobs/cp_ddp_straggler.py: 20 ms of compute a step, rank 1 50 ms more in
-6 of 24 steps), and the same job run on time (--no-fault): the path of a late step is rank 1's compute, the cause
+On a real DDP job with a straggler (tests/jobs/cp_ddp_straggler.py: 60 ms of compute a step, rank 1 100 ms more
+in 6 of 24 steps), and the same job run on time (--no-fault): the path of a late step is rank 1's compute, the cause
 of the waiting is rank 1's span at the backward() line, and "rank 1 on time" predicts the on-time run's step time
 within 10%. The same ground truths on three more real jobs, each run with and without its fault:
 - a chain across three ranks through P2P (cp_p2p_chain.py): rank 0 late before its send, rank 1 waits for it and
@@ -13,6 +13,8 @@ within 10%. The same ground truths on three more real jobs, each run with and wi
 The walk's rules, and the replay of an unchanged step, are checked on hand-timed traces below (tests/synthetic.py)."""
 
 from __future__ import annotations
+
+from statistics import median
 
 import pytest
 
@@ -37,10 +39,7 @@ def _check_adds_up(a) -> None:
 
 @pytest.fixture(scope="module")
 def ddp(traced):
-    faulty = analyze(load_trace(str(traced("cp_ddp_straggler.py", nproc=2, summaries="off"))))
-    on_time = analyze(load_trace(str(traced("cp_ddp_straggler.py", nproc=2, args=["--no-fault"],
-                                            summaries="off"))))
-    return faulty, on_time
+    return _analysed_pair(traced, "cp_ddp_straggler.py", 2, DDP.LATE_STEPS)
 
 
 @pytest.mark.slow
@@ -76,7 +75,7 @@ def test_the_root_cause_of_the_waiting_is_the_straggler_s_span(ddp):
 def test_rank_on_time_predicts_the_on_time_run(ddp):
     a, on_time = ddp
     (w,) = [w for w in a.what_if if w.change == f"rank {DDP.LATE_RANK} on time"]
-    assert w.step_ns_before > 1.3 * _steady_mean(on_time)  # the fault is there: 6 steps of 24 late by 50 ms
+    assert w.step_ns_before > 1.3 * _steady_mean(on_time)  # the fault is there: 6 steps of 24 late by 100 ms
     _check_prediction("ddp", w, on_time)
     assert w.steps >= 10
     d = to_json(a)
@@ -100,10 +99,42 @@ def _check_prediction(name: str, w, on_time) -> None:
     assert abs(w.step_ns_after - measured) <= 0.10 * measured, (w, measured)
 
 
-def _traced_pair(traced, script: str, nproc: int):
-    """(the faulty run, the on-time run), traced and loaded."""
-    return tuple(load_trace(str(traced(script, nproc=nproc, args=args, summaries="off")))
-                 for args in ([], ["--no-fault"]))
+PACE_TRIES, PACE_TOLERANCE = 3, 0.06
+
+
+def _analysed_pair(traced, script: str, nproc: int, late_steps=None, changes=()):
+    """(the faulty run analysed with `changes`, the on-time run analysed), both traced.
+
+    A prediction's ground truth is the on-time run, made at another moment than the faulty one; on a shared 2-core
+    machine the pace of a job's host work moves between runs (the DDP job's 20 ms-of-sleep steps read 29-37 ms, and
+    CI once saw its faulty run's on-time steps 15% slower than the on-time run's). So where the fault leaves some
+    steps alone (all but `late_steps`), their pace in the two runs is compared, and a pair more than
+    PACE_TOLERANCE apart is run again, PACE_TRIES pairs at most; the pair closest in pace is kept. The pace check
+    reads only measured steps, never the prediction: a wrong prediction fails whichever pair is kept."""
+    pairs = []
+    for attempt in range(PACE_TRIES):
+        again = [f"--pair={attempt}"] if attempt else []  # a new cache key for traced(); the jobs ignore it
+        faulty, on_time = (load_trace(str(traced(script, nproc=nproc, args=[*args, *again], summaries="off")))
+                           for args in ([], ["--no-fault"]))
+        a, b = analyze(faulty, changes=changes), analyze(on_time)
+        if late_steps is None:
+            return a, b
+        gap = abs(_pace(a, late_steps) / _pace(b, late_steps) - 1)
+        print(f"{script}: the two runs' on-time steps {gap:.1%} apart in pace")
+        pairs.append((gap, attempt, a, b))
+        if gap <= PACE_TOLERANCE:
+            break
+    _, _, a, b = min(pairs)
+    return a, b
+
+
+def _pace(a, late_steps) -> float:
+    """The median length of a run's steady steps that its fault leaves alone: the late steps and the ones before
+    them left out (the analysis' steps may begin at another op than the job's loop: DDP's begin after its first
+    all-reduce, so the job's step 3 is the analysis' step 2)."""
+    warm = {s.index for s in a.steps if s.warmup}
+    near = {k + d for k in late_steps for d in (-1, 0)}
+    return median(p.length_ns for p in a.critical_path if p.index not in warm and p.index not in near)
 
 
 def _causes_at(a, rank: int, site: str) -> list:
@@ -120,8 +151,8 @@ def _ms(ns: float) -> str:
 
 @pytest.fixture(scope="module")
 def chain(traced):
-    faulty, on_time = _traced_pair(traced, "cp_p2p_chain.py", 3)
-    return analyze(faulty, changes=(parse_change(f"rank:{CHAIN.LATE_RANK}"),)), analyze(on_time)
+    return _analysed_pair(traced, "cp_p2p_chain.py", 3, CHAIN.LATE_STEPS,
+                          changes=(parse_change(f"rank:{CHAIN.LATE_RANK}"),))
 
 
 @pytest.mark.slow
@@ -171,7 +202,7 @@ def test_chain_the_fault_lengthens_the_steps(chain):
     measured = _steady_mean(on_time)
     print(f"chain: faulty {_ms(w.step_ns_before)}, on time {_ms(measured)}")
     assert w.change == f"rank {CHAIN.LATE_RANK} on time" and w.steps >= 10, w
-    assert w.step_ns_before > 1.12 * measured  # 3 steps of 12 late by 40 ms: +10 ms on ~35 ms
+    assert w.step_ns_before > 1.12 * measured  # 6 steps of 24 late by 40 ms: +10 ms on ~35 ms
 
 
 @pytest.mark.slow
@@ -185,9 +216,9 @@ def test_chain_rank_0_on_time_predicts_the_on_time_run(chain):
 
 @pytest.fixture(scope="module")
 def pipe(traced):
-    faulty, on_time = _traced_pair(traced, "cp_pipeline_slow_stage.py", PIPE.STAGES)
+    # every iteration is slowed by the slow stage: no steps to compare the runs' pace by
     change = parse_change(f"span:cp_pipeline_slow_stage.py:{PIPE.SLOW_LINE}=50%")
-    return analyze(faulty, changes=(change,)), analyze(on_time)
+    return _analysed_pair(traced, "cp_pipeline_slow_stage.py", PIPE.STAGES, changes=(change,))
 
 
 @pytest.mark.slow
@@ -242,8 +273,7 @@ def test_pipeline_the_slow_span_50_percent_faster_predicts_the_balanced_run(pipe
 
 @pytest.fixture(scope="module")
 def mesh(traced):
-    faulty, on_time = _traced_pair(traced, "cp_mesh_slow_group.py", 4)
-    return analyze(faulty), analyze(on_time)
+    return _analysed_pair(traced, "cp_mesh_slow_group.py", 4, MESH.LATE_STEPS)
 
 
 @pytest.mark.slow
@@ -405,7 +435,7 @@ def test_the_compiled_walk_finds_what_the_python_walk_does(traced, monkeypatch):
     on the real jobs (DDP's async buckets, a P2P chain, a pipeline, a mesh) and on hand-timed traces."""
     pytest.importorskip("numba")
     tables = _ring_and_replay_tables() + [load_trace(str(traced("cp_ddp_straggler.py", nproc=2, summaries="off")))]
-    tables += [_traced_pair(traced, script, n)[0] for script, n in
+    tables += [load_trace(str(traced(script, nproc=n, summaries="off"))) for script, n in
                (("cp_p2p_chain.py", 3), ("cp_pipeline_slow_stage.py", PIPE.STAGES), ("cp_mesh_slow_group.py", 4))]
     for t in tables:
         seen = []

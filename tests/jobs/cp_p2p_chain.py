@@ -1,7 +1,7 @@
 """A chain of waits across three ranks through P2P: every step each rank computes 20 ms (its own work, as a
 forward), then rank 0 sends to rank 1, which computes 5 ms on what it received and sends on to rank 2, which
-computes 5 ms on it too; then the three all_reduce. The fault: rank 0 computes 40 ms more before its send in steps
-3, 7 and 11 of 12, so rank 1 waits for it in its recv, and rank 2 waits for rank 1 in its own (the delay
+computes 5 ms on it too; then the three all_reduce. The fault: rank 0 computes 40 ms more before its send in every
+4th step from step 3 (6 of 24), so rank 1 waits for it in its recv, and rank 2 waits for rank 1 in its own (the delay
 propagated through rank 1). With --no-fault it runs on time: "rank 0 on time" on the faulty run must predict the
 on-time run's step time (tests/test_critical_path.py)."""
 
@@ -10,8 +10,8 @@ import time
 
 from tagged import line
 
-STEPS = 12
-LATE_RANK, LATE_STEPS, LATE_S = 0, (3, 7, 11), 0.040
+STEPS = 24
+LATE_RANK, LATE_STEPS, LATE_S = 0, (3, 7, 11, 15, 19, 23), 0.040
 COMPUTE_S, FORWARD_S = 0.020, 0.005
 NUMEL = 1024
 NO_FAULT = "--no-fault" in sys.argv
