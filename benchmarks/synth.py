@@ -177,20 +177,43 @@ def time_parse(path, keep_limit: int = 2_000_000) -> tuple[float | None, int]:
     return seconds, n
 
 
-def time_yardstick(path) -> float:
+def time_yardstick(path, cpu: bool = False):
     """The honest yardstick (issue 19): seconds to orjson.loads every line, keeping nothing. `path`: a file, or
-    a list of them (a trace dir's rank files)."""
+    a list of them (a trace dir's rank files). With `cpu`, (wall seconds, CPU seconds of this process)."""
     import gc
     import time
 
     gc.collect()
     loads = orjson.loads
-    t0 = time.perf_counter()
+    c0, t0 = time.process_time(), time.perf_counter()
     for p in [path] if isinstance(path, (str, bytes)) or hasattr(path, "__fspath__") else path:
         with open(p, "rb") as f:
             for line in f:
                 loads(line)
-    return time.perf_counter() - t0
+    wall, cpu_s = time.perf_counter() - t0, time.process_time() - c0
+    return (wall, cpu_s) if cpu else wall
+
+
+def paired_rounds(job, path, rounds: int) -> list[tuple[float, float, float, float]]:
+    """`job()` timed `rounds` times, each between two yardsticks (the one after a round is the next one's before):
+    per round (job's wall s, its wall / the mean of the two yardsticks around it, job's CPU s, its CPU / theirs).
+    This machine's speed drifts by 2x within minutes (a yardstick of 2.3 s and 3.7 s in one run), so a ratio is
+    only honest between measurements made side by side; the CPU-time ratio leaves out the time the VM was not
+    running this process at all (it counts every thread of the job: a job that uses two cores reads dearer)."""
+    import gc
+    import time
+
+    out = []
+    before = time_yardstick(path, cpu=True)
+    for _ in range(rounds):
+        gc.collect()
+        c0, t0 = time.process_time(), time.perf_counter()
+        job()
+        wall, cpu_s = time.perf_counter() - t0, time.process_time() - c0
+        after = time_yardstick(path, cpu=True)
+        out.append((wall, wall / ((before[0] + after[0]) / 2), cpu_s, cpu_s / ((before[1] + after[1]) / 2)))
+        before = after
+    return out
 
 
 def fresh_store(path) -> str:

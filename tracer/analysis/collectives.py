@@ -13,7 +13,7 @@ from math import nan
 from ..data.columns import as_int64, concat_lists, filled, repeat_each
 from ..data.events import NONE, EventTable
 from .bandwidth import busbw_factor, size_s
-from .matching import finished
+from .matching import finished, finished_column
 from .model import NULL, WAIT_BARRIER, WAIT_NXN
 from .tables import CollectiveTable
 from .waits import WAIT_KIND, collective_waits
@@ -85,7 +85,7 @@ class _Common:
         nxn = np.array([WAIT_KIND.get(name) in (WAIT_NXN, WAIT_BARRIER) for name in t.op.values] + [False], bool)
         self.is_async = np.frombuffer(t.async_op, np.uint8)[i0] != 0
         start = np.frombuffer(t.start_ns, np.int64)[rows]
-        end = np.where(self.is_async[inst], np.frombuffer(finished(t), np.int64)[rows],
+        end = np.where(self.is_async[inst], finished_column(t)[rows],
                        np.frombuffer(t.end_ns, np.int64)[rows])
         self.latest = np.maximum.reduceat(start, first)
         self.skew = self.latest - np.minimum.reduceat(start, first)

@@ -20,13 +20,13 @@ from typing import Callable
 
 import numpy as np
 
-from ..data.columns import as_int64, release
+from ..data.columns import as_int64, distinct, release
 from ..data.events import NONE, EventTable, gc_paused, give_back_freed_memory, part_of
 from . import jit, saved
 from .bandwidth import links_of
 from .collectives import build_collectives
 from .critical_path import critical_paths, step_windows
-from .matching import group_collectives
+from .matching import ends_kept, group_collectives
 from .model import Analysis
 from .overlap import overlaps
 from .p2p import build_p2p
@@ -70,7 +70,7 @@ class Stage:
 
 def _ranks(t: EventTable) -> tuple[set[int], list[int]]:
     """The ranks with a file or an event (a rank of a group with neither is absent, left out of matching)."""
-    traced = set(t.ranks) | set(np.unique(np.frombuffer(t.rank, np.int32)).tolist())
+    traced = set(t.ranks) | set(distinct(np.frombuffer(t.rank, np.int32)).tolist())
     return traced, sorted(traced)
 
 
@@ -175,7 +175,7 @@ def analyze(table: EventTable, progress=None, changes: tuple[ChangeSpec, ...] = 
         return a
     # The analysis makes ~10^5-10^6 small acyclic objects; the cyclic collector would rescan the whole table
     # again and again while they are made (half the time on a 1M-event trace), so it pauses meanwhile.
-    with gc_paused():
+    with gc_paused(), ends_kept(table):
         jit.warm(len(table))  # numba starts beside the first stages (its loops come later: the critical path)
         a = _analyze(table, progress, tuple(changes), timings)
         if len(table) >= FREEZE_FROM:

@@ -12,7 +12,7 @@ import numpy as np
 
 from ..data.columns import extend_from_numpy, filled, running_count, typecode
 from ..data.events import NONE, EventTable
-from .matching import finished
+from .matching import finished_column
 from .tables import P2PTable
 
 
@@ -66,7 +66,7 @@ def build_p2p(t: EventTable) -> tuple[P2PTable, array]:
     m_src, m_dst, m_order = src[first], dst[first], n[first]
 
     start = np.frombuffer(t.start_ns, np.int64)
-    fin = np.frombuffer(finished(t), np.int64)
+    fin = finished_column(t)
     nbytes = np.frombuffer(t.bytes, np.int64)
     both = (s_row != NONE) & (r_row != NONE)
     s_, r_ = np.where(s_row != NONE, s_row, 0), np.where(r_row != NONE, r_row, 0)

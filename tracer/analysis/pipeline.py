@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from ..data.columns import repeat_each
 from ..data.events import NONE, EventTable
-from .matching import finished
+from .matching import finished_column
 from .model import WAIT_BARRIER, WAIT_NXN, CollectiveInstance, PipelineStats, StageStats, Step
 from .waits import blocked_in, blocked_intervals
 
@@ -173,7 +173,7 @@ class _Columns:
 
         self.start = np.frombuffer(t.start_ns, np.int64)
         self.lo, self.hi, self.never = blocked_intervals(t)
-        self.fin = np.frombuffer(finished(t), np.int64)
+        self.fin = finished_column(t)
 
     def per_window(self, rows: list[int], starts: list[int], ends: list[int]) -> tuple[list, list, list]:
         """For rows (one rank's, by start) and windows [starts[w], ends[w]): the sum of blocked_in over the rows

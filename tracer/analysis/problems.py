@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from ..data.columns import as_int64, repeat_each
 from ..data.events import NONE, EventTable, stacks_site
-from .matching import finished, finished_at, last_event_of_rank
+from .matching import finished, finished_at, finished_column, last_event_of_rank
 from .model import CollectiveInstance, P2PMatch, Problem
 from .units import fmt_bytes, fmt_ns, fmt_ranks
 
@@ -563,7 +563,7 @@ def _clock_violations(t: EventTable, collectives: CollectiveTable, p2p: P2PTable
     instance is looked at (~1M of them at 1M events), few are violations."""
     import numpy as np
 
-    fin = np.frombuffer(finished(t), np.int64)
+    fin = finished_column(t)
     start = as_int64(t.start_ns)
     rank = as_int64(t.rank)
     # the violations, in the order they are counted (messages, then instances): early rank, late rank, by how

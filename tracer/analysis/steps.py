@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 from ..data.columns import as_int64, filled, groups_of, packed_keys, repeat_each, running_count
 from ..data.events import NONE, EventTable
-from .matching import finished
+from .matching import finished_column
 from .model import Step
 from .waits import reach_before
 
@@ -243,7 +243,7 @@ def build_steps(t: EventTable, step_of: array) -> list[Step]:
     order = np.argsort(rank, kind="stable")
     r, k = rank[order], k_all[order]
     s = np.frombuffer(t.start_ns, np.int64)[order]
-    e = np.frombuffer(finished(t), np.int64)[order]
+    e = finished_column(t)[order]
     # the latest end before each row on its rank (the rows without one left out), else the row's start
     low = np.iinfo(np.int64).min
     before = reach_before(np.where(e >= 0, e, low), np.concatenate(([True], r[1:] != r[:-1])))

@@ -16,7 +16,7 @@ from weakref import WeakValueDictionary
 
 from ..data.columns import CodedColumn, copy_of, extend_from_numpy, filled, from_numpy, repeat_each
 from ..data.events import NONE, EventTable
-from .matching import finished
+from .matching import finished, finished_column
 from .model import NULL, CollectiveInstance, P2PMatch
 
 
@@ -148,7 +148,7 @@ class CollectiveTable:
         rows = np.frombuffer(self.rows, np.int32)
         sizes = np.diff(np.frombuffer(self.offset, np.int64))
         is_async = repeat_each(np.frombuffer(self.is_async, np.uint8) != 0, sizes)
-        return np.where(is_async, np.frombuffer(finished(self.events), np.int64)[rows],
+        return np.where(is_async, finished_column(self.events)[rows],
                         np.frombuffer(self.events.end_ns, np.int64)[rows])
 
     def culprit_rows(self, culprits) -> "object":

@@ -104,6 +104,8 @@ class _Replay:
             for k, part in groups_of(ks[idxs]):
                 self.items[k][r] = idxs[part].tolist()
         self.start = {s.index: s.start_ns for s in steps} if steps else {0: min(t.start_ns) if len(t) else 0}
+        self._ops: dict[int, tuple | None] = {}        # op_times, by row
+        self._timelines: dict[int, tuple] = {}         # timeline, by step
 
     def deps(self, i: int) -> list[int]:
         """The rows whose arrival op i needed to finish."""
@@ -129,11 +131,29 @@ class _Replay:
     def model_of(self, i: int) -> AlphaBeta | None:
         return self.models.get(self.t.op[i] if self.instance_of[i] >= 0 else "send")
 
-    def step(self, k: int, gap: Callable | None, saved: Callable | None) -> tuple[int, int]:
-        """Step k's measured length and its length replayed with the change."""
-        fin, start, hosts = self.fin, self.t.start_ns, self.w.hosts
-        t0 = self.start[k]
-        # each interval's start, and the end of each that blocks, as (time, is_end, rank, index), in that order:
+    def op_times(self, i: int) -> tuple[list[int], int, int, int] | None:
+        """What op i's replayed end is made of, the same under every change (None: it never ended): the rows whose
+        arrival it needs, its communication time (its end less the last measured arrival), its own time in the op
+        less its wait, and its end."""
+        if i in self._ops:
+            return self._ops[i]
+        f, start = self.fin[i], self.t.start_ns
+        if f == NONE:
+            out = None
+        else:
+            deps = self.deps(i)
+            a_old = max([start[i]] + [start[j] for j in deps])
+            out = (deps, f - a_old, f - start[i] - self.wait[i], f)
+        self._ops[i] = out
+        return out
+
+    def timeline(self, k: int) -> tuple[list[tuple[int, int, int, int]], dict[int, list], list[int], int | None]:
+        """Step k's host intervals as the replay meets them, the same under every change: (each interval's start
+        and the end of each that blocks, as (time, is_end, rank, index), in that order; each rank's state at the
+        step's start; the rows of its ops; its measured length, None when none of its ops ended)."""
+        if k in self._timelines:
+            return self._timelines[k]
+        fin, hosts, t0 = self.fin, self.w.hosts, self.start[k]
         # sorted in numpy (a list's sort holds the GIL, ~100 ms for a step of a 10M-event trace)
         times, is_ends, ranks, indexes = [], [], [], []  # (numpy parts, a rank's at a time)
         state = {}  # rank -> [host free at (measured), host free at (replayed), row of the interval before]
@@ -152,24 +172,36 @@ class _Replay:
         if state:
             cols = [np.concatenate(c) for c in (times, is_ends, ranks, indexes)]
             order = np.lexsort(cols[::-1])  # (by time, then is_end, rank, index: as the tuples sort)
-            events = zip(*(to_list(c[order]) for c in cols))
+            events = list(zip(*(to_list(c[order]) for c in cols)))
+        rows = [hosts[r].row[idx] for r, idxs in self.items[k].items() for idx in idxs
+                if hosts[r].kind[idx] != WAIT]
+        ends_old = [fin[i] for i in rows if fin[i] != NONE]
+        out = self._timelines[k] = (events, state, rows, max(ends_old) - t0 if ends_old else None)
+        return out
+
+    def step(self, k: int, gap: Callable | None, saved: Callable | None) -> tuple[int, int]:
+        """Step k's measured length and its length replayed with the change."""
+        fin, start, hosts = self.fin, self.t.start_ns, self.w.hosts
+        events, state0, rows, before = self.timeline(k)
+        if before is None:
+            return 0, 0
+        state = {r: list(st) for r, st in state0.items()}
         arrival: dict[int, int] = {}   # row -> replayed arrival
         began: dict[tuple[int, int], int] = {}
         done: dict[int, int | None] = {}
+        op_times = self.op_times
 
         def finish(i: int) -> int | None:
             """Op i's replayed end (None: it never ended)."""
             if i in done:
                 return done[i]
-            f = fin[i]
-            if f == NONE:
+            ot = op_times(i)
+            if ot is None:
                 done[i] = None
                 return None
+            deps, comm, own, _ = ot
             a_new = arrival.get(i, start[i])
-            deps = self.deps(i)
-            a_old = max([start[i]] + [start[j] for j in deps])
             need = max([a_new] + [arrival.get(j, start[j]) for j in deps])
-            comm, own = f - a_old, f - start[i] - self.wait[i]
             s = saved(i, own) if saved is not None else 0
             done[i] = out = max(need + comm - s, a_new + own - s)
             return out
@@ -195,13 +227,8 @@ class _Replay:
             else:
                 end = b + (time - host.a[idx]) if f is None else max(b, f) + max(0, time - max(host.a[idx], fin[row]))
             st[0], st[1] = max(st[0], time), max(st[1], end)
-        rows = [hosts[r].row[idx] for r, idxs in self.items[k].items() for idx in idxs
-                if hosts[r].kind[idx] != WAIT]
-        ends_old = [fin[i] for i in rows if fin[i] != NONE]
         ends_new = [e for e in map(finish, rows) if e is not None]
-        if not ends_old:
-            return 0, 0
-        return max(ends_old) - t0, max(ends_new) - t0
+        return before, max(ends_new) - self.start[k]
 
 
 def _rank_on_time(replay: _Replay, rank: int) -> Callable:

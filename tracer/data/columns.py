@@ -453,6 +453,16 @@ def unique_inverse(keys):
     return np.unique(keys, return_inverse=True)
 
 
+def distinct(keys):
+    """np.unique(keys): the distinct values of a numpy integer column, ascending; small non-negative keys (ranks)
+    counted (np.bincount), not sorted (np.unique holds the GIL through its sort: ~60 ms over 10M rows)."""
+    import numpy as np
+
+    if len(keys) and 0 <= int(keys.min()) and int(keys.max()) < 1 << 24:
+        return np.flatnonzero(np.bincount(keys)).astype(keys.dtype)
+    return np.unique(keys)
+
+
 def concat_lists(lists: list, total: int):
     """The integers of `lists` (of ints), `total` in all, one after another as a numpy int64 column, a slice of
     lists at a time (GIL_ROWS: by lists, of a few ints each)."""
@@ -518,7 +528,7 @@ def running_max_by(values, starts):
         lift = repeat_each(np.concatenate(([0], np.cumsum(np.maximum(hi_seg[:-1] - lo_seg[1:], 0)))), lengths)
         out = values - lo
         out += lift
-        np.maximum.accumulate(out, out=out)
+        running_max(out)
         out -= lift
         out += lo
         return out
@@ -530,6 +540,18 @@ def running_max_by(values, starts):
         np.maximum(out[step:], np.where(same, out[:-step], np.iinfo(np.int64).min), out=out[step:])
         step <<= 1
     return out
+
+
+def running_max(values) -> None:
+    """np.maximum.accumulate(values, out=values) for a numpy column, GIL_ROWS rows at a time, each slice's first
+    value raised to the maximum before it (a ufunc's accumulate holds the GIL: ~40 ms over 10M rows)."""
+    import numpy as np
+
+    for k in range(0, len(values), GIL_ROWS):
+        part = values[k:k + GIL_ROWS]
+        if k:
+            part[0] = max(part[0], values[k - 1])
+        np.maximum.accumulate(part, out=part)
 
 
 def permuted(col, order) -> array:
