@@ -195,7 +195,7 @@ def time_yardstick(path, cpu: bool = False):
 
 
 def paired_rounds(job, path, rounds: int) -> list[tuple[float, float, float, float]]:
-    """`job()` timed `rounds` times, each between two yardsticks (the one after a round is the next one's before):
+    """`job()` timed `rounds` times (or, where it returns them, its own (wall s, CPU s)), each between two yardsticks (the one after a round is the next one's before):
     per round (job's wall s, its wall / the mean of the two yardsticks around it, job's CPU s, its CPU / theirs).
     This machine's speed drifts by 2x within minutes (a yardstick of 2.3 s and 3.7 s in one run), so a ratio is
     only honest between measurements made side by side; the CPU-time ratio leaves out the time the VM was not
@@ -208,8 +208,8 @@ def paired_rounds(job, path, rounds: int) -> list[tuple[float, float, float, flo
     for _ in range(rounds):
         gc.collect()
         c0, t0 = time.process_time(), time.perf_counter()
-        job()
-        wall, cpu_s = time.perf_counter() - t0, time.process_time() - c0
+        timed = job()  # (or the job's own (wall s, CPU s): one made in a child process)
+        wall, cpu_s = timed or (time.perf_counter() - t0, time.process_time() - c0)
         after = time_yardstick(path, cpu=True)
         out.append((wall, wall / ((before[0] + after[0]) / 2), cpu_s, cpu_s / ((before[1] + after[1]) / 2)))
         before = after
