@@ -49,6 +49,10 @@ def test_a_column_cut_into_slices_is_the_column(monkeypatch):
             got_u, got_i = columns.unique_inverse(keys)
             want_u, want_i = np.unique(keys, return_inverse=True)
             assert got_u.tolist() == want_u.tolist() and got_i.tolist() == want_i.tolist()
+            assert columns.distinct(keys).tolist() == want_u.tolist() and columns.distinct(keys).dtype == keys.dtype
+        ups = a.copy()  # (a running maximum carried across slices: the largest values early, then smaller)
+        columns.running_max(ups)
+        assert ups.tolist() == np.maximum.accumulate(a).tolist()
 
 
 def test_numba_starts_beside_and_scipy_is_not_left_hidden():
@@ -108,3 +112,17 @@ def test_what_a_large_analysis_made_is_out_of_the_collectors_sight(monkeypatch):
         assert a.straggler is not None and a.straggler.rank == 1  # (the analysis itself unchanged)
     finally:
         gc.unfreeze()
+
+
+def test_the_ends_of_every_row_are_made_once_an_analysis():
+    """matching.finished_column: one read-only column within ends_kept (an analysis reads it ~7 times), the same as
+    finished(); outside, made afresh (a table read while it grows must not get an old one)."""
+    from test_analysis import ddp_like
+    from disttrace.tracer.analysis.matching import ends_kept, finished, finished_column
+
+    t = ddp_like(5, {2: 30}).table()  # (async all-reduces: rows whose end is their wait()'s)
+    with ends_kept(t):
+        kept = finished_column(t)
+        assert finished_column(t) is kept and not kept.flags.writeable
+        assert kept.tolist() == finished(t).tolist()
+    assert finished_column(t) is not kept and finished_column(t).tolist() == kept.tolist()

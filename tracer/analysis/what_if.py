@@ -131,10 +131,10 @@ class _Replay:
     def model_of(self, i: int) -> AlphaBeta | None:
         return self.models.get(self.t.op[i] if self.instance_of[i] >= 0 else "send")
 
-    def op_times(self, i: int) -> tuple[list[int], int, int, int] | None:
+    def op_times(self, i: int) -> tuple[list[int], int, int] | None:
         """What op i's replayed end is made of, the same under every change (None: it never ended): the rows whose
-        arrival it needs, its communication time (its end less the last measured arrival), its own time in the op
-        less its wait, and its end."""
+        arrival it needs, its communication time (its end less the last measured arrival), and its own time in the
+        op less its wait."""
         if i in self._ops:
             return self._ops[i]
         f, start = self.fin[i], self.t.start_ns
@@ -143,7 +143,7 @@ class _Replay:
         else:
             deps = self.deps(i)
             a_old = max([start[i]] + [start[j] for j in deps])
-            out = (deps, f - a_old, f - start[i] - self.wait[i], f)
+            out = (deps, f - a_old, f - start[i] - self.wait[i])
         self._ops[i] = out
         return out
 
@@ -199,7 +199,7 @@ class _Replay:
             if ot is None:
                 done[i] = None
                 return None
-            deps, comm, own, _ = ot
+            deps, comm, own = ot
             a_new = arrival.get(i, start[i])
             need = max([a_new] + [arrival.get(j, start[j]) for j in deps])
             s = saved(i, own) if saved is not None else 0
