@@ -18,7 +18,9 @@ from bisect import bisect_left
 from statistics import median
 from typing import TYPE_CHECKING
 
-from ..data.columns import repeat_each
+import numpy as np
+
+from ..data.columns import GIL_ROWS, groups_of, repeat_each
 from ..data.events import NONE, EventTable
 from .matching import finished_column
 from .model import WAIT_BARRIER, WAIT_NXN, CollectiveInstance, PipelineStats, StageStats, Step
@@ -28,13 +30,61 @@ if TYPE_CHECKING:
     from .tables import CollectiveTable, P2PTable
 
 
+def _pair_counts(p2p: P2PTable) -> dict[tuple[int, int], int]:
+    """(src, dst) -> its matched messages (both sides seen, src != dst), in the order each pair first occurs (the
+    order _paths' walk meets them in). In numpy, GIL_ROWS messages at a time (a loop over 2M messages at 10M events
+    took ~1 s; one np.unique of them all would hold the GIL through its sort)."""
+    src, dst = np.frombuffer(p2p.src, np.int32).astype(np.int64), np.frombuffer(p2p.dst, np.int32).astype(np.int64)
+    ok = (np.frombuffer(p2p.send, np.int32) != NONE) & (np.frombuffer(p2p.recv, np.int32) != NONE) & (src != dst)
+    count: dict[tuple[int, int], int] = {}
+    if not ok.any():
+        return count
+    w = int(max(src.max(), dst.max())) + 1
+    for k in range(0, len(src), GIL_ROWS):
+        keys = (src[k:k + GIL_ROWS] * w + dst[k:k + GIL_ROWS])[ok[k:k + GIL_ROWS]]
+        pairs, first, n = np.unique(keys, return_index=True, return_counts=True)
+        order = np.argsort(first)
+        for key, m in zip(pairs[order].tolist(), n[order].tolist()):
+            pair = divmod(key, w)
+            count[pair] = count.get(pair, 0) + m
+    return count
+
+
+def _first_send(t: EventTable, p2p: P2PTable, src: int, dst: int) -> int:
+    """The start of the first send from src to dst (1 << 62: none)."""
+    send = np.frombuffer(p2p.send, np.int32)
+    rows = send[(np.frombuffer(p2p.src, np.int32) == src) & (np.frombuffer(p2p.dst, np.int32) == dst)
+                & (send != NONE)]
+    return int(np.frombuffer(t.start_ns, np.int64)[rows].min()) if len(rows) else 1 << 62
+
+
+def _stage_rows(t: EventTable, p2p: P2PTable, paths: list) -> list[dict[int, list[int]]]:
+    """Per path, each of its ranks' P2P rows within the path (its sends and its recvs), by start; a tie in the order
+    of the messages, a send before a recv of the same one."""
+    src, dst = np.frombuffer(p2p.src, np.int32), np.frombuffer(p2p.dst, np.int32)
+    send, recv = np.frombuffer(p2p.send, np.int32), np.frombuffer(p2p.recv, np.int32)
+    out: list[dict[int, list[int]]] = [{r: [] for r in path} for path, _ in paths]
+    if not len(src):
+        return out
+    w = int(max(src.max(), dst.max(), max(max(path) for path, _ in paths))) + 1
+    comp = np.full(w, -1, np.int64)
+    for k, (path, _) in enumerate(paths):
+        comp[path] = k
+    within = (comp[src] >= 0) & (comp[dst] == comp[src])
+    sends, recvs = np.flatnonzero(within & (send != NONE)), np.flatnonzero(within & (recv != NONE))
+    rank = np.concatenate((src[sends], dst[recvs])).astype(np.int64)
+    row = np.concatenate((send[sends], recv[recvs])).astype(np.int64)
+    tie = np.concatenate((sends * 2, recvs * 2 + 1))
+    order = np.lexsort((tie, np.frombuffer(t.start_ns, np.int64)[row], rank))
+    rank, row = rank[order], row[order]
+    for r, part in groups_of(rank):
+        out[comp[r]][r] = row[part].tolist()
+    return out
+
+
 def _paths(p2p: P2PTable) -> list[tuple[list[int], dict[tuple[int, int], int]]]:
     """Connected P2P components that are paths, with their message counts per directed link."""
-    count: dict[tuple[int, int], int] = {}
-    # (the messages' columns, not P2PMatch objects: making one per message was most of this stage's time)
-    for src, dst, send, recv in zip(p2p.src, p2p.dst, p2p.send, p2p.recv):
-        if send != NONE and recv != NONE and src != dst:
-            count[(src, dst)] = count.get((src, dst), 0) + 1
+    count = _pair_counts(p2p)
     adj: dict[int, set[int]] = {}
     for a, b in count:
         adj.setdefault(a, set()).add(b)
@@ -75,24 +125,7 @@ def pipeline_stats(t: EventTable, p2p: P2PTable, collectives: CollectiveTable, s
     paths = _paths(p2p)
     if not paths:
         return None
-    first_send: dict[tuple[int, int], int] = {}  # (src, dst) -> start of its first send
-    for src, dst, send in zip(p2p.src, p2p.dst, p2p.send):
-        if send != NONE:
-            k = (src, dst)
-            s = t.start_ns[send]
-            if s < first_send.get(k, 1 << 62):
-                first_send[k] = s
-    # each pipeline's P2P rows per rank, made in one pass over the messages
-    comp_of = {r: k for k, (path, _) in enumerate(paths) for r in path}
-    rows_of: list[dict[int, list[int]]] = [{r: [] for r in path} for path, _ in paths]
-    for src, dst, send, recv in zip(p2p.src, p2p.dst, p2p.send, p2p.recv):
-        k = comp_of.get(src)
-        if k is not None and comp_of.get(dst) == k:
-            rows = rows_of[k]
-            if send != NONE:
-                rows[src].append(send)
-            if recv != NONE:
-                rows[dst].append(recv)
+    rows_of = _stage_rows(t, p2p, paths)  # each pipeline's P2P rows per rank, by start
     by_group: dict[int, list[CollectiveInstance]] = {}  # (made when a pipeline's steps are no iterations)
 
     def syncs_by_group() -> dict[int, list[CollectiveInstance]]:
@@ -110,13 +143,11 @@ def pipeline_stats(t: EventTable, p2p: P2PTable, collectives: CollectiveTable, s
     for k_path, (path, count) in enumerate(paths):
         if not _is_pipeline(path, count):
             continue
-        if first_send.get((path[-1], path[-2]), 1 << 62) < first_send.get((path[0], path[1]), 1 << 62):
+        if _first_send(t, p2p, path[-1], path[-2]) < _first_send(t, p2p, path[0], path[1]):
             path.reverse()
         forward = count.get((path[0], path[1]), 0)
         pipelines.append(path)
         rows = rows_of[k_path]
-        for r in rows:
-            rows[r].sort(key=t.start_ns.__getitem__)
         windows = _step_windows(t, path, rows, steps, step_of) or _sync_windows(t, path, rows, syncs_by_group())
         stage_acc = {r: [0, 0] for r in path}
         if windows:
