@@ -195,8 +195,9 @@ def time_yardstick(path, cpu: bool = False):
 
 
 def paired_rounds(job, path, rounds: int) -> list[tuple[float, float, float, float]]:
-    """`job()` timed `rounds` times (or, where it returns them, its own (wall s, CPU s)), each between two yardsticks (the one after a round is the next one's before):
-    per round (job's wall s, its wall / the mean of the two yardsticks around it, job's CPU s, its CPU / theirs).
+    """`job()` timed `rounds` times (or, where it returns them, its own (wall s, CPU s)), each between two yardsticks
+    (the one after a round is the next one's before): per round (job's wall s, its wall / the mean of the two
+    yardsticks around it, job's CPU s, its CPU / theirs).
     This machine's speed drifts by 2x within minutes (a yardstick of 2.3 s and 3.7 s in one run), so a ratio is
     only honest between measurements made side by side; the CPU-time ratio leaves out the time the VM was not
     running this process at all (it counts every thread of the job: a job that uses two cores reads dearer)."""

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..data.columns import GIL_ROWS, groups_of, repeat_each
+from ..data.columns import GIL_ROWS, groups_of, link_in, repeat_each
 from ..data.events import NONE, EventTable
 from .matching import finished_column
 from .model import WAIT_BARRIER, WAIT_NXN, CollectiveInstance, PipelineStats, StageStats, Step
@@ -50,12 +50,17 @@ def _pair_counts(p2p: P2PTable) -> dict[tuple[int, int], int]:
     return count
 
 
-def _first_send(t: EventTable, p2p: P2PTable, src: int, dst: int) -> int:
-    """The start of the first send from src to dst (1 << 62: none)."""
+def _first_sends(t: EventTable, p2p: P2PTable, links: set[tuple[int, int]]) -> dict[tuple[int, int], int]:
+    """(src, dst) -> the start of the first send on that link (1 << 62: none), for each of `links`, in one pass
+    over the messages."""
+    src, dst = np.frombuffer(p2p.src, np.int32), np.frombuffer(p2p.dst, np.int32)
     send = np.frombuffer(p2p.send, np.int32)
-    rows = send[(np.frombuffer(p2p.src, np.int32) == src) & (np.frombuffer(p2p.dst, np.int32) == dst)
-                & (send != NONE)]
-    return int(np.frombuffer(t.start_ns, np.int64)[rows].min()) if len(rows) else 1 << 62
+    out = dict.fromkeys(links, 1 << 62)
+    m = np.flatnonzero(link_in(src, dst, links) & (send != NONE))
+    starts = np.frombuffer(t.start_ns, np.int64)[send[m]]
+    for key, part in groups_of(src[m].astype(np.int64) << 32 | dst[m]):
+        out[(key >> 32, key & 0xFFFFFFFF)] = int(starts[part].min())
+    return out
 
 
 def _stage_rows(t: EventTable, p2p: P2PTable, paths: list) -> list[dict[int, list[int]]]:
@@ -139,11 +144,15 @@ def pipeline_stats(t: EventTable, p2p: P2PTable, collectives: CollectiveTable, s
     per_stage: list[StageStats] = []
     pipelines: list[list[int]] = []
     first: tuple[list[int], int, int] | None = None
+    # stage 0 is the end that sends first
+    ends = {link for path, count in paths if _is_pipeline(path, count)
+            for link in ((path[0], path[1]), (path[-1], path[-2]))}
+    first_send = _first_sends(t, p2p, ends)
     tot_blocked = tot_window = 0
     for k_path, (path, count) in enumerate(paths):
         if not _is_pipeline(path, count):
             continue
-        if _first_send(t, p2p, path[-1], path[-2]) < _first_send(t, p2p, path[0], path[1]):
+        if first_send[(path[-1], path[-2])] < first_send[(path[0], path[1])]:
             path.reverse()
         forward = count.get((path[0], path[1]), 0)
         pipelines.append(path)
@@ -200,8 +209,6 @@ class _Columns:
     windows at once."""
 
     def __init__(self, t: EventTable) -> None:
-        import numpy as np
-
         self.start = np.frombuffer(t.start_ns, np.int64)
         self.lo, self.hi, self.never = blocked_intervals(t)
         self.fin = finished_column(t)
@@ -209,8 +216,6 @@ class _Columns:
     def per_window(self, rows: list[int], starts: list[int], ends: list[int]) -> tuple[list, list, list]:
         """For rows (one rank's, by start) and windows [starts[w], ends[w]): the sum of blocked_in over the rows
         that start in each window, the latest finished_at among them, and whether there are any."""
-        import numpy as np
-
         rr = np.array(rows, np.int64)
         begin = self.start[rr]
         a, b = np.array(starts, np.int64), np.array(ends, np.int64)
