@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from statistics import median
 
+import numpy as np
 import pytest
 
 from harness import job
@@ -427,6 +428,28 @@ def _ring_and_replay_tables():
                 wait_end_ns={1: ring + 6 * MS + 1000, 3: ring + 4 * MS + k * MS + 1000})
         t = ring + 8 * MS + k * MS
     return [tr.table()]
+
+
+def test_a_walk_given_too_little_room_runs_again_with_more_and_finds_the_same(monkeypatch):
+    """walk_all's arrays never grow (a compiled loop pays for an array it may replace at every turn): where one would
+    overflow, it stops and `run` gives it twice the room. Room for one node, part and cause at first: the same paths
+    and causes as with room enough."""
+    from disttrace.tracer.analysis import walks
+
+    t = _ring_and_replay_tables()[0]
+    enough = to_json(analyze(t, timings={}))
+    walked, walk = [], walks.walk_all
+
+    def counted(*args):
+        walked.append(args[-1].tolist())  # (its room)
+        return walk(*args)
+
+    monkeypatch.setattr(walks, "_first_room", lambda n: np.array([1, 1, 1], np.int64))
+    monkeypatch.setattr(walks, "walk_all", counted)
+    squeezed = to_json(analyze(t, timings={}))
+    assert len(walked) > 3 and walked[0] == [1, 1, 1] and min(walked[-1]) > 1, walked  # (each room grew)
+    assert squeezed["critical_path"] == enough["critical_path"] and squeezed["causes"] == enough["causes"]
+    assert enough["critical_path"] and enough["causes"]
 
 
 @pytest.mark.slow

@@ -438,18 +438,16 @@ def _period(late: list[int]) -> int | None:
 def _sites(t: EventTable, rec: WaitRecord, rank: int, unit: int, step_of) -> tuple[str | None, str | None]:
     """(previous op's site, arrival site) of the rank's costliest late arrival in `unit` (a step, or without steps an
     instance): the code between them is what it ran while the others waited."""
-    best, arrival = -1, -1
-    for c, a, b, row, crow, u in zip(rec.culprit, rec.a, rec.b, rec.row, rec.culprit_row, rec.unit):
-        if c == rank and (step_of[row] if step_of is not None else u) == unit and b - a > best:
-            best, arrival = b - a, crow
+    units = _steps_of(rec, step_of) if step_of is not None else rec.view("unit")
+    mine = np.flatnonzero((rec.view("culprit") == rank) & (units == unit))
+    lengths = rec.view("b")[mine] - rec.view("a")[mine]
+    k = int(np.argmax(lengths)) if len(mine) else -1  # (the first of the costliest, in the records' order)
+    arrival = int(rec.view("culprit_row")[mine[k]]) if k >= 0 and lengths[k] >= 0 else -1
     if arrival < 0 or t.rank[arrival] != rank or not t.site[arrival]:  # (a trace without call sites: Kineto's)
         return None, None
-    prev = None
-    for i, r in enumerate(t.rank):  # the late rank's op before its arrival (table order is issue order per rank)
-        if i == arrival:
-            break
-        if r == rank:
-            prev = i
+    # the late rank's op before its arrival (table order is issue order per rank)
+    earlier = np.flatnonzero(np.frombuffer(t.rank, np.int32)[:arrival] == rank)
+    prev = int(earlier[-1]) if len(earlier) else None
     here = t.site[arrival]
     before = t.site[prev] if prev is not None and t.site[prev] else "its start"
     return before, here

@@ -30,15 +30,32 @@ _MAX_MOVES = 1_000_000  # a bound on one part's moves: a damaged trace must not 
 _NONE = -1  # data.events.NONE
 
 def run(n_events: int, *args):
-    """walk_all(*args), compiled for large traces (jit.py)."""
-    return jit.run(walk_all, n_events, *args)
+    """walk_all(*args), compiled for large traces (jit.py), given room enough: its arrays never grow (see
+    walk_all), so where one would overflow it stops, and runs again with twice the room there."""
+    room = _first_room(len(args[0]))
+    while True:
+        full, *out = jit.run(walk_all, n_events, *args, room)
+        if full < 0:
+            return tuple(out)
+        room[full] *= 2
+
+
+_NODES, _PARTS, _CAUSES = range(3)  # walk_all's room (its last argument) for these; the one it lacked, returned
+
+
+def _first_room(n: int):
+    """The room walk_all is given first for a trace of n events: nodes (a state of the walk: inside an op, or on its
+    rank's host before it, at one instant; seldom two) and the steps' parts (each node on one path at most, but
+    for the ends the steps' windows cut) for twice the events; causes (distinct spans and ops that delayed a rank)
+    for a few thousand more than the events over 64. Only the rows written are resident."""
+    return np.array([2 * n + 1024, 2 * n + 1024, 4096 + n // 64], np.int64)
 
 
 def walk_all(start, wait, fin, async_op, rank, hid, instance_of, culprit_row, p2p_of, p2p_send, p2p_recv,
              ha, hb, hrow, hmaxb, hoff, floor,
              s_row, s_end, s_floor,
              wj, whi, wr, wlo, g0s, g1s,
-             sites, ops, gids, words):
+             sites, ops, gids, words, room):
     """The steps' paths and the waits' causes.
 
     Columns by event row: start, wait (its wait, ns), fin (its end, _NONE open), async_op, rank, hid (its rank's
@@ -52,32 +69,37 @@ def walk_all(start, wait, fin, async_op, rank, hid, instance_of, culprit_row, p2
     each wait's row and instant waited for, its rank and its start; walk g from wj[g0s[g]], whi[g0s[g]] over
     waits g0s..g1s).
 
-    Returns (parts, part_off, keys, sums, bits): step i's parts (rank, kind, start, ns, x, y), latest first, are
+    room: how many nodes, parts and causes its arrays hold. They are made once and never grow: numba keeps an
+    array that a loop may replace alive by atomic reference counts at each of the loop's turns (twice the walk's
+    time at 1M events). Where one would overflow, the walk stops, returning the index of the room it lacked.
+
+    Returns (-1, parts, part_off, keys, sums, bits): step i's parts (rank, kind, start, ns, x, y), latest first, are
     parts[part_off[i]:part_off[i + 1]]; cause k is keys[k] (rank, kind, a, b: a compute span's sites' codes, -1
     for none; otherwise its op's op and gid code), its total sums[k] and its waiting ranks as the bits of
     bits[k] (`words` 64-bit words)."""
     n = len(start)
     # the nodes, and the memo of states to nodes in columns by the state's key (row << 1 | on its host): nearly
     # every key is met at one instant only; a key met at a second instant goes to `more`
-    nodes = np.empty((n + 1024, 9), np.int64)
+    nodes = np.empty((room[_NODES], 9), np.int64)  # (only what is written of them is resident)
     count = 0
     memo_now = np.full(2 * n, -1, np.int64)
     memo_node = np.full(2 * n, -1, np.int64)
     more = {(np.int64(0), np.int64(0)): np.int64(0)}
     more.clear()
-    seen = {np.int64(0)}  # the ops visited at one instant (a part's moves do not change it)
+    seen = np.full(n, -1, np.int64)  # the ops visited at one instant (a part's moves do not change it): the
+    visit = 0                        # number of the part being found where it was visited last
 
-    parts = np.empty((64, 6), np.int64)
+    parts = np.empty((room[_PARTS], 6), np.int64)
     n_parts = 0
     part_off = np.zeros(len(s_row) + 1, np.int64)
 
     slots = {(np.int64(0), np.int64(0), np.int64(0), np.int64(0)): np.int64(0)}
     slots.clear()
-    keys = np.empty((64, 4), np.int64)
-    sums = np.zeros(64, np.int64)
-    bits = np.zeros((64, words), np.uint64)
-    token_of = np.full(64, -1, np.int64)  # slot -> the token of the ranks it holds already (see below)
-    kidx = np.empty(n + 1024, np.int64)  # node -> its cause's slot
+    keys = np.empty((room[_CAUSES], 4), np.int64)
+    sums = np.zeros(room[_CAUSES], np.int64)
+    bits = np.zeros((room[_CAUSES], words), np.uint64)
+    token_of = np.full(room[_CAUSES], -1, np.int64)  # slot -> the token of the ranks it holds already (see below)
+    kidx = np.empty(room[_NODES], np.int64)  # node -> its cause's slot
     n_kidx = 0
 
     # Jobs: the steps' walks, then the waits' walks
@@ -113,12 +135,12 @@ def walk_all(start, wait, fin, async_op, rank, hid, instance_of, culprit_row, p2
                 emit = False
                 p_kind = p_lo = p_x = p_y = 0
                 a_now, a_key = -1, -1
-                seen.clear()
+                visit += 1
                 for _ in range(_MAX_MOVES):
                     if now <= floor:
                         break
                     if not on_host:
-                        seen.add(x)
+                        seen[x] = visit
                         r, h = rank[x], hid[x]
                         st, w = start[x], wait[x]
                         if now < st:  # an arrival after the wait it ended: the clocks' error; its rank computed
@@ -137,7 +159,7 @@ def walk_all(start, wait, fin, async_op, rank, hid, instance_of, culprit_row, p2
                             elif p2p_of[x] >= 0:
                                 m = p2p_of[x]
                                 j = p2p_recv[m] if x == p2p_send[m] else p2p_send[m]
-                            if j >= 0 and j not in seen:
+                            if j >= 0 and seen[j] != visit:
                                 x = j
                                 continue
                             lo = max(st, floor)
@@ -149,7 +171,14 @@ def walk_all(start, wait, fin, async_op, rank, hid, instance_of, culprit_row, p2
                         continue
                     h0, h1 = hoff[h], hoff[h + 1]
                     # the interval the host was blocked in at `now` (start < now <= end)
-                    k = h0 + np.searchsorted(ha[h0:h1], now) - 1
+                    lo_k, hi_k = h0, h1  # (a binary search by hand: np.searchsorted on a slice of `ha`
+                    while lo_k < hi_k:   # would cost two atomic reference counts a search)
+                        mid = (lo_k + hi_k) >> 1
+                        if ha[mid] < now:
+                            lo_k = mid + 1
+                        else:
+                            hi_k = mid
+                    k = at = lo_k - 1  # (the last interval that starts before `now`)
                     blocked = -1
                     while k >= h0 and hmaxb[k] >= now:
                         if hb[k] >= now:
@@ -174,7 +203,7 @@ def walk_all(start, wait, fin, async_op, rank, hid, instance_of, culprit_row, p2
                             nxt = y
                         continue
                     # the interval that ended last before `now` (end < now)
-                    k = h0 + np.searchsorted(ha[h0:h1], now) - 1
+                    k = at
                     best = -1
                     while k >= h0:
                         if hb[k] < now and (best < 0 or hb[k] > hb[best]):
@@ -195,7 +224,7 @@ def walk_all(start, wait, fin, async_op, rank, hid, instance_of, culprit_row, p2
                 if emit:
                     nd = count
                     if nd == len(nodes):
-                        nodes = np.concatenate((nodes, np.empty((len(nodes) // 2 + 1, 9), np.int64)))
+                        return _NODES, parts[:0], part_off, keys[:0], sums[:0], bits[:0]
                     nodes[nd, RANK], nodes[nd, KIND], nodes[nd, LO], nodes[nd, END] = r, p_kind, p_lo, now
                     nodes[nd, X], nodes[nd, Y] = p_x, p_y
                     if a_key < 0:
@@ -219,7 +248,7 @@ def walk_all(start, wait, fin, async_op, rank, hid, instance_of, culprit_row, p2
                 if end <= walk_floor:
                     break
                 if n_parts == len(parts):
-                    parts = np.concatenate((parts, np.empty_like(parts)))
+                    return _PARTS, parts[:0], part_off, keys[:0], sums[:0], bits[:0]
                 parts[n_parts, 0], parts[n_parts, 1] = nodes[nd, RANK], nodes[nd, KIND]
                 parts[n_parts, 2], parts[n_parts, 3] = max(lo, walk_floor), end - max(lo, walk_floor)
                 parts[n_parts, 4], parts[n_parts, 5] = nodes[nd, X], nodes[nd, Y]
@@ -249,13 +278,8 @@ def walk_all(start, wait, fin, async_op, rank, hid, instance_of, culprit_row, p2
                         k = len(slots)
                         slots[key4] = k
                         if k == len(sums):
-                            keys = np.concatenate((keys, np.empty_like(keys)))
-                            sums = np.concatenate((sums, np.zeros_like(sums)))
-                            bits = np.concatenate((bits, np.zeros_like(bits)))
-                            token_of = np.concatenate((token_of, np.full(len(token_of), -1, np.int64)))
+                            return _CAUSES, parts[:0], part_off, keys[:0], sums[:0], bits[:0]
                         keys[k, 0], keys[k, 1], keys[k, 2], keys[k, 3] = key4
-                    if q == len(kidx):
-                        kidx = np.concatenate((kidx, np.empty(len(kidx) // 2 + 1, np.int64)))
                     kidx[q] = k
                     n_kidx += 1
                 k = kidx[nd]
@@ -282,4 +306,4 @@ def walk_all(start, wait, fin, async_op, rank, hid, instance_of, culprit_row, p2
                 prev, known = -1, after
         if job < n_steps:
             part_off[job + 1] = n_parts
-    return parts[:n_parts], part_off, keys[:len(slots)], sums[:len(slots)], bits[:len(slots)]
+    return -1, parts[:n_parts], part_off, keys[:len(slots)], sums[:len(slots)], bits[:len(slots)]
