@@ -454,8 +454,9 @@ def test_a_walk_given_too_little_room_runs_again_with_more_and_finds_the_same(mo
 
 @pytest.mark.slow
 def test_the_compiled_walk_finds_what_the_python_walk_does(traced, monkeypatch):
-    """walks.walk_all compiled by numba (from walks.JIT_FROM events) gives the paths and causes it gives as Python,
-    on the real jobs (DDP's async buckets, a P2P chain, a pipeline, a mesh) and on hand-timed traces."""
+    """walks.walk_all and the what-if's replay (replays.py), compiled by numba (from jit.JIT_FROM events), give the
+    paths, causes and re-timed steps they give as Python, on the real jobs (DDP's async buckets, a P2P chain, a
+    pipeline, a mesh) and on hand-timed traces; the what-ifs asked for as well as the defaults."""
     pytest.importorskip("numba")
     tables = _ring_and_replay_tables() + [load_trace(str(traced("cp_ddp_straggler.py", nproc=2, summaries="off")))]
     tables += [load_trace(str(traced(script, nproc=n, summaries="off"))) for script, n in
@@ -465,6 +466,9 @@ def test_the_compiled_walk_finds_what_the_python_walk_does(traced, monkeypatch):
         for jit in ("1", "0"):
             monkeypatch.setenv("DISTTRACE_JIT", jit)
             a = analyze(t, timings={})  # (timings: computed here, not the saved analysis)
-            seen.append((to_json(a)["critical_path"], to_json(a)["causes"]))
+            asked = analyze(t, changes=(parse_change("rank:1"), parse_change("bandwidth:all_reduce=3x"),
+                                        parse_change(f"span:{a.critical_path[-1].parts[-1].span}=30%")))
+            seen.append((to_json(a)["critical_path"], to_json(a)["causes"], to_json(a)["what_if"],
+                         to_json(asked)["what_if"]))
         assert seen[0] == seen[1]
-        assert seen[0][0] and seen[0][1]  # (something was walked)
+        assert seen[0][0] and seen[0][1] and seen[0][2] and seen[0][3]  # (something was walked and replayed)

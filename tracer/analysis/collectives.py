@@ -10,7 +10,7 @@ from array import array
 from collections import Counter
 from math import nan
 
-from ..data.columns import as_int64, concat_lists, filled, repeat_each
+from ..data.columns import as_int64, concat_lists, filled, order_by, repeat_each
 from ..data.events import NONE, EventTable
 from .bandwidth import busbw_factor, size_s
 from .matching import finished, finished_column
@@ -96,7 +96,7 @@ class _Common:
         at = np.flatnonzero(start == self.latest[inst])
         self.culprit = rank[at[np.flatnonzero(np.diff(inst[at], prepend=-1))]]  # (inst[at] ascends)
         # a rank twice (a damaged trace) or the group's ranks not all there
-        by = np.lexsort((rank, inst))
+        by = order_by(inst, rank)
         twice = np.zeros(len(first), bool)
         same = (inst[by][1:] == inst[by][:-1]) & (rank[by][1:] == rank[by][:-1])
         twice[inst[by][1:][same]] = True

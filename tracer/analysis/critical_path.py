@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 
-from ..data.columns import as_int64, groups_of, packed_keys, unique_inverse
+from ..data.columns import as_int64, groups_of, order_by, packed_keys, unique_inverse
 from ..data.events import NONE, EventTable
 from .matching import finished
 from .model import CriticalPath, DelayCause, PathPart, Step
@@ -83,7 +83,7 @@ def _hosts(t: EventTable, fin):
                            np.full(int(sync.sum()), SYNC, np.uint8)))
     ranks, hid = unique_inverse(np.frombuffer(t.rank, np.int32))
     hid = hid.astype(np.int64).ravel()
-    order = np.lexsort((*packed_keys([row, kind]), b, *packed_keys([hid[row], a])))  # (hid, a, b, row, kind)
+    order = order_by(*packed_keys([hid[row], a]), b, *packed_keys([row, kind]))  # (hid, a, b, row, kind)
     a, b, row, kind = a[order], b[order], row[order], kind[order]
     off = np.searchsorted(hid[row], np.arange(len(ranks) + 1))
     maxb = np.empty_like(b)
@@ -224,7 +224,7 @@ def step_windows(t: EventTable, steps: list[Step], step_of) -> dict[int, tuple[i
     k = np.frombuffer(step_of, np.int32).astype(np.int64) if steps else np.zeros(n, np.int64)
     f, st = np.frombuffer(fin, np.int64), np.frombuffer(t.start_ns, np.int64)
     rows = np.flatnonzero((k >= 0) & (f != NONE))
-    order = rows[np.lexsort((-rows, st[rows], f[rows], k[rows]))]
+    order = rows[order_by(k[rows], f[rows], st[rows], -rows)]
     ks = k[order]
     ends = np.flatnonzero(np.append(ks[1:] != ks[:-1], True)) if len(order) else order
     last = dict(zip(ks[ends].tolist(), order[ends].tolist()))
@@ -256,14 +256,14 @@ def _walks(wj, whi, wr, wlo) -> tuple:
     if not len(wj):
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     cols = (wj, whi, wr, wlo)
-    order = np.lexsort((-wlo, whi, wj))  # (stable: equal starts keep their order)
+    order = order_by(wj, whi, -wlo)  # (stable: equal starts keep their order)
     for c in cols:
         c[:] = c[order]
     new = np.ones(len(order), dtype=bool)
     new[1:] = (wj[1:] != wj[:-1]) | (whi[1:] != whi[:-1])
     starts = np.flatnonzero(new)
     ends = np.append(starts[1:], len(order))
-    visit = np.lexsort((wj[starts], whi[starts]))
+    visit = order_by(whi[starts], wj[starts])
     return starts[visit].astype(np.int64), ends[visit].astype(np.int64)
 
 

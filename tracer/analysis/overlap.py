@@ -15,7 +15,7 @@ from array import array
 
 import numpy as np
 
-from ..data.columns import filled
+from ..data.columns import filled, order_by
 from ..data.events import NONE, EventTable
 from .critical_path import ISSUE, WAIT
 from .model import Overlap
@@ -26,7 +26,7 @@ def _union(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.n
     sorted (starts, ends) and the lengths before each, in numpy."""
     keep = hi > lo
     lo, hi = lo[keep], hi[keep]
-    order = np.lexsort((hi, lo))
+    order = order_by(lo, hi)
     lo, hi = lo[order], hi[order]
     if not len(lo):
         return lo, hi, np.zeros(1, np.int64)

@@ -10,7 +10,7 @@ from array import array
 
 import numpy as np
 
-from ..data.columns import extend_from_numpy, filled, running_count, typecode
+from ..data.columns import extend_from_numpy, filled, order_by, running_count, typecode
 from ..data.events import NONE, EventTable
 from .matching import finished_column
 from .tables import P2PTable
@@ -18,7 +18,7 @@ from .tables import P2PTable
 
 def _nth(keys: tuple, rows: np.ndarray) -> np.ndarray:
     """For each row, how many rows of the same keys come before it (rows in table order)."""
-    order = np.lexsort((rows,) + tuple(reversed(keys)))
+    order = order_by(*keys, rows)
     new = np.zeros(len(rows), bool)
     new[:1] = True
     for k in keys:
@@ -52,7 +52,7 @@ def build_p2p(t: EventTable) -> tuple[P2PTable, array]:
     for mask in (is_send, ~is_send):
         idx = np.flatnonzero(mask)
         nth[idx] = _nth((side_src[idx], side_dst[idx], side_tag[idx]), row[idx])
-    order = np.lexsort((~is_send, nth, side_tag, side_dst, side_src))  # by message, its send first
+    order = order_by(side_src, side_dst, side_tag, nth, ~is_send)  # by message, its send first
     src, dst, tg, n, snd, r = (c[order] for c in (side_src, side_dst, side_tag, nth, is_send, row))
     new = np.ones(len(order), bool)
     new[1:] = (src[1:] != src[:-1]) | (dst[1:] != dst[:-1]) | (tg[1:] != tg[:-1]) | (n[1:] != n[:-1])

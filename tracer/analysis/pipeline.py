@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..data.columns import GIL_ROWS, groups_of, link_in, repeat_each
+from ..data.columns import GIL_ROWS, groups_of, link_in, order_by, repeat_each
 from ..data.events import NONE, EventTable
 from .matching import finished_column
 from .model import WAIT_BARRIER, WAIT_NXN, CollectiveInstance, PipelineStats, StageStats, Step
@@ -80,7 +80,7 @@ def _stage_rows(t: EventTable, p2p: P2PTable, paths: list) -> list[dict[int, lis
     rank = np.concatenate((src[sends], dst[recvs])).astype(np.int64)
     row = np.concatenate((send[sends], recv[recvs])).astype(np.int64)
     tie = np.concatenate((sends * 2, recvs * 2 + 1))
-    order = np.lexsort((tie, np.frombuffer(t.start_ns, np.int64)[row], rank))
+    order = order_by(rank, np.frombuffer(t.start_ns, np.int64)[row], tie)
     rank, row = rank[order], row[order]
     for r, part in groups_of(rank):
         out[comp[r]][r] = row[part].tolist()

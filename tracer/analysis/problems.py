@@ -19,7 +19,7 @@ import re
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from ..data.columns import as_int64, repeat_each
+from ..data.columns import as_int64, order_by, repeat_each
 from ..data.events import NONE, EventTable, stacks_site
 from .matching import finished, finished_at, finished_column, last_event_of_rank
 from .model import CollectiveInstance, P2PMatch, Problem
@@ -603,7 +603,7 @@ def _clock_violations(t: EventTable, collectives: CollectiveTable, p2p: P2PTable
     keep = by > uncertainty(early) + uncertainty(late)
     early, late, by, row, other = early[keep], late[keep], by[keep], row[keep], other[keep]
     # per pair: how many, and the worst (its first occurrence)
-    order = np.lexsort((np.arange(len(by)), -by, late, early))
+    order = order_by(early, late, -by, np.arange(len(by)))
     first = np.flatnonzero(np.diff(early[order], prepend=-2) | np.diff(late[order], prepend=-2))
     counts = np.diff(np.append(first, len(order)))
     worst = {}

@@ -25,7 +25,7 @@ from collections import Counter, deque
 from statistics import median
 from typing import TYPE_CHECKING
 
-from ..data.columns import as_int64, filled, groups_of, packed_keys, repeat_each, running_count
+from ..data.columns import as_int64, filled, groups_of, order_by, packed_keys, repeat_each, running_count
 from ..data.events import NONE, EventTable
 from .matching import finished_column
 from .model import Step
@@ -82,7 +82,7 @@ def _dense(*columns) -> "object":
 
     cols = packed_keys([as_int64(c) for c in columns])
     n = len(cols[0])
-    order = np.lexsort(cols[::-1])  # (stable: the first row of equal keys comes first)
+    order = order_by(*cols)  # (stable: the first row of equal keys comes first)
     new = np.ones(n, bool)
     if n:
         new[1:] = False
@@ -110,15 +110,15 @@ def _spacings(sample) -> list[tuple[int, int]]:
     spacing, met = [(order[1:] - order[:-1])[same]], [order[1:][same]]
     starts = np.flatnonzero(np.diff(sample, prepend=sample[0] - 1))  # of the runs of one key
     lengths = np.diff(np.append(starts, n))
-    order = np.lexsort((lengths, sample[starts]))
+    order = order_by(sample[starts], lengths)
     same = (sample[starts][order][1:] == sample[starts][order][:-1]) & (lengths[order][1:] == lengths[order][:-1])
     spacing.append((starts[order[1:]] - starts[order[:-1]])[same])
     met.append(starts[order[1:]][same] + n)
     d, at = np.concatenate(spacing), np.concatenate(met)
-    o = np.lexsort((at, d))
+    o = order_by(d, at)
     first = np.flatnonzero(np.diff(d[o], prepend=-1))
     counts = np.diff(np.append(first, len(o)))
-    by = np.lexsort((at[o][first], -counts))
+    by = order_by(-counts, at[o][first])
     return list(zip(d[o][first][by].tolist(), counts[by].tolist()))
 
 

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..data.columns import extend_from_numpy, groups_of, link_in, repeat_each, to_list
+from ..data.columns import extend_from_numpy, groups_of, link_in, order_by, repeat_each, to_list
 from ..data.events import NONE, EventTable
 from . import chains
 from .model import PipelineStats, Step, Straggler, StragglerVerdict
@@ -150,7 +150,7 @@ def _stretches(rec: WaitRecord):
     counted = np.flatnonzero(rec.view("counts"))  # (a pipeline's bubble: nothing to carry)
     waiter = rec.view("waiter")[counted]
     a = rec.view("a")[counted]
-    order = counted[np.lexsort((a, waiter))]  # by rank, then start (stable: equal starts in record order)
+    order = counted[order_by(waiter, a)]  # by rank, then start (stable: equal starts in record order)
     waiter = rec.view("waiter")[order]
     a, b = rec.view("a")[order], rec.view("b")[order]
     new = np.ones(len(order), dtype=bool)

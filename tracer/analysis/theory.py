@@ -9,7 +9,7 @@ instance far above it is flagged slow."""
 
 from __future__ import annotations
 
-from ..data.columns import typecode
+from ..data.columns import order_by, typecode
 from ..data.events import NONE
 from .model import NULL, AlphaBeta
 from .tables import CollectiveTable, P2PTable
@@ -56,7 +56,7 @@ def _quartiles(x, y) -> tuple[list[int], list[int]]:
     import numpy as np
 
     bucket = _bit_lengths(x)
-    order = np.lexsort((y, bucket))  # by bucket, then time (ties in the trace's order)
+    order = order_by(bucket, y)  # by bucket, then time (ties in the trace's order)
     starts = np.flatnonzero(np.concatenate(([True], np.diff(bucket[order]) != 0)))
     counts = np.diff(np.append(starts, len(order)))
     picked = order[starts + counts // 4]

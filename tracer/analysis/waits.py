@@ -23,7 +23,7 @@ from __future__ import annotations
 from array import array
 from typing import TYPE_CHECKING
 
-from ..data.columns import filled, packed_keys, repeat_each, running_count, running_max_by
+from ..data.columns import filled, order_by, packed_keys, repeat_each, running_count, running_max_by
 from ..data.events import NONE, EventTable
 from .matching import finished_at
 from .model import EARLY_REDUCE, LATE_BROADCAST, WAIT_BARRIER, WAIT_NXN
@@ -170,7 +170,7 @@ def union_by(keys: list, a, b) -> tuple[list, "object"]:
     n = len(a)
     if n == 0:
         return [k[:0] for k in keys], np.zeros(0, dtype=np.int64)
-    order = np.lexsort((a, *reversed(packed_keys(keys))))  # by the keys, the first most significant, then by start
+    order = _by_key_then_start(packed_keys(keys), a)
     a, b, keys = a[order], b[order], [k[order] for k in keys]
     new = np.zeros(n, dtype=bool)
     new[0] = True
@@ -180,6 +180,21 @@ def union_by(keys: list, a, b) -> tuple[list, "object"]:
     # each interval adds what lies past the reach of the key's earlier ones (they all start no later)
     part = np.maximum(b - np.maximum(a, reach_before(b, new)), 0)
     return [k[starts] for k in keys], np.add.reduceat(part, starts)
+
+
+def _by_key_then_start(keys: list, a):
+    """The order of rows by keys (the first most significant), then by start a. Where one key and the starts fit in
+    one int64 together, one unstable sort of it (a third of np.lexsort's time on 1M waits): rows alike in both
+    may come in any order, since their union's length is the same."""
+    import numpy as np
+
+    if len(keys) == 1:
+        lo = int(a.min())
+        span = int(a.max()) - lo + 1
+        low_key = int(keys[0].min())
+        if (int(keys[0].max()) - low_key + 1) * span < 1 << 62:
+            return np.argsort((keys[0] - low_key) * span + (a - lo))
+    return order_by(*keys, a)
 
 
 def reach_before(b, new):

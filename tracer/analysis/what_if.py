@@ -32,9 +32,10 @@ from typing import Callable
 
 import numpy as np
 
-from ..data.columns import groups_of, to_list
+from ..data.columns import groups_of, order_by, to_list
 from ..data.events import NONE, EventTable
-from .critical_path import ISSUE, SPAN_ARROW, SYNC, WAIT
+from . import replays
+from .critical_path import ISSUE, SPAN_ARROW, WAIT
 from .model import AlphaBeta, CriticalPath, Step, StragglerVerdict, WhatIf
 from .tables import CollectiveTable, P2PTable
 
@@ -85,7 +86,8 @@ def parse_change(spec: str) -> ChangeSpec:
 
 
 class _Replay:
-    """The re-timing of steps: each op's dependencies and measured times, and each step's host intervals."""
+    """The re-timing of steps: each step's host intervals as replays.py's events, measured once, replayed per
+    change."""
 
     def __init__(self, t: EventTable, walker, collectives: CollectiveTable, instance_of, p2p: P2PTable, p2p_of,
                  event_wait_ns, models: dict[str, AlphaBeta], steps: list[Step], step_of, windows: set[int]) -> None:
@@ -104,22 +106,14 @@ class _Replay:
             for k, part in groups_of(ks[idxs]):
                 self.items[k][r] = idxs[part].tolist()
         self.start = {s.index: s.start_ns for s in steps} if steps else {0: min(t.start_ns) if len(t) else 0}
-        self._ops: dict[int, tuple | None] = {}        # op_times, by row
-        self._timelines: dict[int, tuple] = {}         # timeline, by step
-
-    def deps(self, i: int) -> list[int]:
-        """The rows whose arrival op i needed to finish."""
-        k = self.instance_of[i]
-        if k >= 0:
-            return [j for j in self.colls.rows_of(k) if j != i]
-        m = self.p2p_of[i]
-        if m >= 0:
-            msg = self.p2p[m]
-            if i == msg.recv and msg.send is not None:
-                return [msg.send]
-            if i == msg.send and msg.recv is not None and self.wait[i] > 0:
-                return [msg.recv]
-        return []
+        self.base = dict(zip(walker.hosts, walker.off.tolist()))  # rank -> its host's first interval's index
+        # what replays.replayed reads, as the columns are (no copy)
+        i32, i64 = (lambda c: np.frombuffer(c, np.int32)), (lambda c: np.frombuffer(c, np.int64))
+        a, _, hrow, hkind, _ = walker.columns
+        self.graph = replays.read_as(len(t), (a, hrow, hkind, i64(walker.fin), i64(t.start_ns), i64(event_wait_ns), i32(instance_of),
+                      np.asarray(collectives.offset, np.int64), np.asarray(collectives.rows, np.int32),
+                      i32(p2p_of), i32(p2p.send), i32(p2p.recv)))
+        self._timelines: dict[int, tuple] = {}  # timeline, by step
 
     def volume(self, i: int) -> int:
         k = self.instance_of[i]
@@ -131,107 +125,83 @@ class _Replay:
     def model_of(self, i: int) -> AlphaBeta | None:
         return self.models.get(self.t.op[i] if self.instance_of[i] >= 0 else "send")
 
-    def op_times(self, i: int) -> tuple[list[int], int, int] | None:
-        """What op i's replayed end is made of, the same under every change (None: it never ended): the rows whose
-        arrival it needs, its communication time (its end less the last measured arrival), and its own time in the
-        op less its wait."""
-        if i in self._ops:
-            return self._ops[i]
-        f, start = self.fin[i], self.t.start_ns
-        if f == NONE:
-            out = None
-        else:
-            deps = self.deps(i)
-            a_old = max([start[i]] + [start[j] for j in deps])
-            out = (deps, f - a_old, f - start[i] - self.wait[i])
-        self._ops[i] = out
-        return out
+    def own(self, i: int) -> int:
+        """Op i's own time in the op less its wait (it ended)."""
+        return self.fin[i] - self.t.start_ns[i] - self.wait[i]
 
-    def timeline(self, k: int) -> tuple[list[tuple[int, int, int, int]], dict[int, list], list[int], int | None]:
-        """Step k's host intervals as the replay meets them, the same under every change: (each interval's start
-        and the end of each that blocks, as (time, is_end, rank, index), in that order; each rank's state at the
-        step's start; the rows of its ops; its measured length, None when none of its ops ended)."""
+    def timeline(self, k: int) -> tuple:
+        """Step k as the replay meets it, the same under every change: its events (replays.py: time, is_end, slot,
+        h), each slot's rank and its host's state at the step's start (free from, the row before), the rows of its
+        ops, its measured length (None when none of its ops ended), and each event's measured gap and row before
+        (replays.measured)."""
         if k in self._timelines:
             return self._timelines[k]
-        fin, hosts, t0 = self.fin, self.w.hosts, self.start[k]
-        # sorted in numpy (a list's sort holds the GIL, ~100 ms for a step of a 10M-event trace)
-        times, is_ends, ranks, indexes = [], [], [], []  # (numpy parts, a rank's at a time)
-        state = {}  # rank -> [host free at (measured), host free at (replayed), row of the interval before]
+        fin, t0 = self.fin, self.start[k]
+        a, b, hrow, hkind, maxb = self.w.columns
+        ranks, free0, prev0, starts, blocks = [], [], [], [], []
         for r, idxs in self.items[k].items():
-            host = hosts[r]
-            first = idxs[0]
-            free = host.maxb[first - 1] if first > 0 else min(host.a[first], t0)
-            state[r] = [free, free, host.row[first - 1] if first > 0 else -1]
-            i = np.array(idxs, np.int64)
-            blocks = i[np.asarray(host.kind)[i] != ISSUE]
-            times += [np.asarray(host.a)[i], np.asarray(host.b)[blocks]]
-            is_ends += [np.zeros(len(i), np.int64), np.ones(len(blocks), np.int64)]
-            ranks.append(np.full(len(i) + len(blocks), r, np.int64))
-            indexes += [i, blocks]
-        events = []
-        if state:
-            cols = [np.concatenate(c) for c in (times, is_ends, ranks, indexes)]
-            order = np.lexsort(cols[::-1])  # (by time, then is_end, rank, index: as the tuples sort)
-            events = list(zip(*(to_list(c[order]) for c in cols)))
-        rows = [hosts[r].row[idx] for r, idxs in self.items[k].items() for idx in idxs
-                if hosts[r].kind[idx] != WAIT]
-        ends_old = [fin[i] for i in rows if fin[i] != NONE]
-        out = self._timelines[k] = (events, state, rows, max(ends_old) - t0 if ends_old else None)
+            h = np.array(idxs, np.int64) + self.base[r]  # (global indexes: ordered as (rank, index) are)
+            first = int(h[0])
+            free = int(maxb[first - 1]) if idxs[0] > 0 else min(int(a[first]), t0)
+            ranks.append(r)
+            free0.append(free)
+            prev0.append(int(hrow[first - 1]) if idxs[0] > 0 else -1)
+            starts.append(h)
+            blocks.append(h[hkind[h] != ISSUE])
+        slot_of = [np.full(len(x) + len(y), s, np.int64) for s, (x, y) in enumerate(zip(starts, blocks))]
+        h = np.concatenate([c for x, y in zip(starts, blocks) for c in (x, y)])
+        is_end = np.concatenate([c for x, y in zip(starts, blocks) for c in (np.zeros(len(x), np.int64),
+                                                                           np.ones(len(y), np.int64))])
+        time = np.where(is_end == 0, a[h], b[h])
+        order = order_by(time, is_end, h)  # (by time, then is_end, rank, index)
+        events = (time[order], is_end[order], np.concatenate(slot_of)[order], h[order])
+        free0, prev0 = np.array(free0, np.int64), np.array(prev0, np.int64)
+        op_h = np.concatenate(starts)
+        rows = hrow[op_h[hkind[op_h] != WAIT]]
+        fins = np.frombuffer(fin, np.int64)[rows]
+        ended = fins[fins != NONE]
+        gap, before = replays.measure(len(self.t), *events, hrow, hkind, free0, prev0)
+        out = self._timelines[k] = (events, np.array(ranks, np.int64), free0, rows,
+                                    int(ended.max()) - t0 if len(ended) else None, gap, before)
         return out
 
-    def step(self, k: int, gap: Callable | None, saved: Callable | None) -> tuple[int, int]:
+    def step(self, k: int, gap: "Gap | None", saved: Callable | None) -> tuple[int, int]:
         """Step k's measured length and its length replayed with the change."""
-        fin, start, hosts = self.fin, self.t.start_ns, self.w.hosts
-        events, state0, rows, before = self.timeline(k)
+        events, ranks, free0, rows, before, measured, prev = self.timeline(k)
         if before is None:
             return 0, 0
-        state = {r: list(st) for r, st in state0.items()}
-        arrival: dict[int, int] = {}   # row -> replayed arrival
-        began: dict[tuple[int, int], int] = {}
-        done: dict[int, int | None] = {}
-        op_times = self.op_times
-
-        def finish(i: int) -> int | None:
-            """Op i's replayed end (None: it never ended)."""
-            if i in done:
-                return done[i]
-            ot = op_times(i)
-            if ot is None:
-                done[i] = None
-                return None
-            deps, comm, own = ot
-            a_new = arrival.get(i, start[i])
-            need = max([a_new] + [arrival.get(j, start[j]) for j in deps])
-            s = saved(i, own) if saved is not None else 0
-            done[i] = out = max(need + comm - s, a_new + own - s)
-            return out
-
-        for time, is_end, r, idx in events:
-            host, st = hosts[r], state[r]
-            row, kind = host.row[idx], host.kind[idx]
-            if not is_end:
-                g = time - st[0]
-                if g > 0 and gap is not None:
-                    g = gap(r, st[2], row, g)
-                b = began[(r, idx)] = st[1] + g
-                if kind != WAIT:
-                    arrival[row] = b
-                if kind == ISSUE:
-                    st[0], st[1] = max(st[0], time), max(st[1], b)
-                st[2] = row
-                continue
-            b = began[(r, idx)]
-            f = finish(row)
-            if kind == SYNC:
-                end = b + (time - host.a[idx]) if f is None else f + (time - fin[row])
-            else:
-                end = b + (time - host.a[idx]) if f is None else max(b, f) + max(0, time - max(host.a[idx], fin[row]))
-            st[0], st[1] = max(st[0], time), max(st[1], end)
-        ends_new = [e for e in map(finish, rows) if e is not None]
-        return before, max(ends_new) - self.start[k]
+        time, is_end, slot, h = events
+        hrow = self.w.columns[2]
+        gaps = measured
+        if gap is not None:  # the change's gap where it may change one (its own rule, as Python, for those)
+            changed = np.flatnonzero((is_end == 0) & (measured > 0) & gap.may(ranks[slot], hrow[h]))
+            if len(changed):
+                gaps = measured.copy()
+                for e, r, before_row, row, g in zip(*(to_list(c[changed]) for c in (np.arange(len(time)), ranks[slot],
+                                                                                        prev, hrow[h], measured))):
+                    gaps[e] = gap.fn(r, before_row, row, g)
+        cut = np.zeros(len(time), np.int64)
+        rows_cut = np.zeros(len(rows), np.int64)
+        if saved is not None:
+            ends = np.flatnonzero(is_end)
+            of = {i: saved(i, self.own(i)) for i in set(to_list(hrow[h[ends]])) | set(to_list(rows))
+                  if self.fin[i] != NONE}
+            cut[ends] = [of.get(i, 0) for i in to_list(hrow[h[ends]])]
+            rows_cut[:] = [of.get(i, 0) for i in to_list(rows)]
+        after = replays.replay(len(self.t), *events, gaps, cut, rows, rows_cut, free0, self.start[k], *self.graph)
+        return before, int(after)
 
 
-def _rank_on_time(replay: _Replay, rank: int) -> Callable:
+@dataclass(frozen=True)
+class Gap:
+    """A change's gap function: fn(rank, row before, row, measured gap) -> the gap with the change, and `may`, which
+    of (ranks, rows) it may change (numpy columns -> a mask; fn is asked only about those)."""
+
+    fn: Callable[[int, int, int, int], int]
+    may: Callable
+
+
+def _rank_on_time(replay: _Replay, rank: int) -> Gap:
     """The gap function: rank's compute before a collective shortened by its excess over the median of the other
     ranks' compute before the same collective; before any other op (a send, a recv: nobody else runs that span), by
     its excess over the median of its own spans between the same two sites, its usual time."""
@@ -258,10 +228,10 @@ def _rank_on_time(replay: _Replay, rank: int) -> Callable:
             x = excess[row] = max(0, g - int(median(others))) if others else 0
         return g - x
 
-    return gap
+    return Gap(gap, lambda ranks, rows: ranks == rank)
 
 
-def _span_faster(replay: _Replay, span: str, percent: float) -> Callable:
+def _span_faster(replay: _Replay, span: str, percent: float) -> Gap:
     """The gap function: the compute spans so named (or ending at that site), on every rank, percent shorter."""
     t, w = replay.t, replay.w
     before, _, after = span.rpartition(SPAN_ARROW)
@@ -276,7 +246,9 @@ def _span_faster(replay: _Replay, span: str, percent: float) -> Callable:
             return int(g * keep)
         return g
 
-    return gap
+    ending = np.zeros(len(t.site.values) + 1, bool)  # by site code
+    ending[list(ends)] = True
+    return Gap(gap, lambda ranks, rows: ending[np.asarray(sites)[rows]])
 
 
 def _more_bandwidth(replay: _Replay, factor: float, op: str) -> Callable:

@@ -503,6 +503,49 @@ def groups_of(keys):
         yield int(keys[part[0]]), part
 
 
+def order_by(*keys):
+    """The order of rows by `keys` (numpy columns, the first most significant), equal rows in table order: what
+    np.lexsort(keys[::-1]) gives, faster. Integer keys are packed into one int64: all of them and the row's index
+    where they fit together, and then one sort of it (np.argsort's introsort: no two rows alike, so stable without
+    being asked; 2-4x faster than np.lexsort at 1M rows); else the leading keys that fit, sorted so, and the rows
+    alike in them (seldom many) put in order by the others with np.lexsort."""
+    import numpy as np
+
+    n = len(keys[0])
+    if n < 2 or not all(k.dtype.kind in "ib" or (k.dtype.kind == "u" and k.dtype.itemsize < 8) for k in keys):
+        return np.lexsort(keys[::-1])
+    bounds, total = [], 1
+    for k in keys:
+        lo = int(k.min())
+        span = int(k.max()) - lo + 1
+        if total * span >= 1 << 62:
+            break
+        bounds.append((lo, span))
+        total *= span
+    if not bounds:
+        return np.lexsort(keys[::-1])
+    packed = np.zeros(n, np.int64)
+    for k, (lo, span) in zip(keys, bounds):
+        packed *= span
+        packed += k.astype(np.int64) - lo
+    if len(bounds) == len(keys) and total * n < 1 << 62:
+        packed *= n
+        packed += np.arange(n, dtype=np.int64)
+        return np.argsort(packed)
+    order = np.argsort(packed)
+    ranked = packed[order]
+    alike = ranked[1:] == ranked[:-1]
+    if alike.any():  # (and rows alike in every key must keep their table order, which introsort may not)
+        tied = np.zeros(n, bool)
+        tied[1:] = alike
+        tied[:-1] |= alike
+        at = np.flatnonzero(tied)  # places in the sorted order; a run of alike rows is a run of places
+        run = np.cumsum(~np.concatenate(([False], alike))[at])
+        rows = order[at]
+        order[at] = rows[np.lexsort((rows, *(k[rows] for k in reversed(keys[len(bounds):])), run))]
+    return order
+
+
 def packed_keys(keys: list) -> list:
     """Integer key columns (numpy) as one column that sorts as they do together, the first most significant, where
     their ranges' product fits in int64 (else as they are): np.lexsort's time grows with its number of keys."""
