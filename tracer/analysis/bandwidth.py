@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..data.columns import order_by
 from ..data.events import NONE
 from .model import Link
 
@@ -36,15 +37,21 @@ def busbw_factor(op: str, n: int) -> float:
 
 
 def links_of(p2p: P2PTable) -> list[Link]:
-    """The communication matrix: per (src, dst), matched messages, their bytes and transfer time."""
-    acc: dict[tuple[int, int], list[int]] = {}
-    for src, dst, s, r, b, tr in zip(p2p.src, p2p.dst, p2p.send, p2p.recv, p2p.bytes, p2p.transfer_ns):
-        if s == NONE or r == NONE:
-            continue
-        a = acc.setdefault((src, dst), [0, 0, 0])
-        a[0] += b
-        a[1] += 1
-        if tr != NONE:
-            a[2] += tr
-    return [Link(src, dst, b, n, tns, (b / tns) if tns > 0 and b > 0 else None)
-            for (src, dst), (b, n, tns) in sorted(acc.items())]
+    """The communication matrix: per (src, dst), matched messages, their bytes and transfer time (in numpy: a
+    loop over every message took 0.17 s at 1M events)."""
+    import numpy as np
+
+    src, dst, send, recv, nbytes, transfer = map(np.asarray, (p2p.src, p2p.dst, p2p.send, p2p.recv, p2p.bytes,
+                                                              p2p.transfer_ns))
+    matched = np.flatnonzero((send != NONE) & (recv != NONE))
+    if not len(matched):
+        return []
+    order = matched[order_by(src[matched], dst[matched])]
+    s, d = src[order], dst[order]
+    first = np.flatnonzero(np.concatenate(([True], (s[1:] != s[:-1]) | (d[1:] != d[:-1]))))
+    count = np.diff(np.append(first, len(order)))
+    total = np.add.reduceat(nbytes[order].astype(np.int64), first)
+    tr = transfer[order].astype(np.int64)
+    busy = np.add.reduceat(np.where(tr != NONE, tr, 0), first)
+    return [Link(a, b, n_bytes, n, tns, (n_bytes / tns) if tns > 0 and n_bytes > 0 else None)
+            for a, b, n_bytes, n, tns in zip(*(c.tolist() for c in (s[first], d[first], total, count, busy)))]

@@ -16,11 +16,22 @@ MAX_CHAIN = 16  # ranks followed back along one chain of waits
 
 
 def follow(n_events: int, *args):
-    """follow_all(*args), compiled for large traces."""
-    return jit.run(follow_all, n_events, *args)
+    """follow_all(*args), compiled for large traces, given room enough for its parts: its arrays never grow
+    (walks.py says why), so where they would overflow it stops, and runs again with twice the room."""
+    room = _first_room(len(args[0]))
+    while True:
+        full, parts, count = jit.run(follow_all, n_events, *args, room)
+        if not full:
+            return parts, count
+        room *= 2
 
 
-def follow_all(waiter, culprit, culprit_row, a, b, slot, off, s_start, s_end, s_culprit, s_row, max_chain):
+def _first_room(n: int) -> int:
+    """Parts follow_all is given room for first, for n records: two each (most waits are one stretch)."""
+    return max(16, 2 * n)
+
+
+def follow_all(waiter, culprit, culprit_row, a, b, slot, off, s_start, s_end, s_culprit, s_row, max_chain, room):
     """The stretches of each wait (waiter, culprit, culprit_row, a, b: one per record), each with its root.
 
     A rank's own waiting, as disjoint stretches in time order: rank r's are s_*[off[slot[r]]:off[slot[r] + 1]]
@@ -29,10 +40,10 @@ def follow_all(waiter, culprit, culprit_row, a, b, slot, off, s_start, s_end, s_
     where c did not wait, c's. A rank already on the chain (a cycle) keeps its part; past max_chain ranks the
     chain stops.
 
-    Returns (parts, count): record k's stretches (culprit, culprit row, start, end), in time order, are the
-    next count[k] rows of parts."""
+    Returns (False, parts, count): record k's stretches (culprit, culprit row, start, end), in time order, are
+    the next count[k] rows of parts; (True, ...) where `room` parts were too few."""
     n = len(waiter)
-    parts = np.empty((max(16, 2 * n), 4), np.int64)
+    parts = np.empty((room, 4), np.int64)
     count = np.zeros(n, np.int64)
     m = 0
     # the stack: a frame per rank on the chain whose stretches are being gone through
@@ -54,12 +65,19 @@ def follow_all(waiter, culprit, culprit_row, a, b, slot, off, s_start, s_end, s_
                 s = slot[j_rank] if 0 <= j_rank < len(slot) else -1
                 if s < 0 or 1 + depth >= max_chain:
                     if m == len(parts):
-                        parts = np.concatenate((parts, np.empty_like(parts)))
+                        return True, parts[:0], count
                     parts[m, 0], parts[m, 1], parts[m, 2], parts[m, 3] = j_rank, j_row, j_lo, j_hi
                     m += 1
                 else:
                     lo_k, hi_k = off[s], off[s + 1]
-                    k = np.searchsorted(s_start[lo_k:hi_k], j_lo, side="right") - 1
+                    lo_x, hi_x = lo_k, hi_k  # (the last stretch starting at j_lo or before: a binary search by
+                    while lo_x < hi_x:       # hand, as walks.py's)
+                        mid = (lo_x + hi_x) >> 1
+                        if s_start[mid] <= j_lo:
+                            lo_x = mid + 1
+                        else:
+                            hi_x = mid
+                    k = lo_x - lo_k - 1
                     f_rank[depth], f_row[depth], f_end[depth] = j_rank, j_row, j_hi
                     f_k[depth], f_stop[depth], f_now[depth] = lo_k + max(k, 0), hi_k, j_lo
                     depth += 1
@@ -82,7 +100,7 @@ def follow_all(waiter, culprit, culprit_row, a, b, slot, off, s_start, s_end, s_
                 lo, hi = max(sa, f_now[top]), min(sb, f_end[top])
                 if lo > f_now[top]:
                     if m == len(parts):
-                        parts = np.concatenate((parts, np.empty_like(parts)))
+                        return True, parts[:0], count
                     parts[m, 0], parts[m, 1], parts[m, 2], parts[m, 3] = f_rank[top], f_row[top], f_now[top], lo
                     m += 1
                 f_now[top] = hi
@@ -92,9 +110,9 @@ def follow_all(waiter, culprit, culprit_row, a, b, slot, off, s_start, s_end, s_
             if not descended:  # its stretches are gone through: the rest of its part is its own
                 if f_now[top] < f_end[top]:
                     if m == len(parts):
-                        parts = np.concatenate((parts, np.empty_like(parts)))
+                        return True, parts[:0], count
                     parts[m, 0], parts[m, 1], parts[m, 2], parts[m, 3] = f_rank[top], f_row[top], f_now[top], f_end[top]
                     m += 1
                 depth -= 1
         count[rec] = m - m0
-    return parts[:m], count
+    return False, parts[:m], count
