@@ -200,6 +200,26 @@ def test_union_by_key_in_numpy_is_each_key_s_union(seed):
         assert before[i] == (max(earlier) if earlier else low)
 
 
+@pytest.mark.parametrize("seed", range(30))
+def test_order_by_packed_keys_is_lexsort_s_order(seed, monkeypatch):
+    """columns.order_by (the keys and the row packed into one int64 and one unstable sort; or the leading keys that
+    fit, and the rows alike in them put in order by the others) gives np.lexsort's order, ties in row order: keys
+    of every integer kind, narrow (many ties) and wide (no packing past the first key, or none)."""
+    import numpy as np
+
+    from disttrace.tracer.data import columns
+
+    monkeypatch.setattr(columns, "_PACK_FROM", 2)  # (packed from two rows, not only on large tables)
+    rng = np.random.default_rng(seed)
+    for _ in range(40):
+        n = int(rng.integers(0, 80))
+        kinds = [rng.integers(-3, 4, n), rng.integers(0, 3, n).astype(np.uint8), rng.random(n) < 0.5,
+                 rng.integers(-10**6, 10**6, n).astype(np.int32), rng.integers(-(1 << 60), 1 << 60, n),
+                 rng.integers(0, 3, n) << 61]
+        keys = [kinds[i] for i in rng.choice(len(kinds), int(rng.integers(1, 5)))]
+        assert columns.order_by(*keys).tolist() == np.lexsort(keys[::-1]).tolist()
+
+
 def quartiles_one_by_one(points: list[tuple[int, int]]) -> tuple[list[int], list[int]]:
     """theory._quartiles' rule, point by point: per power-of-two bucket of volume (buckets in order of their
     first point), its points sorted by time, stably, and the len // 4-th taken."""

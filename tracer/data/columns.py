@@ -503,16 +503,20 @@ def groups_of(keys):
         yield int(keys[part[0]]), part
 
 
+_PACK_FROM = 1 << 15  # rows from which order_by packs its keys (below, packing costs more than it saves)
+
+
 def order_by(*keys):
     """The order of rows by `keys` (numpy columns, the first most significant), equal rows in table order: what
     np.lexsort(keys[::-1]) gives, faster. Integer keys are packed into one int64: all of them and the row's index
     where they fit together, and then one sort of it (np.argsort's introsort: no two rows alike, so stable without
     being asked; 2-4x faster than np.lexsort at 1M rows); else the leading keys that fit, sorted so, and the rows
-    alike in them (seldom many) put in order by the others with np.lexsort."""
+    alike in them (seldom many) put in order by the others with np.lexsort. Few rows: np.lexsort."""
     import numpy as np
 
     n = len(keys[0])
-    if n < 2 or not all(k.dtype.kind in "ib" or (k.dtype.kind == "u" and k.dtype.itemsize < 8) for k in keys):
+    if n < _PACK_FROM or not all(k.dtype.kind in "ib" or (k.dtype.kind == "u" and k.dtype.itemsize < 8)
+                                 for k in keys):
         return np.lexsort(keys[::-1])
     bounds, total = [], 1
     for k in keys:
