@@ -90,11 +90,16 @@ def fit_models(collectives: CollectiveTable, p2p: P2PTable) -> dict[str, AlphaBe
 
 def flag_slow(collectives: CollectiveTable, models: dict[str, AlphaBeta]) -> None:
     """Fill the model_ns and slow columns."""
-    ops, model_c, slow_c = collectives.op.values, collectives.model_ns, collectives.slow
-    for k, (code, volume, d) in enumerate(zip(collectives.op.codes, collectives.volume_bytes,
-                                              collectives.duration_ns)):
-        m = models.get(ops[code])
+    import numpy as np
+
+    # (in numpy, an op kind at a time: a loop over every instance took 0.2 s at 1M events)
+    codes, volume, d = map(np.asarray, (collectives.op.codes, collectives.volume_bytes, collectives.duration_ns))
+    model_c, slow_c = np.frombuffer(collectives.model_ns, np.float64), np.frombuffer(collectives.slow, np.uint8)
+    for code, op in enumerate(collectives.op.values):
+        m = models.get(op)
         if m is None:
             continue
-        model_c[k] = model = m.alpha_ns + m.beta_ns_per_byte * volume
-        slow_c[k] = d != NULL and d > SLOW_FACTOR * model and d - model > SLOW_MIN_NS
+        k = np.flatnonzero(codes == code)
+        model = m.alpha_ns + m.beta_ns_per_byte * volume[k].astype(np.float64)
+        model_c[k] = model
+        slow_c[k] = (d[k] != NULL) & (d[k] > SLOW_FACTOR * model) & (d[k] - model > SLOW_MIN_NS)

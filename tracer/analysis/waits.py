@@ -120,16 +120,16 @@ def p2p_waits(t: EventTable, send: int, recv: int) -> tuple[int, int]:
 def event_waits(t: EventTable, collectives: CollectiveTable, p2p: P2PTable) -> array:
     """Event row -> its wait (ns, 0: none): a collective's per-rank wait, a message's Late Sender wait on its recv
     and Late Receiver wait on its send (what the viewer draws as the waiting part of each event)."""
+    import numpy as np
+
     wait_ns = filled("q", len(t))
-    for row, w in zip(collectives.rows, collectives.waits):
-        if w > 0:
-            wait_ns[row] = w
-    for send, w in zip(p2p.send, p2p.late_receiver_ns):
-        if w > 0 and send != NONE:
-            wait_ns[send] = w
-    for recv, w in zip(p2p.recv, p2p.late_sender_ns):
-        if w > 0 and recv != NONE:
-            wait_ns[recv] = w
+    out = np.frombuffer(wait_ns, np.int64)  # (in numpy: a loop over every collective row and message took 0.2 s
+    #                                          at 1M events; a row is in one instance or one side of one message)
+    for rows, waits, ok in ((collectives.rows, collectives.waits, None), (p2p.send, p2p.late_receiver_ns, True),
+                            (p2p.recv, p2p.late_sender_ns, True)):
+        rows, waits = np.asarray(rows), np.asarray(waits)
+        put = (waits > 0) & (rows != NONE) if ok else waits > 0
+        out[rows[put]] = waits[put]
     return wait_ns
 
 
