@@ -31,7 +31,7 @@ from .model import Analysis
 from .overlap import overlaps
 from .p2p import build_p2p
 from .pipeline import pipeline_stats
-from .problems import find_problems
+from .problems import find_problems, nonfinite_rows
 from .tables import CollectiveTable, P2PTable
 from .steps import build_steps, find_steps
 from .stragglers import fill_steps, stragglers_of, verdict, wait_records, wait_totals
@@ -88,6 +88,8 @@ def _span_and_notes(t: EventTable, traced: set[int]) -> tuple[tuple[int, int], l
 
 STAGES: tuple[Stage, ...] = (
     Stage(_ranks, ("table",), ("traced", "ranks")),
+    # the summaries that may count a NaN or an Inf, found beside the stages up to the problems (a compiled scan)
+    Stage(nonfinite_rows, ("table",), ("nonfinite",), beside=True),
     Stage(group_collectives, ("table",), ("buckets",), "matching", 0.0),
     Stage(build_collectives, ("table", "buckets", "traced", "progress"),
           ("collectives", "instance_of", "culprits", "suspects"), "collectives", 0.15),
@@ -107,7 +109,7 @@ STAGES: tuple[Stage, ...] = (
     Stage(stragglers_of, ("wait_records", "culprits", "ranks"), ("stragglers",)),
     Stage(fill_steps, ("wait_records", "steps", "step_of"), (), fills=("steps",)),  # each one's wait_ns, caused_ns
     Stage(verdict, ("table", "wait_records", "steps", "step_of"), ("straggler",), fills=("steps",)),  # late_rank
-    Stage(find_problems, ("table", "collectives", "p2p", "suspects"), ("problems",), "problems", 0.88),
+    Stage(find_problems, ("table", "collectives", "p2p", "suspects", "nonfinite"), ("problems",), "problems", 0.88),
     Stage(links_of, ("p2p",), ("links",)),
     Stage(_span_and_notes, ("table", "traced"), ("span_ns", "notes")),
     Stage(overlaps, ("table", "walker", "event_wait_ns"), ("event_overlap_ns", "overlap")),

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from ..data.columns import as_int64, order_by, repeat_each
 from ..data.events import NONE, EventTable, stacks_site
 from .matching import finished, finished_at, finished_column, last_event_of_rank
+from . import scans
 from .model import CollectiveInstance, P2PMatch, Problem
 from .units import fmt_bytes, fmt_ns, fmt_ranks
 
@@ -89,9 +90,10 @@ def _describe_values(name: str, vals: dict, fmt=str) -> str:
     return "; ".join(parts)
 
 
-def find_problems(t: EventTable, collectives: CollectiveTable, p2p: P2PTable, suspects: set[int]) -> list[Problem]:
-    """suspects: indices of the instances whose ranks' arguments differ (collectives.py). Damage the analysis finds
-    (lost records) is added to t.warnings."""
+def find_problems(t: EventTable, collectives: CollectiveTable, p2p: P2PTable, suspects: set[int], nonfinite: tuple
+                  ) -> list[Problem]:
+    """suspects: indices of the instances whose ranks' arguments differ (collectives.py); nonfinite: the rows
+    nonfinite_rows found. Damage the analysis finds (lost records) is added to t.warnings."""
     problems: list[Problem] = []
     incomplete: list[tuple[int, bool]] = []  # instances that never completed; True: a mismatch explains it
     cascade: dict[int, Problem] = {}  # group -> its first op mismatch; later ones only counted
@@ -138,7 +140,7 @@ def find_problems(t: EventTable, collectives: CollectiveTable, p2p: P2PTable, su
     if incomplete:
         problems += _stalls(t, collectives, incomplete, reach, dead, gave_up)
     problems += _errors(t, gave_up)
-    problems += _nonfinite(t)
+    problems += _nonfinite(t, nonfinite)
     problems += _p2p_problems(t, p2p, dead)
     problems += [_died(t, d, reach) for d in dead.values()]
     problems += _clock_violations(t, collectives, p2p)
@@ -396,9 +398,12 @@ def _errors(t: EventTable, gave_up: set[int]) -> list[Problem]:
     return out
 
 
-# Where a summary's JSON text may count a NaN or an Inf (every "nan" or "inf" key not followed by a plain 0): the
-# summaries read from the store are decoded only there (a superset of the rows that count one is harmless)
-_NONFINITE_TEXT = re.compile(rb'"(?:nan|inf)"\s*:\s*(?!0\s*[,}])')
+def nonfinite_rows(t: EventTable) -> tuple:
+    """The rows whose input and output summaries may count a NaN or an Inf (numpy arrays; scans.py finds them in
+    their JSON text, none decoded): the only ones _nonfinite decodes. A stage apart, beside the others: compiled,
+    the scan lets them run meanwhile."""
+    find = scans.nonfinite(len(t))
+    return t.in_.rows_with(find), t.out.rows_with(find)
 
 
 def _nonfinite_counts(summary) -> tuple[int, int]:
@@ -413,17 +418,17 @@ def _fmt_nonfinite(nan: int, inf: int) -> str:
     return " and ".join(f"{n} {what}" for n, what in ((nan, "NaN"), (inf, "Inf")) if n)
 
 
-def _nonfinite(t: EventTable) -> list[Problem]:
+def _nonfinite(t: EventTable, maybe: tuple) -> list[Problem]:
     """The first op whose input (or, from finite inputs, output) held NaN or Inf, and how far they spread. An
     input is seen when its op starts, an output when it ends: a peer's output that a NaN input poisoned comes
     after that input, whichever rank arrived first."""
     if not (t.in_.any() or t.out.any()):
         return []
     seen = []  # (when, row, "in" or "out", (NaN, Inf))
-    for i, a in t.in_.items(_NONFINITE_TEXT):
+    for i, a in t.in_.items(rows=maybe[0]):
         if any(n := _nonfinite_counts(a)):
             seen.append((t.start_ns[i], i, "in", n))
-    for i, b in t.out.items(_NONFINITE_TEXT):
+    for i, b in t.out.items(rows=maybe[1]):
         if any(n := _nonfinite_counts(b)):
             end = finished_at(t, i)
             seen.append((end if end != NONE else t.start_ns[i], i, "out", n))

@@ -179,11 +179,20 @@ class SparseColumn:
         """Whether any row has a value."""
         return bool(self._values)
 
-    def items(self, maybe: re.Pattern | None = None) -> Iterator[tuple[int, Any]]:
-        """(row, value) of the rows that have a value, in row order. `maybe`: a regular expression over a value's
-        JSON text that finds every value the caller looks for (and may find others: the caller checks each value
-        it gets); a column read from the store decodes only the rows where it finds something."""
-        return iter(self._values.items())  # (kept in row order: rows are added in order, `take` keeps it)
+    def items(self, maybe=None, rows=None) -> Iterator[tuple[int, Any]]:
+        """(row, value) of the rows that have a value, in row order; of `rows` only, where given (rows_with's).
+        `maybe`: a regular expression over a value's JSON text, or a scan of it (JsonColumn.rows_with), that finds
+        every value the caller looks for (and may find others: the caller checks each value it gets); a column
+        read from the store decodes only the rows where it finds something."""
+        if rows is None:
+            return iter(self._values.items())  # (kept in row order: rows are added in order, `take` keeps it)
+        return ((i, self._values[i]) for i in rows.tolist() if i in self._values)
+
+    def rows_with(self, maybe=None):
+        """The rows that have a value (a numpy array, ascending); all of them, whatever `maybe` (items)."""
+        import numpy as np
+
+        return np.fromiter(self._values, np.int64, len(self._values))
 
 
 class JsonColumn(SparseColumn):
@@ -286,23 +295,36 @@ class JsonColumn(SparseColumn):
             return None
         return self._offsets, memoryview(self._data)[self._offsets[0]:self._offsets[self._n]]
 
-    def items(self, maybe: re.Pattern | None = None) -> Iterator[tuple[int, Any]]:
+    def items(self, maybe=None, rows=None) -> Iterator[tuple[int, Any]]:
+        """(row, value) of the rows that have a value, in row order; of those `rows_with(maybe)` finds, or of
+        `rows` (rows_with's, found earlier)."""
+        off, data, loads = self._offsets, self._data, orjson.loads
+        for i in (self.rows_with(maybe) if rows is None else rows).tolist():
+            yield i, self._values[i] if i in self._values else loads(data[off[i]:off[i + 1]])
+
+    def rows_with(self, maybe=None):
+        """The rows (a numpy array, ascending) that have a value; with `maybe`, those whose JSON text holds a match
+        of it, found in the whole text without decoding a row: a regular expression (its matches), or a scan
+        (a function of the text as a numpy uint8 array -> where its matches are). A value kept apart is always
+        one of them."""
         import numpy as np
 
-        off, data, loads = self._offsets, self._data, orjson.loads
-        starts = np.frombuffer(off, np.int64)[:self._n + 1]
+        starts = np.frombuffer(self._offsets, np.int64)[:self._n + 1]
         if maybe is None:
             rows = np.flatnonzero(starts[1:] > starts[:-1])
+        elif callable(maybe):  # (a scan: compiled, it may run without the GIL)
+            lo, hi = int(starts[0]), int(starts[-1])
+            at = maybe(np.frombuffer(self._data, np.uint8)[lo:hi]) + lo
+            rows = np.unique(np.searchsorted(starts, at, side="right") - 1)
         else:  # the rows holding a match: one regex pass over the whole text, no row decoded for it, a few MB at a
             # time (a match is inside a row; one pass over 1M events' summaries held the GIL ~300 ms, a frozen UI)
             cuts = starts[::_SCAN_ROWS].tolist() + [int(starts[-1])]
-            at = np.fromiter((m.start() for lo, hi in zip(cuts, cuts[1:]) for m in maybe.finditer(data, lo, hi)),
+            at = np.fromiter((m.start() for lo, hi in zip(cuts, cuts[1:]) for m in maybe.finditer(self._data, lo, hi)),
                              np.int64)
             rows = np.unique(np.searchsorted(starts, at, side="right") - 1)
         if self._values:
             rows = np.union1d(rows, np.fromiter(self._values, np.int64))
-        for i in rows.tolist():
-            yield i, self._values[i] if i in self._values else loads(data[off[i]:off[i + 1]])
+        return rows
 
 
 _SCAN_ROWS = 1 << 12  # rows of JSON text a regex scans between two chances for other threads to run (~1 ms)
