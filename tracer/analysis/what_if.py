@@ -170,23 +170,20 @@ class _Replay:
         events, ranks, free0, rows, before, measured, prev = self.timeline(k)
         if before is None:
             return 0, 0
-        time, is_end, slot, h = events
-        hrow = self.w.columns[2]
+        _, is_end, slot, h = events
+        op = self.w.columns[2][h]  # each event's op row
         gaps = measured
         if gap is not None:  # the change's gap where it may change one (its own rule, as Python, for those)
-            changed = np.flatnonzero((is_end == 0) & (measured > 0) & gap.may(ranks[slot], hrow[h]))
+            changed = np.flatnonzero((is_end == 0) & (measured > 0) & gap.may(ranks[slot], op))
             if len(changed):
                 gaps = measured.copy()
-                for e, r, before_row, row, g in zip(*(to_list(c[changed]) for c in (np.arange(len(time)), ranks[slot],
-                                                                                        prev, hrow[h], measured))):
-                    gaps[e] = gap.fn(r, before_row, row, g)
-        cut = np.zeros(len(time), np.int64)
-        rows_cut = np.zeros(len(rows), np.int64)
-        if saved is not None:
+                gaps[changed] = [gap.fn(*x) for x in zip(*(to_list(c[changed]) for c in (ranks[slot], prev, op,
+                                                                                          measured)))]
+        cut, rows_cut = np.zeros(len(op), np.int64), np.zeros(len(rows), np.int64)
+        if saved is not None:  # what it takes off each op that ends in the step, once an op
             ends = np.flatnonzero(is_end)
-            of = {i: saved(i, self.own(i)) for i in set(to_list(hrow[h[ends]])) | set(to_list(rows))
-                  if self.fin[i] != NONE}
-            cut[ends] = [of.get(i, 0) for i in to_list(hrow[h[ends]])]
+            of = {i: saved(i, self.own(i)) for i in set(to_list(op[ends])) | set(to_list(rows)) if self.fin[i] != NONE}
+            cut[ends] = [of.get(i, 0) for i in to_list(op[ends])]
             rows_cut[:] = [of.get(i, 0) for i in to_list(rows)]
         after = replays.replay(len(self.t), *events, gaps, cut, rows, rows_cut, free0, self.start[k], *self.graph)
         return before, int(after)
