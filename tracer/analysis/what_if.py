@@ -115,20 +115,6 @@ class _Replay:
                       i32(p2p_of), i32(p2p.send), i32(p2p.recv)))
         self._timelines: dict[int, tuple] = {}  # timeline, by step
 
-    def volume(self, i: int) -> int:
-        k = self.instance_of[i]
-        if k >= 0:
-            return self.colls.volume_bytes[k]
-        m = self.p2p_of[i]
-        return self.p2p.bytes[m] if m >= 0 else 0
-
-    def model_of(self, i: int) -> AlphaBeta | None:
-        return self.models.get(self.t.op[i] if self.instance_of[i] >= 0 else "send")
-
-    def own(self, i: int) -> int:
-        """Op i's own time in the op less its wait (it ended)."""
-        return self.fin[i] - self.t.start_ns[i] - self.wait[i]
-
     def timeline(self, k: int) -> tuple:
         """Step k as the replay meets it, the same under every change: its events (replays.py: time, is_end, slot,
         h), each slot's rank and its host's state at the step's start (free from, the row before), the rows of its
@@ -180,11 +166,10 @@ class _Replay:
                 gaps[changed] = [gap.fn(*x) for x in zip(*(to_list(c[changed]) for c in (ranks[slot], prev, op,
                                                                                           measured)))]
         cut, rows_cut = np.zeros(len(op), np.int64), np.zeros(len(rows), np.int64)
-        if saved is not None:  # what it takes off each op that ends in the step, once an op
+        if saved is not None:  # what it takes off each op that ends in the step
             ends = np.flatnonzero(is_end)
-            of = {i: saved(i, self.own(i)) for i in set(to_list(op[ends])) | set(to_list(rows)) if self.fin[i] != NONE}
-            cut[ends] = [of.get(i, 0) for i in to_list(op[ends])]
-            rows_cut[:] = [of.get(i, 0) for i in to_list(rows)]
+            cut[ends] = saved(op[ends])
+            rows_cut = saved(rows)
         after = replays.replay(len(self.t), *events, gaps, cut, rows, rows_cut, free0, self.start[k], *self.graph)
         return before, int(after)
 
@@ -249,17 +234,35 @@ def _span_faster(replay: _Replay, span: str, percent: float) -> Gap:
 
 
 def _more_bandwidth(replay: _Replay, factor: float, op: str) -> Callable:
-    """The saved-time function: an op's β·volume·(1 − 1/factor), leaving at least its latency α."""
-    t = replay.t
+    """The saved-time function, of ops' rows (a numpy column) -> the time each saves: its β·volume·(1 − 1/factor),
+    leaving at least its latency α; 0 without a model, or for an op not of kind `op` (when given). In numpy, a
+    model at a time (a collective's of its op kind, "send" for the others'), as Python's floats would do it."""
+    t, i64 = replay.t, (lambda c: np.frombuffer(c, np.int64))
+    fin, start, wait = i64(replay.fin), i64(t.start_ns), i64(replay.wait)
+    codes = np.asarray(t.op.codes)
+    instance_of, p2p_of = np.frombuffer(replay.instance_of, np.int32), np.frombuffer(replay.p2p_of, np.int32)
+    volume = np.concatenate((np.asarray(replay.colls.volume_bytes, np.int64), [0]))  # (index -1: none)
+    nbytes = np.concatenate((np.asarray(replay.p2p.bytes, np.int64), [0]))
+    keep = 1 - 1 / factor
 
-    def saved(i: int, own: int) -> int:
-        if op and t.op[i] != op:
-            return 0
-        m = replay.model_of(i)
-        if m is None or m.beta_ns_per_byte <= 0 or own <= 0:
-            return 0
-        s = m.beta_ns_per_byte * replay.volume(i) * (1 - 1 / factor)
-        return int(max(0.0, min(s, own - m.alpha_ns)))
+    def saved(rows) -> "np.ndarray":
+        out = np.zeros(len(rows), np.int64)
+        k, m, code = instance_of[rows], p2p_of[rows], codes[rows]
+        own = fin[rows] - start[rows] - wait[rows]
+        vol = np.where(k >= 0, volume[k], nbytes[m])
+        for c in np.unique(code).tolist():
+            name = t.op.values[c]
+            if op and name != op:
+                continue
+            for model, which in ((replay.models.get(name), k >= 0), (replay.models.get("send"), k < 0)):
+                if model is None:
+                    continue
+                sel = np.flatnonzero((code == c) & which & (model.beta_ns_per_byte > 0) & (own > 0))
+                s = model.beta_ns_per_byte * vol[sel].astype(np.float64) * keep
+                x = own[sel] - model.alpha_ns
+                x = np.where(x < s, x, s)  # (min(s, x) and max(0.0, x), NaN and all)
+                out[sel] = np.where(x > 0.0, x, 0.0).astype(np.int64)
+        return out
 
     return saved
 
