@@ -107,17 +107,15 @@ class _Walker:
         self.hosts = {int(r): _Host(*(c[self.off[h]:self.off[h + 1]] for c in self.columns))
                       for h, r in enumerate(ranks.tolist())}
         self._sites: dict[str, str] = {}
+        self._spans: dict[tuple[int, int], str] = {}
         self.floor = int(np.frombuffer(t.start_ns, np.int64).min()) if len(t) else 0  # (no walk goes before it)
         self.culprit_row = collectives.culprit_rows(culprits)
 
     def label(self, i: int) -> str:
+        """Row i's op as a path part names it: "all_reduce world #12"."""
         t = self.t
         seq = t.group_seq[i]
         return f"{t.op[i]} {t.groups[t.gid[i]].name}" + (f" #{seq}" if seq != NONE else "")
-
-    def site(self, i: int | None) -> str:
-        """Row i's site as "file.py:line" (the path's spans are named by them)."""
-        return "start" if i is None else self.site_of(self.t.site[i])
 
     def site_of(self, full: str) -> str:
         """A site as "file.py:line", made once per distinct site."""
@@ -145,8 +143,16 @@ class _Walker:
         return out
 
     def span(self, prev: int, nxt: int) -> str:
-        """A compute span's name: the sites of the ops around it, "train.py:40 → train.py:52"."""
-        return SPAN_ARROW.join((self.site(prev if prev >= 0 else None), self.site(nxt)))
+        """A compute span's name: the sites of the ops around it (prev -1: none, "start"), "train.py:40 →
+        train.py:52"; made once per pair of sites."""
+        codes = self.t.site.codes
+        key = (codes[prev] if prev >= 0 else -1, codes[nxt])
+        name = self._spans.get(key)
+        if name is None:
+            values = self.t.site.values
+            name = self._spans[key] = SPAN_ARROW.join(
+                (self.site_of(values[key[0]]) if prev >= 0 else "start", self.site_of(values[key[1]])))
+        return name
 
     def part(self, raw: tuple) -> PathPart:
         r, kind, lo, ns, x, y = raw
