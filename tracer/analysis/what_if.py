@@ -110,9 +110,10 @@ class _Replay:
         # what replays.replayed reads, as the columns are (no copy)
         i32, i64 = (lambda c: np.frombuffer(c, np.int32)), (lambda c: np.frombuffer(c, np.int64))
         a, _, hrow, hkind, _ = walker.columns
-        self.graph = replays.read_as(len(t), (a, hrow, hkind, i64(walker.fin), i64(t.start_ns), i64(event_wait_ns), i32(instance_of),
-                      np.asarray(collectives.offset, np.int64), np.asarray(collectives.rows, np.int32),
-                      i32(p2p_of), i32(p2p.send), i32(p2p.recv)))
+        self.graph = replays.read_as(len(t), (
+            a, hrow, hkind, i64(walker.fin), i64(t.start_ns), i64(event_wait_ns), i32(instance_of),
+            np.asarray(collectives.offset, np.int64), np.asarray(collectives.rows, np.int32), i32(p2p_of),
+            i32(p2p.send), i32(p2p.recv)))
         self._timelines: dict[int, tuple] = {}  # timeline, by step
 
     def timeline(self, k: int) -> tuple:
@@ -146,7 +147,7 @@ class _Replay:
         rows = hrow[op_h[hkind[op_h] != WAIT]]
         fins = np.frombuffer(fin, np.int64)[rows]
         ended = fins[fins != NONE]
-        gap, before = replays.measure(len(self.t), *events, hrow, hkind, free0, prev0)
+        gap, before = replays.measure(len(self.t), *events, *self.graph[1:3], free0, prev0)  # (hrow, hkind)
         out = self._timelines[k] = (events, np.array(ranks, np.int64), free0, rows,
                                     int(ended.max()) - t0 if len(ended) else None, gap, before)
         return out
