@@ -8,7 +8,6 @@ absent from most events: `SparseColumn` keeps only the rows that have one.
 
 from __future__ import annotations
 
-import re
 from array import array
 from itertools import accumulate, chain, compress, repeat
 from operator import is_
