@@ -50,11 +50,12 @@ def match_p2p(t: EventTable) -> list[tuple[int, int, int, int, int | None, int |
 
 
 def last_event_of_rank(t: EventTable) -> dict[int, int]:
-    """rank -> row of its last event (the wavefront of a hang)."""
-    last: dict[int, int] = {}
-    for i, r in enumerate(t.rank):
-        last[r] = i
-    return last
+    """rank -> row of its last event (the wavefront of a hang); in numpy."""
+    import numpy as np
+
+    ranks = np.frombuffer(t.rank, np.int32)[::-1]
+    present, first = np.unique(ranks, return_index=True)  # (first from the end: the last)
+    return dict(zip(present.tolist(), (len(ranks) - 1 - first).tolist()))
 
 
 def finished_at(t: EventTable, i: int) -> int:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from ..data.columns import as_int64, order_by, repeat_each
 from ..data.events import NONE, EventTable, stacks_site
-from .matching import finished, finished_at, finished_column, last_event_of_rank
+from .matching import finished_at, finished_column, last_event_of_rank
 from . import scans
 from .model import CollectiveInstance, P2PMatch, Problem
 from .units import fmt_bytes, fmt_ns, fmt_ranks
@@ -154,21 +154,34 @@ class _Reach:
     rank its last event and the time of its last sign of life (an op's start or end, a stacks record)."""
 
     def __init__(self, t: EventTable):
-        entered: dict[tuple[int, int], int] = {}
-        done: dict[tuple[int, int], int] = {}
-        alive: dict[int, int] = {}
-        for r, g, s, start, end in zip(t.rank, t.gid, t.group_seq, t.start_ns, finished(t)):
-            if max(start, end) > alive.get(r, -1):
-                alive[r] = max(start, end)
-            if s >= 0:
-                if s > entered.get((r, g), -1):
-                    entered[(r, g)] = s
-                if end != NONE and s > done.get((r, g), -1):
-                    done[(r, g)] = s
+        import numpy as np
+
+        # (in numpy: a loop over every row took ~1 s at 1M events, and a hung job's trace is what this is for)
+        rank, gid = (np.frombuffer(c, np.int32).astype(np.int64) for c in (t.rank, t.gid))
+        seq, start = np.frombuffer(t.group_seq, np.int64), np.frombuffer(t.start_ns, np.int64)
+        end = finished_column(t)
+        self.entered = _highest(seq, seq >= 0, rank, gid)
+        self.done = _highest(seq, (seq >= 0) & (end != NONE), rank, gid)
+        live = np.maximum(start, end)
+        alive = {r: v for (r,), v in _highest(live, live > -1, rank).items()}
         for r, recs in t.stacks.items():
             alive[r] = max([alive.get(r, -1)] + [rec["t"] for rec in recs])
-        self.entered, self.done, self.alive = entered, done, alive
+        self.alive = alive
         self.last = last_event_of_rank(t)
+
+
+def _highest(values, keep, *keys) -> dict[tuple, int]:
+    """The largest of `values` over the rows `keep` of each distinct tuple of `keys` (numpy columns)."""
+    import numpy as np
+
+    rows = np.flatnonzero(keep)
+    if not len(rows):
+        return {}
+    rows = rows[order_by(*(k[rows] for k in keys))]
+    ks = [k[rows] for k in keys]
+    first = np.flatnonzero(np.concatenate(([True], np.any([k[1:] != k[:-1] for k in ks], axis=0))))
+    top = np.maximum.reduceat(values[rows], first)
+    return dict(zip(zip(*(k[first].tolist() for k in ks)), top.tolist()))
 
 
 class _Death:
