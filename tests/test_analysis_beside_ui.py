@@ -10,7 +10,6 @@ import os
 import subprocess
 import sys
 from array import array
-from itertools import chain
 
 import numpy as np
 import pytest
@@ -25,10 +24,6 @@ def test_a_column_cut_into_slices_is_the_column(monkeypatch):
     for n in (0, 1, 63, 64, 65, 640, 1000):
         a = rng.integers(-5, 10**12, n)
         assert columns.to_list(a) == a.tolist()
-        lists = [rng.integers(0, 99, rng.integers(0, 5)).tolist() for _ in range(n)]
-        total = sum(map(len, lists))
-        got = columns.concat_lists(lists, total)
-        assert got.dtype == np.int64 and got.tolist() == list(chain.from_iterable(lists))
         for most in (4, 200):  # (rows out of a value: fewer than a slice's, and more)
             counts = rng.integers(0, most, n)
             assert columns.repeat_each(a, counts).tolist() == np.repeat(a, counts).tolist()

@@ -10,10 +10,10 @@ from array import array
 from collections import Counter
 from math import nan
 
-from ..data.columns import as_int64, concat_lists, filled, order_by, repeat_each
+from ..data.columns import as_int64, filled, order_by, repeat_each
 from ..data.events import NONE, EventTable
 from .bandwidth import busbw_factor, size_s
-from .matching import finished, finished_column
+from .matching import Instances, finished, finished_column
 from .model import NULL, WAIT_BARRIER, WAIT_NXN
 from .tables import CollectiveTable
 from .waits import WAIT_KIND, collective_waits
@@ -24,7 +24,7 @@ _OK = {"ok"}
 _ROOT_INPUT_IS_S = frozenset({"broadcast", "scatter"})  # the root's input is the payload; others may put in 0
 
 
-def build_collectives(t: EventTable, buckets: list[list[int]], traced: set[int], progress=None
+def build_collectives(t: EventTable, buckets: Instances, traced: set[int], progress=None
                       ) -> tuple[CollectiveTable, array, list[int | None], set[int]]:
     """Instances, event row -> instance index (or -1), per instance the rank that caused its waits, and the
     instances whose ranks disagree on some argument (candidates for a mismatch).
@@ -44,10 +44,8 @@ def build_collectives(t: EventTable, buckets: list[list[int]], traced: set[int],
         return expected
 
     n_inst = len(buckets)
-    sizes = np.fromiter(map(len, buckets), np.int64, n_inst)
-    rows = concat_lists(buckets, int(sizes.sum()))
-    first = np.zeros(n_inst, np.int64)
-    first[1:] = np.cumsum(sizes)[:-1]
+    sizes = np.diff(buckets.offsets)
+    rows, first = buckets.rows, buckets.offsets[:-1]
     inst = repeat_each(np.arange(n_inst), sizes)  # each row's instance
     instance_of = filled("i", len(t), -1)  # 4 bytes a row, not a pointer and an int object
     np.frombuffer(instance_of, np.int32)[rows] = inst
@@ -62,7 +60,8 @@ def build_collectives(t: EventTable, buckets: list[list[int]], traced: set[int],
     for n, k in enumerate(slow):
         if progress is not None and n % step == 0:
             progress(n / len(slow), "collectives")
-        done[k] = _instance(t, buckets[k], expected_of(t.gid[buckets[k][0]]))
+        rows_k = buckets[k]
+        done[k] = _instance(t, rows_k, expected_of(t.gid[rows_k[0]]))
         culprits[k] = done[k]["culprit"]
         if done[k]["suspect"]:
             suspects.add(k)

@@ -6,11 +6,37 @@ from __future__ import annotations
 from array import array
 from contextlib import contextmanager
 
-from ..data.columns import as_int64, copy_of, release, to_list
+from ..data.columns import as_int64, copy_of
 from ..data.events import COLLECTIVE_OPS, NONE, EventTable
 
 
-def group_collectives(t: EventTable) -> list[list[int]]:
+class Instances:
+    """Each collective instance's rows in table order, instances ordered by (group, group_seq): instance k's are
+    rows[offsets[k]:offsets[k + 1]] (numpy int64 columns: a list per instance was ~180k lists at 1M events, built
+    and then flattened again). Indexing or iterating gives an instance's rows as a list."""
+
+    __slots__ = ("rows", "offsets")
+
+    def __init__(self, rows, offsets) -> None:
+        self.rows, self.offsets = rows, offsets
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, k):
+        if isinstance(k, slice):
+            return [self[i] for i in range(*k.indices(len(self)))]
+        if k < 0:
+            k += len(self)
+        if not 0 <= k < len(self):
+            raise IndexError("instance index out of range")
+        return self.rows[self.offsets[k]:self.offsets[k + 1]].tolist()
+
+    def __iter__(self):
+        return map(self.__getitem__, range(len(self)))
+
+
+def group_collectives(t: EventTable) -> Instances:
     """Rows of each collective instance, instances ordered by (group, group_seq), rows in table order; in numpy."""
     import numpy as np
 
@@ -19,11 +45,9 @@ def group_collectives(t: EventTable) -> list[list[int]]:
     rows = np.flatnonzero(is_coll[as_int64(t.op.codes)] & (seq >= 0))
     key = (np.frombuffer(t.gid, np.int32)[rows].astype(np.int64) << 40) | seq[rows]
     order = np.argsort(key, kind="stable")  # (each instance's rows stay in table order)
-    bounds = [0, *(np.flatnonzero(np.diff(key[order])) + 1).tolist(), len(order)] if len(order) else [0]
-    rows = to_list(rows[order])
-    out = [rows[a:b] for a, b in zip(bounds, bounds[1:])]  # (list slices: an array per instance took 4x longer)
-    release(rows)
-    return out
+    cuts = np.flatnonzero(np.diff(key[order])) + 1
+    offsets = np.concatenate(([0], cuts, [len(order)])) if len(order) else np.zeros(1, np.int64)
+    return Instances(rows[order].astype(np.int64), offsets.astype(np.int64))
 
 
 def match_p2p(t: EventTable) -> list[tuple[int, int, int, int, int | None, int | None]]:

@@ -41,11 +41,11 @@ WARMUP_LONG = 3       # a leading step this many times the median one is warm-up
 _VOTES = 4096         # collectives (and messages) sampled to number the steps alike across ranks
 
 
-def find_steps(t: EventTable, instance_rows: list, p2p: P2PTable) -> tuple[array, str]:
+def find_steps(t: EventTable, instance_rows, p2p: P2PTable) -> tuple[array, str]:
     """(step index per event row, or -1; "marker", "detected" or "" when no step was found).
 
-    instance_rows: each collective instance's rows; with the matched messages, what ties the ranks' numbering
-    together."""
+    instance_rows: each collective instance's rows (matching.Instances); with the matched messages, what ties the
+    ranks' numbering together."""
     import numpy as np
 
     n = len(t)
@@ -177,7 +177,7 @@ def _step_starts(keys, loose_keys: list) -> list[int]:
     return starts if len(starts) >= MIN_REPEATS else []
 
 
-def _align(t: EventTable, step_of: array, instance_rows: list, p2p: P2PTable) -> None:
+def _align(t: EventTable, step_of: array, instance_rows, p2p: P2PTable) -> None:
     """Renumber each rank's steps so that one collective (or message) is in the same step on every rank: the
     shift that most of the rank's shared ops agree on, relative to the lowest rank (then to ranks aligned so far)."""
     votes: dict[tuple[int, int], Counter] = {}

@@ -9,7 +9,7 @@ absent from most events: `SparseColumn` keeps only the rows that have one.
 from __future__ import annotations
 
 from array import array
-from itertools import accumulate, chain, compress, repeat
+from itertools import accumulate, compress, repeat
 from operator import is_
 from typing import Any, Callable, Iterable, Iterator
 
@@ -498,20 +498,6 @@ def link_in(src, dst, pairs) -> "object":
         return np.zeros(len(src), bool)
     w = max(int(src.max()), int(dst.max()), max(max(p) for p in pairs)) + 1
     return np.isin(src.astype(np.int64) * w + dst, np.array(sorted(a * w + b for a, b in pairs), np.int64))
-
-
-def concat_lists(lists: list, total: int):
-    """The integers of `lists` (of ints), `total` in all, one after another as a numpy int64 column, a slice of
-    lists at a time (GIL_ROWS: by lists, of a few ints each)."""
-    import numpy as np
-
-    out = np.empty(total, np.int64)
-    at = 0
-    for k in range(0, len(lists), GIL_ROWS // 8):
-        part = np.fromiter(chain.from_iterable(lists[k:k + GIL_ROWS // 8]), np.int64)
-        out[at:at + len(part)] = part
-        at += len(part)
-    return out
 
 
 def groups_of(keys):
