@@ -202,7 +202,7 @@ def test_union_by_key_in_numpy_is_each_key_s_union(seed):
 
 @pytest.mark.parametrize("seed", range(30))
 def test_order_by_packed_keys_is_lexsort_s_order(seed, monkeypatch):
-    """columns.order_by (the keys and the row packed into one int64 and one unstable sort; or the leading keys that
+    """columns.stable_order is np.argsort's stable order; columns.order_by (the keys and the row packed into one int64 and one unstable sort; or the leading keys that
     fit, and the rows alike in them put in order by the others) gives np.lexsort's order, ties in row order: keys
     of every integer kind, narrow (many ties) and wide (no packing past the first key, or none)."""
     import numpy as np
@@ -218,6 +218,8 @@ def test_order_by_packed_keys_is_lexsort_s_order(seed, monkeypatch):
                  rng.integers(0, 3, n) << 61]
         keys = [kinds[i] for i in rng.choice(len(kinds), int(rng.integers(1, 5)))]
         assert columns.order_by(*keys).tolist() == np.lexsort(keys[::-1]).tolist()
+        for k in keys:  # (a radix sort where the values span under 2^16)
+            assert columns.stable_order(k).tolist() == np.argsort(k, kind="stable").tolist()
 
 
 def quartiles_one_by_one(points: list[tuple[int, int]]) -> tuple[list[int], list[int]]:

@@ -25,7 +25,8 @@ from collections import Counter, deque
 from statistics import median
 from typing import TYPE_CHECKING
 
-from ..data.columns import as_int64, filled, groups_of, order_by, packed_keys, repeat_each, running_count
+from ..data.columns import (as_int64, filled, groups_of, order_by, packed_keys, repeat_each, running_count,
+                            stable_order)
 from ..data.events import NONE, EventTable
 from .matching import finished_column
 from .model import Step
@@ -240,7 +241,7 @@ def build_steps(t: EventTable, step_of: array) -> list[Step]:
     if n_steps <= 0:
         return []
     rank = np.frombuffer(t.rank, np.int32)
-    order = np.argsort(rank, kind="stable")
+    order = stable_order(rank)
     r, k = rank[order], k_all[order]
     s = np.frombuffer(t.start_ns, np.int64)[order]
     e = finished_column(t)[order]

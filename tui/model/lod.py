@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from disttrace.tracer.data.columns import running_max_by
+from disttrace.tracer.data.columns import running_max_by, stable_order
 from disttrace.tracer.data.events import NONE, EventTable
 
 N_CATS = 4  # index 0: waiting; 1 collective, 2 barrier, 3 p2p (no event: compute)
@@ -73,9 +73,7 @@ class Lane:
         of, and what model/saved_lanes.py keeps beside the trace). In numpy, every rank at once: the columns are
         gathered in rank order, and each lane's are slices of them."""
         rank = np.frombuffer(table.rank, np.int32)
-        # table order is start order: kept per rank by a stable sort (a radix sort where ranks fit 16 bits: 4x quicker)
-        key = rank.astype(np.uint16) if len(rank) and rank.max() < 1 << 16 else rank
-        order = np.argsort(key, kind="stable")
+        order = stable_order(rank)  # (table order is start order: kept per rank)
         counts = np.bincount(rank) if len(rank) else np.zeros(0, np.int64)
         present = np.flatnonzero(counts)
         counts = counts[present]
