@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 
-from ..data.columns import as_int64, groups_of, order_by, packed_keys, unique_inverse
+from ..data.columns import as_int64, groups_of, order_by, unique_inverse
 from ..data.events import NONE, EventTable
 from .matching import finished
 from .model import CriticalPath, DelayCause, PathPart, Step
@@ -83,7 +83,7 @@ def _hosts(t: EventTable, fin):
                            np.full(int(sync.sum()), SYNC, np.uint8)))
     ranks, hid = unique_inverse(np.frombuffer(t.rank, np.int32))
     hid = hid.astype(np.int64).ravel()
-    order = order_by(*packed_keys([hid[row], a]), b, *packed_keys([row, kind]))  # (hid, a, b, row, kind)
+    order = order_by(hid[row], a, b, row, kind)
     a, b, row, kind = a[order], b[order], row[order], kind[order]
     off = np.searchsorted(hid[row], np.arange(len(ranks) + 1))
     maxb = np.empty_like(b)

@@ -183,18 +183,13 @@ def union_by(keys: list, a, b) -> tuple[list, "object"]:
 
 
 def _by_key_then_start(keys: list, a):
-    """The order of rows by keys (the first most significant), then by start a. Where one key and the starts fit in
-    one int64 together, one unstable sort of it (a third of np.lexsort's time on 1M waits): rows alike in both
-    may come in any order, since their union's length is the same."""
+    """The order of rows by keys (the first most significant), then by start a. Where the keys and the starts pack
+    into one int64, one unstable sort of it (a third of np.lexsort's time on 1M waits): rows alike in both may
+    come in any order, since their union's length is the same."""
     import numpy as np
 
-    if len(keys) == 1:
-        lo = int(a.min())
-        span = int(a.max()) - lo + 1
-        low_key = int(keys[0].min())
-        if (int(keys[0].max()) - low_key + 1) * span < 1 << 62:
-            return np.argsort((keys[0] - low_key) * span + (a - lo))
-    return order_by(*keys, a)
+    packed = packed_keys([*keys, a])
+    return np.argsort(packed[0]) if len(packed) == 1 else order_by(*keys, a)
 
 
 def reach_before(b, new):

@@ -537,21 +537,10 @@ def order_by(*keys):
     if n < _PACK_FROM or not all(k.dtype.kind in "ib" or (k.dtype.kind == "u" and k.dtype.itemsize < 8)
                                  for k in keys):
         return np.lexsort(keys[::-1])
-    bounds, total = [], 1
-    for k in keys:
-        lo = int(k.min())
-        span = int(k.max()) - lo + 1
-        if total * span >= 1 << 62:
-            break
-        bounds.append((lo, span))
-        total *= span
-    if not bounds:
+    packed, m, total = _pack(keys)
+    if not m:
         return np.lexsort(keys[::-1])
-    packed = np.zeros(n, np.int64)
-    for k, (lo, span) in zip(keys, bounds):
-        packed *= span
-        packed += k.astype(np.int64) - lo
-    if len(bounds) == len(keys) and total * n < 1 << 62:
+    if m == len(keys) and total * n < 1 << 62:
         packed *= n
         packed += np.arange(n, dtype=np.int64)
         return np.argsort(packed)
@@ -565,29 +554,40 @@ def order_by(*keys):
         at = np.flatnonzero(tied)  # places in the sorted order; a run of alike rows is a run of places
         run = np.cumsum(~np.concatenate(([False], alike))[at])
         rows = order[at]
-        order[at] = rows[np.lexsort((rows, *(k[rows] for k in reversed(keys[len(bounds):])), run))]
+        order[at] = rows[np.lexsort((rows, *(k[rows] for k in reversed(keys[m:])), run))]
     return order
+
+
+def _pack(keys):
+    """The longest leading run of integer `keys` (numpy columns, not empty) whose ranges' product fits in int64,
+    packed into one int64 column that sorts as they do together, the first most significant: (that column, how
+    many keys it holds, their ranges' product); (None, 0, 1) where not even the first fits."""
+    import numpy as np
+
+    bounds, total = [], 1
+    for k in keys:
+        lo = int(k.min())
+        span = int(k.max()) - lo + 1
+        if total * span >= 1 << 62:
+            break
+        bounds.append((lo, span))
+        total *= span
+    if not bounds:
+        return None, 0, 1
+    packed = keys[0].astype(np.int64) - bounds[0][0]
+    for k, (lo, span) in zip(keys[1:], bounds[1:]):
+        packed *= span
+        packed += k.astype(np.int64) - lo
+    return packed, len(bounds), total
 
 
 def packed_keys(keys: list) -> list:
     """Integer key columns (numpy) as one column that sorts as they do together, the first most significant, where
     their ranges' product fits in int64 (else as they are): np.lexsort's time grows with its number of keys."""
-    import numpy as np
-
     if len(keys) < 2 or not len(keys[0]):
         return keys
-    lows = [int(k.min()) for k in keys]
-    spans = [int(k.max()) - lo + 1 for k, lo in zip(keys, lows)]
-    total = 1
-    for span in spans:
-        total *= span
-    if total >= 1 << 62:
-        return keys
-    out = keys[0].astype(np.int64) - lows[0]
-    for k, lo, span in zip(keys[1:], lows[1:], spans[1:]):
-        out *= span
-        out += k.astype(np.int64) - lo
-    return [out]
+    packed, m, _ = _pack(keys)
+    return [packed] if m == len(keys) else keys
 
 
 def running_max_by(values, starts):
