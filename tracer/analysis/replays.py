@@ -15,8 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import jit
-
-SYNC, ISSUE, WAIT = 0, 1, 2  # a host interval's kind (critical_path.py's)
+from .critical_path import ISSUE, SYNC, WAIT  # (a host interval's kind)
 _NO_END = -(1 << 62)  # an op's replayed end where it never ended (what_if.py's None)
 
 

@@ -170,7 +170,7 @@ def union_by(keys: list, a, b) -> tuple[list, "object"]:
     n = len(a)
     if n == 0:
         return [k[:0] for k in keys], np.zeros(0, dtype=np.int64)
-    order = _by_key_then_start(packed_keys(keys), a)
+    order = _by_key_then_start(keys, a)
     a, b, keys = a[order], b[order], [k[order] for k in keys]
     new = np.zeros(n, dtype=bool)
     new[0] = True
