@@ -91,8 +91,8 @@ class _Replay:
 
     def __init__(self, t: EventTable, walker, collectives: CollectiveTable, instance_of, p2p: P2PTable, p2p_of,
                  event_wait_ns, models: dict[str, AlphaBeta], steps: list[Step], step_of, windows: set[int]) -> None:
-        self.t, self.w, self.wait, self.fin = t, walker, event_wait_ns, walker.fin
-        self.colls, self.instance_of, self.p2p, self.p2p_of = collectives, instance_of, p2p, p2p_of
+        self.t, self.w = t, walker
+        self.colls, self.instance_of, self.p2p = collectives, instance_of, p2p
         self.models = models
         # step index -> rank -> its host intervals in the step (indexes into walker.hosts[rank]), in time order;
         # found in numpy (a loop over every interval took ~0.4 s at 1M events)
@@ -109,11 +109,13 @@ class _Replay:
         self.base = dict(zip(walker.hosts, walker.off.tolist()))  # rank -> its host's first interval's index
         # what replays.replayed reads, as the columns are (no copy)
         i32, i64 = (lambda c: np.frombuffer(c, np.int32)), (lambda c: np.frombuffer(c, np.int64))
+        # each op row's end, start, wait, instance and message as numpy columns (the bandwidth change reads them)
+        self.ops = (i64(walker.fin), i64(t.start_ns), i64(event_wait_ns), i32(instance_of), i32(p2p_of))
+        fin, start, wait, inst, msg = self.ops
         a, _, hrow, hkind, _ = walker.columns
         self.graph = replays.read_as(len(t), (
-            a, hrow, hkind, i64(walker.fin), i64(t.start_ns), i64(event_wait_ns), i32(instance_of),
-            np.asarray(collectives.offset, np.int64), np.asarray(collectives.rows, np.int32), i32(p2p_of),
-            i32(p2p.send), i32(p2p.recv)))
+            a, hrow, hkind, fin, start, wait, inst, np.asarray(collectives.offset, np.int64),
+            np.asarray(collectives.rows, np.int32), msg, i32(p2p.send), i32(p2p.recv)))
         self._timelines: dict[int, tuple] = {}  # timeline, by step
 
     def timeline(self, k: int) -> tuple:
@@ -123,7 +125,7 @@ class _Replay:
         (replays.measured)."""
         if k in self._timelines:
             return self._timelines[k]
-        fin, t0 = self.fin, self.start[k]
+        t0 = self.start[k]
         a, b, hrow, hkind, maxb = self.w.columns
         ranks, free0, prev0, starts, blocks = [], [], [], [], []
         for r, idxs in self.items[k].items():
@@ -145,7 +147,7 @@ class _Replay:
         free0, prev0 = np.array(free0, np.int64), np.array(prev0, np.int64)
         op_h = np.concatenate(starts)
         rows = hrow[op_h[hkind[op_h] != WAIT]]
-        fins = np.frombuffer(fin, np.int64)[rows]
+        fins = self.ops[0][rows]
         ended = fins[fins != NONE]
         gap, before = replays.measure(len(self.t), *events, *self.graph[1:3], free0, prev0)  # (hrow, hkind)
         out = self._timelines[k] = (events, np.array(ranks, np.int64), free0, rows,
@@ -238,10 +240,9 @@ def _more_bandwidth(replay: _Replay, factor: float, op: str) -> Callable:
     """The saved-time function, of ops' rows (a numpy column) -> the time each saves: its β·volume·(1 − 1/factor),
     leaving at least its latency α; 0 without a model, or for an op not of kind `op` (when given). In numpy, a
     model at a time (a collective's of its op kind, "send" for the others'), as Python's floats would do it."""
-    t, i64 = replay.t, (lambda c: np.frombuffer(c, np.int64))
-    fin, start, wait = i64(replay.fin), i64(t.start_ns), i64(replay.wait)
+    t = replay.t
+    fin, start, wait, instance_of, p2p_of = replay.ops
     codes = np.asarray(t.op.codes)
-    instance_of, p2p_of = np.frombuffer(replay.instance_of, np.int32), np.frombuffer(replay.p2p_of, np.int32)
     volume = np.concatenate((np.asarray(replay.colls.volume_bytes, np.int64), [0]))  # (index -1: none)
     nbytes = np.concatenate((np.asarray(replay.p2p.bytes, np.int64), [0]))
     keep = 1 - 1 / factor
