@@ -466,7 +466,7 @@ def test_a_stored_summary_column_finds_the_non_finite_rows_without_decoding_the_
 
     monkeypatch.setenv("DISTTRACE_JIT", "1")
     monkeypatch.setattr(scans, "FIRST_ROOM", 1)  # (room for one place at first: grown past it)
-    finders = [scans.NONFINITE_TEXT, lambda text: scans.nonfinite_at(text, len(text))[1]]
+    finders = [scans.NONFINITE_TEXT, lambda text: scans.nonfinite_at(text, [len(text)])[1]]
     if importlib.util.find_spec("numba"):
         finders.append(scans.nonfinite(1))  # (compiled)
 

@@ -16,14 +16,8 @@ MAX_CHAIN = 16  # ranks followed back along one chain of waits
 
 
 def follow(n_events: int, *args):
-    """follow_all(*args), compiled for large traces, given room enough for its parts: its arrays never grow
-    (walks.py says why), so where they would overflow it stops, and runs again with twice the room."""
-    room = _first_room(len(args[0]))
-    while True:
-        full, parts, count = jit.run(follow_all, n_events, *args, room)
-        if not full:
-            return parts, count
-        room *= 2
+    """follow_all(*args), compiled for large traces, given room enough for its parts (jit.run_in_room)."""
+    return jit.run_in_room(follow_all, n_events, [_first_room(len(args[0]))], *args)
 
 
 def _first_room(n: int) -> int:
@@ -40,10 +34,10 @@ def follow_all(waiter, culprit, culprit_row, a, b, slot, off, s_start, s_end, s_
     where c did not wait, c's. A rank already on the chain (a cycle) keeps its part; past max_chain ranks the
     chain stops.
 
-    Returns (False, parts, count): record k's stretches (culprit, culprit row, start, end), in time order, are
-    the next count[k] rows of parts; (True, ...) where `room` parts were too few."""
+    Returns (-1, parts, count): record k's stretches (culprit, culprit row, start, end), in time order, are the
+    next count[k] rows of parts; (0, ...) where room[0] parts were too few."""
     n = len(waiter)
-    parts = np.empty((room, 4), np.int64)
+    parts = np.empty((room[0], 4), np.int64)
     count = np.zeros(n, np.int64)
     m = 0
     # the stack: a frame per rank on the chain whose stretches are being gone through
@@ -65,7 +59,7 @@ def follow_all(waiter, culprit, culprit_row, a, b, slot, off, s_start, s_end, s_
                 s = slot[j_rank] if 0 <= j_rank < len(slot) else -1
                 if s < 0 or 1 + depth >= max_chain:
                     if m == len(parts):
-                        return True, parts[:0], count
+                        return 0, parts[:0], count
                     parts[m, 0], parts[m, 1], parts[m, 2], parts[m, 3] = j_rank, j_row, j_lo, j_hi
                     m += 1
                 else:
@@ -100,7 +94,7 @@ def follow_all(waiter, culprit, culprit_row, a, b, slot, off, s_start, s_end, s_
                 lo, hi = max(sa, f_now[top]), min(sb, f_end[top])
                 if lo > f_now[top]:
                     if m == len(parts):
-                        return True, parts[:0], count
+                        return 0, parts[:0], count
                     parts[m, 0], parts[m, 1], parts[m, 2], parts[m, 3] = f_rank[top], f_row[top], f_now[top], lo
                     m += 1
                 f_now[top] = hi
@@ -110,9 +104,9 @@ def follow_all(waiter, culprit, culprit_row, a, b, slot, off, s_start, s_end, s_
             if not descended:  # its stretches are gone through: the rest of its part is its own
                 if f_now[top] < f_end[top]:
                     if m == len(parts):
-                        return True, parts[:0], count
+                        return 0, parts[:0], count
                     parts[m, 0], parts[m, 1], parts[m, 2], parts[m, 3] = f_rank[top], f_row[top], f_now[top], f_end[top]
                     m += 1
                 depth -= 1
         count[rec] = m - m0
-    return False, parts[:m], count
+    return -1, parts[:m], count

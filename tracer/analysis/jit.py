@@ -46,6 +46,18 @@ def run(fn, n_events: int, *args):
     return compiled(*map(_read_only, args))
 
 
+def run_in_room(fn, n_events: int, room, *args, grow: int = 2):
+    """fn(*args, room) as `run` calls it, for a loop whose arrays never grow (numba keeps an array a loop may
+    replace alive by atomic reference counts at every turn: walks.py). `room` (a list of ints) sizes its arrays;
+    fn returns (-1, *out), or (k, ...) where room[k] was too little: it runs again with `grow` times room[k]."""
+    room = np.array(room, np.int64)
+    while True:
+        full, *out = run(fn, n_events, *args, room)
+        if full < 0:
+            return tuple(out)
+        room[full] *= grow
+
+
 def _first(a):
     return a[0]
 
@@ -93,4 +105,4 @@ def _read_only(a):
     return a
 
 
-__all__ = ["JIT_FROM", "run", "wanted", "warm"]
+__all__ = ["JIT_FROM", "run", "run_in_room", "wanted", "warm"]

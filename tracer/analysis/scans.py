@@ -25,23 +25,14 @@ def nonfinite(n_events: int):
     `maybe`): the compiled scan, or for small traces the regular expression."""
     if not jit.wanted(n_events):
         return NONFINITE_TEXT
-
-    def scan(text):
-        room = FIRST_ROOM
-        while True:
-            full, at = jit.run(nonfinite_at, n_events, text, room)
-            if not full:
-                return at
-            room *= 8
-
-    return scan
+    return lambda text: jit.run_in_room(nonfinite_at, n_events, [FIRST_ROOM], text, grow=8)[0]
 
 
 def nonfinite_at(text, room):
     """Where in text (uint8) a "nan" or "inf" key's value is not a plain 0 (the start of the key): every match of
-    NONFINITE_TEXT, and the keys followed by white space, which it may match too. Returns (False, where), or
-    (True, ...) where `room` places were too few."""
-    at = np.empty(room, np.int64)
+    NONFINITE_TEXT, and the keys followed by white space, which it may match too. Returns (-1, where), or (0, ...)
+    where room[0] places were too few."""
+    at = np.empty(room[0], np.int64)
     m = 0
     n = len(text)
     for i in range(n - 5):
@@ -59,8 +50,8 @@ def nonfinite_at(text, room):
             k += 1
         if k == n or text[k] != 58:  # no ':': not a key
             continue
-        if m == room:
-            return True, at[:0]
+        if m == len(at):
+            return 0, at[:0]
         at[m] = i
         m += 1
-    return False, at[:m]
+    return -1, at[:m]

@@ -30,14 +30,8 @@ _MAX_MOVES = 1_000_000  # a bound on one part's moves: a damaged trace must not 
 _NONE = -1  # data.events.NONE
 
 def run(n_events: int, *args):
-    """walk_all(*args), compiled for large traces (jit.py), given room enough: its arrays never grow (see
-    walk_all), so where one would overflow it stops, and runs again with twice the room there."""
-    room = _first_room(len(args[0]))
-    while True:
-        full, *out = jit.run(walk_all, n_events, *args, room)
-        if full < 0:
-            return tuple(out)
-        room[full] *= 2
+    """walk_all(*args), compiled for large traces, given room enough (jit.run_in_room)."""
+    return jit.run_in_room(walk_all, n_events, _first_room(len(args[0])), *args)
 
 
 _NODES, _PARTS, _CAUSES = range(3)  # walk_all's room (its last argument) for these; the one it lacked, returned
@@ -48,7 +42,7 @@ def _first_room(n: int):
     rank's host before it, at one instant; seldom two) and the steps' parts (each node on one path at most, but
     for the ends the steps' windows cut) for twice the events; causes (distinct spans and ops that delayed a rank)
     for a few thousand more than the events over 64. Only the rows written are resident."""
-    return np.array([2 * n + 1024, 2 * n + 1024, 4096 + n // 64], np.int64)
+    return [2 * n + 1024, 2 * n + 1024, 4096 + n // 64]
 
 
 def walk_all(start, wait, fin, async_op, rank, hid, instance_of, culprit_row, p2p_of, p2p_send, p2p_recv,
