@@ -15,8 +15,10 @@ Measured side by side in one run:
   included; goal: < 50 ms), to the frame that shows the detail pane, and the CPU time the process spent on
   the key; and the cold cost of drawing every visible timeline line with its caches empty;
 - keys while the analysis runs in its worker thread (zoomed in, so that pans move), timed the same way;
-- memory: the app process's resident memory once the trace is open, an event's share of it, and what one more
-  event costs (against the same run on a trace of 10,000 events: the libraries and the screen; goal <= 150 B); with
+- memory: the app process's resident memory once the trace is open (0.5 s after its analysis is on screen), an
+  event's share of it, and what one more event costs (against the same run on a trace of 10,000 events: the
+  libraries and the screen; goal <= 150 B); the largest peak of its child processes (the first read's workers, a
+  large trace's first analysis: analysis/apart.py) apart; with
   --memory-limit, each run is made in a memory cgroup of that size (memlimit.py: the whole process tree, the
   page cache of the mapped store counted but reclaimable, as on a machine with that much memory), and whether it
   completed is printed (goal at 10M events: within 4 GB).
@@ -52,6 +54,14 @@ def peak_rss_mb() -> float:
             if line.startswith("VmHWM:"):
                 return int(line.split()[1]) / 1024
     return 0.0
+
+
+def children_peak_mb() -> float:
+    """The largest peak resident memory of this process's ended children: the first read's workers, and the
+    analysis of a large trace's first open (analysis/apart.py), made in a child whose memory is not the app's."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
 
 
 class FrameClock:
@@ -173,8 +183,8 @@ async def _app_run(path: str, size: tuple[int, int]) -> dict:
         while not store.analysed:
             await asyncio.sleep(0.05)
         analysed = time.perf_counter() - t0
-        rss_full = rss_mb()
         await asyncio.sleep(0.5)
+        rss_full = rss_mb()  # (settled: the worker gives back what the first frame's lanes held once replaced)
         frames: dict[str, list[tuple]] = {}
         keys = (["minus"] * 3 + ["plus"] * 6 + ["l", "l", "h", "j", "j", "k", "right", "left"] + ["minus"] * 3
                 + ["plus"] * 8 + ["l", "h"] * 3 + ["j", "k", "down", "up"] * 2 + ["n", "p"] * 3)
@@ -192,7 +202,7 @@ async def _app_run(path: str, size: tuple[int, int]) -> dict:
             await clock.press(app, "l")
     return {"during_s": during, "first_frame_s": first, "whole_s": whole[0], "head": head, "reading_s": reading,
             "analysed_s": analysed, "rss_mb": rss, "rss_full_mb": rss_full,
-            "peak_rss_mb": peak_rss_mb(),
+            "peak_rss_mb": peak_rss_mb(), "children_peak_mb": children_peak_mb(),
             "frames": frames, "cold_frame_s": cold,
             "events": store.n_events, "ranks": len(store.rows), "stages": stages}
 
@@ -354,7 +364,8 @@ def main() -> None:
           f"150 B; against the same on {n_base:,} events: {base[0]['rss_full_mb']:.0f} MB first open, "
           f"{base[1]['rss_full_mb']:.0f} MB re-open)")
     print(f"peak RSS (VmHWM)                {app['peak_rss_mb']:7.0f} MB first open, {reopen['peak_rss_mb']:.0f} MB "
-          "re-open (the mapped store's pages included)")
+          "re-open (the mapped store's pages included); of its child processes (the first read's workers, the "
+          f"first analysis), the largest {app['children_peak_mb']:.0f} MB")
     if ns.memory_limit:
         print(f"in a {ns.memory_limit} memory cgroup each (goal at 10M events: completes within 4 GB):")
         for line in limited:

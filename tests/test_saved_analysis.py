@@ -7,13 +7,15 @@ from __future__ import annotations
 import math
 import os
 import shutil
+import subprocess
+import sys
 from array import array
 from dataclasses import fields
 
 import orjson
 import pytest
 
-from disttrace.tracer.analysis import analyze, saved, to_json
+from disttrace.tracer.analysis import analyze, apart, saved, to_json
 from disttrace.tracer.analysis.model import Analysis
 from disttrace.tracer.analysis.what_if import parse_change
 from disttrace.tracer.data import store
@@ -186,3 +188,60 @@ def test_nothing_is_saved_without_a_store(tmp_path, monkeypatch):
     assert table.origin is None
     analyze(table)
     assert sorted(os.listdir(tmp_path)) == ["tui_job.jsonl"]
+
+
+# -- a large trace's first analysis, made in a child process (tracer/analysis/apart.py) ----------------------
+
+@pytest.fixture
+def children(monkeypatch):
+    """Every trace counts as large; the child processes started are recorded."""
+    monkeypatch.setattr(apart, "APART_FROM", 1)
+    started = []
+
+    class Recorded(subprocess.Popen):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            started.append(self)
+
+    monkeypatch.setattr(apart.subprocess, "Popen", Recorded)
+    return started
+
+
+@pytest.mark.slow
+def test_a_first_analysis_made_in_a_child_is_the_analysis_mapped_from_the_store(jobs, tmp_path, children):
+    path = _copy(jobs[0], tmp_path, "apart")
+    labels = []
+    a = apart.analyze_apart(load_trace(path), lambda fraction, label: labels.append(label))
+    assert len(children) == 1 and children[0].returncode == 0
+    assert len(labels) > 3 and labels[-1] == "opened the analysis"  # the child's progress came through
+    assert type(a.event_wait_ns) is memoryview  # read in place, as a re-open reads it
+    assert_same_analysis(analyze(load_trace(path, cache=False)), a)
+    apart.analyze_apart(load_trace(path))  # opened again: the saved one, no child
+    assert len(children) == 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", [["/nonexistent/python"], [sys.executable, "-c", "import sys; sys.exit(3)"],
+                                     [sys.executable, "-c", "print('[0.5, \"no JSON list\"'); print(7)"]])
+def test_a_child_that_cannot_run_or_fails_leaves_the_analysis_to_this_process(jobs, tmp_path, children,
+                                                                              monkeypatch, command):
+    path = _copy(jobs[0], tmp_path, "apart_fails")
+    monkeypatch.setattr(apart, "_command", lambda origin: command)
+    table = load_trace(path)
+    assert_same_analysis(analyze(load_trace(path, cache=False)), apart.analyze_apart(table))
+    assert os.path.isfile(table.origin.beside(saved.KIND))  # (saved by this process)
+
+
+@pytest.mark.slow
+def test_quitting_kills_the_child(jobs, tmp_path, children):
+    path = _copy(jobs[0], tmp_path, "apart_quit")
+
+    class Quit(Exception):
+        pass
+
+    def progress(fraction, label):
+        raise Quit
+
+    with pytest.raises(Quit):
+        apart.analyze_apart(load_trace(path), progress)
+    assert len(children) == 1 and children[0].returncode is not None  # stopped and reaped, not left running

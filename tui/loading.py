@@ -88,11 +88,11 @@ def settle() -> None:
 
 def build_store(table: EventTable, progress: Progress | None = None) -> TraceStore:
     """The store with its analysis (matching, waits, bandwidth, problems: slower than the bare store)."""
-    from disttrace.tracer.analysis import analyze
+    from disttrace.tracer.analysis.apart import analyze_apart
 
     if not len(table):
         raise TraceError("the trace has no events")
-    analysis = analyze(table, progress=part_of(progress, 0.0, 0.8))
+    analysis = analyze_apart(table, progress=part_of(progress, 0.0, 0.8))
     store = TraceStore(table, analysis, progress=part_of(progress, 0.8, 1.0))
     settle()
     give_back_freed_memory()  # (what building the lanes freed: ~40 MB at 1M events, kept by the allocator)
@@ -100,11 +100,12 @@ def build_store(table: EventTable, progress: Progress | None = None) -> TraceSto
 
 
 def analysed_store(bare: TraceStore, progress: Progress | None = None) -> TraceStore:
-    """The bare store with its analysis (the lanes are kept; only their waits change)."""
-    from disttrace.tracer.analysis import analyze
+    """The bare store with its analysis (the lanes are kept; only their waits change). A large trace's first
+    analysis runs in a child process (analysis/apart.py): this one keeps a re-open's memory."""
+    from disttrace.tracer.analysis.apart import analyze_apart
 
     bare.keep_lanes()  # (~0.1 s at 1M events: after the first frame, before the analysis)
-    store = bare.with_analysis(analyze(bare.table, progress=progress))
+    store = bare.with_analysis(analyze_apart(bare.table, progress=progress))
     settle()
     # what building the lanes and their waits freed (~40 MB at 1M events, kept by the allocator); here, off the
     # first frame's path (a trim takes ~20 ms; ctypes lets the UI thread run meanwhile)

@@ -1,5 +1,6 @@
 """The first open of a large trace: the viewer shows the trace's head while the whole is read in parallel
-(data/head.py), then the whole trace on the event and view the user was on; quitting meanwhile stops the read."""
+(data/head.py), then the whole trace on the event and view the user was on, then its analysis, made in a child
+process as a large trace's is (analysis/apart.py); quitting meanwhile stops the read."""
 
 from __future__ import annotations
 
@@ -9,14 +10,17 @@ import time
 from pathlib import Path
 
 import pytest
+from textual.css.query import NoMatches
 from textual.widgets import TabbedContent
 
+from disttrace.tracer.analysis import apart
 from disttrace.tracer.data import head, parallel
 from disttrace.tui.app import DisttraceApp
 from disttrace.tui.screens.viewer import PlayheadLine, ViewerScreen
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from synth import write_synthetic, write_trace_dir  # noqa: E402
+from test_store import age  # noqa: E402
 
 SIZE = (120, 36)
 
@@ -28,10 +32,12 @@ def held_read(tmp_path, monkeypatch):
     events = tmp_path / "events.jsonl"
     write_synthetic(str(events), 12_000, 8)
     write_trace_dir(str(events), str(tmp_path / "trace"))
+    age(str(tmp_path / "trace"))  # (old enough to be stored: the analysis is made apart only from a store)
     monkeypatch.setattr(parallel, "PARALLEL_BYTES", 1)
     monkeypatch.setattr(parallel, "SHARE_BYTES", 1)
     monkeypatch.setenv(parallel.ENV, "2")
     monkeypatch.setattr(head, "HEAD_BYTES", 200_000)
+    monkeypatch.setattr(apart, "APART_FROM", 1)
     go, ended = threading.Event(), []
     real = parallel.build
 
@@ -58,6 +64,13 @@ async def until(pilot, ok, seconds: float = 20.0) -> None:
     raise AssertionError("timed out")
 
 
+def _playhead_line(screen) -> str:
+    try:
+        return str(screen.query_one(PlayheadLine).render())
+    except NoMatches:  # (the screen is up, its widgets not yet mounted)
+        return ""
+
+
 async def test_the_head_is_shown_then_the_whole_trace_on_the_same_event_and_view(held_read):
     trace, go, ended = held_read
     app = DisttraceApp([str(trace)])
@@ -66,7 +79,7 @@ async def test_the_head_is_shown_then_the_whole_trace_on_the_same_event_and_view
         first = app.screen
         assert first.head is not None and 0 < first.head < 0.5 and not ended  # (the whole is not read yet)
         assert 0 < first.store.n_events < 12_000 / 3
-        await until(pilot, lambda: "of the trace; the rest: reading" in str(first.query_one(PlayheadLine).render()))
+        await until(pilot, lambda: "of the trace; the rest: reading" in _playhead_line(first))
         await pilot.press("n", "n", "n", "n", "n", "plus", "plus", "l", "4")
         t = first.store.table
         on = (t.rank[first.playhead], t.id[first.playhead])
@@ -83,6 +96,8 @@ async def test_the_head_is_shown_then_the_whole_trace_on_the_same_event_and_view
         a, b = whole.time_window()
         assert whole.zoom > 3 and a <= lo and hi <= b and b - a < 3 * (hi - lo)
         await until(pilot, lambda: whole.store.analysed and not whole.analysis_label)
+        assert type(whole.store.analysis.event_wait_ns) is memoryview  # the child's, mapped from the store
+        assert type(whole.store.lane_columns["starts"]) is memoryview  # the lanes as kept, mapped: the built ones gone
 
 
 async def test_quitting_on_the_head_stops_the_read(held_read):

@@ -61,13 +61,20 @@ class TraceStore:
         new = object.__new__(TraceStore)
         new.__dict__.update(self.__dict__)
         new._take_analysis(analysis)
-        new.rows = [RankRow(rr.rank, rr.host, rr.lane.with_waits(new.wait_ns)) for rr in self.rows]
+        lanes = {rr.rank: rr.lane for rr in self.rows}
+        if self.kept_columns is not None:  # the lanes as kept (mapped): the built ones go with this store
+            new.lane_columns = self.kept_columns
+            lanes = Lane.from_columns(self.table, self.kept_columns)
+        new.rows = [RankRow(rr.rank, rr.host, lanes[rr.rank].with_waits(new.wait_ns)) for rr in self.rows]
         return new
 
     def keep_lanes(self) -> None:
-        """Keep the bare store's lanes beside the trace's store for the next open (model/saved_lanes.py)."""
+        """Keep the bare store's lanes beside the trace's store for the next open (model/saved_lanes.py), and
+        read them back mapped, as a re-open does, for the analysed store (with_analysis): built, they are ~90 MB
+        of this process's memory at 1M events; mapped, only the pages a frame reads come in."""
         if not self.analysed and not self.lanes_kept:
             saved_lanes.save(self.table, self.t1, self.lane_columns)
+            self.kept_columns = saved_lanes.load(self.table, self.t1)
             self.lanes_kept = True
 
     def adopt(self, other: "TraceStore") -> None:
@@ -89,6 +96,7 @@ class TraceStore:
         # the bare store's lanes as a previous open kept them, else built (and kept by keep_lanes)
         cols = saved_lanes.load(table, self.t1) if analysis is None else None
         self.lanes_kept = cols is not None
+        self.kept_columns: dict | None = None  # the lanes just kept, read back (keep_lanes)
         if cols is None:
             cat_of_code = np.array([category(op) for op in table.op.values], np.uint8)  # op is dictionary-encoded
             cats = cat_of_code[np.frombuffer(table.op.codes, typecode(table.op.codes))]
