@@ -56,12 +56,52 @@ def peak_rss_mb() -> float:
     return 0.0
 
 
-def children_peak_mb() -> float:
-    """The largest peak resident memory of this process's ended children: the first read's workers, and the
-    analysis of a large trace's first open (analysis/apart.py), made in a child whose memory is not the app's."""
-    import resource
+class ChildrenPeak:
+    """The largest peak resident memory (VmHWM) of this process's children and theirs, sampled every 0.2 s from a
+    thread while they run: the first read's workers, and a large trace's first analysis (analysis/apart.py), made
+    in processes whose memory is not the app's. (getrusage's RUSAGE_CHILDREN cannot say it: a child's exec keeps
+    the high-water mark of the process it was forked from, the app's own.)"""
 
-    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    def __init__(self):
+        import threading
+
+        self.mb = 0.0
+        self._stop = threading.Event()
+        threading.Thread(target=self._watch, daemon=True).start()
+
+    def stop(self) -> float:
+        self._stop.set()
+        return self.mb
+
+    def _watch(self) -> None:
+        while not self._stop.wait(0.2):
+            for pid in _descendants(os.getpid()):
+                try:
+                    with open(f"/proc/{pid}/status") as f:
+                        for line in f:
+                            if line.startswith("VmHWM:"):
+                                self.mb = max(self.mb, int(line.split()[1]) / 1024)
+                except OSError:  # (ended meanwhile)
+                    pass
+
+
+def _descendants(pid: int) -> list[int]:
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            tasks = os.listdir(f"/proc/{p}/task")
+        except OSError:
+            continue
+        for t in tasks:
+            try:
+                with open(f"/proc/{p}/task/{t}/children") as f:
+                    kids = [int(k) for k in f.read().split()]
+            except OSError:
+                continue
+            out += kids
+            todo += kids
+    return out
 
 
 class FrameClock:
@@ -116,6 +156,7 @@ async def _app_run(path: str, size: tuple[int, int]) -> dict:
     from disttrace.tui.widgets.timeline import Timeline
 
     stages: dict[str, float] = {}
+    children = ChildrenPeak()
     t0 = time.perf_counter()
     app = DisttraceApp([path])
     # the first frame: the first one written to the terminal after the timeline drew its lines (waiting for the
@@ -202,7 +243,7 @@ async def _app_run(path: str, size: tuple[int, int]) -> dict:
             await clock.press(app, "l")
     return {"during_s": during, "first_frame_s": first, "whole_s": whole[0], "head": head, "reading_s": reading,
             "analysed_s": analysed, "rss_mb": rss, "rss_full_mb": rss_full,
-            "peak_rss_mb": peak_rss_mb(), "children_peak_mb": children_peak_mb(),
+            "peak_rss_mb": peak_rss_mb(), "children_peak_mb": children.stop(),
             "frames": frames, "cold_frame_s": cold,
             "events": store.n_events, "ranks": len(store.rows), "stages": stages}
 
@@ -365,7 +406,7 @@ def main() -> None:
           f"{base[1]['rss_full_mb']:.0f} MB re-open)")
     print(f"peak RSS (VmHWM)                {app['peak_rss_mb']:7.0f} MB first open, {reopen['peak_rss_mb']:.0f} MB "
           "re-open (the mapped store's pages included); of its child processes (the first read's workers, the "
-          f"first analysis), the largest {app['children_peak_mb']:.0f} MB")
+          f"first analysis), the largest {app['children_peak_mb']:.0f} MB (sampled)")
     if ns.memory_limit:
         print(f"in a {ns.memory_limit} memory cgroup each (goal at 10M events: completes within 4 GB):")
         for line in limited:
