@@ -15,7 +15,7 @@ from disttrace.tui.screens.help import HelpScreen, keys_table
 from disttrace.tui.screens.viewer import ViewerScreen
 from disttrace.tui.widgets.timeline import Timeline
 
-from tui_helpers import DATA, PIPELINE_JOB, TUI_JOB, detail_text, fixture_store
+from tui_helpers import DATA, PIPELINE_JOB, TUI_JOB, detail_text, ev, fixture_store, store_of
 
 HANG = DATA / "hang.jsonl"
 
@@ -374,3 +374,43 @@ async def test_selection_outside_the_window_is_not_marked():
         assert all(tl.col_of(v.store.end_of(row) - 1) < 0 for row in marked)
         for k in range(len(v.store.rows)):
             assert 0 not in marked_cols(tl, k), f"lane {k}: column 0 marked for a selection left of the window"
+
+
+async def test_the_lanes_that_n_scrolls_to_are_drawn_ahead():
+    """With more ranks than lines, the next event is on a rank off screen: n scrolls the timeline there, and the
+    lanes it shows were drawn while the view rested (drawn cold, a screen of them took a key 50-75 ms at 10M
+    events, 1,024 ranks)."""
+    from disttrace.tui.model.lod import Lane
+
+    n_ranks = 60
+    events = [ev(r, "all_reduce", 1000 * (60 * k + r), 1000 * (60 * k + r) + 500, group="world",
+                 group_ranks=list(range(n_ranks)), seq=k) for k in range(3) for r in range(n_ranks)]
+    async with DisttraceApp(["many_ranks"], store=store_of(events), step_mode=True).run_test(size=(100, 24)) as pilot:
+        v = await viewer(pilot)
+        timeline = v.query_one(Timeline)
+        height = timeline.scrollable_content_region.height
+        assert height < n_ranks
+        v.playhead = next(  # the first event of the last rank on screen
+            i for i in range(v.store.n_events) if v.store.table.rank[i] == height - 1)
+        await pilot.pause(0.3)
+        for _ in range(200):  # the view rests: everything planned is drawn
+            if not timeline._ahead:
+                break
+            await pilot.pause(0.05)
+        assert not timeline._ahead
+        timeline.AHEAD_DELAY_S = 1e6  # nothing drawn ahead after the key: what it shows was there before it
+        drawn = []
+        real = Lane.glyph_keys
+
+        def counted(self, *args):
+            drawn.append(1)
+            return real(self, *args)
+
+        Lane.glyph_keys = counted
+        try:
+            await pilot.press("n")
+            await pilot.pause(0.1)
+        finally:
+            Lane.glyph_keys = real
+        assert v.store.table.rank[v.playhead] == height and timeline.scroll_y > 0  # scrolled to the rank below
+        assert drawn == []

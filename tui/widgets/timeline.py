@@ -228,13 +228,19 @@ class Timeline(ScrollView, can_focus=False):
         self.refresh()
 
     def watch_focused_rank(self, old: int, k: int) -> None:
-        if k in self.rank_indices:
-            y = self.rank_indices.index(k)
-            if not self.scroll_y <= y < self.scroll_y + self.scrollable_content_region.height:
-                self.scroll_to(y=max(0, y - self.scrollable_content_region.height // 2), animate=False)
-                self.refresh()
-                return
+        top = self._top_to_show(k)
+        if top is not None:
+            self.scroll_to(y=top, animate=False)
+            self.refresh()
+            return
         self._refresh_lanes({old, k})  # the two labels
+
+    def _top_to_show(self, k: int) -> int | None:
+        """The top line that brings display rank k on screen, centred (None: it is on screen, or not shown)."""
+        if k not in self.rank_indices:
+            return None
+        y, height = self.rank_indices.index(k), self.scrollable_content_region.height
+        return None if self.scroll_y <= y < self.scroll_y + height else max(0, y - height // 2)
 
     def _refresh_lanes(self, ks: set[int]) -> None:
         """Repaint the lines of these display ranks (those on screen)."""
@@ -410,7 +416,8 @@ class Timeline(ScrollView, can_focus=False):
     def _plan_ahead(self) -> None:
         """Once the view rests, draw while idle the chunks the next key most likely needs: the neighbours of
         the window at this zoom (a pan), the windows the zoom keys lead to, the window that n or p moves to when
-        the playhead's next or previous event lies outside this one, then the windows at one zoom level in and
+        the playhead's next or previous event lies outside this one (and the lanes it scrolls to, when that event's
+        rank is off screen: at 1,024 ranks, most steps), then the windows at one zoom level in and
         out about any point (a zoom keeps a point of the window in place, so all of it at z+1, and half a window
         either side at z-1). A zoom key then finds
         its lanes drawn, as a pan does; one lane's chunks at a time, so a key waits for at most that."""
@@ -436,21 +443,34 @@ class Timeline(ScrollView, can_focus=False):
             _, off = viewport.zoom_to(span, z, self.offset_ns, nz, anchor)
             f = round(off / (viewport.window_ns(span, nz) / width))
             ranges.append((nz, f, f + width))
-        # n / p: where the window goes when the playhead steps to an event outside it
+        # n / p: where the window goes when the playhead steps to an event outside it, and the lanes on screen
+        # once the timeline scrolls to the event's rank (drawn cold, the lanes of a screen took a key 50-75 ms at
+        # 10M events)
+        height = self.scrollable_content_region.height
+
+        def chunks(ranges_: list, lanes_: list) -> list:  # (lane, zoom, width, first chunk, last chunk)
+            return [(k, zz, width, max(0, a) // CHUNK, max(0, b - 1) // CHUNK) for zz, a, b in ranges_ for k in lanes_]
+
+        scrolled = []
         for d in (1, -1):
             row = step_event(self.store, self.playhead, d)
             if row >= 0 and row != self.playhead:
                 off = viewport.follow(span, z, self.offset_ns, self.store.table.start_ns[row] - t0)
+                a = round(off / ns) if off != self.offset_ns else first
                 if off != self.offset_ns:
-                    ranges.append((z, round(off / ns), round(off / ns) + width))
+                    ranges.append((z, a, a + width))
+                new_top = self._top_to_show(self.store.rank_index.get(self.store.table.rank[row], -1))
+                if new_top is not None:
+                    scrolled += chunks([(z, a, a + width)],
+                                       [k for k in self.rank_indices[new_top:new_top + height] if k not in lanes])
         # zooming about any other point (the mouse wheel's): all of the window at z+1, half a window either side
         # at z-1 (what is drawn already is skipped)
+        wheel = []
         if z + 1 in zooms:
-            ranges.append((z + 1, 2 * first, 2 * (first + width)))
+            wheel.append((z + 1, 2 * first, 2 * (first + width)))
         if z - 1 in zooms:
-            ranges.append((z - 1, first // 2 - width // 2, (first + width) // 2 + width // 2))
-        self._ahead = [(k, zz, width, max(0, a) // CHUNK, max(0, b - 1) // CHUNK)
-                       for zz, a, b in ranges for k in lanes]
+            wheel.append((z - 1, first // 2 - width // 2, (first + width) // 2 + width // 2))
+        self._ahead = chunks(ranges, lanes) + scrolled + chunks(wheel, lanes)
         self._ahead.reverse()  # popped from the end: pans first, the top lane first
         self.call_later(self._draw_ahead)
 
