@@ -419,7 +419,7 @@ def _joined_texts(pa, np, chunks: list, order, n: int, scratch: _Scratch):
     lengths, valid = [], []
     for a in chunks:
         lengths.append(np.diff(np.frombuffer(_used_bytes(a)[0], np.int64)))
-        valid.append(a.is_valid().to_numpy(zero_copy_only=False) if a.null_count else np.ones(len(a), bool))
+        valid.append(_valid(np, a))
     lengths = np.concatenate(lengths) if chunks else np.zeros(0, np.int64)
     valid = np.concatenate(valid) if chunks else np.zeros(0, bool)
 
@@ -454,6 +454,15 @@ def _joined_texts(pa, np, chunks: list, order, n: int, scratch: _Scratch):
             data[offsets[a]:offsets[b]] = np.frombuffer(used[1], np.uint8)
 
     return texts(lengths[order], valid[order], taken)
+
+
+def _valid(np, a):
+    """Which rows of an Arrow array hold a value, as numpy booleans, from its validity bitmap. (pyarrow's
+    to_numpy of a boolean array imports pandas: ~40 MB kept by the process that merges a first read.)"""
+    if not a.null_count:
+        return np.ones(len(a), bool)
+    bits = np.unpackbits(np.frombuffer(a.buffers()[0], np.uint8), bitorder="little")
+    return bits[a.offset:a.offset + len(a)].astype(bool)
 
 
 def _np_type(a):
