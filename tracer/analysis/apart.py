@@ -58,7 +58,8 @@ def _run_child(origin: store.StoreOrigin, progress: Progress | None) -> bool:
     """Whether a child analysed the store at `origin` and exited cleanly (its analysis then saved, unless it could
     not be written). Kills the child when `progress` raises, and raises that."""
     try:
-        child = subprocess.Popen(_command(origin), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        child = subprocess.Popen(_command(origin), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                 stderr=subprocess.DEVNULL)  # (its own errors: the analysis here says them)
     except OSError:
         return False
     try:
