@@ -393,11 +393,11 @@ async def test_the_lanes_that_n_scrolls_to_are_drawn_ahead():
         v.playhead = next(  # the first event of the last rank on screen
             i for i in range(v.store.n_events) if v.store.table.rank[i] == height - 1)
         await pilot.pause(0.3)
-        for _ in range(200):  # the view rests: everything planned is drawn
-            if not timeline._ahead:
+        for _ in range(200):  # the view rests: everything planned is drawn, nothing more planned
+            if not timeline._ahead and timeline._ahead_timer is None:
                 break
             await pilot.pause(0.05)
-        assert not timeline._ahead
+        assert not timeline._ahead and timeline._ahead_timer is None
         timeline.AHEAD_DELAY_S = 1e6  # nothing drawn ahead after the key: what it shows was there before it
         drawn = []
         real = Lane.glyph_keys
