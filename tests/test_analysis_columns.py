@@ -202,9 +202,10 @@ def test_union_by_key_in_numpy_is_each_key_s_union(seed):
 
 @pytest.mark.parametrize("seed", range(30))
 def test_order_by_packed_keys_is_lexsort_s_order(seed, monkeypatch):
-    """columns.stable_order is np.argsort's stable order; columns.order_by (the keys and the row packed into one int64 and one unstable sort; or the leading keys that
+    """columns.order_by (the keys and the row packed into one int64 and one unstable sort; or the leading keys that
     fit, and the rows alike in them put in order by the others) gives np.lexsort's order, ties in row order: keys
-    of every integer kind, narrow (many ties) and wide (no packing past the first key, or none)."""
+    of every integer kind, narrow (many ties) and wide (no packing past the first key, or none); and
+    columns.stable_order np.argsort's stable order of each."""
     import numpy as np
 
     from disttrace.tracer.data import columns
