@@ -537,10 +537,14 @@ def test_summaries_are_kept_as_json_text_and_survive_appends_and_sorting():
 
 @pytest.mark.slow
 def test_disttrace_run_writes_the_store_when_the_job_ends(tmp_path):
-    """With --store, the job's end, not the first view, pays for the first read (the rank files were written just
-    now: the launcher knows that nothing writes them any more); by default a trace under STORE_AT_END_BYTES, as this
-    one, is left to the first view, as with --no-store."""
+    """With --store, the job's end, not the first view, pays for the first read and the first analysis (the rank
+    files were written just now: the launcher knows that nothing writes them any more); by default a trace under
+    STORE_AT_END_BYTES, as this one, is left to the first view, as with --no-store."""
     from harness import run_traced
+
+    from disttrace.tracer.analysis import saved
+    from disttrace.tracer.analysis.engine import analyze
+    from disttrace.tracer.analysis.jsonout import to_json
     for run_args, stored in ((("--store",), True), ((), False)):
         out = tmp_path / f"trace{len(run_args)}"
         proc = run_traced("rec_steps.py", out, nproc=2, summaries="stats", run_args=run_args)
@@ -551,3 +555,7 @@ def test_disttrace_run_writes_the_store_when_the_job_ends(tmp_path):
         t, parsed = load_parsing(str(out))
         assert opened_from_store(t) and parsed == (not stored)
         assert_same(load_trace(str(out), cache=False), t)
+        kept = saved.load(t)  # the analysis the run's end saved: the one this trace's analysis is
+        assert (kept is not None) == stored
+        if stored:
+            assert to_json(kept) == to_json(analyze(load_trace(str(out), cache=False)))
