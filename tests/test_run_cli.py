@@ -29,6 +29,20 @@ def test_exit_code_is_the_jobs(tmp_path):
     assert "no rank was traced" in proc.stderr
 
 
+def test_ctrl_c_while_the_trace_is_stored_skips_storing_and_keeps_the_jobs_exit_code(tmp_path, monkeypatch, capsys):
+    """The job is over when its trace is stored and analysed: a Ctrl-C then (a user who would rather not wait) skips
+    that work, which the first view does instead, and says so; it does not end the run with 130 and a traceback."""
+    from disttrace.tracer.commands import run
+    from disttrace.tracer.data import load
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(load, "load_trace", interrupted)
+    (tmp_path / "rank-00000-h-1.jsonl").write_bytes(b"{}\n")
+    run._write_store(str(tmp_path), [str(tmp_path / "rank-00000-h-1.jsonl")], always=True)
+    assert capsys.readouterr().err == "disttrace: storing skipped; the first view or report will do it\n"
+
+
 def test_signal_death_maps_to_128_plus_signal(tmp_path):
     proc = run_disttrace("run", "--out", tmp_path / "t", "--", sys.executable, "-c",
                          "import os, signal; os.kill(os.getpid(), signal.SIGKILL)")

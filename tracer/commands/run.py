@@ -38,11 +38,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kill-on-hang", action="store_true", help="stop the job once a hang has been diagnosed")
     store = p.add_mutually_exclusive_group()
     store.add_argument("--store", dest="store", action="store_true", default=None,
-                       help="write the trace store (the columnar copy that view, report and export open) when the "
-                            "job ends, whatever the trace's size (default: only from 16 MB of JSON, where reading "
+                       help="write the trace store (the columnar copy that view, report and export open) and "
+                            "the saved analysis when the job ends, whatever the trace's size (default: only from 16 MB of JSON, where reading "
                             "it takes longer than opening the store; the first reader writes a smaller one)")
     store.add_argument("--no-store", dest="store", action="store_false",
-                       help="do not write the trace store when the job ends; the first reader writes it")
+                       help="do not write the trace store nor the analysis when the job ends; the first reader "
+                            "writes them")
     p.add_argument("job", nargs=argparse.REMAINDER, metavar="COMMAND", help="the job's command line")
 
 
@@ -170,6 +171,8 @@ def _write_store(out: str, files: list[str], always: bool = False) -> None:
             from ..analysis.engine import analyze
 
             analyze(table)
+    except KeyboardInterrupt:  # (the user would rather not wait: the first view does it; the exit code stays the job's)
+        sys.stderr.write("disttrace: storing skipped; the first view or report will do it\n")
     except Exception:  # noqa: BLE001 - the store is an optimisation: the run's exit code stays the job's
         pass
 
