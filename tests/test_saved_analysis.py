@@ -245,3 +245,25 @@ def test_quitting_kills_the_child(jobs, tmp_path, children):
     with pytest.raises(Quit):
         apart.analyze_apart(load_trace(path), progress)
     assert len(children) == 1 and children[0].returncode is not None  # stopped and reaped, not left running
+
+
+@pytest.mark.slow
+def test_a_child_begun_early_is_the_one_followed_and_one_not_followed_is_killed(jobs, tmp_path, children):
+    """The viewer begins the child as soon as the store is written (apart.start), and follows it once the timeline
+    is drawn: that child's analysis is the analysis, and no second child runs. One never followed (the viewer quit
+    first) is stopped and reaped by stop; with a saved analysis there, none is begun."""
+    path = _copy(jobs[0], tmp_path, "apart_early")
+    table = load_trace(path)
+    early = apart.start(table)
+    assert early is not None and children == [early]
+    a = apart.analyze_apart(table, child=early)
+    assert len(children) == 1 and early.returncode == 0
+    assert type(a.event_wait_ns) is memoryview  # the child's, read from the store
+    assert_same_analysis(analyze(load_trace(path, cache=False)), a)
+    assert apart.start(load_trace(path)) is None  # (saved: a re-open reads it, no child)
+
+    path = _copy(jobs[0], tmp_path, "apart_early_quit")
+    left = apart.start(load_trace(path))
+    apart.stop(left)
+    assert left.returncode is not None and left.stdout.closed
+    apart.stop(left)  # (twice: nothing more to do)

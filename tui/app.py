@@ -195,6 +195,10 @@ class DisttraceApp(App[int]):
     @work(thread=True, exclusive=True)
     def _load(self) -> None:
         """Read the trace and show its timeline at once; then analyse it and hand the analysis to the screen."""
+        with loading.EarlyAnalysis() as early:
+            self._read_and_analyse(early)
+
+    def _read_and_analyse(self, early: loading.EarlyAnalysis) -> None:
         target = [self]  # the app (it keeps the latest for the progress bar), then the viewer (analysing)
         last = [-1.0]
 
@@ -230,6 +234,7 @@ class DisttraceApp(App[int]):
             narration = self.narration if self.narration is not None else load_narration(self.paths)
             table = self.table if self.table is not None else loading.read_table(
                 self.paths, going_on, self.run_number, False if self.follow else None, preview)
+            early.start(table)
             progress(1.0, "indexing")
             bare = loading.bare_store(table)
         except TraceError as e:
@@ -250,7 +255,7 @@ class DisttraceApp(App[int]):
         screen.shown.wait(FIRST_FRAME_WAIT_S)
         try:
             with loading.background_work():
-                full = loading.analysed_store(bare, going_on)
+                full = loading.analysed_store(bare, going_on, early)
         except _Quit:
             return
         self.call_from_thread(screen.adopt_analysis, full)

@@ -4,6 +4,7 @@ process as a large trace's is (analysis/apart.py); quitting meanwhile stops the 
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import threading
 import time
@@ -38,6 +39,15 @@ def held_read(tmp_path, monkeypatch):
     monkeypatch.setenv(parallel.ENV, "2")
     monkeypatch.setattr(head, "HEAD_BYTES", 200_000)
     monkeypatch.setattr(apart, "APART_FROM", 1)
+    started = []  # the analysis' child processes (not the read's workers)
+
+    class Recorded(subprocess.Popen):
+        def __init__(self, args, *more, **kwargs):
+            super().__init__(args, *more, **kwargs)
+            if apart.__name__ in args:
+                started.append(self)
+
+    monkeypatch.setattr(apart.subprocess, "Popen", Recorded)
     go, ended = threading.Event(), []
     real = parallel.build
 
@@ -53,7 +63,7 @@ def held_read(tmp_path, monkeypatch):
         return real(plan, target, fingerprint, progress)
 
     monkeypatch.setattr(parallel, "build", held)
-    return tmp_path / "trace", go, ended
+    return tmp_path / "trace", go, ended, started
 
 
 async def until(pilot, ok, seconds: float = 20.0) -> None:
@@ -71,8 +81,15 @@ def _playhead_line(screen) -> str:
         return ""
 
 
-async def test_the_head_is_shown_then_the_whole_trace_on_the_same_event_and_view(held_read):
-    trace, go, ended = held_read
+async def test_the_head_is_shown_then_the_whole_trace_on_the_same_event_and_view(held_read, monkeypatch):
+    trace, go, ended, started = held_read
+    children_at_whole = []  # how many analysis children had begun when the whole trace replaced the head
+    replace = DisttraceApp._replace_head
+
+    def replace_head(self, *args):
+        children_at_whole.append(len(started))
+        return replace(self, *args)
+    monkeypatch.setattr(DisttraceApp, "_replace_head", replace_head)
     app = DisttraceApp([str(trace)])
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: isinstance(app.screen, ViewerScreen))
@@ -89,6 +106,7 @@ async def test_the_head_is_shown_then_the_whole_trace_on_the_same_event_and_view
                     and app.screen.ready)
         whole = app.screen
         assert whole.head is None and whole.store.n_events >= 12_000 and ended == ["read"]
+        assert children_at_whole == [1]  # the analysis' child, begun before the whole trace is drawn
         assert (whole.store.table.rank[whole.playhead], whole.store.table.id[whole.playhead]) == on
         assert whole.query_one(TabbedContent).active == "waits"
         # the stretch of time zoomed into on the head, framed in the whole trace
@@ -98,10 +116,11 @@ async def test_the_head_is_shown_then_the_whole_trace_on_the_same_event_and_view
         await until(pilot, lambda: whole.store.analysed and not whole.analysis_label)
         assert type(whole.store.analysis.event_wait_ns) is memoryview  # the child's, mapped from the store
         assert type(whole.store.lane_columns["starts"]) is memoryview  # the lanes as kept, mapped: the built ones gone
+        assert len(started) == 1 and started[0].returncode == 0  # that child's analysis, no second one
 
 
 async def test_quitting_on_the_head_stops_the_read(held_read):
-    trace, go, ended = held_read
+    trace, go, ended, started = held_read
     app = DisttraceApp([str(trace)])
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: isinstance(app.screen, ViewerScreen))

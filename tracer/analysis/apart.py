@@ -6,7 +6,8 @@ Computed in the viewer's own process, a 1M-event analysis left it ~370 MB larger
 (~190 MB: every column and the summaries' NaN/Inf scan), numba's compiler is loaded (~60 MB of code), and the
 computed arrays live on the heap where a re-open maps the saved ones. A child gives all of that back when it
 exits, and its GIL is not the UI's. It costs a process start and the saved analysis' read (~0.5 s), so it is used
-only from APART_FROM events.
+only from APART_FROM events. `start` begins it before its analysis is wanted: the viewer starts it as soon as the
+store is written, so that its start and imports overlap the whole trace's first frame.
 
 Never a new way to fail: a child that cannot run, dies or saves nothing leaves the analysis to this process (the
 child's own errors are the in-process analysis' too). A progress callback that raises (the viewer quitting) kills
@@ -37,32 +38,59 @@ analysis' read would be a large share of it, and the memory kept small anyway)."
 ENV = "DISTTRACE_APART"  # "0": always analyse in this process
 
 
-def analyze_apart(table: EventTable, progress: Progress | None = None) -> Analysis:
-    """analyze(table), computed in a child process where the table is large and comes from the trace store; the
-    analysis saved by an earlier run is read as analyze reads it."""
-    origin = table.origin
-    if (not isinstance(origin, store.StoreOrigin) or len(table) < APART_FROM
-            or os.environ.get(ENV, "1").strip() == "0"):
+def analyze_apart(table: EventTable, progress: Progress | None = None,
+                  child: subprocess.Popen | None = None) -> Analysis:
+    """analyze(table), computed in a child process where the table is large and comes from the trace store (`child`:
+    the one `start` began, else one begun now); the analysis saved by an earlier run is read as analyze reads it."""
+    if not _apart(table):
         return analyze(table, progress)
-    if (a := saved.load(table)) is not None:
-        if progress is not None:
-            progress(1.0, "opened the saved analysis")
-        return a
-    if _run_child(origin, progress) and (a := saved.load(table)) is not None:
+    if child is None:
+        if (a := saved.load(table)) is not None:
+            if progress is not None:
+                progress(1.0, "opened the saved analysis")
+            return a
+        child = _start(table.origin)
+    if child is not None and _follow(child, progress) and (a := saved.load(table)) is not None:
         if progress is not None:
             progress(1.0, "opened the analysis")
         return a
     return analyze(table, progress)
 
 
-def _run_child(origin: store.StoreOrigin, progress: Progress | None) -> bool:
-    """Whether a child analysed the store at `origin` and exited cleanly (its analysis then saved, unless it could
-    not be written). Kills the child when `progress` raises, and raises that."""
+def start(table: EventTable) -> subprocess.Popen | None:
+    """The child that analyses `table`, begun now, for analyze_apart to follow later (stop it if that never comes);
+    None where analyze_apart would use none, or would read a saved analysis (one is there: stale, it starts its own)."""
+    if not _apart(table) or os.path.exists(table.origin.beside(saved.KIND)):
+        return None
+    return _start(table.origin)
+
+
+def stop(child: subprocess.Popen | None) -> None:
+    """Kill a child that is still running (and reap it)."""
+    if child is None:
+        return
+    if child.poll() is None:
+        child.kill()
+        child.wait()
+    child.stdout.close()
+
+
+def _apart(table: EventTable) -> bool:
+    return (isinstance(table.origin, store.StoreOrigin) and len(table) >= APART_FROM
+            and os.environ.get(ENV, "1").strip() != "0")
+
+
+def _start(origin: store.StoreOrigin) -> subprocess.Popen | None:
     try:
-        child = subprocess.Popen(_command(origin), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                 stderr=subprocess.DEVNULL)  # (its own errors: the analysis here says them)
+        return subprocess.Popen(_command(origin), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL)  # (its own errors: the analysis here says them)
     except OSError:
-        return False
+        return None
+
+
+def _follow(child: subprocess.Popen, progress: Progress | None) -> bool:
+    """Whether the child analysed its store and exited cleanly (its analysis then saved, unless it could not be
+    written), its progress passed on. Kills the child when `progress` raises, and raises that."""
     try:
         for line in child.stdout:
             try:
@@ -73,10 +101,7 @@ def _run_child(origin: store.StoreOrigin, progress: Progress | None) -> bool:
                 progress(float(fraction), str(label))
         return child.wait() == 0
     finally:
-        if child.poll() is None:  # (progress raised: the viewer is quitting)
-            child.kill()
-            child.wait()
-        child.stdout.close()
+        stop(child)  # (running still: progress raised, the viewer is quitting)
 
 
 def _command(origin: store.StoreOrigin) -> list[str]:
