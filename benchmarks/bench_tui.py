@@ -8,7 +8,9 @@ Measured side by side in one run:
   store) to the first full frame of the timeline; goal: <= 1x the yardstick on a first open, <= 0.5 s on a
   re-open (the median of three). On a first open that is the trace's head (its first seconds, read while the rest
   is: data/head.py), and the whole trace's first frame is timed too, as are keys on the head meanwhile (from 0.5 s
-  after its first frame, as after loading). The split
+  after its first frame, as after loading);
+- analysis views ready (goal: <= 2x the yardstick): on the first open, and on a re-open, which opens the saved
+  analysis as the first view of a trace that `disttrace run` stored does (its end stores and analyses it). The split
   (load / analyze / store) is printed too;
 - frames: each navigation key (zoom +/-, pan h/l and arrows, rank j/k and arrows, event n/p), timed from the
   driver handing the key over to the frame that repaints the timeline (the wait for the 60 Hz frame timer
@@ -359,11 +361,12 @@ def main() -> None:
     print(f"first frame, re-open            {reopen['first_frame_s']:7.2f} s   = "
           f"{reopen['first_frame_s'] / yard:.2f}x the yardstick (goal <= 0.5 s; from the store; the median of "
           f"{', '.join(format(r['first_frame_s'], '.2f') for r in reopens)} s), "
-          f"analysed (saved) at "
-          f"{reopen['analysed_s']:.2f} s, RSS {reopen['rss_mb']:.0f} MB at the first frame")
-    print(f"analysis views ready            {app['analysed_s']:7.2f} s   = {app['analysed_s'] / yard:.2f}x the "
-          "yardstick "
-          "(the analysis runs after the first frame)")
+          f"RSS {reopen['rss_mb']:.0f} MB at the first frame")
+    print(f"analysis views ready, 1st open  {app['analysed_s']:7.2f} s   = {app['analysed_s'] / yard:.2f}x the "
+          "yardstick (goal <= 2x; the analysis, made in a child process, follows the whole trace's first frame)")
+    print(f"analysis views ready, re-open   {reopen['analysed_s']:7.2f} s   = {reopen['analysed_s'] / yard:.2f}x the "
+          "yardstick (goal <= 2x; the saved analysis: what the first view of a trace that `disttrace run` wrote opens, "
+          "its end having stored and analysed it)")
     print(f"  of which, measured apart:     load {stages['load_s']:.2f} s ({stages['load_s'] / yard:.2f}x), "
           f"analyze {stages['analyze_s']:.2f} s ({stages['analyze_s'] / yard:.2f}x; goal <= 2x; "
           f"{stages['saved_s']:.2f} s to read it saved), "
