@@ -223,6 +223,23 @@ def test_order_by_packed_keys_is_lexsort_s_order(seed, monkeypatch):
             assert columns.stable_order(k).tolist() == np.argsort(k, kind="stable").tolist()
 
 
+@pytest.mark.parametrize("seed", range(10))
+def test_run_starts_are_the_rows_whose_keys_differ_from_the_row_before(seed):
+    """columns.run_starts, the one home of "the first row of each run of equal keys" (the analyzers' groupings),
+    against its rule row by row: empty and one-row columns, one key or several, runs that one key alone ends."""
+    import numpy as np
+
+    from disttrace.tracer.data.columns import run_starts
+
+    rng = np.random.default_rng(seed)
+    for n in (0, 1, 2, 7, 60):
+        keys = [np.sort(rng.integers(0, 4, n)), rng.integers(0, 2, n).astype(np.uint8), rng.integers(-2, 2, n)]
+        for k in range(1, 4):
+            got = run_starts(*keys[:k])
+            assert got.dtype == bool and got.tolist() == [
+                i == 0 or any(key[i] != key[i - 1] for key in keys[:k]) for i in range(n)]
+
+
 def quartiles_one_by_one(points: list[tuple[int, int]]) -> tuple[list[int], list[int]]:
     """theory._quartiles' rule, point by point: per power-of-two bucket of volume (buckets in order of their
     first point), its points sorted by time, stably, and the len // 4-th taken."""

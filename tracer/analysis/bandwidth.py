@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..data.columns import order_by
+from ..data.columns import order_by, run_starts
 from ..data.events import NONE
 from .model import Link
 
@@ -48,7 +48,7 @@ def links_of(p2p: P2PTable) -> list[Link]:
         return []
     order = matched[order_by(src[matched], dst[matched])]
     s, d = src[order], dst[order]
-    first = np.flatnonzero(np.concatenate(([True], (s[1:] != s[:-1]) | (d[1:] != d[:-1]))))
+    first = np.flatnonzero(run_starts(s, d))
     count = np.diff(np.append(first, len(order)))
     total = np.add.reduceat(nbytes[order].astype(np.int64), first)
     tr = transfer[order].astype(np.int64)

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 
-from ..data.columns import as_int64, groups_of, order_by, unique_inverse
+from ..data.columns import as_int64, groups_of, order_by, run_starts, unique_inverse
 from ..data.events import NONE, EventTable
 from .matching import finished
 from .model import CriticalPath, DelayCause, PathPart, Step
@@ -265,9 +265,7 @@ def _walks(wj, whi, wr, wlo) -> tuple:
     order = order_by(wj, whi, -wlo)  # (stable: equal starts keep their order)
     for c in cols:
         c[:] = c[order]
-    new = np.ones(len(order), dtype=bool)
-    new[1:] = (wj[1:] != wj[:-1]) | (whi[1:] != whi[:-1])
-    starts = np.flatnonzero(new)
+    starts = np.flatnonzero(run_starts(wj, whi))
     ends = np.append(starts[1:], len(order))
     visit = order_by(whi[starts], wj[starts])
     return starts[visit].astype(np.int64), ends[visit].astype(np.int64)

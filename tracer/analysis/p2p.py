@@ -10,7 +10,7 @@ from array import array
 
 import numpy as np
 
-from ..data.columns import extend_from_numpy, filled, order_by, running_count, typecode
+from ..data.columns import extend_from_numpy, filled, order_by, run_starts, running_count, typecode
 from ..data.events import NONE, EventTable
 from .matching import finished_column
 from .tables import P2PTable
@@ -19,11 +19,7 @@ from .tables import P2PTable
 def _nth(keys: tuple, rows: np.ndarray) -> np.ndarray:
     """For each row, how many rows of the same keys come before it (rows in table order)."""
     order = order_by(*keys, rows)
-    new = np.zeros(len(rows), bool)
-    new[:1] = True
-    for k in keys:
-        sk = k[order]
-        new[1:] |= sk[1:] != sk[:-1]
+    new = run_starts(*(k[order] for k in keys))
     first = np.maximum.accumulate(np.where(new, np.arange(len(rows)), 0))
     out = np.empty(len(rows), np.int64)
     out[order] = np.arange(len(rows)) - first
@@ -54,8 +50,7 @@ def build_p2p(t: EventTable) -> tuple[P2PTable, array]:
         nth[idx] = _nth((side_src[idx], side_dst[idx], side_tag[idx]), row[idx])
     order = order_by(side_src, side_dst, side_tag, nth, ~is_send)  # by message, its send first
     src, dst, tg, n, snd, r = (c[order] for c in (side_src, side_dst, side_tag, nth, is_send, row))
-    new = np.ones(len(order), bool)
-    new[1:] = (src[1:] != src[:-1]) | (dst[1:] != dst[:-1]) | (tg[1:] != tg[:-1]) | (n[1:] != n[:-1])
+    new = run_starts(src, dst, tg, n)
     msg = running_count(new) - 1  # each side's message
     m = int(msg[-1]) + 1
     s_row = np.full(m, NONE, np.int64)

@@ -19,7 +19,7 @@ import re
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from ..data.columns import as_int64, order_by, repeat_each
+from ..data.columns import as_int64, order_by, repeat_each, run_starts
 from ..data.events import NONE, EventTable, stacks_site
 from .matching import finished_at, finished_column, last_event_of_rank
 from . import scans
@@ -179,7 +179,7 @@ def _highest(values, keep, *keys) -> dict[tuple, int]:
         return {}
     rows = rows[order_by(*(k[rows] for k in keys))]
     ks = [k[rows] for k in keys]
-    first = np.flatnonzero(np.concatenate(([True], np.any([k[1:] != k[:-1] for k in ks], axis=0))))
+    first = np.flatnonzero(run_starts(*ks))
     top = np.maximum.reduceat(values[rows], first)
     return dict(zip(zip(*(k[first].tolist() for k in ks)), top.tolist()))
 

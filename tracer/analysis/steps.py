@@ -25,8 +25,8 @@ from collections import Counter, deque
 from statistics import median
 from typing import TYPE_CHECKING
 
-from ..data.columns import (as_int64, filled, groups_of, order_by, packed_keys, repeat_each, running_count,
-                            stable_order)
+from ..data.columns import (as_int64, filled, groups_of, order_by, packed_keys, repeat_each, run_starts,
+                            running_count, stable_order)
 from ..data.events import NONE, EventTable
 from .matching import finished_column
 from .model import Step
@@ -84,11 +84,7 @@ def _dense(*columns) -> "object":
     cols = packed_keys([as_int64(c) for c in columns])
     n = len(cols[0])
     order = order_by(*cols)  # (stable: the first row of equal keys comes first)
-    new = np.ones(n, bool)
-    if n:
-        new[1:] = False
-        for c in cols:
-            new[1:] |= c[order][1:] != c[order][:-1]
+    new = run_starts(*(c[order] for c in cols))
     first = order[new]
     number = np.empty(len(first), np.int64)
     number[np.argsort(first)] = np.arange(len(first))
@@ -247,12 +243,12 @@ def build_steps(t: EventTable, step_of: array) -> list[Step]:
     e = finished_column(t)[order]
     # the latest end before each row on its rank (the rows without one left out), else the row's start
     low = np.iinfo(np.int64).min
-    before = reach_before(np.where(e >= 0, e, low), np.concatenate(([True], r[1:] != r[:-1])))
+    before = reach_before(np.where(e >= 0, e, low), run_starts(r))
     a = np.where(before != low, before, s)
     # a rank's first row of a step: where its step differs from the one of its previous row in a step
     in_step = np.flatnonzero(k >= 0)
     rk, kk = r[in_step], k[in_step]
-    first = in_step[np.concatenate(([True], (rk[1:] != rk[:-1]) | (kk[1:] != kk[:-1])))]
+    first = in_step[run_starts(rk, kk)]
     lo = np.full(n_steps, 1 << 62, np.int64)
     np.minimum.at(lo, k[first], a[first])
     hi = np.full(n_steps, -1, np.int64)

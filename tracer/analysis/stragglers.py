@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..data.columns import extend_from_numpy, groups_of, link_in, order_by, repeat_each, to_list
+from ..data.columns import extend_from_numpy, groups_of, link_in, order_by, repeat_each, run_starts, to_list
 from ..data.events import NONE, EventTable
 from . import chains
 from .model import PipelineStats, Step, Straggler, StragglerVerdict
@@ -153,10 +153,8 @@ def _stretches(rec: WaitRecord):
     order = counted[order_by(waiter, a)]  # by rank, then start (stable: equal starts in record order)
     waiter = rec.view("waiter")[order]
     a, b = rec.view("a")[order], rec.view("b")[order]
-    new = np.ones(len(order), dtype=bool)
-    new[1:] = waiter[1:] != waiter[:-1]
     low = np.iinfo(np.int64).min
-    start = np.maximum(a, reach_before(np.where(b > a, b, low), new))
+    start = np.maximum(a, reach_before(np.where(b > a, b, low), run_starts(waiter)))
     keep = b > start
     waiter = waiter[keep]
     ranks, first = np.unique(waiter, return_index=True)
@@ -238,7 +236,7 @@ def _caused_per(rec: WaitRecord, units, keep=None) -> dict[int, dict[int, int]]:
         units, culprit, waiter, a, b = units[keep], culprit[keep], waiter[keep], a[keep], b[keep]
     (u, c, _), ns = union_by([units, culprit, waiter], a, b)
     # summed over the waiting ranks: (unit, culprit) pairs are runs of the sorted rows
-    first = np.flatnonzero(np.concatenate(([True], (u[1:] != u[:-1]) | (c[1:] != c[:-1])))) if len(u) else u
+    first = np.flatnonzero(run_starts(u, c))
     out: dict[int, dict[int, int]] = {}
     for u, c, ns in zip(u[first].tolist(), c[first].tolist(), np.add.reduceat(ns, first).tolist() if len(u) else []):
         caused = out.get(u)

@@ -9,7 +9,7 @@ instance far above it is flagged slow."""
 
 from __future__ import annotations
 
-from ..data.columns import order_by, typecode
+from ..data.columns import order_by, run_starts, typecode
 from ..data.events import NONE
 from .model import NULL, AlphaBeta
 from .tables import CollectiveTable, P2PTable
@@ -57,7 +57,7 @@ def _quartiles(x, y) -> tuple[list[int], list[int]]:
 
     bucket = _bit_lengths(x)
     order = order_by(bucket, y)  # by bucket, then time (ties in the trace's order)
-    starts = np.flatnonzero(np.concatenate(([True], np.diff(bucket[order]) != 0)))
+    starts = np.flatnonzero(run_starts(bucket[order]))
     counts = np.diff(np.append(starts, len(order)))
     picked = order[starts + counts // 4]
     picked = picked[np.argsort(np.minimum.reduceat(order, starts))]  # the buckets by their first point

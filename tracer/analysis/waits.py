@@ -23,7 +23,7 @@ from __future__ import annotations
 from array import array
 from typing import TYPE_CHECKING
 
-from ..data.columns import filled, order_by, packed_keys, repeat_each, running_count, running_max_by
+from ..data.columns import filled, order_by, packed_keys, repeat_each, run_starts, running_count, running_max_by
 from ..data.events import NONE, EventTable
 from .matching import finished_at
 from .model import EARLY_REDUCE, LATE_BROADCAST, WAIT_BARRIER, WAIT_NXN
@@ -172,10 +172,7 @@ def union_by(keys: list, a, b) -> tuple[list, "object"]:
         return [k[:0] for k in keys], np.zeros(0, dtype=np.int64)
     order = _by_key_then_start(keys, a)
     a, b, keys = a[order], b[order], [k[order] for k in keys]
-    new = np.zeros(n, dtype=bool)
-    new[0] = True
-    for k in keys:
-        new[1:] |= k[1:] != k[:-1]
+    new = run_starts(*keys)
     starts = np.flatnonzero(new)
     # each interval adds what lies past the reach of the key's earlier ones (they all start no later)
     part = np.maximum(b - np.maximum(a, reach_before(b, new)), 0)

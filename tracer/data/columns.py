@@ -512,6 +512,18 @@ def stable_order(keys):
     return np.argsort(keys, kind="stable")
 
 
+def run_starts(*keys):
+    """Whether each row starts a run of equal keys (numpy columns of one length, in the order given): True at the
+    first row and wherever any key differs from the row before; np.flatnonzero of it: each run's first row."""
+    import numpy as np
+
+    new = np.zeros(len(keys[0]), bool)
+    new[:1] = True
+    for k in keys:
+        new[1:] |= k[1:] != k[:-1]
+    return new
+
+
 def groups_of(keys):
     """(key, the indexes of its rows in order) for each distinct value of `keys` (a numpy integer column), keys
     ascending: one stable sort, in numpy."""
