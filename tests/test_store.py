@@ -203,6 +203,29 @@ def test_profiler_traces_are_stored_too(tmp_path):
     assert load_parsing(d)[1]
 
 
+def test_a_store_is_the_same_however_the_trace_is_spelled(tmp_path, monkeypatch):
+    """A trace stored under one spelling of its path is opened under any other (relative, ./, a trailing slash, a
+    symlink), not parsed again: `disttrace run` stores /abs/trace and then says "disttrace view trace"; so is a
+    trace of several dirs."""
+    d, e = tmp_path / "trace", tmp_path / "node1"
+    for folder in (d, e):
+        folder.mkdir()
+        (folder / f"rank-0000{folder == e:d}-h-1.jsonl").write_bytes(
+            b'{"k":"meta","v":2,"rank":%d,"world_size":2,"host":"h","pid":1}\n' % (folder == e)
+            + b'{"k":"b","i":0,"op":"barrier","t":1000}\n{"k":"e","i":0,"t":2000}\n')
+    age(str(d))
+    age(str(e))
+    (tmp_path / "link").symlink_to(d)
+    monkeypatch.chdir(tmp_path)
+    t, parsed = load_parsing(str(d))
+    assert parsed and opened_from_store(t)
+    for spelling in ("trace", "./trace/", "../" + tmp_path.name + "/trace//", "link"):
+        t, parsed = load_parsing(spelling)
+        assert not parsed and opened_from_store(t), spelling
+    assert load_parsing([str(d), str(e)])[1]
+    assert not load_parsing(["trace/", "./node1"])[1]
+
+
 def test_each_run_and_set_of_dirs_has_a_store_of_its_own():
     names = {store.cache_path(["a"], None, True), store.cache_path(["a"], 2, True), store.cache_path(["a", "b"], None, True),
              store.cache_path(["a", "c"], None, True), store.cache_path(["f"], None, False),
@@ -552,9 +575,11 @@ def test_disttrace_run_writes_the_store_when_the_job_ends(tmp_path):
         assert os.path.isfile(store.cache_path([str(out)], None, True)) == stored
         if not stored:
             age(str(out))  # (a first view stores no rank file written less than RACY_NS ago)
-        t, parsed = load_parsing(str(out))
+        # opened as the run's last line says (it stored /abs/trace1 and says "disttrace view trace1"), not re-read
+        t, parsed = load_parsing(os.path.relpath(out))
         assert opened_from_store(t) and parsed == (not stored)
-        assert_same(load_trace(str(out), cache=False), t)
+        # (the files named as the command that wrote the store spelled them: the run's /abs/trace1, else trace1)
+        assert_same(load_trace(str(out) if stored else os.path.relpath(out), cache=False), t)
         kept = saved.load(t)  # the analysis the run's end saved: the one this trace's analysis is
         assert (kept is not None) == stored
         if stored:

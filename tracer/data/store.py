@@ -659,24 +659,39 @@ def _code_version() -> str:
 
 
 def fingerprint(paths: list[str], run: int | None, sources: list[str]) -> tuple[dict, int]:
-    """(what the store must have been made from: the paths as given, the run, each source's path, size and
-    mtime_ns, the reader's code; the newest mtime_ns)."""
+    """(what the store must have been made from: the paths, the run, each source's path, size and mtime_ns, the
+    reader's code; the newest mtime_ns). The paths are the real ones (_real): however a user spells the trace, its
+    store is the same (`disttrace run` stores /abs/trace, and then says "disttrace view trace")."""
     files, newest = [], 0
+    real = _real()
     for p in sources:
         st = os.stat(p)
-        files.append([p, st.st_size, st.st_mtime_ns])
+        files.append([real(p), st.st_size, st.st_mtime_ns])
         newest = max(newest, st.st_mtime_ns)
-    return {"paths": list(paths), "run": run, "files": files, "code": _code_version()}, newest
+    return {"paths": [os.path.realpath(p) for p in paths], "run": run, "files": files, "code": _code_version()}, newest
+
+
+def _real():
+    """A source file's path made real as os.path.realpath makes it, its folder looked up once (a trace of 1,024
+    rank files lies in a few folders)."""
+    folders: dict[str, str] = {}
+
+    def real(path: str) -> str:
+        folder, name = os.path.split(path)
+        if folder not in folders:
+            folders[folder] = os.path.realpath(folder or ".")
+        return os.path.join(folders[folder], name)
+    return real
 
 
 def cache_path(paths: list[str], run: int | None, is_dir: bool) -> str:
     """Where the store of these paths (trace dirs, or one events file) and run lives: TRACE/.disttrace-cache/
-    events-v1[-runN][-HASH].arrow (HASH: of the other dirs, for a trace of several nodes), FILE.disttrace.arrow."""
+    events-v2[-runN][-HASH].arrow (HASH: of the dirs' real paths, for a trace of several nodes), FILE.disttrace.arrow."""
     tag = f"-run{run}" if run is not None else ""
     if not is_dir:
         return f"{paths[0]}{tag.replace('-', '.')}{FILE_SUFFIX}"
     if len(paths) > 1:
-        tag += "-" + hashlib.sha1("\0".join(paths).encode()).hexdigest()[:12]
+        tag += "-" + hashlib.sha1("\0".join(map(os.path.realpath, paths)).encode()).hexdigest()[:12]
     return os.path.join(paths[0], CACHE_DIR, f"events-v{STORE_VERSION}{tag}.arrow")
 
 
