@@ -14,7 +14,8 @@ from math import nan
 from typing import Iterator
 from weakref import WeakValueDictionary
 
-from ..data.columns import CodedColumn, copy_of, extend_from_numpy, filled, from_numpy, repeat_each
+from ..data.columns import (CodedColumn, copy_of, extend_from_numpy, filled, from_numpy, order_by, repeat_each,
+                            run_starts, typecode)
 from ..data.events import NONE, EventTable
 from .matching import finished, finished_column
 from .model import NULL, CollectiveInstance, P2PMatch
@@ -163,6 +164,49 @@ class CollectiveTable:
         at = np.frombuffer(self.events.rank, np.int32)[rows] == culprit[k]
         out[k[at]] = rows[at]
         return out
+
+    def column(self, name: str) -> "object":
+        """A column of the instances (`append`'s names; a coded one's codes) in numpy, over the same memory."""
+        import numpy as np
+
+        col = getattr(self, name)
+        if isinstance(col, CodedColumn):
+            col = col.codes
+        return np.frombuffer(col, np.uint8 if isinstance(col, bytearray) else typecode(col))
+
+    def groups_by(self, names: tuple[str, ...], where=None) -> list:
+        """The instances of each distinct value of the columns `names` (numpy arrays of indexes, each in table
+        order), in the order of their first instances; `where`: of the instances it marks only (a numpy bool
+        column). What a report or view of ~10^5 collectives sums or takes the median of, without a view each."""
+        import numpy as np
+
+        picked = np.arange(len(self.gid)) if where is None else np.flatnonzero(where)
+        keys = [self.column(name)[picked] for name in names]
+        order = order_by(*keys)  # (stable: each value's instances in table order)
+        starts = np.flatnonzero(run_starts(*(k[order] for k in keys)))
+        groups = np.split(picked[order], starts[1:]) if len(picked) else []
+        groups.sort(key=lambda g: int(g[0]))
+        return groups
+
+    def wait_totals(self) -> "object":
+        """Each instance's total wait (the sum of its ranks' waits; 0 without rows), in numpy: one pass over the
+        waits, where summing each instance's would make ~10^5 views at 1M events (~1.4 s)."""
+        import numpy as np
+
+        totals = np.zeros(len(self.gid), np.int64)
+        offset = np.frombuffer(self.offset, np.int64)
+        filled = offset[1:] > offset[:-1]
+        if filled.any():
+            totals[filled] = np.add.reduceat(np.frombuffer(self.waits, np.int64), offset[:-1][filled])
+        return totals
+
+    def most_waited(self, top: int) -> list[int]:
+        """The instances whose ranks waited longest in total, most first (equal totals in table order), at most
+        `top` of them, none whose ranks did not wait."""
+        import numpy as np
+
+        totals = self.wait_totals()
+        return [k for k in np.argsort(-totals, kind="stable")[:top].tolist() if totals[k] > 0]
 
     def first_starts(self) -> array:
         """The earliest arrival of every instance (0 for one without rows), in numpy: one pass over the rows."""
