@@ -14,6 +14,7 @@ from textual.reactive import reactive
 from textual.widgets import DataTable, OptionList, Static
 
 from disttrace.tracer.analysis.describe import micro_batches, straggler_verdict
+from disttrace.tracer.analysis.model import NULL
 from disttrace.tracer.analysis.units import fmt_bytes_short, fmt_gbps, fmt_ns_short, gbps_unit, ns_unit
 
 from ..model.replay import row_at_time
@@ -153,7 +154,7 @@ class WaitsView(Vertical):
         a = self.store.analysis
         t = DataTable(id="wait-table", cursor_type="row", zebra_stripes=True)
         t.add_columns("op", "group", "group_seq", "total wait", "skew", "last", "who waited longest")
-        colls = sorted((c for c in a.collectives if sum(c.waits) > 0), key=lambda c: -sum(c.waits))[:MAX_ROWS]
+        colls = [a.collectives[k] for k in a.collectives.most_waited(MAX_ROWS)]
         groups = self.store.table.groups
         for c in colls:
             worst = max(c.wait_ns, key=lambda r: c.wait_ns[r])
@@ -290,24 +291,28 @@ class ChartsView(Vertical):
 
     def _draw_bw(self, fig) -> None:
         # one point per (op, message size): the median over the collectives of that size, so a million-event trace
-        # plots as quickly as a small one
-        by_size: dict[tuple[str, int], list] = {}
-        for c in self.store.analysis.collectives:
-            if c.busbw_gbps and c.bytes > 0:
-                by_size.setdefault((c.op, c.bytes), []).append(c)
+        # plots as quickly as a small one; from the instances' columns (a view of each took ~0.4 s at 1M events)
+        import numpy as np
+
+        ct = self.store.analysis.collectives
+        busbw, dur, model_ns = ct.column("busbw_gbps"), ct.column("duration_ns"), ct.column("model_ns")
+        measured = ~np.isnan(busbw) & (busbw != 0) & (ct.column("bytes") > 0)
+        by_size = {(ct.op[int(g[0])], ct.bytes[int(g[0])]): g for g in ct.groups_by(("op", "bytes"), measured)}
         if not by_size:
             fig.title("no collective with a measured bandwidth")
             return
         ops = sorted({op for op, _ in by_size})
         for op in ops:
             sizes = sorted(b for o, b in by_size if o == op)
-            meas = [statistics.median(c.busbw_gbps for c in by_size[(op, b)]) for b in sizes]
+            meas = [statistics.median(busbw[by_size[(op, b)]].tolist()) for b in sizes]
             sig = fig.signal(sizes, meas, marker="●")
             sig.label(op)
             fig.draw(sig)
             model = []
             for b in sizes:
-                ms = [c.busbw_gbps * c.duration_ns / c.model_ns for c in by_size[(op, b)] if c.model_ns and c.duration_ns]
+                g = by_size[(op, b)]
+                g = g[~np.isnan(model_ns[g]) & (model_ns[g] != 0) & (dur[g] != NULL) & (dur[g] != 0)]
+                ms = (busbw[g] * dur[g] / model_ns[g]).tolist()
                 if ms:
                     model.append((b, statistics.median(ms)))
             if len(model) >= 2:
