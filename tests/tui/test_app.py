@@ -177,6 +177,31 @@ async def test_waits_view_jumps_to_the_straggler():
         assert v.query_one(TabbedContent).active == "timeline"
 
 
+@pytest.mark.parametrize("path", [TUI_JOB, PIPELINE_JOB])
+async def test_a_straggler_s_row_jumps_to_the_collective_it_made_the_others_wait_longest_for(path):
+    """Enter on a rank of the stragglers' table: the playhead goes to that rank's event in the collective it arrived
+    last to whose waiting was longest (the first of equals), as the rule reads instance by instance."""
+    from textual.widgets import DataTable
+
+    async with app_on(path).run_test(size=SIZE) as pilot:
+        v = await viewer(pilot)
+        a = v.store.analysis
+        jumps = 0
+        for k, s in enumerate(a.stragglers):
+            late = [c for c in a.collectives if c.last_arrival == s.rank and s.rank in c.ranks]
+            want = max(late, key=lambda c: sum(c.waits)).row_of(s.rank) if late else None
+            await pilot.press("4")
+            await pilot.pause()
+            table = v.query_one("#straggler-table", DataTable)
+            table.focus()
+            table.move_cursor(row=k)
+            v.playhead = before = -1
+            await pilot.press("enter")
+            await pilot.pause()
+            assert v.playhead == (before if want is None else want), (s.rank, want)
+            jumps += want is not None
+        assert jumps
+
 async def test_ring_view_steps():
     async with app_on().run_test(size=SIZE) as pilot:
         v = await viewer(pilot)
