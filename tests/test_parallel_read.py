@@ -235,3 +235,91 @@ def test_the_parts_of_a_killed_reader_are_removed_by_the_next(tmp_path):
         f.write_bytes(b"x")
     parallel._remove_stale_parts(str(tmp_path))
     assert not gone.exists() and mine.exists() and other.exists()
+
+
+# -- a trace of several nodes' dirs, merged from each dir's own store (tracer/data/node_stores.py) -------------
+
+def _node_dirs(tmp_path: Path, nodes: int = 3, restart_in: int | None = None) -> list[str]:
+    """The synthetic job's trace dir cut into `nodes` dirs of consecutive ranks, as `disttrace run` on each node
+    leaves them; `restart_in`: that dir also holds a later run of its ranks (a restart after the job)."""
+    from synth import write_trace_dir
+
+    write_synthetic(str(tmp_path / "events.jsonl"), 6000, 12)
+    write_trace_dir(str(tmp_path / "events.jsonl"), str(tmp_path / "all"))
+    names = sorted(os.listdir(tmp_path / "all"))
+    dirs = [str(tmp_path / f"node{k}") for k in range(nodes)]
+    for k, name in enumerate(names):
+        os.makedirs(dirs[k * nodes // len(names)], exist_ok=True)
+        os.replace(tmp_path / "all" / name, os.path.join(dirs[k * nodes // len(names)], name))
+    if restart_in is not None:
+        d = dirs[restart_in]
+        first = sorted(n for n in os.listdir(d) if n.startswith("rank-"))[0]
+        text = Path(d, first).read_bytes().replace(b'"pid":', b'"pid":9', 1)
+        meta, rest = text.split(b"\n", 1)
+        later = orjson.loads(meta)
+        later["mono_ns"] = later.get("mono_ns", 0) + 10**12  # (started after the first run)
+        later["wall_ns"] = later.get("wall_ns", 0) + 10**12
+        Path(d, "rank-%05d-later-9.jsonl" % later["rank"]).write_bytes(orjson.dumps(later) + b"\n" + rest)
+    age(*dirs)
+    return dirs
+
+
+@pytest.fixture
+def node_reads(monkeypatch):
+    """How many rank files were parsed, and whether the nodes' stores were merged."""
+    from disttrace.tracer.data import node_stores, reader
+
+    counts = {"files": 0, "merged": 0}
+    real_read, real_merge = reader.read_rank_files, node_stores.merge
+
+    def read(files, *args, **kwargs):
+        counts["files"] += len(files)
+        return real_read(files, *args, **kwargs)
+
+    def merge(*args):
+        done = real_merge(*args)
+        counts["merged"] += done
+        return done
+
+    monkeypatch.setattr(reader, "read_rank_files", read)
+    monkeypatch.setattr(node_stores, "merge", merge)
+    from dataclasses import replace
+
+    from disttrace.tracer.data import load
+    monkeypatch.setattr(load, "IMPORTERS", (replace(load.IMPORTERS[0], merge=merge),) + load.IMPORTERS[1:])
+    return counts
+
+
+def test_the_nodes_stores_merge_into_the_table_a_read_makes(tmp_path, node_reads):
+    """Each node stored its dir (its `disttrace run`); the dirs opened together are merged from those stores,
+    parsing no rank file, into the very table a read of the whole makes; opened again, that store is opened."""
+    dirs = _node_dirs(tmp_path)
+    for d in dirs:
+        assert not opened_from_store(load_trace(d, cache=False)) and opened_from_store(load_trace(d))
+    node_reads["files"] = 0
+    merged = load_trace(dirs)
+    assert node_reads == {"files": 0, "merged": 1} and opened_from_store(merged)
+    assert_same(load_trace(dirs, cache=False), merged)
+    again = load_trace(dirs)
+    assert node_reads["merged"] == 1 and again.origin.path == merged.origin.path
+
+
+@pytest.mark.parametrize("case", ["a node without its store", "a node's store stale", "a restart in a node's dir",
+                                  "the dirs in another order"])
+def test_what_the_nodes_stores_do_not_hold_exactly_is_read(tmp_path, node_reads, case):
+    """A node's dir with no store, or a stale one; a dir holding a later run too (the whole's runs are not the
+    stores'); the dirs given in another order than their ranks' (the whole's files would interleave): the trace
+    is read, to the table a read makes."""
+    dirs = _node_dirs(tmp_path, restart_in=1 if case.startswith("a restart") else None)
+    for d in dirs[1:] if case == "a node without its store" else dirs:
+        load_trace(d)
+    if case == "a node's store stale":
+        one = os.path.join(dirs[2], sorted(n for n in os.listdir(dirs[2]) if n.startswith("rank-"))[0])
+        os.utime(one, ns=(0, os.stat(one).st_mtime_ns + 10**9))
+    if case == "the dirs in another order":
+        dirs = dirs[::-1]
+    node_reads["files"] = 0
+    whole = load_trace(dirs)
+    assert node_reads["merged"] == 0 and node_reads["files"] > 0 and opened_from_store(whole)
+    assert len(whole.runs) == (2 if case.startswith("a restart") else 1)
+    assert_same(load_trace(dirs, cache=False), whole)

@@ -201,18 +201,28 @@ def test_spawned_ranks_are_traced(tmp_path):
 
 
 @pytest.mark.slow
-def test_two_nodes_each_with_its_own_dir_merge(tmp_path):
+def test_two_nodes_each_with_its_own_dir_merge(tmp_path, monkeypatch):
+    """Two nodes, each traced into its own dir by its own `disttrace run`, which stores it (--store: the job is
+    small) when its job ends: the dirs opened together are one trace, merged from the two stores (no rank file
+    parsed again) into the table a read of both makes."""
+    from disttrace.tracer.data import reader
+
+    from test_store import assert_same, opened_from_store
     port = free_port()
     procs = []
     for node in (0, 1):
-        cmd = disttrace_cmd("run", "--out", tmp_path / f"node{node}", "--",
+        cmd = disttrace_cmd("run", "--store", "--out", tmp_path / f"node{node}", "--",
                             *torchrun_cmd("rec_nodes.py", 1, nnodes=2, node_rank=node, port=port))
         procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     for p in procs:
         _, err = p.communicate(timeout=180)
         assert p.returncode == 0, err[-2000:]
     assert len(list((tmp_path / "node0").glob("rank-*.jsonl"))) == 1
-    table = load_trace([str(tmp_path / "node0"), str(tmp_path / "node1")])
+    with monkeypatch.context() as m:
+        m.setattr(reader, "read_rank_files", lambda *a, **k: pytest.fail("a rank file parsed: the stores not merged"))
+        table = load_trace([str(tmp_path / "node0"), str(tmp_path / "node1")])
+    assert opened_from_store(table)
+    assert_same(load_trace([str(tmp_path / "node0"), str(tmp_path / "node1")], cache=False), table)
     assert sorted(table.ranks) == [0, 1]
     ops = [(table.rank[i], table.op[i]) for i in range(len(table))]
     assert sorted(ops) == sorted([(0, "all_reduce"), (1, "all_reduce"), (0, "barrier"), (1, "barrier"),

@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass
 from typing import Callable
 
-from . import flightrec, head, kineto, parallel, store
+from . import flightrec, head, kineto, node_stores, parallel, store
 from .events import EventTable, Progress, TraceError, no_events, read_jsonl
 from .reader import find_rank_files, is_trace_dir, load_trace_dirs, written_size
 
@@ -30,6 +30,9 @@ class Importer:
     """The files a path's events come from, watched by the trace store (None: not kept in the store)."""
     plan: Callable[[list[str], "int | None"], "parallel.Plan | None"] | None = None
     """How a first read of the paths splits across processes (data/parallel.py); None: it does not."""
+    merge: Callable[[list[str], "int | None", str, dict], bool] | None = None
+    """Writes the store of several paths from each one's own store, if it can: (paths, run, target, fingerprint)
+    -> whether it did (data/node_stores.py); None: it never can."""
 
 
 def _load_fr_dirs(paths: list[str], table: EventTable, progress, run) -> None:
@@ -53,7 +56,8 @@ def _load_store_files(paths: list[str], table: EventTable, progress, run) -> Non
 
 
 IMPORTERS: tuple[Importer, ...] = (
-    Importer("disttrace trace dir", is_trace_dir, load_trace_dirs, find_rank_files, parallel.plan_trace_dirs),
+    Importer("disttrace trace dir", is_trace_dir, load_trace_dirs, find_rank_files, parallel.plan_trace_dirs,
+             node_stores.merge),
     Importer("PyTorch profiler (Kineto) traces", kineto.claims, kineto.load_kineto, kineto.source_files),
     Importer("Flight Recorder dumps", flightrec.is_fr_dir, _load_fr_dirs, flightrec.source_files),
     Importer("disttrace trace store (a .disttrace.arrow file)", lambda p: _is_store_file(p) and os.path.isfile(p),
@@ -111,6 +115,27 @@ def load_trace(paths: list[str] | str, progress: Progress | None = None, run: in
 
 def _builder(importer: Importer, paths: list[str], run: int | None, sources: list[str],
              progress: Progress | None, preview: Preview | None = None):
+    """How a first read writes the store of these paths, as cached_load's `build`: from the paths' own stores
+    where the importer can merge them (several nodes' dirs, each stored when its job ended), else by the parallel
+    read (None: neither; the trace is read in process)."""
+    parallel_build = _parallel_builder(importer, paths, run, sources, progress, preview)
+    if importer.merge is None or len(paths) < 2:
+        return parallel_build
+
+    def build(target: str, fingerprint: dict) -> None:
+        if progress is not None:
+            progress(0.0, "merging the nodes' stores")
+        if importer.merge(paths, run, target, fingerprint):
+            return
+        if parallel_build is None:
+            raise parallel.PartsFailed("no stores to merge; too small to split")
+        parallel_build(target, fingerprint)
+
+    return build
+
+
+def _parallel_builder(importer: Importer, paths: list[str], run: int | None, sources: list[str],
+                      progress: Progress | None, preview: Preview | None = None):
     """The parallel first read of these paths, as cached_load's `build` (None: the importer has none, or the
     trace is too small to split: then neither its runs are scanned twice nor a temp file made for nothing). Its
     plan is made only when it is needed: the store missing or stale. `preview` gets the trace's head first."""

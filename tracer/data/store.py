@@ -284,20 +284,22 @@ def _open(pa, path: str, fingerprint: dict | None):
     return batch, meta_b, meta, lambda arrays: _digest_read(path, base, arrays, meta_b)
 
 
-def merge_parts(parts: list[str], head: EventTable, path: str, fingerprint: dict, finish) -> None:
+def merge_parts(parts: list[str], head: EventTable, path: str, fingerprint: dict, finish,
+                whole_stores: bool = False) -> None:
     """Write the store file `path` of the events of the store parts `parts` (the workers' shares of one trace, in
     its order: data/parallel.py), in Arrow and numpy: each part's groups and dictionaries mapped onto the whole's
     (in order of first appearance, as one reader makes them), the rows sorted as EventTable.sort sorts them. The
     table-level records go to `head` (the runs and warnings found before the split): the parts' ranks, warnings,
     notes and stacks in order; then finish(head, events, [each part's "part" record]) adds what the reader says
-    of the whole, or raises. Raises StoreError on a part that is not one."""
+    of the whole, or raises. Raises StoreError on a part that is not one. `whole_stores`: the parts are stores,
+    checked valid by the caller (the nodes' own: data/node_stores.py), with no "part" record (None)."""
     import numpy as np
     import pyarrow as pa
 
     batches, records = [], []
     for p in parts:
         batch, _, meta, _ = _open(pa, p, None)  # (no digest: the workers' files, just written, never kept)
-        if not _schema_ok(pa, batch.schema) or type(meta.get("part")) is not dict:
+        if not _schema_ok(pa, batch.schema) or (type(meta.get("part")) is not dict and not whole_stores):
             raise StoreError(f"{p}: not a store part")
         batches.append(batch)
         records.append(meta)
@@ -314,7 +316,7 @@ def merge_parts(parts: list[str], head: EventTable, path: str, fingerprint: dict
         head.warnings += meta["warnings"]
         head.notes += meta["notes"]
         head.stacks.update((r, s) for r, s in meta["stacks"])
-    finish(head, n, [meta["part"] for meta in records])
+    finish(head, n, [meta.get("part") for meta in records])
 
     def column(name: str) -> list:
         return [b.column(name) for b in batches]
