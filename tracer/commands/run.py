@@ -39,8 +39,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     store = p.add_mutually_exclusive_group()
     store.add_argument("--store", dest="store", action="store_true", default=None,
                        help="write the trace store (the columnar copy that view, report and export open) and "
-                            "the saved analysis when the job ends, whatever the trace's size (default: only from 16 MB of JSON, where reading "
-                            "it takes longer than opening the store; the first reader writes a smaller one)")
+                            "the saved analysis when the job ends, whatever the trace's size (default: only from "
+                            "16 MB of JSON, where reading it takes longer than opening the store; the first reader "
+                            "writes a smaller one)")
     store.add_argument("--no-store", dest="store", action="store_false",
                        help="do not write the trace store nor the analysis when the job ends; the first reader "
                             "writes them")

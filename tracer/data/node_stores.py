@@ -36,7 +36,7 @@ def merge(paths: list[str], run: int | None, target: str, fingerprint: dict) -> 
         return False
     if head.warnings or len(head.runs) != 1:
         return False
-    parts, counts, at = [], [], 0
+    parts, at = [], 0
     for p in paths:
         try:
             mine = find_rank_files(p)
@@ -52,13 +52,12 @@ def merge(paths: list[str], run: int | None, target: str, fingerprint: dict) -> 
             return False
         at += len(stored)
         parts.append(part)
-        counts.append(len(stored))
     if at != len(files):
         return False
 
-    def finish(whole: EventTable, n: int, records: list[dict]) -> None:
-        if not n:
-            raise store.StoreError("no events")  # (the reader's own words, from a read: merge nothing)
+    def finish(whole: EventTable, n: int, records: list) -> None:
+        if not n:  # (no events: the read says so, in the reader's words)
+            raise store.StoreError("no events")
 
     try:
         store.merge_parts(parts, head, target, fingerprint, finish, whole_stores=True)
