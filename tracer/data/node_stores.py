@@ -27,8 +27,9 @@ from .reader import find_rank_files, run_files
 def merge(paths: list[str], run: int | None, target: str, fingerprint: dict) -> bool:
     """Write the store of the trace dirs `paths` (run `run`) to `target` from the dirs' own stores; False (nothing
     written) where those are not exactly the whole's parts."""
-    if len(paths) < 2:
-        return False
+    parts = [store.cache_path([p], None, True) for p in paths]
+    if len(paths) < 2 or not all(map(os.path.isfile, parts)):
+        return False  # (before the runs are found, which reads every rank file's first line: the read does it again)
     head = EventTable()
     try:
         files = run_files(paths, head, run)
@@ -36,12 +37,10 @@ def merge(paths: list[str], run: int | None, target: str, fingerprint: dict) -> 
         return False
     if head.warnings or len(head.runs) != 1:
         return False
-    parts, at = [], 0
-    for p in paths:
+    at = 0
+    for p, part in zip(paths, parts):
         try:
-            mine = find_rank_files(p)
-            fp, _ = store.fingerprint([p], None, mine)
-            part = store.cache_path([p], None, True)
+            fp, _ = store.fingerprint([p], None, find_rank_files(p))
             table = store.read_store(part, fp)  # (valid: the same files, undamaged)
         except (TraceError, store.StoreError, OSError):
             return False
@@ -51,7 +50,6 @@ def merge(paths: list[str], run: int | None, target: str, fingerprint: dict) -> 
         if stored != [os.path.realpath(f) for f in files[at:at + len(stored)]]:
             return False
         at += len(stored)
-        parts.append(part)
     if at != len(files):
         return False
 
