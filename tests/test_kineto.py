@@ -44,6 +44,11 @@ def _report(*paths) -> tuple[int, dict]:
     return p.returncode, json.loads(p.stdout)
 
 
+def _waits(analysis) -> dict[tuple, dict[int, int]]:
+    """{(op, group_seq): {rank: wait ns}} of the job's collectives (one group: the world)."""
+    return {(c.op, c.group_seq): c.wait_ns for c in analysis.collectives}
+
+
 def _comms(table: EventTable) -> dict[int, list]:
     out: dict[int, list] = {}
     for i in range(len(table)):
@@ -62,14 +67,22 @@ def test_gloo_profiler_traces_agree_with_disttrace_run(gloo_job):
     rc_k, k = _report(prof)
     rc_d, d = _report(trace)
     assert rc_k == rc_d == 0
-    # the straggler and the waits, as disttrace's own recording sees them: each rank's within 15%, or within a
-    # millisecond an op for a rank that waited little (3 ranks on 2 cores: the two recorders' arrival instants
-    # differ by about that; the straggler's own waits read 23 ms against 54 ms, and 56 against 81, over its 48 ops)
     assert k["straggler"]["rank"] == d["straggler"]["rank"] == J.LATE_RANK
-    for r in ("0", "1", "2"):
-        ops = sum(1 for x in ours.rank if x == int(r))
-        assert abs(k["waits"][r] - d["waits"][r]) <= max(0.15 * d["waits"][r], ops * 1e6), \
-            (r, ops, k["waits"], d["waits"])
+    # each collective's waits, as disttrace's own recording sees them. Per op, the two recorders' arrival instants
+    # differ by the scheduler's whims (3 ranks on 2 cores: a preempted rank is ~1-5 ms late in one view and not the
+    # other; summed over a rank's 48 ops that once made 53 ms of 219 in CI), so the typical op must agree within
+    # 2 ms (0.1 ms quiet, 0.3-0.6 ms with both cores busy besides) and the injected lateness must read the same in
+    # both (within 1.4 ms seen)
+    waits = [_waits(analyze(t)) for t in (theirs, ours)]
+    assert waits[0].keys() == waits[1].keys()
+    diffs = sorted(abs(waits[0][key][r] - waits[1][key][r]) for key in waits[0] for r in waits[0][key])
+    assert diffs[len(diffs) // 2] <= 2_000_000, diffs
+    all_reduces = sorted(key for key in waits[1] if key[0] == "all_reduce")  # one a step
+    assert len(all_reduces) == J.STEPS
+    for key in (all_reduces[step] for step in J.LATE_STEPS):
+        for r in {0, 1, 2} - {J.LATE_RANK}:  # the others waited the sleep, in both views
+            kw, dw = waits[0][key][r], waits[1][key][r]
+            assert kw >= 0.6 * J.LATE_S * 1e9 and abs(kw - dw) <= 0.2 * J.LATE_S * 1e9, (key, r, kw, dw)
     # busbw per op from gloo's execution intervals
     bw = {c["op"] for c in k["collectives"] if c["busbw_gbps"]}
     assert {"all_reduce", "all_gather"} <= bw
