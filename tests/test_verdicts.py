@@ -172,7 +172,13 @@ def test_verdict(case, reports):
             if "period" in ws:
                 assert s["period"] == ws["period"], s
             if "cost_ms" in ws:
-                assert _approx(s["delay_cost_ns"] / MS, ws["cost_ms"]), s
+                # what it caused after the first steps, which may be warm-up: a rank slow to start (lazy connections:
+                # 111 ms in FSDP2's step 0, which was 2.9x the median step, just short of warm-up) really made the
+                # others wait, but that is not the injected delay (warm-up steps are not in its cost at all)
+                first = want.get("steps", {}).get("warmup_max", 0)
+                early = sum(st["caused_ns"].get(str(ws["rank"]), 0) for st in d["steps"]
+                            if st["index"] < first and not st["warmup"])
+                assert _approx((s["delay_cost_ns"] - early) / MS, ws["cost_ms"]), (early, s)
             if "site" in ws:
                 assert ws["site"] in (s["site"] or ""), s
             assert f"Straggler: rank {ws['rank']}" in text
