@@ -145,7 +145,7 @@ class DisttraceApp(App[int]):
         if self.follow_newest:
             start = len(store.table) - 1
         else:
-            start = _same_event(old, store)
+            start = old.row_in(store)
         screen = ViewerScreen(store, narration, start_row=start)
         screen.initial_view = old.query_one(TabbedContent).active or "timeline"
         self.store = store
@@ -283,19 +283,10 @@ class DisttraceApp(App[int]):
         return screen
 
     def _replace_head(self, head: ViewerScreen, store: TraceStore) -> ViewerScreen:
-        """The whole trace in place of its head: on the event, the tab and the stretch of time the user was on."""
-        screen = ViewerScreen(store, head.narration, start_row=_same_event(head, store))
-        screen.initial_view = head.query_one(TabbedContent).active or "timeline"
-        if head.zoom:  # the stretch of time the user zoomed into, in the whole trace
-            screen.initial_window = head.time_window()
-        self.store = store
-        while self.screen is not head and head in self.screen_stack:  # (a help or prompt over it)
-            self.pop_screen()
-        if self.screen is head:
-            self.switch_screen(screen)
-        else:
-            self.push_screen(screen)
-        return screen
+        """The whole trace in place of its head, in the head's screen (ViewerScreen.take_whole)."""
+        head.take_whole(store)
+        self.store = head.store
+        return head
 
     def get_system_commands(self, screen: Screen):
         yield from super().get_system_commands(screen)
@@ -305,14 +296,6 @@ class DisttraceApp(App[int]):
                 if what and not b.action.startswith("app."):
                     yield SystemCommand(f"{what} ({b.key.split(',')[0]})", what,
                                         lambda action=b.action: self.run_action(action, screen))
-
-
-def _same_event(old: ViewerScreen, store: TraceStore) -> int:
-    """The row in `store` of the event `old` is on (-1: none, or not in it), found by (rank, id)."""
-    if old.playhead < 0:
-        return -1
-    t = old.store.table
-    return loading.row_of(store.table, t.rank[old.playhead], t.id[old.playhead])
 
 
 def _wait_for_first_events(paths: list[str], run: int | None = None) -> tuple[TraceStore, Narration | None]:

@@ -18,6 +18,7 @@ from disttrace.tracer.analysis import apart
 from disttrace.tracer.data import head, parallel
 from disttrace.tui.app import DisttraceApp
 from disttrace.tui.screens.viewer import PlayheadLine, ViewerScreen
+from disttrace.tui.widgets.event_list import EventList
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from synth import write_synthetic, write_trace_dir  # noqa: E402
@@ -102,10 +103,12 @@ async def test_the_head_is_shown_then_the_whole_trace_on_the_same_event_and_view
         on = (t.rank[first.playhead], t.id[first.playhead])
         lo, hi = first.time_window()
         go.set()
-        await until(pilot, lambda: app.screen is not first and isinstance(app.screen, ViewerScreen)
-                    and app.screen.ready)
+        await until(pilot, lambda: first.head is None and first.ready)
         whole = app.screen
-        assert whole.head is None and whole.store.n_events >= 12_000 and ended == ["read"]
+        assert whole is first  # the head's screen took the whole trace: no screen built again (a 120 ms stall)
+        assert whole.store.n_events >= 12_000 and ended == ["read"]
+        assert len(whole.query_one(EventList).store.table) == whole.store.n_events
+        assert f"/{whole.store.n_events} @" in _playhead_line(whole)  # what the line says is of the whole
         assert children_at_whole == [1]  # the analysis' child, begun before the whole trace is drawn
         assert (whole.store.table.rank[whole.playhead], whole.store.table.id[whole.playhead]) == on
         assert whole.query_one(TabbedContent).active == "waits"

@@ -19,7 +19,7 @@ from textual.widgets import Footer, Static, TabbedContent, TabPane
 from disttrace.tracer.analysis import describe
 from disttrace.tracer.analysis.units import fmt_ns_short
 
-from ..loading import settle
+from ..loading import row_of, settle
 from ..model import viewport
 from ..model.critical import step_paths
 from ..model.replay import SPEEDS, parse_goto, search, step_collective, step_event
@@ -180,7 +180,6 @@ class ViewerScreen(Screen):
         self.narration = narration
         self.start_row = start_row
         self.initial_view = "timeline"
-        self.initial_window: tuple[int, float] | None = None  # (start, end ns) to show first: the head's, zoomed
         self.shown = threading.Event()  # set once on screen (the loading worker waits for it to analyse)
         self._timer: Timer | None = None
         self.title_text = title
@@ -221,6 +220,45 @@ class ViewerScreen(Screen):
     def _analysis_view(self, view: View):
         """The widget of a tab that shows analysis results, bound to this screen's state."""
         return view.widget(self.store).data_bind(*(getattr(ViewerScreen, name) for name in view.binds))
+
+    def row_in(self, store: TraceStore) -> int:
+        """The row in `store` of the event the playhead is on (-1: none, or not in it), found by (rank, id)."""
+        if self.playhead < 0:
+            return -1
+        t = self.store.table
+        return row_of(store.table, t.rank[self.playhead], t.id[self.playhead])
+
+    def take_whole(self, whole: TraceStore) -> None:
+        """The whole trace in place of its head, in this screen (its store object takes the whole's): on the event,
+        the tab and the stretch of time the user was on. A new screen for it held the UI thread 120-140 ms at 1M
+        events (composing, styling and laying out every widget again): the worst key of a first open."""
+        row = self.row_in(whole)
+        window = self.time_window() if self.zoom else None  # (unzoomed, the whole trace is shown whole)
+        self.store.adopt(whole)
+        self.head = None
+        for w in self.query(Timeline):
+            w.take_whole()
+        for w in self.query(EventList):
+            w.take_whole()
+        for w in self.query(DetailPane):
+            w.rerender()
+        for w in self.query(Ruler):
+            w.refresh()
+        self.focused_rank = min(self.focused_rank, len(self.store.rows) - 1)
+        self.set_reactive(ViewerScreen.playhead, -2)  # (so that the same row number still moves everything)
+        self.playhead = row
+        if row < 0:
+            self.selection = -1
+        if window is not None:
+            self._frame(*window)
+        else:
+            self.offset_ns = 0
+        self.analysis_label = f"{self._doing()}: starting"
+        self.query_one(PlayheadLine).refresh()
+        self._tell_damage()  # (what the rest of the trace lost: a torn end is at the end)
+        self.shown.clear()  # set again once drawn: the loading worker waits for it to analyse
+        self.call_after_refresh(settle)
+        self.call_after_refresh(self.shown.set)
 
     def adopt_analysis(self, full: TraceStore) -> None:
         """Called on the UI thread when the worker has analysed the trace."""
@@ -266,8 +304,6 @@ class ViewerScreen(Screen):
             self.selection = -1
         if self.initial_view != "timeline":  # a --follow reload keeps the view the user was on
             self.call_after_refresh(self.action_view, self.initial_view)
-        if self.initial_window is not None:
-            self.call_after_refresh(self._frame, *self.initial_window)
         self._tell_damage()
         # its widgets, styles and first frame's caches (~100k objects) out of the collector's sight: else each full
         # collection walked them, 25-56 ms that a key pressed meanwhile waited (keys on a head, or while analysing)

@@ -116,6 +116,14 @@ class EventList(ScrollView, can_focus=False):
         self._shown: tuple[int, list[Column]] = (-1, self._all)  # (width, the columns that fit it)
         self.virtual_size = Size(0, store.n_events + 1)  # no horizontal scrolling: the columns fit the width
 
+    def take_whole(self) -> None:
+        """The store now holds the whole trace, not its head (ViewerScreen.take_whole): its columns and length
+        again."""
+        self._all = columns_of(self.store)
+        self._shown = (-1, self._all)
+        self.virtual_size = Size(0, self.store.n_events + 1)
+        self.clear_caches()
+
     def clear_caches(self) -> None:
         self._lines.clear()
         self.refresh()

@@ -158,6 +158,15 @@ class Timeline(ScrollView, can_focus=False):
         self._ahead_timer = None
         self.virtual_size = Size(0, len(self.rank_indices))
 
+    def take_whole(self) -> None:
+        """The store now holds the whole trace, not its head (ViewerScreen.take_whole): its ranks and labels again,
+        then the drawn lanes forgotten."""
+        self.rank_indices = list(range(len(self.store.rows)))
+        self.label_w = label_width(self.store)
+        self._geometry_key = None
+        self.virtual_size = Size(self.scrollable_content_region.width, len(self.rank_indices))
+        self.clear_caches()
+
     def clear_caches(self) -> None:
         """Forget drawn lanes (the store's lanes changed: the analysis arrived)."""
         self._chunks.clear()
