@@ -355,6 +355,16 @@ def test_bandwidths_are_shown_in_a_unit_that_reads():
     assert gbps_unit(0.188e-3) == ("MB/s", 1e3)  # one unit for a whole chart, from its largest value
 
 
+def test_a_value_that_rounds_up_to_the_next_unit_is_written_in_it():
+    """The viewer's columns showed a wait of 999.6 µs as "1e+03µs" (three significant digits)."""
+    from disttrace.tracer.analysis.units import fmt_bytes, fmt_bytes_short, fmt_ns, fmt_ns_prose, fmt_ns_short
+    assert [fmt_ns_short(v) for v in (999_400, 999_600, 999.6, 999_999_600, 12_300, -999_600)] == \
+        ["999µs", "1ms", "1µs", "1s", "12.3µs", "-1ms"]
+    assert [fmt_bytes_short(b) for b in (1023.6, 1_048_575, 1_024_000, 1536)] == ["1KiB", "1MiB", "0.977MiB", "1.5KiB"]
+    assert [fmt_ns(v) for v in (999_600, 999_999)] == ["999.6 µs", "1.00 ms"]
+    assert fmt_bytes(1_048_575) == "1.0 MiB" and fmt_ns_prose(999_600) == "1.0 ms"
+
+
 # -- steps, the straggler verdict, pipeline iterations ----------------------------------------------------------
 
 def ddp_like(steps: int, late: dict[int, int], world: int = 2, jitter_ms: float = 0.5, seed: int = 0,

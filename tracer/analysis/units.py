@@ -46,18 +46,35 @@ class Style:
 
     def unit(self, value: float) -> tuple[str, str]:
         """(name, format spec) of the unit to show value in: the largest whose smallest magnitude it reaches."""
-        a = abs(value)
-        for name, spec, *smallest in self.shown:
-            if a >= (smallest[0] if smallest else self.quantity[name][0]):
-                return name, spec
-        return self.shown[-1][0], self.shown[-1][1]
+        return self.shown[self._index(abs(value))][:2]
+
+    def _index(self, a: float) -> int:
+        for k, (name, _, *smallest) in enumerate(self.shown):
+            if a >= self._smallest(k):
+                return k
+        return len(self.shown) - 1
+
+    def _smallest(self, k: int) -> float:
+        name, _, *smallest = self.shown[k]
+        return smallest[0] if smallest else self.quantity[name][0]
 
     def format(self, value: float | None) -> str:
         if value is None:
             return self.missing
-        name, spec = self.unit(value)
+        k = self._index(abs(value))
+        number = self._number(value, k)
+        # a value just under a larger unit that its digits round up to it, or that three significant digits can
+        # only write with an exponent, is written in that unit: 999.6 µs is "1ms", not "1e+03µs" nor "1000ns";
+        # 1,048,575 B is "1MiB", not "1.02e+03KiB"
+        if k and ("e" in number or abs(float(number)) * self.quantity[self.shown[k][0]][0] >= self._smallest(k - 1)):
+            k -= 1
+            number = self._number(value, k)
+        return f"{number}{self.sep}{self.shown[k][0]}"
+
+    def _number(self, value: float, k: int) -> str:
+        name, spec = self.shown[k][:2]
         size, factor = self.quantity[name]
-        return f"{value / size if self.divide else value * factor:{spec}}{self.sep}{name}"
+        return f"{value / size if self.divide else value * factor:{spec}}"
 
 
 # The report and the analysis' sentences (which the report's --json quotes: every digit here is pinned).
