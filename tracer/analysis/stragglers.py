@@ -15,11 +15,9 @@ In each unit the rank the others waited for most leads it. A rank is named when
   a persistently slow rank. (Both counted over the units of ordinary size, those `CLEAN` leaves in: another
   rank's start-up hiccup is not the jitter.) Or
 - its cost led units as an outlier, over the median unit's largest cost by `OUTLIERS` median absolute deviations
-  (the jitter, measured without the units far above it: `CLEAN`) or standing `GAP` times above every unit below
-  them (a jitter of two modes, such as a shared machine's, widens the deviation past the delays it is measured
-  against), twice as much as all the other ranks' outliers together (random hiccups of the machine strike ranks
-  alike), in at least `MIN_OUTLIERS` units or in fewer that hold `SINGLE` of the steady time: an occasional or
-  periodic straggler.
+  (the jitter, measured without the units far above it: `CLEAN`), twice as much as all the other ranks' outliers
+  together (random hiccups of the machine strike ranks alike), in at least `MIN_OUTLIERS` units or in fewer that
+  hold `SINGLE` of the steady time: an occasional or periodic straggler.
 Its late units are those past the jitter and at least `MINOR` of its median late unit. Otherwise no rank is named. In a
 pipeline the waits between its stages are the schedule's bubble, not straggling: they are left out (pipeline.py
 names a slower stage), and no chain is followed through them.
@@ -50,7 +48,6 @@ DOMINANT_STEADY = 3  # times theirs, for a rank late by about the same each time
 STEADY = 0.25       # the median absolute deviation of its lateness, over its median
 OUTLIERS = 6.0      # median absolute deviations (scaled to a standard deviation) above the median
 CLEAN = 5.0         # units above this many are left out when the median and deviation are measured
-GAP = 2.0           # times every unit below: the units above such a gap in the upper half are outliers too
 MINOR = 0.25        # of the named rank's median late unit: a late unit below is not one of its late units
 MIN_OUTLIERS = 3    # outlier units
 SINGLE = 0.2        # of the steady time: fewer outliers than MIN_OUTLIERS name a rank only if they cost this much
@@ -334,7 +331,7 @@ def verdict(t: EventTable, rec: WaitRecord, steps: list[Step], step_of: array) -
                 for r, v in cost.get(u, {}).items():
                     ordinary[r] = ordinary.get(r, 0) + v
         med, mad = _center(clean)
-    outlier = max(floor, min(med + OUTLIERS * mad, _below_gap(tops, floor)))
+    outlier = max(floor, med + OUTLIERS * mad)
     leader = {u: max(c, key=lambda r: (c[r], -r)) for u in units if (c := cost.get(u))}
     # a persistently slow rank: the one the others waited for in nearly every unit, by more than the floor
     leads = Counter(r for u, r in leader.items() if cost[u][r] > floor)
@@ -381,21 +378,6 @@ def _jitter_cost(total: dict[int, int], rank: int, ranks) -> float:
     if len(others) + 1 < MEDIAN_WORLD:
         return sum(others)
     return median(others)
-
-
-def _below_gap(tops: list[int], floor: float) -> float:
-    """The largest unit's cost below the widest gap, in the upper half of the units, where the next is `GAP` times
-    it (or the floor) or more; infinity where there is none. A 3-rank job late 3 times in 12 steps, beside two busy
-    loops on 2 cores (tests/test_kineto.py): the others' delays spread over 3-25 ms, its own ~100 ms each; the
-    deviation read 20 ms and put the outliers' line at 139 ms, naming no rank. tests/jobs/verdict_noisy_neighbour.py
-    makes such a job: the deviation alone named no rank in 8 of 10 runs; its gap read 2.5-4.2x. (18 runs of a
-    balanced job, most beside a busy loop, named no rank by it.)"""
-    xs = sorted(tops)
-    best, at = GAP, float("inf")
-    for lo, hi in zip(xs[len(xs) // 2:], xs[len(xs) // 2 + 1:]):
-        if hi / max(lo, floor, 1) >= best:
-            best, at = hi / max(lo, floor, 1), lo
-    return at
 
 
 def _center(xs: list[int]) -> tuple[float, float]:
