@@ -49,7 +49,7 @@ class Style:
         return self.shown[self._index(abs(value))][:2]
 
     def _index(self, a: float) -> int:
-        for k, (name, _, *smallest) in enumerate(self.shown):
+        for k in range(len(self.shown)):
             if a >= self._smallest(k):
                 return k
         return len(self.shown) - 1

@@ -112,16 +112,17 @@ class EventList(ScrollView, can_focus=False):
         super().__init__(**kwargs)
         self.store = store
         self._lines: LRUCache = LRUCache(512)
-        self._all = columns_of(store)
+        self._measure()
+
+    def _measure(self) -> None:
+        """The columns and the length of what the store holds."""
+        self._all = columns_of(self.store)
         self._shown: tuple[int, list[Column]] = (-1, self._all)  # (width, the columns that fit it)
-        self.virtual_size = Size(0, store.n_events + 1)  # no horizontal scrolling: the columns fit the width
+        self.virtual_size = Size(0, self.store.n_events + 1)  # no horizontal scrolling: the columns fit the width
 
     def take_whole(self) -> None:
-        """The store now holds the whole trace, not its head (ViewerScreen.take_whole): its columns and length
-        again."""
-        self._all = columns_of(self.store)
-        self._shown = (-1, self._all)
-        self.virtual_size = Size(0, self.store.n_events + 1)
+        """The store now holds the whole trace, not its head (ViewerScreen.take_whole): measured again."""
+        self._measure()
         self.clear_caches()
 
     def clear_caches(self) -> None:
