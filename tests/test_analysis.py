@@ -638,3 +638,20 @@ def test_a_period_that_does_not_repeat_is_no_loop():
     step = [3, 5, 12, 14, 36, 63, 87, 5, 12, 88, 36, 63, 91, 5, 12, 92, 36, 63, 94, 5, 12, 96, 36, 63]
     keys = [0, 1] + step * 2 + step[:12] + [0] + step[12:] + step[:6]
     assert _step_starts(np.array(keys), keys) == [2, 26]  # (the third holds the barrier, the last is cut short)
+
+
+def test_the_loop_s_first_iteration_is_step_0_though_it_differs_by_a_few_ops():
+    import numpy as np
+
+    from disttrace.tracer.analysis.steps import _step_starts
+
+    # DDP with one bucket (key 5, one all_reduce a step) after its set-up broadcasts (1, 2): the second
+    # iteration's forward broadcasts the rebuilt bucket (3, 4) first. The first iteration is step 0 (it was dropped,
+    # and every step numbered one lower than the script's loop)
+    keys = [1, 2, 5, 3, 4] + [5] * 14
+    assert _step_starts(np.array(keys), keys) == [2] + list(range(5, 19))
+    # a pipeline stage sending from one line 4 times a step (key 7 sized differently in the first iteration: 6):
+    # one step for the first iteration's four sends, not four
+    loose = [1, 7, 7, 7, 7, 8] + [7, 7, 7, 7, 8] * 4
+    full = [1, 6, 6, 6, 6, 8] + [7, 7, 7, 7, 8] * 4
+    assert _step_starts(np.array(full), loose) == [1, 6, 11, 16, 21]

@@ -6,12 +6,13 @@ column), and step k is what each rank issued between its k-th and (k+1)-th marke
 Without markers, a step is one period of the repeating sequence of ops on a rank. Each op is keyed by (op, group,
 call site, bytes); the period p is the one whose longest stretch of `key[i] == key[i + p]` covers most of the
 rank's ops (the smallest such p: its multiples cover no more), among the spacings between repeats of a key or of
-a run of one key. The p keys at the start of that stretch are the
-step's signature; every later occurrence of the signature starts a step, and ops between two occurrences (an
+a run of one key. The p keys at the start of that stretch, turned to begin where the loop's iteration does
+(`_phase`), are the step's signature; every later occurrence of the signature starts a step, and ops between two occurrences (an
 evaluation, a checkpoint) belong to the step before. Before the stretch, the first iterations often differ only
-in their sizes (DDP's first backward runs before its buckets are rebuilt): an earlier op with the signature's
-first (op, group, site) at most two periods back starts a step too. What comes before the first step (set-up: DDP's
-start-up broadcasts) and after the last belongs to no step (-1).
+in their sizes or by a few ops (DDP's first backward runs before its buckets are rebuilt): an earlier op with the
+signature's first (op, group, site), at most two periods and a few ops back, starts a step too, so that step 0 is
+the loop's first iteration, as with markers (`for step in range(N)` and the report agree). What comes before the
+first step (set-up: DDP's start-up broadcasts) and after the last belongs to no step (-1).
 
 Steps are found per rank, then numbered alike across ranks: the ops of one collective, or the two sides of one
 message, are in the same step on every rank. Leading steps unlike the steady ones (another signature, or more than
@@ -40,6 +41,7 @@ _CANDIDATES = 16      # the most frequent spacings between repeats of a key trie
 _SAMPLE = 4096        # ops per rank whose spacings propose periods (steps up to half as long are found)
 WARMUP_LONG = 3       # a leading step this many times the median one is warm-up (caches, allocator, compile)
 _VOTES = 4096         # collectives (and messages) sampled to number the steps alike across ranks
+_WARMUP_EXTRA_OPS = 8  # ops a leading iteration may hold beyond two steady ones and still be found as a step
 
 
 def find_steps(t: EventTable, instance_rows, p2p: P2PTable) -> tuple[array, str]:
@@ -154,6 +156,7 @@ def _step_starts(keys, loose_keys: list) -> list[int]:
     if best is None:
         return []
     _, _, p, a = best
+    a += _phase(loose_keys, a, p)
     at = np.flatnonzero(keys[a:n - p + 1] == keys[a]) + a  # every occurrence of the signature from a on
     for q in range(1, p):
         at = at[keys[at + q] == keys[a + q]]
@@ -163,15 +166,29 @@ def _step_starts(keys, loose_keys: list) -> list[int]:
         if j >= i:
             starts.append(j)
             i = j + p
-    # earlier iterations that differ only in their sizes: the signature's first (op, group, site), close enough
+    # earlier iterations that differ in their sizes or in a few ops (DDP's first backward runs before its buckets
+    # are rebuilt, and the second iteration's forward broadcasts the rebuilt ones): the signature's first (op,
+    # group, site), as often as a step holds it (a pipeline stage sends from one line M times a step), close enough
     anchor = loose_keys[a]
-    j = a - 1
-    while j >= 0 and a - j <= 2 * p:
-        if loose_keys[j] == anchor:
-            starts.insert(0, j)
-            a = j
-        j -= 1
+    per_step = sum(1 for q in range(a, a + p) if loose_keys[q] == anchor)
+    while True:
+        near = [j for j in range(max(0, a - 2 * p - _WARMUP_EXTRA_OPS), a) if loose_keys[j] == anchor]
+        if not near:
+            break
+        a = near[-per_step:][0]
+        starts.insert(0, a)
     return starts if len(starts) >= MIN_REPEATS else []
+
+
+def _phase(loose_keys: list, a: int, p: int) -> int:
+    """Where in the signature at `a` the loop's iteration begins: the stretch often starts inside one (a pipeline
+    stage's first iteration sends other sizes, so the stretch starts at its first recv), and a step cut there would
+    leave the loop's first iteration out of step 0. The signature's (op, group, site) first met in the ops leading
+    to it begins the iteration (the stretch's own start where they tie)."""
+    first: dict = {}
+    for j in range(max(0, a - 2 * p - _WARMUP_EXTRA_OPS), a + p):
+        first.setdefault(loose_keys[j], j)
+    return min(range(p), key=lambda q: (first[loose_keys[a + q]], q))
 
 
 def _align(t: EventTable, step_of: array, instance_rows, p2p: P2PTable) -> None:
