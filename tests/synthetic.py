@@ -51,3 +51,55 @@ class Trace:
 
     def analyze(self):
         return analyze(self.table())
+
+
+def pipeline_3d(dp: int, pp: int, tp: int, micro: int, iterations: int, forward_ms: float, slow: dict | None = None,
+                slow_stage: dict | None = None) -> Trace:
+    """A data x pipeline x tensor parallel job with exact times, as Megatron lays it out: rank = (d * pp + s) * tp
+    + t for replica d, stage s, tensor position t. Each iteration runs GPipe: every micro-batch's forward through
+    the stages (recv the activation from the same tensor position of the stage before, compute, all-reduce over
+    the stage's tensor-parallel group, send on), then the backwards (twice the forward's compute) back, then each
+    (stage, tensor position)'s gradients all-reduced over the replicas. A recv ends when its send has come, a send
+    when its recv is posted, a collective 0.5 ms after its last arrival. slow: rank -> its compute's factor (one
+    slow worker); slow_stage: stage -> factor (every rank of it)."""
+    slow, slow_stage = slow or {}, slow_stage or {}
+    world = dp * pp * tp
+    tr = Trace(world)
+    clock = [0] * world
+
+    def rank(d, s, t):
+        return (d * pp + s) * tp + t
+
+    def compute(r, s, ms):
+        clock[r] += int(ms * slow.get(r, 1.0) * slow_stage.get(s, 1.0) * MS)
+
+    def exchange(src, dst, nbytes, site):
+        posted, sent = clock[dst], clock[src]
+        end = max(posted, sent) + MS // 10
+        tr.send(src, dst, sent, end, nbytes, site=site)
+        tr.recv(dst, src, posted, end, nbytes, site=site)
+        clock[src] = clock[dst] = end
+
+    def all_reduce(ranks, nbytes, site):
+        end = max(clock[r] for r in ranks) + MS // 2
+        tr.coll("all_reduce", {r: clock[r] for r in ranks}, end, nbytes=nbytes, group=list(ranks), site=site)
+        for r in ranks:
+            clock[r] = end
+
+    for _ in range(iterations):
+        for d in range(dp):
+            for phase, stages, step in (("forward", range(pp), 1), ("backward", range(pp - 1, -1, -1), -1)):
+                for _m in range(micro):
+                    for s in stages:
+                        for t in range(tp):
+                            compute(rank(d, s, t), s, forward_ms * (1 if phase == "forward" else 2))
+                        all_reduce([rank(d, s, t) for t in range(tp)], 1 << 16, f"model.py:{10 if step > 0 else 20}")
+                        if 0 <= s + step < pp:
+                            for t in range(tp):
+                                exchange(rank(d, s, t), rank(d, s + step, t), 1 << 14, f"schedule.py:{30 + step}")
+        for s in range(pp):
+            for t in range(tp):
+                all_reduce([rank(d, s, t) for d in range(dp)], 1 << 20, "train.py:50")
+        for r in range(world):
+            compute(r, 0, forward_ms)  # the optimizer
+    return tr

@@ -394,7 +394,8 @@ def ddp_like(steps: int, late: dict[int, int], world: int = 2, jitter_ms: float 
         for b, size in enumerate(buckets):
             starts = {r: a + b * MS // 5 for r, a in arrive.items()}
             end = max(starts.values()) + 2 * MS
-            tr.coll("all_reduce", starts, end, nbytes=size * 1024, async_op=True, site="train.py:17 in <module>")
+            tr.coll("all_reduce", starts, end, nbytes=size * 1024, async_op=True, site="train.py:17 in <module>",
+                    api="ddp.reducer_allreduce")
         t = max(arrive.values()) + 3 * MS
     return tr
 

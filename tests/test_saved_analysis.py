@@ -135,8 +135,8 @@ def test_a_what_if_is_computed_not_read(jobs):
     analyze(load_trace(path))
     table = load_trace(path)
     asked = analyze(table, changes=(parse_change("rank:0"),))
-    assert [w.change for w in asked.what_if] == ["rank 0 on time"]
-    assert [w.change for w in saved.load(table).what_if] != ["rank 0 on time"]  # the plain one is still kept
+    assert [w.change for w in asked.what_if] == ["rank 0 at its peers' pace"]
+    assert [w.change for w in saved.load(table).what_if] != ["rank 0 at its peers' pace"]  # the plain one is kept
 
 
 @pytest.mark.slow
@@ -163,19 +163,22 @@ def test_a_damaged_saved_analysis_is_never_read(tmp_path):
     target = load_trace(path).origin.beside(saved.KIND)
     good = open(target, "rb").read()
     read_back = 0
+    # the stream's first message, the schema (its metadata holds the analysis' JSON), is a copy that the file
+    # reader never reads (it reads the footer's): flips there are read back, however large the JSON
+    first = 16 + int.from_bytes(good[12:16], "little")
     for pos in range(0, len(good), max(1, len(good) // 400)):
         bad = bytearray(good)
         bad[pos] ^= 0x5A
         with open(target, "wb") as fh:
             fh.write(bad)
         got = saved.load(load_trace(path))
-        if got is not None:  # a byte no reader uses (padding, an unused header field)
-            read_back += 1
+        if got is not None:  # a byte no reader uses (padding, an unused header field, the first schema's copy)
+            read_back += pos >= first
             assert_same_analysis(computed, got)
         assert_same_analysis(computed, analyze(load_trace(path)))  # and the command's analysis is right
         with open(target, "wb") as fh:
             fh.write(good)
-    assert saved.load(load_trace(path)) is not None and read_back < 200
+    assert saved.load(load_trace(path)) is not None and read_back < 100
 
 
 def test_nothing_is_saved_without_a_store(tmp_path, monkeypatch):

@@ -5,8 +5,8 @@ applications", Cluster 2005; Böhme et al., "Identifying the root causes of wait
 applications", ICPP 2010; docs/ARCHITECTURE.md, "The critical path"):
 
 - A rank's host is *blocked* in a synchronous op for its whole call, and in an async op only inside the wait()
-  that blocked on it; an async op issued without a wait() from Python (DDP's buckets, FSDP2's) runs beside the
-  host, which goes on computing. Between the ops it is blocked in, the host *computes*: a compute span is named by
+  that blocked on it (DDP's reducer's, at the end of backward(), on a CPU backend: `reducer_waits`); an async op
+  issued without a wait() (FSDP2's) runs beside the host, which goes on computing. Between the ops it is blocked in, the host *computes*: a compute span is named by
   the sites of the ops around it, "train.py:40 → train.py:52".
 - Inside an op, the part from its arrival to the arrival it needed is *waiting* (waits.py); the rest of the op is
   *communication*.
@@ -27,11 +27,12 @@ from __future__ import annotations
 
 from bisect import bisect_left
 
-from ..data.columns import as_int64, groups_of, order_by, run_starts, unique_inverse
+from ..data.columns import as_int64, groups_of, order_by, repeat_each, run_starts, stable_order, unique_inverse
 from ..data.events import NONE, EventTable
 from .matching import finished
 from .model import CriticalPath, DelayCause, PathPart, Step
 from .tables import CollectiveTable, P2PTable
+from .waits import reach_before
 from . import walks
 from .walks import KINDS as _KINDS, run
 
@@ -70,7 +71,7 @@ def _hosts(t: EventTable, fin):
 
     st, f = np.frombuffer(t.start_ns, np.int64), np.frombuffer(fin, np.int64)
     is_async = np.frombuffer(t.async_op, np.uint8) != 0
-    ws, we = (np.frombuffer(c, np.int64) for c in (t.wait_start_ns, t.wait_end_ns))
+    ws, we = reducer_waits(t, st, f, is_async)
     waited = is_async & (ws != NONE) & (we != NONE)
     sync = ~is_async
     rows = np.arange(len(t), dtype=np.int64)
@@ -90,6 +91,41 @@ def _hosts(t: EventTable, fin):
     for h in range(len(ranks)):
         maxb[off[h]:off[h + 1]] = np.maximum.accumulate(b[off[h]:off[h + 1]])
     return (a, b, row, kind, maxb), ranks, off, hid
+
+
+REDUCER_API = "ddp.reducer_allreduce"  # DDP's gradient all-reduces (record/capture.py names them so)
+
+
+def reducer_waits(t: EventTable, st, f, is_async) -> tuple:
+    """Each row's wait() as the host model sees it (start, end; NONE: none), as numpy columns: the job's own, and
+    DDP's reducer's. At the end of backward() the reducer waits in C++ for every bucket it issued (no Python wait()
+    shows it) and backward() returns once they are done; on a CPU backend that blocks the host, so a waiting rank's
+    `backward()` is a wait, not compute. Each of a backward's buckets (a run of reducer all-reduces on a rank, with
+    no other op between them, each issued before the ones before it all ended) is taken as waited from the run's
+    last issue to its end. On NCCL the reducer only makes the stream wait: nothing is added there."""
+    import numpy as np
+
+    ws, we = (np.frombuffer(c, np.int64) for c in (t.wait_start_ns, t.wait_end_ns))
+    if REDUCER_API not in t.api.values:
+        return ws, we
+    rank = np.frombuffer(t.rank, np.int32)
+    blocking = np.array([r not in t.ranks or "nccl" not in t.ranks[r].backend for r in range(int(rank.max()) + 1)])
+    red = (is_async & (ws == NONE) & (f != NONE) & (np.asarray(t.api.codes) == t.api.values.index(REDUCER_API))
+           & blocking[rank])
+    if not red.any():
+        return ws, we
+    order = stable_order(rank)  # each rank's rows in table (issue) order
+    r, mine = rank[order], red[order]
+    after = np.concatenate(([False], mine[:-1] & (r[1:] == r[:-1])))  # the rank's row before is one too
+    rows = order[mine]
+    # ... and issued before the rank's earlier buckets all ended (else the backward before had returned)
+    ended = reach_before(f[rows], run_starts(rank[rows]))
+    first = np.flatnonzero(~after[mine] | (st[rows] >= ended))  # each run's first, among the reducer rows
+    last_issue = np.maximum.reduceat(st[rows], first)
+    ws, we = ws.copy(), we.copy()
+    ws[rows] = repeat_each(last_issue, np.diff(np.append(first, len(rows))))
+    we[rows] = np.maximum(ws[rows], f[rows])
+    return ws, we
 
 
 class _Walker:

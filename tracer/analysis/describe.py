@@ -1,7 +1,8 @@
 """Sentences on the analysis for people: describe(a, row) on what happened at an event (the viewer's step-through
 replay), straggler_verdict(a) on the straggler verdict (the report and the viewer's waits view), micro_batches(p)
 on a pipeline's work (the report and the viewer's pipeline view), what_if_sentence(w, per) on a re-timed change
-(the report and the viewer's critical path view). Plain text: each renderer styles it."""
+and attribution_lines(a) on why the steps are slow (the report and the viewer's waits and critical path views).
+Plain text: each renderer styles it."""
 
 from __future__ import annotations
 
@@ -85,6 +86,11 @@ def straggler_verdict(a: Analysis) -> tuple[str, str]:
     sets apart (the report and the viewer in bold); label + rest is straggler_sentence."""
     v = a.straggler
     if v is None:
+        at = a.attribution
+        if at.kind == "stage":
+            return "No straggler:", f" the steps are slow by a stage, not a worker: {at.reason}."
+        if at.kind == "spread":
+            return "No straggler:", f" no single rank is to blame: {at.reason}."
         worst = a.stragglers[0] if a.stragglers else None
         if worst is None or worst.delay_cost_ns == 0:
             return "No straggler:", " no rank made the others wait."
@@ -103,8 +109,11 @@ def straggler_verdict(a: Analysis) -> tuple[str, str]:
     else:
         when = f"{v.late_count} times"
         per = f"{fmt_ns(v.per_step_ns)} each"
-    came = "its start" if v.from_site in (None, "its start") else f"its op at {v.from_site}"
-    where = f"; it arrived late at {v.to_site}, coming from {came}" if v.to_site else ""
+    if v.to_site and v.from_site == v.to_site:  # (a loop's one call: its compute between two calls of that line)
+        where = f"; it was late in its compute between two calls at {v.to_site}"
+    else:
+        came = "its start" if v.from_site in (None, "its start") else f"its op at {v.from_site}"
+        where = f"; it arrived late at {v.to_site}, coming from {came}" if v.to_site else ""
     return ("Straggler:", f" rank {v.rank} was late {when}, making the others wait {fmt_ns(v.delay_cost_ns)} in all "
             f"({per}; {v.share:.0%} of all the waiting, the job's jitter is under {fmt_ns(v.noise_ns)}){where}.")
 
@@ -115,8 +124,34 @@ def micro_batches(p: PipelineStats) -> str:
     return f"{its}{p.micro_batches} micro-batches"
 
 
+def attribution_lines(a: Analysis, per: str = "step") -> list[str]:
+    """Why the steps are slow, in a few sentences: the measured and the ideal step, the verdict's kind and why, and
+    what putting each candidate on pace removes of the slowdown (the report and the viewer's waits and path views).
+    Empty when no step was replayed."""
+    at = a.attribution
+    if not at.steps:
+        return []
+    kind = {"worker": f"one worker, rank {at.rank}", "stage": f"one stage, stage {at.stage}",
+            "spread": "spread across workers", "none": "nothing beyond the noise"}[at.kind]
+    out = [f"Slowdown {at.slowdown:.2f}x: {fmt_ns(at.step_ns)} a {per} measured, {fmt_ns(at.ideal_step_ns)} ideal "
+           f"(every compute span and op at its peers' typical duration; {at.steps} "
+           f"{'step' if at.steps == 1 else 'steps'} replayed). Verdict: {kind} ({at.reason}).",
+           f"Each rank is measured against its peers: {at.roles}."]
+    shares = [(f"rank {r}", x) for r, x in at.ranks.items()] + [(f"stage {s}", x) for s, x in at.stages.items()] \
+        + [(f"{op} ops", x) for op, x in at.ops.items()] + [(f"span {sp}", x) for sp, x in at.spans.items()]
+    shares = sorted((x for x in shares if x[1] >= 0.005), key=lambda x: -x[1])[:8]
+    if shares:
+        out.append("Share of the slowdown each removes, put on pace alone: "
+                   + ", ".join(f"{name} {x:.0%}" for name, x in shares) + ".")
+    if at.note:
+        out.append(f"({at.note}.)")
+    return out
+
+
 def what_if_sentence(w: WhatIf, per: str = "step") -> str:
-    """ "What if rank 1 on time: 41.2 ms → 36.0 ms a step (−13%; 11 steps replayed)." """
+    """ "What if rank 1 at its peers' pace: 41.2 ms → 36.0 ms a step (−13%; 11 steps replayed)." """
+    if w.step_ns_after is None:
+        return f"What if {w.change}: {w.note or 'cannot be predicted'}."
     saved = w.step_ns_before - w.step_ns_after
     return (f"What if {w.change}: {fmt_ns(w.step_ns_before)} → {fmt_ns(w.step_ns_after)} a {per} "
             f"({'−' if saved >= 0 else '+'}{100 * abs(saved) / max(w.step_ns_before, 1):.0f}%; "

@@ -23,6 +23,7 @@ import numpy as np
 from ..data.columns import as_int64, distinct, release
 from ..data.events import NONE, EventTable, gc_paused, give_back_freed_memory, part_of
 from . import jit, saved
+from .attribution import attribute
 from .bandwidth import links_of
 from .collectives import build_collectives
 from .critical_path import critical_paths, step_windows
@@ -37,7 +38,7 @@ from .steps import build_steps, find_steps
 from .stragglers import fill_steps, stragglers_of, verdict, wait_records, wait_totals
 from .theory import fit_models, flag_slow
 from .waits import event_waits
-from .what_if import ChangeSpec, what_ifs
+from .what_if import ChangeSpec, replay_steps, what_ifs
 
 
 FREEZE_FROM = 100_000
@@ -108,13 +109,19 @@ STAGES: tuple[Stage, ...] = (
     Stage(wait_totals, ("wait_records", "ranks"), ("waits",)),
     Stage(stragglers_of, ("wait_records", "culprits", "ranks"), ("stragglers",)),
     Stage(fill_steps, ("wait_records", "steps", "step_of"), (), fills=("steps",)),  # each one's wait_ns, caused_ns
-    Stage(verdict, ("table", "wait_records", "steps", "step_of"), ("straggler",), fills=("steps",)),  # late_rank
+    # the stragglers rule's candidate (the verdict is the attribution's, below); each step's late_rank
+    Stage(verdict, ("table", "wait_records", "steps", "step_of"), ("candidate",), fills=("steps",)),
     Stage(find_problems, ("table", "collectives", "p2p", "suspects", "nonfinite"), ("problems",), "problems", 0.88),
     Stage(links_of, ("p2p",), ("links",)),
     Stage(_span_and_notes, ("table", "traced"), ("span_ns", "notes")),
     Stage(overlaps, ("table", "walker", "event_wait_ns"), ("event_overlap_ns", "overlap")),
-    Stage(what_ifs, ("table", "walker", "collectives", "instance_of", "p2p", "p2p_of", "event_wait_ns", "models",
-                     "steps", "step_of", "critical_path", "straggler", "changes"), ("what_if",), "what if", 0.9),
+    Stage(replay_steps, ("table", "walker", "collectives", "instance_of", "p2p", "p2p_of", "event_wait_ns",
+                         "models", "steps", "step_of", "critical_path"), ("replay",), "what if", 0.9),
+    # the ideal step and the slowdown's attribution; the straggler verdict and the slow stage follow from it
+    Stage(attribute, ("table", "replay", "pipeline", "steps", "candidate", "stragglers"),
+          ("attribution", "pacing", "straggler"), fills=("pipeline",)),
+    Stage(what_ifs, ("replay", "pacing", "attribution", "critical_path", "steps", "models", "straggler", "changes"),
+          ("what_if",)),
 )
 
 

@@ -270,10 +270,12 @@ class PipelineStats:
     expected_fraction: float       # (P-1)/(M+P-1) with M the micro-batches of one iteration
     per_stage: list[StageStats]
     iterations: int = 1            # pipeline iterations (training steps) the micro-batches were counted over
-    slow_stage: int | None = None  # the stage whose compute sets the pace (an imbalance), or None
+    slow_stage: int | None = None  # the stage whose compute sets the pace (attribution.py's kind "stage"), or None
     slow_factor: float = 1.0       # its compute over the median of the other stages'
     # every pipeline's ranks in stage order (DP x PP: many); the viewer's and the straggler verdict's, not the --json's
     pipelines: list[list[int]] = field(default_factory=list, metadata=NOT_IN_JSON)
+    # per stage, its ranks over the pipeline's replicas (data x pipeline parallel: one rank of each replica)
+    stage_ranks: list[list[int]] = field(default_factory=list)
 
 
 @dataclass
@@ -345,11 +347,39 @@ class DelayCause:
 class WhatIf:
     """A change, its steps replayed with it (what_if.py): the mean steady step measured and predicted."""
 
-    change: str                    # "rank 1 on time", "the spans ending at train.py:52 50% faster", ...
+    change: str                    # "rank 1 at its peers' pace", "the spans ending at train.py:52 50% faster", ...
     step_ns_before: int
-    step_ns_after: int
+    step_ns_after: int | None      # None: it cannot be predicted (the note says why)
     steps: int                     # the steps replayed (a sample of the steady ones when they are very many)
     note: str = field(default="", metadata=JSON_IF_SET)  # why the change could not be re-timed, if so
+    # step index -> (measured, predicted) length of each step replayed (the viewer's, per step)
+    per_step: dict[int, tuple[int, int]] = field(default_factory=dict, metadata=NOT_IN_JSON)
+
+
+@dataclass
+class Attribution:
+    """Why the steps are slower than they could be (attribution.py, ANALYSIS.md "Peers, the ideal step, and
+    attribution"): the steps replayed with every compute span and op at its typical duration (the ideal step), and
+    the share of the slowdown each candidate removes, put on pace alone."""
+
+    kind: str = "none"             # "worker" (one rank), "stage" (every rank of a pipeline stage), "spread"
+    #                                (different ranks in different steps) or "none" (nothing beyond the noise)
+    slowdown: float = 1.0          # the mean measured step over the mean ideal one
+    step_ns: int = 0               # the mean measured step, over the steps replayed
+    ideal_step_ns: int = 0         # ... replayed with every span and op at its typical duration
+    rank: int | None = None        # the worker, for kind "worker"
+    stage: int | None = None       # the stage, for kind "stage"
+    # the share of (measured - ideal) removed by putting each candidate on pace, the others as measured: a rank at
+    # its peers' pace, a stage at the typical other stage's, an op kind at its typical duration, a compute span at
+    # its typical on every rank (candidates whose excess is within the noise are not replayed: not listed)
+    ranks: dict[int, float] = field(default_factory=dict)
+    stages: dict[int, float] = field(default_factory=dict)
+    ops: dict[str, float] = field(default_factory=dict)
+    spans: dict[str, float] = field(default_factory=dict)
+    steps: int = 0                 # the steady steps replayed (a seeded sample when there are very many)
+    roles: str = ""                # the peers found: "the ranks of each pipeline stage (...)"
+    reason: str = ""               # why the kind, in a sentence
+    note: str = field(default="", metadata=JSON_IF_SET)  # steps sampled, candidates left out
 
 
 @dataclass
@@ -409,6 +439,7 @@ class Analysis:
     critical_path: list[CriticalPath] = field(default_factory=list)  # per step
     causes: list[DelayCause] = field(default_factory=list)            # the waits' root causes, worst first
     what_if: list[WhatIf] = field(default_factory=list)
+    attribution: Attribution = field(default_factory=Attribution)
     overlap: list[Overlap] = field(default_factory=list)              # per rank
     # event row -> the ns of it that overlapped its rank's compute (array of "q"; 0 for a synchronous op)
     event_overlap_ns: array = field(default_factory=lambda: array("q"), metadata=NOT_IN_JSON)

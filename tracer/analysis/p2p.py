@@ -69,7 +69,13 @@ def build_p2p(t: EventTable) -> tuple[P2PTable, array]:
     send_end, recv_end = fin[s_], fin[r_]
     # late sender: the recv waited from its start for the send's, unless it ended before (waits._until)
     ls = np.where(both & (ss > rs), _until(rs, recv_end, ss), 0)
-    buffered = (send_end != NONE) & (send_end <= rs)  # the send was over before the recv was posted
+    # the send was over before the recv was posted (by more than the two clocks can be off: a send seen ending a
+    # few hundred µs before its recv began, after tens of ms in flight, waited for it on skewed clocks)
+    unc = np.zeros(int(max(m_src.max(), m_dst.max(), 0)) + 1 if m else 1, np.int64)
+    for r, info in t.ranks.items():
+        if r < len(unc):
+            unc[r] = max(0, info.clock_uncertainty_ns)
+    buffered = (send_end != NONE) & (send_end <= rs - unc[m_src] - unc[m_dst])
     lr = np.where(both & (rs > ss) & ~buffered, _until(ss, send_end, rs), 0)
     tr = recv_end - np.maximum(ss, rs)
     transfer = np.where(both & (recv_end != NONE) & (tr > 0), tr, NONE)

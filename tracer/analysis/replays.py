@@ -59,17 +59,27 @@ def measured(time, is_end, slot, h, hrow, hkind, free0, prev0):
     return gap, before
 
 
-def replayed(time, is_end, slot, h, gap, saved, rows, rows_saved, free0, t0,
+def replayed(time, is_end, slot, h, step_ix, gap, saved, rows, rows_ix, rows_saved, free0, n_steps,
              ha, hrow, hkind, fin, start, wait, instance_of, c_off, c_rows, p2p_of, p_send, p_recv):
-    """The step's length replayed with a change: `gap`, each event's compute gap with it (measured's where it
-    changes nothing), `saved` the time it takes off the op of each end event, and rows (with rows_saved, the same
-    for each) the ops whose last end is the step's end. Returns the latest replayed end less t0, the step's start.
+    """A run of consecutive steps replayed with a change, each step's hosts going on from where the replay left
+    them in the step before: `gap`, each event's compute gap with it (measured's where it changes nothing),
+    `saved` the time it takes off the op of each end event, step_ix each event's step (0, 1, ... in the run), and
+    rows (with rows_ix their steps and rows_saved the same as saved) each step's ops, whose last end is the step's
+    end. free0: each slot's host free from this instant at the run's start. Returns each step's latest replayed end
+    and the earliest instant a host entered it (free when its first interval of the step began).
+
+    Each rank's host (slot) runs its events in their measured order; an end waits until the arrivals its op needs
+    that lie in the step have been replayed, not for their measured time: skewed clocks can put an op's measured
+    end before a peer's measured arrival, and a change moves arrivals earlier. A slot that must wait is put aside
+    on the arrival it waits for, and taken up again once that arrival is replayed. A cycle (a damaged trace) is
+    broken at the earliest waiting end, with the arrivals replayed so far.
 
     An op's replayed end: its arrivals (its own and those it needs: a collective's other rows; a recv's send; a
     send's recv where the send waited) at their replayed instants where the replay met them, else as measured; then
     the later of the last of them plus its measured communication time (its end less the last measured arrival)
     and its own arrival plus its own time in the op less its wait, both less what the change saves."""
     n = len(time)
+    n_slots = len(free0)
     free = free0.copy()  # each slot's host, free from this instant on in the replay
     arrival = {np.int64(0): np.int64(0)}  # row -> its replayed arrival
     arrival.clear()
@@ -77,23 +87,106 @@ def replayed(time, is_end, slot, h, gap, saved, rows, rows_saved, free0, t0,
     done.clear()
     began = {np.int64(0): np.int64(0)}  # host interval -> its replayed start
     began.clear()
-    latest = _NO_END
-    for q in range(n + len(rows)):  # the events, then the last ends of the rows
-        if q < n:
+    coming = {np.int64(0): np.int64(0)}  # rows that arrive in the step, not replayed yet
+    coming.clear()
+    waiters = {np.int64(0): np.int64(0)}  # row -> the first slot waiting for its arrival (then next_waiter's)
+    waiters.clear()
+    next_waiter = np.full(n_slots, -1, np.int64)
+    head = np.full(n_slots, -1, np.int64)  # each slot's next event, and each event's next on its slot
+    nxt = np.full(n, -1, np.int64)
+    for e in range(n - 1, -1, -1):
+        nxt[e] = head[slot[e]]
+        head[slot[e]] = e
+        if is_end[e] == 0 and hkind[h[e]] != WAIT:
+            coming[hrow[h[e]]] = np.int64(1)
+    ready = np.arange(n_slots - 1, -1, -1).astype(np.int64)  # the slots that can go on (a stack: slot 0 first)
+    top = n_slots
+    queued = np.ones(n_slots, np.bool_)
+    step_end = np.full(n_steps, _NO_END, np.int64)
+    entry = np.full(n_steps, -_NO_END, np.int64)
+    slot_step = np.full(n_slots, -1, np.int64)  # the step each slot is in
+    left = n
+    tail = 0  # then the ends of `rows`, one by one
+    forced = -1  # an end taken with the arrivals known so far (a cycle)
+    s = -1  # the slot going on
+    while True:
+        if left > 0:
+            if s < 0 or head[s] < 0:
+                if top == 0:  # every slot waits: the earliest waiting end goes with what is known
+                    best = -1
+                    for x in range(n_slots):
+                        y = head[x]
+                        if y >= 0 and (best < 0 or time[y] < time[best]):
+                            best = y
+                    forced = best
+                    ready[0] = slot[best]
+                    top = 1
+                    queued[slot[best]] = True
+                top -= 1
+                s = ready[top]
+                queued[s] = False
+                continue
+            q = head[s]
             hh = h[q]
             row = hrow[hh]
             if is_end[q] == 0:
-                b = free[slot[q]] + gap[q]
+                if step_ix[q] != slot_step[s]:  # the slot enters the next step
+                    slot_step[s] = step_ix[q]
+                    entry[step_ix[q]] = min(entry[step_ix[q]], free[s])
+                b = free[s] + gap[q]
                 began[hh] = b
                 if hkind[hh] != WAIT:
                     arrival[row] = b
+                    if row in coming:
+                        del coming[row]
+                    if row in waiters:  # the slots that waited for this arrival go on
+                        w = waiters[row]
+                        del waiters[row]
+                        while w >= 0:
+                            if not queued[w]:
+                                ready[top] = w
+                                top += 1
+                                queued[w] = True
+                            w2 = next_waiter[w]
+                            next_waiter[w] = -1
+                            w = w2
                 if hkind[hh] == ISSUE:
-                    free[slot[q]] = max(free[slot[q]], b)
+                    free[s] = max(free[s], b)
+                head[s] = nxt[q]
+                left -= 1
                 continue
             i, cut = row, saved[q]
+        elif tail < len(rows):  # each step's ops: its end is their last
+            q = n + tail
+            i, cut = rows[tail], rows_saved[tail]
+            tail += 1
         else:
-            i, cut = rows[q - n], rows_saved[q - n]
-        # ---- op i's replayed end, once per replay ----
+            break
+        # ---- op i's replayed end, once per replay, once the arrivals it needs are replayed ----
+        k = instance_of[i]
+        lo, hi, j = 0, 0, -1
+        if k >= 0:
+            lo, hi = c_off[k], c_off[k + 1]
+        elif p2p_of[i] >= 0:
+            m = p2p_of[i]
+            if i == p_recv[m] and p_send[m] != -1:
+                j = p_send[m]
+            elif i == p_send[m] and p_recv[m] != -1 and wait[i] > 0:
+                j = p_recv[m]
+        if q < n and i not in done and q != forced:
+            missing = -1
+            for x in range(lo, hi + 1):
+                d = c_rows[x] if x < hi else j
+                if d >= 0 and d != i and d in coming:
+                    missing = d
+                    break
+            if missing >= 0:  # this slot waits for that arrival; another goes on
+                next_waiter[s] = waiters[missing] if missing in waiters else -1
+                waiters[missing] = s
+                s = -1
+                continue
+        if q == forced:
+            forced = -1
         if i in done:
             f = done[i]
         elif fin[i] == -1:  # (data.events.NONE: it never ended)
@@ -101,16 +194,6 @@ def replayed(time, is_end, slot, h, gap, saved, rows, rows_saved, free0, t0,
         else:
             a_new = arrival[i] if i in arrival else start[i]
             a_old, need = start[i], a_new
-            k = instance_of[i]
-            lo, hi, j = 0, 0, -1
-            if k >= 0:
-                lo, hi = c_off[k], c_off[k + 1]
-            elif p2p_of[i] >= 0:
-                m = p2p_of[i]
-                if i == p_recv[m] and p_send[m] != -1:
-                    j = p_send[m]
-                elif i == p_send[m] and p_recv[m] != -1 and wait[i] > 0:
-                    j = p_recv[m]
             for x in range(lo, hi + 1):  # the collective's rows, or the one peer row j (at x == hi)
                 d = c_rows[x] if x < hi else j
                 if d < 0 or d == i:
@@ -123,17 +206,20 @@ def replayed(time, is_end, slot, h, gap, saved, rows, rows_saved, free0, t0,
                     need = ad
             comm, own = fin[i] - a_old, fin[i] - start[i] - wait[i]
             f = done[i] = max(need + comm - cut, a_new + own - cut)
-        if q < n:
-            hh = h[q]
-            b = began[hh]
-            t = time[q]
-            if hkind[hh] == SYNC:
-                end = b + (t - ha[hh]) if f == _NO_END else f + (t - fin[i])
-            elif f == _NO_END:
-                end = b + (t - ha[hh])
-            else:
-                end = max(b, f) + max(0, t - max(ha[hh], fin[i]))
-            free[slot[q]] = max(free[slot[q]], end)
-        elif f != _NO_END:
-            latest = max(latest, f)
-    return latest - t0
+        if q >= n:
+            if f != _NO_END:
+                step_end[rows_ix[q - n]] = max(step_end[rows_ix[q - n]], f)
+            continue
+        hh = h[q]
+        b = began[hh]
+        t = time[q]
+        if hkind[hh] == SYNC:
+            end = b + (t - ha[hh]) if f == _NO_END else f + (t - fin[i])
+        elif f == _NO_END:
+            end = b + (t - ha[hh])
+        else:
+            end = max(b, f) + max(0, t - max(ha[hh], fin[i]))
+        free[s] = max(free[s], end)
+        head[s] = nxt[q]
+        left -= 1
+    return step_end, entry

@@ -4,9 +4,9 @@ User markers win: `disttrace.tracer.step()` or torch.profiler's `step()` number 
 column), and step k is what each rank issued between its k-th and (k+1)-th marker.
 
 Without markers, a step is one period of the repeating sequence of ops on a rank. Each op is keyed by (op, group,
-call site, bytes); the period p is the one whose longest stretch of `key[i] == key[i + p]` covers most of the
-rank's ops (the smallest such p: its multiples cover no more), among the spacings between repeats of a key or of
-a run of one key. The p keys at the start of that stretch, turned to begin where the loop's iteration does
+call site, peer, bytes); the period p is the one whose longest stretch of `key[i] == key[i + p]` covers most of the
+rank's ops (the smallest such p: its multiples cover no more), among the spacings between repeats of a key (the
+next one, or up to `_LAGS` on: a pipeline stage alternates recv and send M times a step) or of a run of one key. The p keys at the start of that stretch, turned to begin where the loop's iteration does
 (`_phase`), are the step's signature; every later occurrence of the signature starts a step, and ops between two occurrences (an
 evaluation, a checkpoint) belong to the step before. Before the stretch, the first iterations often differ only
 in their sizes or by a few ops (DDP's first backward runs before its buckets are rebuilt): an earlier op with the
@@ -26,8 +26,7 @@ from collections import Counter, deque
 from statistics import median
 from typing import TYPE_CHECKING
 
-from ..data.columns import (as_int64, filled, groups_of, order_by, packed_keys, repeat_each, run_starts,
-                            running_count, stable_order)
+from ..data.columns import dense_ids, filled, groups_of, order_by, repeat_each, run_starts, stable_order
 from ..data.events import NONE, EventTable
 from .matching import finished_column
 from .model import Step
@@ -41,6 +40,7 @@ _CANDIDATES = 16      # the most frequent spacings between repeats of a key trie
 _SAMPLE = 4096        # ops per rank whose spacings propose periods (steps up to half as long are found)
 WARMUP_LONG = 3       # a leading step this many times the median one is warm-up (caches, allocator, compile)
 _VOTES = 4096         # collectives (and messages) sampled to number the steps alike across ranks
+_LAGS = 8             # a key met up to this many times a step still proposes the step's length as a period
 _WARMUP_EXTRA_OPS = 8  # ops a leading iteration may hold beyond two steady ones and still be found as a step
 
 
@@ -56,9 +56,10 @@ def find_steps(t: EventTable, instance_rows, p2p: P2PTable) -> tuple[array, str]
         return array("i", t.user_step), "marker"
     step_of = filled("i", n, -1)
     steps = np.frombuffer(step_of, np.int32)  # (a view: writing it writes step_of)
-    # the keys of every row, as small ints (they compare faster than tuples): (op, group, site), and with the bytes
-    loose_all = _dense(t.op.codes, t.gid, t.site.codes)
-    full_all = _dense(loose_all, t.bytes)
+    # the keys of every row, as small ints (they compare faster than tuples): (op, group, site, peer), and with the
+    # bytes (the peer tells a pipeline stage's recv from the stage before from its recv from the stage after)
+    loose_all = dense_ids(t.op.codes, t.gid, t.site.codes, t.peer)
+    full_all = dense_ids(loose_all, t.bytes)
     found = False
     # each rank's rows in issue order (table order is start order)
     for _, rows in groups_of(np.frombuffer(t.rank, np.int32)):
@@ -78,34 +79,20 @@ def find_steps(t: EventTable, instance_rows, p2p: P2PTable) -> tuple[array, str]
     return step_of, "detected"
 
 
-def _dense(*columns) -> "object":
-    """Each row's key (its values in the integer columns) as the number of distinct keys seen before the key's
-    first row, in numpy."""
-    import numpy as np
-
-    cols = packed_keys([as_int64(c) for c in columns])
-    n = len(cols[0])
-    order = order_by(*cols)  # (stable: the first row of equal keys comes first)
-    new = run_starts(*(c[order] for c in cols))
-    first = order[new]
-    number = np.empty(len(first), np.int64)
-    number[np.argsort(first)] = np.arange(len(first))
-    out = np.empty(n, np.int64)
-    out[order] = number[running_count(new) - 1]
-    return out
-
-
 def _spacings(sample) -> list[tuple[int, int]]:
-    """(spacing, how often) of the spacings between repeats of a key and between repeats of a run of one key (the
-    same key, as long) in `sample` (a numpy column), the most frequent first; ties in the order they are first met
-    (every key's repeats, in order, before the runs'), as a Counter filled in that order would list them."""
+    """(spacing, how often) of the spacings between repeats of a key, between repeats of a run of one key (the
+    same key, as long) and between a key and its c-th next repeat (c up to `_LAGS`) in `sample` (a numpy column),
+    the most frequent first; ties in the order they are first met (every key's repeats, in order, then the runs',
+    then each lag's), as a Counter filled in that order would list them. (The sample is a rank's first ops, up to
+    `_SAMPLE`: the C loops over it here hold the GIL a few µs.)"""
     import numpy as np
 
     n = len(sample)
     if not n:
         return []
-    order = np.argsort(sample, kind="stable")
-    same = sample[order][1:] == sample[order][:-1]
+    by_key = order = np.argsort(sample, kind="stable")
+    keyed = sample[order]
+    same = repeat = keyed[1:] == keyed[:-1]
     spacing, met = [(order[1:] - order[:-1])[same]], [order[1:][same]]
     starts = np.flatnonzero(np.diff(sample, prepend=sample[0] - 1))  # of the runs of one key
     lengths = np.diff(np.append(starts, n))
@@ -113,6 +100,21 @@ def _spacings(sample) -> list[tuple[int, int]]:
     same = (sample[starts][order][1:] == sample[starts][order][:-1]) & (lengths[order][1:] == lengths[order][:-1])
     spacing.append((starts[order[1:]] - starts[order[:-1]])[same])
     met.append(starts[order[1:]][same] + n)
+    # and between a key and its c-th next repeat, for a key met several times a step at uneven spacings (a
+    # pipeline stage's recv and send alternating M times, then its collectives: 2, 2, 2, then 10 ops): it repeats a
+    # step apart only c repeats on. (Not for a key at about even spacings, a barrier every few steps: its c-th
+    # repeat would propose a multiple of its own spacing.)
+    gaps = by_key[1:] - by_key[:-1]
+    keys, inverse = np.unique(keyed, return_inverse=True)
+    low = np.full(len(keys), n, np.int64)
+    high = np.zeros(len(keys), np.int64)
+    np.minimum.at(low, inverse[1:][repeat], gaps[repeat])
+    np.maximum.at(high, inverse[1:][repeat], gaps[repeat])
+    uneven = (high >= 2 * low)[inverse]
+    for c in range(2, _LAGS + 1):
+        same_c = (keyed[c:] == keyed[:-c]) & uneven[c:]
+        spacing.append((by_key[c:] - by_key[:-c])[same_c])
+        met.append(by_key[c:][same_c] + c * n)
     d, at = np.concatenate(spacing), np.concatenate(met)
     o = order_by(d, at)
     first = np.flatnonzero(np.diff(d[o], prepend=-1))
@@ -171,11 +173,15 @@ def _step_starts(keys, loose_keys: list) -> list[int]:
     # group, site), as often as a step holds it (a pipeline stage sends from one line M times a step), close enough
     anchor = loose_keys[a]
     per_step = sum(1 for q in range(a, a + p) if loose_keys[q] == anchor)
+    whole = set(loose_keys[a:a + p])  # what every op kind of a step is: an earlier iteration holds them all
     while True:
         near = [j for j in range(max(0, a - 2 * p - _WARMUP_EXTRA_OPS), a) if loose_keys[j] == anchor]
         if not near:
             break
-        a = near[-per_step:][0]
+        j = near[-per_step:][0]
+        if not whole <= set(loose_keys[j:a]):  # not an iteration: the first one's prelude (pipelining's shape
+            break                               # inference) or the set-up
+        a = j
         starts.insert(0, a)
     return starts if len(starts) >= MIN_REPEATS else []
 
@@ -302,13 +308,13 @@ def _mark_warmup(t: EventTable, step_of: array, steps: list[Step]) -> None:
 
 
 def _signatures(t: EventTable, step_of: array, rows, n_steps: int) -> dict[tuple[int, int], tuple]:
-    """(rank, step) -> the sequence of its ops' (op, group, site, bytes), each as an id (equal ids: equal ops),
+    """(rank, step) -> the sequence of its ops' (op, group, site, peer, bytes), each as an id (equal ids: equal ops),
     for the table's `rows` (a numpy array, ascending); in order of each (rank, step)'s first row."""
     import numpy as np
 
     if not len(rows):
         return {}
-    ids = _dense(*(np.asarray(c)[rows] for c in (t.op.codes, t.gid, t.site.codes, t.bytes)))
+    ids = dense_ids(*(np.asarray(c)[rows] for c in (t.op.codes, t.gid, t.site.codes, t.peer, t.bytes)))
     key = np.asarray(t.rank)[rows].astype(np.int64) * n_steps + np.asarray(step_of)[rows]
     keys, first, group = np.unique(key, return_index=True, return_inverse=True)
     group = group.ravel()

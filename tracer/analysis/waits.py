@@ -11,7 +11,8 @@ the op's own end on that rank (an op that was over before a peer arrived did not
   Early Reduce     reduce, gather: the root arriving before the last sender waits for it
   Late Sender      a recv posted before its send began waits for the sender
   Late Receiver    a send that is still running when its recv is posted waited for the receiver (a send that was
-                   over before, buffered by the backend, did not)
+                   over before, buffered by the backend, did not; "before" by more than the two ranks' clocks can
+                   be off: on skewed clocks a send that waited for its recv is seen ending just before it began)
 
 A rank's total is the length of the union of its ops' wait intervals [arrival, arrival + wait]: async ops run
 concurrently (DDP's buckets are all late by the same straggler), and their waits overlap in time; a sum would
@@ -111,10 +112,15 @@ def p2p_waits(t: EventTable, send: int, recv: int) -> tuple[int, int]:
         return _until(rs, finished_at(t, recv), ss), 0
     if rs > ss:
         e = finished_at(t, send)
-        if e != NONE and e <= rs:
+        if e != NONE and e <= rs - _uncertainty(t, t.rank[send]) - _uncertainty(t, t.rank[recv]):
             return 0, 0  # the send was over before the recv was posted: buffered, it waited for nobody
         return 0, _until(ss, e, rs)
     return 0, 0
+
+
+def _uncertainty(t: EventTable, rank: int) -> int:
+    info = t.ranks.get(rank)
+    return max(0, info.clock_uncertainty_ns) if info is not None else 0
 
 
 def event_waits(t: EventTable, collectives: CollectiveTable, p2p: P2PTable) -> array:

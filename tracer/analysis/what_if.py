@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from statistics import median
 from typing import Callable
 
 import numpy as np
@@ -36,7 +35,8 @@ from ..data.columns import groups_of, order_by, to_list
 from ..data.events import NONE, EventTable
 from . import replays
 from .critical_path import ISSUE, SPAN_ARROW, WAIT
-from .model import AlphaBeta, CriticalPath, Step, StragglerVerdict, WhatIf
+from .attribution import P2P
+from .model import AlphaBeta, Attribution, CriticalPath, Step, StragglerVerdict, WhatIf
 from .tables import CollectiveTable, P2PTable
 
 _BUDGET = 20_000  # host intervals replayed per change (a sample of the steps beyond it)
@@ -46,28 +46,47 @@ _BUDGET = 20_000  # host intervals replayed per change (a sample of the steps be
 class ChangeSpec:
     """A change to re-time, as the user says it (`parse_change`) or the analysis picks it."""
 
-    kind: str                  # "rank", "span" or "bandwidth"
-    rank: int = -1             # rank: the rank put on time
+    kind: str                  # "rank", "ranks", "stage", "op", "ideal", "span" or "bandwidth"
+    rank: int = -1             # rank: the rank put at its peers' pace; stage: the stage
     span: str = ""             # span: "train.py:52" (the spans ending there) or "train.py:40 → train.py:52"
     percent: float = 0.0       # span: how much faster
     factor: float = 1.0        # bandwidth: how many times the bandwidth
-    op: str = ""               # bandwidth: one op kind ("": every op)
+    op: str = ""               # bandwidth: one op kind ("": every op); op: the op kind put at its typical time
 
     def __str__(self) -> str:
         if self.kind == "rank":
-            return f"rank {self.rank} on time"
+            return f"rank {self.rank} at its peers' pace"
+        if self.kind == "stage":
+            return f"stage {self.rank} at the typical other stage's pace"
+        if self.kind == "op":
+            return f"{self.op} at its typical time"
+        if self.kind == "ranks":
+            return "every rank at its peers' pace"
+        if self.kind == "ideal":
+            return "every span and op at its typical duration (the ideal step)"
         if self.kind == "span":
             what = f"span {self.span}" if SPAN_ARROW in self.span else f"the spans ending at {self.span}"
             return f"{what} {self.percent:g}% faster"
         return f"{self.op or 'communication'} at {self.factor:g}x bandwidth"
 
 
+_OP_NAMES = {"send": P2P, "recv": P2P, "p2p": P2P, P2P: P2P}
+
+
 def parse_change(spec: str) -> ChangeSpec:
-    """`rank:R`, `span:SITE=N%` or `bandwidth[:OP]=Kx` (ValueError with the reason otherwise)."""
+    """`rank:R`, `ranks`, `stage:S`, `op:KIND`, `ideal`, `span:SITE=N%` or `bandwidth[:OP]=Kx` (ValueError with
+    the reason otherwise)."""
     head, _, rest = spec.strip().partition(":")
     try:
         if head == "rank" and rest.strip().isdigit():
             return ChangeSpec("rank", rank=int(rest))
+        if head == "stage" and rest.strip().isdigit():
+            return ChangeSpec("stage", rank=int(rest))
+        if head == "op" and rest.strip() and "=" not in rest:
+            op = rest.strip()
+            return ChangeSpec("op", op=_OP_NAMES.get(op, op))
+        if spec.strip() in ("ideal", "ranks"):
+            return ChangeSpec(spec.strip())
         if head == "span" and "=" in rest:
             span, _, pct = rest.rpartition("=")
             percent = float(pct.strip().rstrip("%"))
@@ -81,8 +100,8 @@ def parse_change(spec: str) -> ChangeSpec:
                 return ChangeSpec("bandwidth", factor=k, op=op.strip())
     except ValueError:
         pass
-    raise ValueError(f"--what-if {spec!r}: expected rank:R, span:FILE.py:LINE=N% or bandwidth=Kx "
-                     "(bandwidth:all_reduce=Kx for one op kind)")
+    raise ValueError(f"--what-if {spec!r}: expected rank:R, ranks, stage:S, op:KIND (all_reduce, send/recv, ...), "
+                     "ideal, span:FILE.py:LINE=N% or bandwidth=Kx (bandwidth:all_reduce=Kx for one op kind)")
 
 
 class _Replay:
@@ -94,6 +113,7 @@ class _Replay:
         self.t, self.w = t, walker
         self.colls, self.instance_of, self.p2p = collectives, instance_of, p2p
         self.models = models
+        self.step_of = step_of if steps else None
         # step index -> rank -> its host intervals in the step (indexes into walker.hosts[rank]), in time order;
         # found in numpy (a loop over every interval took ~0.4 s at 1M events)
         self.items: dict[int, dict[int, list[int]]] = {k: {} for k in windows}
@@ -117,6 +137,7 @@ class _Replay:
             a, hrow, hkind, fin, start, wait, inst, np.asarray(collectives.offset, np.int64),
             np.asarray(collectives.rows, np.int32), msg, i32(p2p.send), i32(p2p.recv)))
         self._timelines: dict[int, tuple] = {}  # timeline, by step
+        self._chains: dict[tuple, tuple] = {}  # the events of runs of consecutive steps
 
     def timeline(self, k: int) -> tuple:
         """Step k as the replay meets it, the same under every change: its events (replays.py: time, is_end, slot,
@@ -142,7 +163,7 @@ class _Replay:
         is_end = np.concatenate([c for x, y in zip(starts, blocks) for c in (np.zeros(len(x), np.int64),
                                                                            np.ones(len(y), np.int64))])
         time = np.where(is_end == 0, a[h], b[h])
-        order = order_by(time, is_end, h)  # (by time, then is_end, rank, index)
+        order = order_by(time, h, is_end)  # (by time, then rank and index: an interval ending as the next begins first)
         events = (time[order], is_end[order], np.concatenate(slot_of)[order], h[order])
         free0, prev0 = np.array(free0, np.int64), np.array(prev0, np.int64)
         op_h = np.concatenate(starts)
@@ -154,27 +175,87 @@ class _Replay:
                                     int(ended.max()) - t0 if len(ended) else None, gap, before)
         return out
 
-    def step(self, k: int, gap: "Gap | None", saved: Callable | None) -> tuple[int, int]:
-        """Step k's measured length and its length replayed with the change."""
-        events, ranks, free0, rows, before, measured, prev = self.timeline(k)
-        if before is None:
-            return 0, 0
+    def gaps_of(self, k: int, gap: "Gap") -> np.ndarray:
+        """Step k's gaps with a Gap's rule (as Python, for the events it may change)."""
+        events, ranks, _, _, _, measured, prev = self.timeline(k)
         _, is_end, slot, h = events
         op = self.w.columns[2][h]  # each event's op row
-        gaps = measured
-        if gap is not None:  # the change's gap where it may change one (its own rule, as Python, for those)
-            changed = np.flatnonzero((is_end == 0) & (measured > 0) & gap.may(ranks[slot], op))
-            if len(changed):
-                gaps = measured.copy()
-                gaps[changed] = [gap.fn(*x) for x in zip(*(to_list(c[changed]) for c in (ranks[slot], prev, op,
-                                                                                          measured)))]
+        changed = np.flatnonzero((is_end == 0) & (measured > 0) & gap.may(ranks[slot], op))
+        if not len(changed):
+            return measured
+        gaps = measured.copy()
+        gaps[changed] = [gap.fn(*x) for x in zip(*(to_list(c[changed]) for c in (ranks[slot], prev, op, measured)))]
+        return gaps
+
+    def step(self, k: int, gaps=None, saved: Callable | None = None) -> tuple[int, int]:
+        """Step k's measured length and its length replayed alone with a change (its hosts entering it as they
+        did): `gaps`, each event's compute gap with it (a numpy column as `timeline`'s, or a `Gap`; None: as
+        measured), and `saved`, the time it takes off each op (rows -> ns)."""
+        before = self.timeline(k)[4]
+        if before is None:
+            return 0, 0
+        if isinstance(gaps, Gap):
+            gaps = self.gaps_of(k, gaps)
+        return before, self.lengths([k], {k: gaps}, saved)[k]
+
+    def lengths(self, ks: list[int], gaps: dict, saved: Callable | None = None) -> dict[int, int]:
+        """Each of the steps ks replayed with a change (gaps: step -> its gaps, or None as measured; saved: rows ->
+        the time each op saves), the steps of a run of consecutive ones one after another: a host late out of a
+        step enters the next one late, and on pace, on time. A step's length is its latest replayed end less its
+        start, moved as its earliest host's entry moved (0 for a step none of whose ops ended)."""
+        out = {}
+        run: list[int] = []
+        for k in sorted(ks) + [None]:
+            if run and (k is None or k != run[-1] + 1):
+                out.update(self._run(run, gaps, saved))
+                run = []
+            if k is not None:
+                if self.timeline(k)[4] is None:
+                    out[k] = 0
+                else:
+                    run.append(k)
+        return out
+
+    def _run(self, ks: list[int], gaps: dict, saved: Callable | None) -> dict[int, int]:
+        chain = self._chain(tuple(ks))
+        events, step_ix, rows, rows_ix, free0, entry0 = chain
+        op = self.w.columns[2][events[3]]
+        gap = np.concatenate([self.timeline(k)[5] if gaps.get(k) is None else gaps[k] for k in ks])
         cut, rows_cut = np.zeros(len(op), np.int64), np.zeros(len(rows), np.int64)
-        if saved is not None:  # what it takes off each op that ends in the step
-            ends = np.flatnonzero(is_end)
+        if saved is not None:  # what it takes off each op that ends in the steps
+            ends = np.flatnonzero(events[1])
             cut[ends] = saved(op[ends])
             rows_cut = saved(rows)
-        after = replays.replay(len(self.t), *events, gaps, cut, rows, rows_cut, free0, self.start[k], *self.graph)
-        return before, int(after)
+        ends, entry = replays.replay(len(self.t), *events, step_ix, gap, cut, rows, rows_ix, rows_cut, free0,
+                                     len(ks), *self.graph)
+        return {k: int(ends[j]) - (self.start[k] + int(entry[j]) - entry0[j]) for j, k in enumerate(ks)}
+
+    def _chain(self, ks: tuple) -> tuple:
+        """The events of consecutive steps ks one after another (each step's in its timeline's order), their slots
+        the ranks' over the run, each event's step in the run, each step's op rows and their step, each slot's host
+        free from at its first step, and each step's earliest measured entry."""
+        got = self._chains.get(ks)
+        if got is not None:
+            return got
+        slot_of_rank: dict[int, int] = {}
+        free0: list[int] = []
+        parts, step_ix, rows, rows_ix, entry0 = [], [], [], [], []
+        for j, k in enumerate(ks):
+            (time, is_end, slot, h), ranks, free, rows_k, _, _, _ = self.timeline(k)
+            for s, r in enumerate(ranks.tolist()):
+                if r not in slot_of_rank:
+                    slot_of_rank[r] = len(free0)
+                    free0.append(int(free[s]))
+            mapped = np.array([slot_of_rank[r] for r in ranks.tolist()], np.int64)
+            parts.append((time, is_end, mapped[slot], h))
+            step_ix.append(np.full(len(time), j, np.int64))
+            rows.append(rows_k)
+            rows_ix.append(np.full(len(rows_k), j, np.int64))
+            entry0.append(int(free.min()) if len(free) else self.start[k])
+        events = tuple(np.concatenate([p[c] for p in parts]) for c in range(4))
+        out = self._chains[ks] = (events, np.concatenate(step_ix), np.concatenate(rows), np.concatenate(rows_ix),
+                                  np.array(free0, np.int64), entry0)
+        return out
 
 
 @dataclass(frozen=True)
@@ -184,36 +265,6 @@ class Gap:
 
     fn: Callable[[int, int, int, int], int]
     may: Callable
-
-
-def _rank_on_time(replay: _Replay, rank: int) -> Gap:
-    """The gap function: rank's compute before a collective shortened by its excess over the median of the other
-    ranks' compute before the same collective; before any other op (a send, a recv: nobody else runs that span), by
-    its excess over the median of its own spans between the same two sites, its usual time."""
-    w, colls, instance_of, sites = replay.w, replay.colls, replay.instance_of, replay.t.site.codes
-    excess: dict[int, int] = {}
-    usual: dict[tuple[int, int], list[int] | int] = {}
-    host = w.hosts.get(rank)
-    for idx in range(1, len(host.a) if host else 0):
-        g = host.a[idx] - host.maxb[idx - 1]
-        if g >= 0:
-            usual.setdefault((sites[host.row[idx - 1]], sites[host.row[idx]]), []).append(g)
-    usual = {k: int(median(v)) for k, v in usual.items()}
-
-    def gap(r: int, prev: int, row: int, g: int) -> int:
-        if r != rank:
-            return g
-        if instance_of[row] < 0:
-            u = usual.get((sites[prev] if prev >= 0 else -1, sites[row]))
-            return g if u is None else min(g, u)
-        x = excess.get(row)
-        if x is None:
-            others = [d for j in colls.rows_of(instance_of[row]) if j != row
-                      and (d := w.compute_before(j)) is not None]
-            x = excess[row] = max(0, g - int(median(others))) if others else 0
-        return g - x
-
-    return Gap(gap, lambda ranks, rows: ranks == rank)
 
 
 def _span_faster(replay: _Replay, span: str, percent: float) -> Gap:
@@ -269,11 +320,43 @@ def _more_bandwidth(replay: _Replay, factor: float, op: str) -> Callable:
     return saved
 
 
+def replay_steps(t: EventTable, walker, collectives: CollectiveTable, instance_of, p2p: P2PTable, p2p_of,
+                 event_wait_ns, models: dict[str, AlphaBeta], steps: list[Step], step_of,
+                 paths: list[CriticalPath]) -> "_Replay | None":
+    """The steady steps made ready to replay (the steps of the critical paths, warm-up left out unless it is all
+    there is); a seeded sample of them when they hold more than `_BUDGET` host intervals (its `note` says so)."""
+    if not paths:
+        return None
+    warm = {s.index for s in steps if s.warmup}
+    windows = [p.index for p in paths if p.index not in warm] or [p.index for p in paths]
+    # a step's events: about its host intervals (bincount, not Counter: one C loop over every row)
+    size = np.bincount(np.frombuffer(step_of, np.int32) + 1).tolist()[1:] if steps else [len(t)]
+    note = ""
+    if sum(size[k] for k in windows) > _BUDGET:
+        every = len(windows)
+        random.Random(0).shuffle(windows)
+        kept, n = [], 0
+        for k in windows:
+            if kept and n >= _BUDGET:
+                break
+            kept.append(k)
+            n += size[k]
+        windows = sorted(kept)
+        note = f"{len(windows)} of the {every} steady steps replayed (a seeded sample)"
+    replay = _Replay(t, walker, collectives, instance_of, p2p, p2p_of, event_wait_ns, models, steps, step_of,
+                     set(windows))
+    replay.windows = [k for k in windows if replay.items[k]]
+    replay.note = note
+    return replay
+
+
 def _default_changes(paths: list[CriticalPath], warm: set[int], straggler: StragglerVerdict | None,
-                     models: dict[str, AlphaBeta]) -> list[ChangeSpec]:
+                     attribution: Attribution, models: dict[str, AlphaBeta]) -> list[ChangeSpec]:
     out = []
     if straggler is not None:
         out.append(ChangeSpec("rank", rank=straggler.rank))
+    if attribution.stage is not None:
+        out.append(ChangeSpec("stage", rank=attribution.stage))
     spans: dict[str, int] = {}
     comm = 0
     for p in paths:
@@ -288,56 +371,64 @@ def _default_changes(paths: list[CriticalPath], warm: set[int], straggler: Strag
         out.append(ChangeSpec("span", span=max(spans, key=spans.__getitem__), percent=50))
     if comm and any(m.beta_ns_per_byte > 0 for m in models.values()):
         out.append(ChangeSpec("bandwidth", factor=2))
+    if attribution.kind != "none":
+        out.append(ChangeSpec("ideal"))
     return out
 
 
-def what_ifs(t: EventTable, walker, collectives: CollectiveTable, instance_of, p2p: P2PTable, p2p_of,
-             event_wait_ns, models: dict[str, AlphaBeta], steps: list[Step], step_of, paths: list[CriticalPath],
-             straggler: StragglerVerdict | None, changes: tuple[ChangeSpec, ...]) -> list[WhatIf]:
+def _after(c: ChangeSpec, replay: "_Replay", pacing, models: dict[str, AlphaBeta]) -> tuple[dict | None, str]:
+    """Each replayed step's length with change c (None: it cannot be predicted), and a note on it."""
+    t, walker, roles = replay.t, replay.w, pacing.roles
+    note = ""
+    if c.kind == "rank":
+        if c.rank not in walker.hosts:
+            note = f"rank {c.rank} has no ops in the trace"
+        elif len(roles.peers_of(c.rank)) < 2:
+            note = f"rank {c.rank} has no peers doing the same work: it is measured against its own other steps"
+        return pacing.after(("rank", c.rank), lambda sp: sp.gaps({c.rank})), note
+    if c.kind == "ranks":
+        return pacing.after(("ranks",), lambda sp: sp.gaps()), note
+    if c.kind == "stage":
+        if c.rank >= len(roles.stage_ranks):
+            note = f"the trace has no pipeline stage {c.rank}" if roles.stage_ranks else "the trace holds no pipeline"
+        return pacing.after(("stage", c.rank), lambda sp: sp.stage_paced(sp.gap, roles, [c.rank])), note
+    if c.kind == "op":
+        if c.op not in pacing.kinds:
+            note = f"no {c.op} in the steps replayed (their ops: {', '.join(pacing.kinds) or 'none'})"
+        return pacing.after(("op", c.op), kinds={c.op}), note
+    if c.kind == "ideal":
+        return pacing.after(("ideal",), lambda sp: sp.stage_paced(sp.gaps(ideal=True), roles,
+                                                                  range(len(roles.stage_ranks))), None), note
+    if c.kind == "span":
+        gap = _span_faster(replay, c.span, c.percent)
+        site = c.span.rpartition(SPAN_ARROW)[2]
+        if not any(walker.site_of(v) == site for v in t.site.values):
+            note = f"no op of the trace was called at {site}"
+        return replay.lengths(replay.windows, {k: replay.gaps_of(k, gap) for k in replay.windows}), note
+    if not any(m.beta_ns_per_byte > 0 for op, m in models.items() if not c.op or op == c.op):
+        return None, ("cannot be predicted: no bandwidth was fitted, the trace's messages of that kind have one "
+                      "size (the time of a message of another size is not known)")
+    saved = _more_bandwidth(replay, c.factor, c.op)
+    return replay.lengths(replay.windows, {}, saved), note
+
+
+def what_ifs(replay: "_Replay | None", pacing, attribution: Attribution, paths: list[CriticalPath],
+             steps: list[Step], models: dict[str, AlphaBeta], straggler: StragglerVerdict | None,
+             changes: tuple[ChangeSpec, ...]) -> list[WhatIf]:
     """Each change (the defaults when none is asked for) re-timed over the steady steps."""
-    if not paths:
+    if replay is None or not replay.windows:
         return []
+    windows = replay.windows
     warm = {s.index for s in steps if s.warmup}
-    windows = [p.index for p in paths if p.index not in warm] or [p.index for p in paths]
-    # a step's events: about its host intervals (bincount, not Counter: one C loop over every row)
-    size = np.bincount(np.frombuffer(step_of, np.int32) + 1).tolist()[1:] if steps else [len(t)]
-    if sum(size[k] for k in windows) > _BUDGET:
-        random.Random(0).shuffle(windows)
-        kept, n = [], 0
-        for k in windows:
-            if kept and n >= _BUDGET:
-                break
-            kept.append(k)
-            n += size[k]
-        windows = kept
-    replay = _Replay(t, walker, collectives, instance_of, p2p, p2p_of, event_wait_ns, models, steps, step_of,
-                     set(windows))
-    windows = [k for k in windows if replay.items[k]]
-    if not windows:
-        return []
     out = []
-    for c in changes or _default_changes(paths, warm, straggler, models):
-        gap = saved = None
-        note = ""
-        if c.kind == "rank":
-            gap = _rank_on_time(replay, c.rank)
-            if c.rank not in walker.hosts:
-                note = f"rank {c.rank} has no ops in the trace"
-        elif c.kind == "span":
-            gap = _span_faster(replay, c.span, c.percent)
-            site = c.span.rpartition(SPAN_ARROW)[2]
-            if not any(walker.site_of(v) == site for v in t.site.values):
-                note = f"no op of the trace was called at {site}"
-        else:
-            saved = _more_bandwidth(replay, c.factor, c.op)
-            if not any(m.beta_ns_per_byte > 0 for op, m in models.items() if not c.op or op == c.op):
-                note = "no bandwidth was fitted: the trace's messages of that kind have one size"
-        before = after = 0
-        for k in windows:
-            b, a = replay.step(k, gap, saved)
-            before, after = before + b, after + a
-        out.append(WhatIf(str(c), before // len(windows), after // len(windows), len(windows), note))
+    for c in changes or _default_changes(paths, warm, straggler, attribution, models):
+        after, note = _after(c, replay, pacing, models)
+        measured = pacing.measured()
+        n = len(windows)
+        before = sum(measured.values()) // n
+        out.append(WhatIf(str(c), before, None if after is None else sum(after.values()) // n, n, note,
+                          {} if after is None else {k: (measured[k], after[k]) for k in windows}))
     return out
 
 
-__all__ = ["ChangeSpec", "parse_change", "what_ifs"]
+__all__ = ["ChangeSpec", "parse_change", "replay_steps", "what_ifs"]

@@ -19,7 +19,7 @@ from statistics import median
 import orjson
 
 from ..analysis import analyze, to_json
-from ..analysis.describe import micro_batches, straggler_verdict, what_if_sentence
+from ..analysis.describe import attribution_lines, micro_batches, straggler_verdict, what_if_sentence
 from ..analysis.model import NULL, Analysis
 from ..analysis.what_if import ChangeSpec, parse_change
 from ..analysis.units import fmt_bytes, fmt_gbps, fmt_list, fmt_ns, fmt_ranks, gbps_unit, in_unit, ns_unit
@@ -46,10 +46,14 @@ def add_arguments(p) -> None:
     p.add_argument("--json", action="store_true", help="print the analysis as one JSON object (for scripts and CI)")
     p.add_argument("--top", type=int, default=10, metavar="N", help="rows per table (default 10)")
     p.add_argument("--what-if", action="append", type=_change, default=[], metavar="CHANGE", dest="what_if",
-                   help="re-time the steps with a change and say the step time it predicts (repeatable): rank:R "
-                        "(rank R on time), span:FILE.py:LINE=N%% (the compute before ops at that line N%% faster; "
-                        "or span:'A.py:1 → B.py:2'=N%%), bandwidth=Kx or bandwidth:OP=Kx. Default: the straggler "
-                        "on time, the span most on the critical path 50%% faster, 2x bandwidth")
+                   help="re-time the steps with a change and say the step time it predicts, first (repeatable): "
+                        "rank:R (rank R at its peers' pace: its compute as the ranks doing the same work do it), "
+                        "ranks (every rank so), stage:S (every rank of pipeline stage S at the typical other "
+                        "stage's pace), op:KIND (every all_reduce, send/recv, ... at its typical time), ideal "
+                        "(everything typical), span:FILE.py:LINE=N%% (the compute before ops at that line N%% "
+                        "faster; or span:'A.py:1 → B.py:2'=N%%), bandwidth=Kx or bandwidth:OP=Kx. Default: the "
+                        "straggler or the slow stage on pace, the span most on the critical path 50%% faster, 2x "
+                        "bandwidth, the ideal step")
     add_run_argument(p)
     p.add_argument("--follow", action="store_true",
                    help="keep reading a trace that is still being written: a fresh report every --interval "
@@ -80,7 +84,7 @@ def main(args) -> int:
             console = _console()
             if len(runs) > 1:
                 console.rule(f"run {run} of {len(runs)}")
-            render(a, args.top, console)
+            render(a, args.top, console, asked=bool(args.what_if))
     return 1 if found else 0
 
 
@@ -161,12 +165,17 @@ class _progress:
 
 # -- the person-readable report -----------------------------------------------------------------------------
 
-def render(a: Analysis, top: int = 10, console=None) -> None:
+def render(a: Analysis, top: int = 10, console=None, asked: bool = False) -> None:
+    """The report; `asked`: the what-ifs are the user's (--what-if), answered first, before the report."""
     from rich.markup import escape
     from rich.text import Text
 
     if console is None:
         console = _console()
+    if asked:
+        for w in a.what_if:
+            console.print(Text(what_if_sentence(w, "step" if a.steps else "run"), style="bold"))
+        console.print()
     t = a.table
     span = a.span_ns[1] - a.span_ns[0]
     hosts = sorted({info.host for info in t.ranks.values() if info.host})
@@ -185,7 +194,7 @@ def render(a: Analysis, top: int = 10, console=None) -> None:
     _problems(console, a, top)
     _steps(console, a, top)
     _waits(console, a, top, span)
-    _critical_path(console, a, top)
+    _critical_path(console, a, top, asked)
     _collectives(console, a, top)
     _links(console, a, top)
     _pipeline(console, a)
@@ -246,6 +255,8 @@ def _waits(console, a: Analysis, top: int, span: int) -> None:
 
     label, rest = straggler_verdict(a)
     console.print(Text.assemble((label, "bold"), rest))
+    for line in attribution_lines(a, "step" if a.steps else "run"):
+        console.print(line)
     if len(a.waits) > 1 and any(a.waits.values()):
         by_rank = sorted(a.waits)[:64]
         unit, _ = ns_unit(max(a.waits.values()))
@@ -275,7 +286,7 @@ def _steps(console, a: Analysis, top: int) -> None:
     console.print(table)
 
 
-def _critical_path(console, a: Analysis, top: int) -> None:
+def _critical_path(console, a: Analysis, top: int, asked: bool) -> None:
     """The critical paths summed over the (steady) steps: what the step's time is made of, the waits' root causes,
     the communication hidden behind compute, and what the what-ifs would save."""
     if not a.critical_path:
@@ -309,7 +320,7 @@ def _critical_path(console, a: Analysis, top: int) -> None:
         console.print("Communication hidden behind compute: " + ", ".join(
             f"rank {o.rank} {100 * o.overlapped_ns / o.comm_ns:.0f}% of {fmt_ns(o.comm_ns)}" for o in hidden[:top])
             + (f" (and {len(hidden) - top} more ranks)" if len(hidden) > top else "") + ".")
-    for w in a.what_if:
+    for w in [] if asked else a.what_if:  # (the user's own are answered first)
         console.print(what_if_sentence(w, per))
 
 

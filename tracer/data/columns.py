@@ -602,6 +602,23 @@ def packed_keys(keys: list) -> list:
     return [packed] if m == len(keys) else keys
 
 
+def dense_ids(*columns) -> "object":
+    """Each row's key (its values in the integer columns) as the number of distinct keys seen before the key's
+    first row (a small int that compares as the key does for equality), in numpy."""
+    import numpy as np
+
+    cols = packed_keys([as_int64(c) for c in columns])
+    n = len(cols[0])
+    order = order_by(*cols)  # (stable: the first row of equal keys comes first)
+    new = run_starts(*(c[order] for c in cols))
+    first = order[new]
+    number = np.empty(len(first), np.int64)
+    number[np.argsort(first)] = np.arange(len(first))
+    out = np.empty(n, np.int64)
+    out[order] = number[running_count(new) - 1]
+    return out
+
+
 def running_max_by(values, starts):
     """The running maximum of `values` (a numpy int64 column) starting again at each index in `starts` (each
     segment's first, ascending, from 0). One pass over every segment at once: each segment's values are lifted
