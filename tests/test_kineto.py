@@ -6,7 +6,13 @@ Two kinds of input:
   the clock offsets);
 - GPU-format traces written here from Kineto's documented schema (docs/FORMAT.md, "PyTorch profiler traces"):
   NCCL kernels linked to their host ops, newer and older Kineto (collective metadata on the kernel or only on the
-  host op), with and without "Seq", a kernel whose host op is missing, clocks shifted and drifting per rank."""
+  host op), with and without "Seq", a kernel whose host op is missing, clocks shifted and drifting per rank;
+- every vintage's fixtures in tests/data/kineto/ (its README says where each came from): PyTorch 2.0-era NCCL
+  ranks of 8 and 128-rank jobs (Unix-epoch µs, no collective metadata, TorchRec's all_to_all, SendRecv-named
+  kernels) and an NCCL 2.17 pair (relative times, metadata on the kernel) written from the schema by
+  make_vintages.py; real torch 2.4 and 2.13 gloo traces, and NCCL/RCCL device sides that make_device.py wrote on
+  those host sides (older and newer layouts, recorded without shapes, coalesced blocks, CUDA graph replays, a
+  custom all-reduce kernel)."""
 
 from __future__ import annotations
 
@@ -316,7 +322,7 @@ def test_kernel_without_its_host_op_is_kept(tmp_path, meta_on_kernel):
         assert first["bytes"] == NELEMS * 4 and first["dtype"] == "float32"
     else:  # older: only the kernel's name and times; the job's one group is taken, the size from the other ranks'
         assert {"group", "bytes_from_peers"} <= set(first["kineto_unknown"]) and first["bytes"] == NELEMS * 4
-    assert any("1 NCCL kernel(s) have no host op" in w for w in t.warnings)
+    assert any("1 communication kernel(s) have no host op" in w for w in t.warnings)
     a = analyze(t)
     assert not a.problems, [p.message for p in a.problems]  # an unknown size is no mismatch
     assert a.straggler is not None and a.straggler.rank == LATE
@@ -423,7 +429,339 @@ def test_a_real_h100_trace_of_nccl_ops_reads_each_op_and_step_once():
     assert [(r["op"], r["step"]) for r in rows] == [(op, s) for s in range(4)
                                                     for op in ("all_reduce", "all_gather", "barrier")]
     assert all(r["bytes"] == 16 << 20 for r in rows if r["op"] != "barrier") and {r["group"] for r in rows} == {"world"}
-    # (a world of one: NCCL copies, no NCCL kernel runs, so no device duration is made up)
-    assert not any(r.get("device_ns") for r in rows) and not t.warnings
+    # (a world of one: NCCL copies, no NCCL kernel runs, so no device duration is made up; the elementwise kernel
+    # each barrier launches to fill its tensor, before its record_param_comms, is no communication kernel)
+    assert not any(r.get("device_ns") or r.get("kineto_exec") for r in rows) and not t.warnings
+    assert any("12 with no kernel nor execution in the trace" in n for n in t.notes)
     a = analyze(t)
     assert len(a.steps) == 4
+
+
+# -- every vintage: fixtures of our own (tests/data/kineto/README.md says which script wrote each, from what) -------
+
+KDATA = os.path.join(os.path.dirname(__file__), "data", "kineto")
+
+
+def _load(*names: str):
+    t = load_trace([os.path.join(KDATA, n) for n in names], cache=False)
+    return t, [t.row(i) for i in range(len(t))]
+
+
+def test_times_in_unix_epoch_and_relative_microseconds():
+    from disttrace.tracer.data.kineto import _ns
+
+    assert _ns(1_680_000_000_000_180) == 1_680_000_000_000_180_000  # older Kineto: epoch µs (2023), an int
+    assert _ns(1712000000123456.8) == 1_712_000_000_123_456_750  # as a float: its exact value, no float rounding
+    assert _ns(5123456789012.345) == 5_123_456_789_012_345  # newer: µs after baseTimeNanoseconds
+    assert _ns(0) == 0 and _ns(2.5) == 2500
+    for bad in (-1, -0.5, 1e19, float("nan"), float("inf"), True, "12", None):
+        assert _ns(bad) is None
+
+
+# Kineto before baseTimeNanoseconds, one rank of a larger job each, as tests/data/kineto/make_vintages.py wrote
+# them: (rank, world, per op in start order (op, bytes, dtype, device start in Unix-epoch ns, device ns, api))
+EPOCH_US = {
+    # PyTorch 2.0-era TorchRec-like rank 3 of 8: record_param_comms without args (and Work.wait's alone after each
+    # all_to_all), TorchRec's all_to_all as record_param_comms + nccl:all_to_all with no c10d op, one all_to_all
+    # run as two SendRecv kernels (4150 µs for 300, 4455 µs for 200: one op of 505 µs), the all_reduces issued on a
+    # second thread, ncclKernel_*(ncclWorkElem) kernels whose External id is their correlation
+    "pt2.0-torchrec-8ranks-r3.json.gz": (3, 8, [
+        ("all_to_all", 8 * 512 * 64 * 4, "float32", 1_680_000_000_000_180_000, 1_250_000, "nccl:all_to_all"),
+        ("all_to_all", 4096 * 4, "int32", 1_680_000_000_002_060_000, 40_000, "nccl:all_to_all"),
+        ("all_to_all", 32768 * 16 * 4, "float32", 1_680_000_000_004_150_000, 505_000, "c10d::alltoall_base_"),
+        ("all_reduce", 2_000_000 * 4, "float32", 1_680_000_000_005_400_000, 900_000, "c10d::allreduce_"),
+        ("all_reduce", 262_144 * 4, "float32", 1_680_000_000_006_301_000, 150_000, "c10d::allreduce_"),
+        ("all_to_all", 8 * 512 * 64 * 4, "float32", 1_680_000_000_006_460_000, 1_100_000, "nccl:all_to_all")]),
+    # NCCL 2.12-era rank 0 of 128: every kernel ncclKernel_SendRecv_*, whatever the op; epoch µs as floats to the
+    # quarter µs; the c10d ops' Input Dims (the input second for alltoall_base_, _allgather_base_,
+    # _reduce_scatter_base_; a TensorList's empty for all_reduce: the size from nccl:all_reduce's)
+    "pt2.0-sendrecv-128ranks-r0.json.gz": (0, 128, [
+        ("all_to_all", 512 * 8, "int64", 1_682_000_000_000_150_250, 2_000_500, "c10d::alltoall_base_"),
+        ("all_reduce", 5_000_000 * 4, "float32", 1_682_000_000_003_040_750, 3_500_250, "c10d::allreduce_"),
+        ("all_gather", 65_536, "int8", 1_682_000_000_007_050_500, 900_750, "c10d::_allgather_base_"),
+        ("reduce_scatter", 8_388_608 * 4, "float32", 1_682_000_000_009_100_000, 4_200_000,
+         "c10d::_reduce_scatter_base_"),
+        ("all_to_all", 1_048_576, "uint8", 1_682_000_000_014_060_250, 7_000_750, "c10d::alltoall_base_"),
+        ("all_reduce", 1_234_567 * 4, "float32", 1_682_000_000_022_040_500, 1_100_500, "c10d::allreduce_")]),
+}
+
+
+@pytest.mark.parametrize("name", list(EPOCH_US))
+def test_pytorch_2_0_era_traces_in_epoch_us_without_collective_metadata(name):
+    rank, world, want = EPOCH_US[name]
+    t, rows = _load(name)
+    assert [(r["op"], r["bytes"], r["dtype"], r["start_ns"], r["end_ns"] - r["start_ns"], r["api"])
+            for r in rows] == [(op, b, dt, start, ns, "kineto:" + api) for op, b, dt, start, ns, api in want]
+    assert t.ranks[rank].world_size == world and {r["rank"] for r in rows} == {rank}
+    assert all(r["kineto_exec"] == "kernel" and r["host_start_ns"] < r["start_ns"] for r in rows)
+    assert [r["group_seq"] for r in rows] == list(range(len(rows)))
+    # no metadata: the op from the host op (never "op" unknown, though a SendRecv kernel alone names none), the
+    # group the world, every size from the CPU ops' Input Dims
+    assert all(r["kineto_unknown"] == ["group"] for r in rows)
+    assert {r["group"] for r in rows} == {"world"} and all(r["group_ranks"] == list(range(world)) for r in rows)
+    missing = "0-2, 4-7" if rank == 3 else "1-127"
+    assert t.warnings == [f"ranks {missing} have no profiler trace (1 of {world} ranks' files given): their side of "
+                          "every collective is unknown; what each given rank did is analysed"]
+    notes = " ".join(t.notes)
+    assert f"{len(want)} op(s) without collective metadata" in notes and "groups assumed to be the world" in notes
+    if name.startswith("pt2.0-torchrec"):
+        assert "6 timed by their kernels (7 communication kernels, 0 without their host op" in notes
+        assert "sizes: 1 from the c10d op's input, 5 from the nccl:* annotation's Input Dims" in notes
+        assert "record_param_comms ×4 (a record_param_comms alone is Work.wait's" in notes  # said, not ops
+    else:
+        assert "6 timed by their kernels (6 communication kernels, 0 without their host op" in notes
+        assert "sizes: 4 from the c10d op's input, 2 from the nccl:* annotation's Input Dims" in notes
+        assert "no communication op" not in notes
+    a = analyze(t)
+    assert len(a.collectives) == len(want) and all(c.complete for c in a.collectives) and not a.problems
+
+
+NCCL217_BASE_NS = 1_712_000_000_000_000_000
+# per rank, in start order: (op, bytes, dtype, device start ns after the base on rank 0's clock, device ns); rank 1
+# issued the first broadcast 50 µs and the first all_reduce 400 µs later, both ranks' kernels end together
+NCCL217 = {0: [("broadcast", 40_000 * 4, "float32", 1_150_000, 81_500),
+               ("broadcast", 64 * 8, "int64", 3_150_000, 8_250),
+               ("all_reduce", 1_000_000 * 4, "float32", 20_150_000, 3_150_500),
+               ("all_reduce", 4_000_000 * 4, "float32", 30_150_000, 9_100_125)],
+           1: [("broadcast", 40_000 * 4, "float32", 1_200_000, 31_500),
+               ("broadcast", 64 * 8, "int64", 3_150_000, 8_250),
+               ("all_reduce", 1_000_000 * 4, "float32", 20_550_000, 2_750_500),
+               ("all_reduce", 4_000_000 * 4, "float32", 30_150_000, 9_100_125)]}
+
+
+def test_nccl_2_17_relative_times_and_metadata_on_record_param_comms_and_the_kernel():
+    """nccl2.17/ (make_vintages.py): 2 ranks, times after baseTimeNanoseconds (rank 1's clock 2.5 ms ahead), the
+    collective's metadata without Seq on record_param_comms and on the kernel (cudaLaunchKernelExC), pg_config,
+    Work.wait's record_param_comms named "wait", the nccl:* annotations again on the device."""
+    t, rows = _load("nccl2.17")
+    for rank in (0, 1):
+        mine = [r for r in rows if r["rank"] == rank]
+        assert [(r["op"], r["bytes"], r["dtype"], r["start_ns"] - NCCL217_BASE_NS, r["end_ns"] - r["start_ns"])
+                for r in mine] == NCCL217[rank]
+        assert [r["group_seq"] for r in mine] == [0, 1, 2, 3]  # no Seq: the order of issue, over both threads
+        assert all(r["kineto_exec"] == "kernel" and r["host_start_ns"] < r["start_ns"] for r in mine)
+        assert all(r["group"] == "world" and r["group_ranks"] == [0, 1] and "kineto_unknown" not in r for r in mine)
+        assert [r["api"] for r in mine] == ["kineto:c10d::broadcast_"] * 2 + ["kineto:c10d::allreduce_"] * 2
+    assert abs(t.ranks[1].clock_offset_ns + 2_500_000) <= 1 and t.ranks[1].clock_uncertainty_ns <= 1
+    notes = " ".join(t.notes)
+    assert "8 timed by their kernels (8 communication kernels, 0 without their host op" in notes
+    assert "record_param_comms (wait) ×4" in notes  # Work.wait's, said, not ops
+    assert "metadata" not in notes and "sizes:" not in notes and not t.warnings
+    a = analyze(t)
+    assert len(a.collectives) == 4 and all(c.complete for c in a.collectives) and not a.problems
+    assert [c.wait_ns for c in a.collectives if c.op == "all_reduce"] == [{0: 400_000, 1: 0}, {0: 0, 1: 0}]
+    # one rank alone: the other is said missing, the rank read the same
+    t0, rows0 = _load("nccl2.17/rank0.pt.trace.json.gz")
+    assert [(r["op"], r["bytes"], r["end_ns"] - r["start_ns"]) for r in rows0] == [x[:2] + x[4:] for x in NCCL217[0]]
+    assert t0.warnings == ["ranks 1 have no profiler trace (1 of 2 ranks' files given): their side of every "
+                           "collective is unknown; what each given rank did is analysed"]
+
+
+def test_recorded_without_shapes_every_size_unknown_the_peer_from_the_annotation():
+    """nccl-noshapes/ (make_device.py): nccl-older/'s trace as recorded without shapes: no Input Dims, Input type nor
+    Concrete Inputs anywhere; the sizes unknown (0 B, said), a send's peer from its nccl:send annotation's name."""
+    for r in (0, 1):
+        with gzip.open(os.path.join(KDATA, "nccl-noshapes", f"rank{r}.pt.trace.json.gz"), "rt") as f:
+            doc = json.load(f)
+        assert not [e for e in doc["traceEvents"] if {"Input Dims", "Input type", "Concrete Inputs"} & set(
+            e.get("args", {}))] and "record_shapes" not in doc
+    t, rows = _load("nccl-noshapes")
+    for rank in (0, 1):
+        got = [(r["op"], r["bytes"], r["dtype"], r["peer"], r["end_ns"] - r["start_ns"]) for r in rows
+               if r["rank"] == rank]
+        assert sorted(got) == sorted((op, 0, None, 1 - rank if p else None, ns) for op, _, p, ns in OPS), got
+    assert all(r["kineto_unknown"] == (["group"] if r["op"] == "barrier" else ["group", "bytes"]) for r in rows)
+    assert all(r["kineto_exec"] == "kernel" and r["host_start_ns"] < r["start_ns"] for r in rows)
+    notes = " ".join(t.notes)
+    assert "16 op(s) without collective metadata" in notes and "sizes: 14 unknown (0 B)" in notes
+    assert "record_param_comms ×16" in notes and "4 op(s) of 2 coalesced block(s)" in notes and not t.warnings
+    a = analyze(t)  # an unknown size is no mismatch
+    assert len(a.collectives) == 6 and all(c.complete for c in a.collectives) and not a.problems
+    t1, rows1 = _load("nccl-noshapes/rank1.pt.trace.json.gz")
+    assert len(rows1) == 8 and "sizes: 7 unknown (0 B)" in " ".join(t1.notes)
+    assert any(w.startswith("ranks 0 have no profiler trace (1 of 2 ranks' files given)") for w in t1.warnings)
+
+
+VINTAGES = ("nccl-newer", "nccl-older", "rccl")
+# per rank, in start order: (op, bytes, peer, device ns), as tests/data/kineto/make_device.py wrote them
+OPS = [("all_reduce", 4096, None, 120_000), ("all_gather", 512, None, 80_000), ("all_to_all", 512, None, 150_000),
+       ("send", 512, "peer", 60_000), ("recv", 512, "peer", 60_000), ("all_reduce", 1600, None, 90_000),
+       ("barrier", 0, None, 10_000), ("broadcast", 128, None, 40_000)]
+
+
+@pytest.mark.parametrize("vintage", VINTAGES)
+def test_nccl_and_rccl_vintages_on_real_host_traces(vintage):
+    """The host side of torch 2.13 (newer, rccl) and 2.4 (older) as written on gloo, the device side as NCCL writes
+    it: the same 8 ops a rank whatever the vintage; batch_isend_irecv's send and recv each an op, timed by the
+    block's one SendRecv kernel; the _coalescing_manager block one all_reduce of both tensors."""
+    t, rows = _load(vintage)
+    for rank in (0, 1):
+        mine = [r for r in rows if r["rank"] == rank]
+        got = [(r["op"], r["bytes"], r["peer"], r["end_ns"] - r["start_ns"]) for r in mine]
+        # (send and recv share the block's kernel: the same interval, in either order)
+        assert sorted(got) == sorted((op, b, 1 - rank if p else None, ns) for op, b, p, ns in OPS), got
+        assert [r["kineto_kernel"] for r in mine if "kineto_kernel" in r] == ["coalesced", "coalesced"]
+        assert {r["kineto_exec"] for r in mine} == {"kernel"}
+    assert {r["dtype"] for r in rows if r["op"] == "all_gather"} == {"bfloat16"}
+    a = analyze(t)
+    assert len(a.collectives) == 6 and all(c.complete for c in a.collectives)
+    assert not a.problems, [p.message for p in a.problems]
+    notes = " ".join(t.notes)
+    assert "4 op(s) of 2 coalesced block(s)" in notes and "14 communication kernels" in notes
+    if vintage == "nccl-older":  # epoch µs, no metadata: said; the sizes from the CPU ops
+        assert all(r["kineto_unknown"] == ["group"] for r in rows)
+        assert "16 op(s) without collective metadata" in notes
+        assert "sizes: 4 from the c10d op's input, 10 from the nccl:* annotation's Input Dims" in notes
+        assert "record_param_comms ×16" in notes
+    else:
+        assert all("kineto_unknown" not in r for r in rows) and "metadata" not in notes
+    assert not t.warnings
+
+
+def test_cuda_graph_replays_and_a_custom_all_reduce_kernel():
+    """nccl-graph/: the all_reduce ran a custom kernel (vLLM's, no NCCL name) that its c10d op launched; then three
+    replays of a CUDA graph holding an all_reduce, a gemm and an all_gather kernel."""
+    t, rows = _load("nccl-graph")
+    custom = [r for r in rows if r.get("kineto_kernel") == "launched"]
+    assert [(r["op"], r["bytes"], r["end_ns"] - r["start_ns"]) for r in custom] == [("all_reduce", 4096, 33_000)] * 2
+    graph = [r for r in rows if r.get("kineto_kernel") == "graph"]
+    assert len(graph) == 12  # 2 communication kernels x 3 replays x 2 ranks; the gemm is none
+    for rank in (0, 1):
+        mine = [r for r in graph if r["rank"] == rank]
+        assert [(r["op"], r["end_ns"] - r["start_ns"]) for r in mine] == [("all_reduce", 25_000),
+                                                                          ("all_gather", 15_000)] * 3
+        # issued by the graph launch: one launch a replay, both kernels from it
+        assert len({r["host_start_ns"] for r in mine}) == 3 and all(r["api"] == "kineto:cudaGraphLaunch" for r in mine)
+        assert all(set(r["kineto_unknown"]) == {"group", "bytes"} for r in mine)
+    a = analyze(t)
+    assert all(c.complete for c in a.collectives) and len(a.collectives) == 12
+    notes = " ".join(t.notes)
+    assert "12 communication kernel(s) replayed by CUDA graphs" in notes and "cudaGraphLaunch" in notes
+    assert "2 op(s) timed by kernels that their communication op launched without an NCCL/RCCL name" in notes
+    assert "cross_device_reduce_1stage" in notes
+
+
+def test_a_copy_beside_an_nccl_kernel_is_not_communication():
+    t, rows = _load("nccl-newer")
+    with gzip.open(os.path.join(KDATA, "nccl-newer", "rank0.pt.trace.json.gz"), "rt") as f:
+        copies = [e for e in json.load(f)["traceEvents"] if e.get("cat") == "kernel" and "copy" in e["name"]]
+    assert len(copies) == 1  # launched inside c10d::_allgather_base_, after its NCCL kernel
+    ag = next(r for r in rows if r["op"] == "all_gather" and r["rank"] == 0)
+    assert ag["end_ns"] - ag["start_ns"] == 80_000 and "kineto_kernel" not in ag
+
+
+@pytest.mark.parametrize("torch_version", ["2.4", "2.13"])
+def test_real_gloo_traces_of_torch_2_4_and_2_13(torch_version):
+    """tests/data/kineto/host/: what host/profile_gloo.py wrote on 2 gloo ranks (a TensorList's "Input Dims" nest
+    one level deeper; the coalesced all_reduce is one op of both tensors)."""
+    t, rows = _load(*(f"host/torch{torch_version}-gloo-r{r}.json.gz" for r in (0, 1)))
+    for rank in (0, 1):
+        got = sorted((r["op"], r["bytes"], r["dtype"], r["peer"]) for r in rows if r["rank"] == rank)
+        assert got == sorted([("all_reduce", 4096, "float32", None), ("all_gather", 512, "bfloat16", None),
+                              ("all_to_all", 512, "int64", None), ("send", 512, "float32", 1 - rank),
+                              ("recv", 512, "float32", 1 - rank), ("all_reduce", 1600, "float32", None),
+                              ("barrier", 0, None, None), ("broadcast", 128, "float32", None)])
+    assert {r["kineto_exec"] for r in rows} == {"gloo"}
+    a = analyze(t)
+    assert len(a.collectives) == 6 and all(c.complete for c in a.collectives)
+
+
+def test_kernel_names_of_every_vintage():
+    from disttrace.tracer.data.kineto_device import kernel_kind
+
+    assert kernel_kind("ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)") == "all_reduce"
+    assert kernel_kind("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)") == "all_reduce"
+    assert kernel_kind("ncclDevKernel_allreduce_ring_LL(ncclDevKernelArgsStorage<4096ul>)") == "all_reduce"
+    assert kernel_kind("ncclKernel_ReduceScatter_RING_LL_Sum___nv_bfloat16(ncclDevComm*, unsigned long, "
+                       "ncclWork*)") == "reduce_scatter"
+    assert kernel_kind("ncclDevKernel_AllGather_RING_LL(x)") == "all_gather"
+    assert kernel_kind("ncclKernel_Broadcast_RING_LL_Sum_int8_t(ncclWorkElem)") == "broadcast"
+    for unknown in ("ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclWorkElem)", "ncclDevKernel_SendRecv(x)",
+                    "ncclDevKernel_Generic(ncclDevComm*, channelMasks, ncclWork*)", "ncclDevKernel_Generic_4(x)",
+                    "mscclKernel_Sum_float_LL(x)"):
+        assert kernel_kind(unknown) is None  # the host op says; alone, a SendRecv/Generic kernel's op is unknown
+
+
+def _rewrite(src: str, dst, edit) -> str:
+    with gzip.open(src, "rt") as f:
+        doc = json.load(f)
+    edit(doc)
+    with open(dst, "w") as f:
+        json.dump(doc, f)
+    return str(dst)
+
+
+def test_out_of_range_times_are_counted_and_said(tmp_path):
+    def edit(doc):
+        for e in doc["traceEvents"]:
+            if e.get("cat") == "kernel" and e["name"].startswith("ncclDevKernel_Broadcast"):
+                e["ts"] = -3.0
+            if e.get("name") == "aten::ones":
+                e["ts"] = 1e300
+    src = os.path.join(KDATA, "nccl-newer", "rank0.pt.trace.json.gz")
+    with gzip.open(src, "rt") as f:
+        assert sum(e.get("name") == "aten::ones" for e in json.load(f)["traceEvents"]) == 6
+    t, rows = _load(_rewrite(src, tmp_path / "r0.pt.trace.json", edit))
+    assert len(rows) == 8
+    bc = next(r for r in rows if r["op"] == "broadcast")
+    assert "device_time" in bc["kineto_unknown"]  # its kernel dropped, the op kept with its host interval
+    assert ("skipped 7 trace event(s) whose time is not a time in range, 1 of them communication "
+            "(ncclDevKernel_Broadcast_RING_LL ×1)") in t.warnings, t.warnings
+    assert any("1 with no kernel nor execution in the trace" in n for n in t.notes)
+
+
+def test_a_coalesced_block_without_its_ops_is_said(tmp_path):
+    def edit(doc):  # the window began after the block's send and recv were issued
+        doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("name") not in ("c10d::send", "c10d::recv_")
+                              and not str(e.get("name")).startswith(("nccl:send", "nccl:recv"))
+                              and e.get("args", {}).get("Collective name") not in ("send", "recv")]
+    t, rows = _load(_rewrite(os.path.join(KDATA, "nccl-newer", "rank0.pt.trace.json.gz"),
+                             tmp_path / "r0.pt.trace.json", edit))
+    assert len(rows) == 6 and not {"send", "recv"} & {r["op"] for r in rows}
+    assert any("1 coalesced block(s) launched kernels but none of their ops is in the trace" in w for w in t.warnings)
+
+
+def test_no_communication_refused_saying_what_the_trace_holds(tmp_path):
+    def edit(doc):
+        doc["traceEvents"] = [e for e in doc["traceEvents"] if not (
+            e.get("cat") == "kernel" and e["name"].startswith("ncclDevKernel_")) and not str(
+            e.get("name")).startswith(("c10d::", "nccl:", "record_param_comms"))]
+    path = _rewrite(os.path.join(KDATA, "nccl-newer", "rank0.pt.trace.json.gz"), tmp_path / "r0.pt.trace.json", edit)
+    p = run_disttrace("report", path)
+    assert p.returncode == 2 and "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert "hold no communication ops; they hold 1 kernels (void at::native::elementwise_kernel<128, 2, " in p.stderr
+    assert "CPU ops (aten::" in p.stderr, p.stderr
+
+
+def test_an_all_to_all_of_several_sendrecv_kernels_is_one_op(tmp_path):
+    """An all_to_all whose NCCL ran it as two SendRecv kernels (one launch each, inside its host op) is one op, from
+    the first kernel's start to the last one's end."""
+    d = tmp_path / "a2a"
+    d.mkdir()
+    for r in range(WORLD):
+        doc = gpu_trace(r, meta_on_kernel=False, seq=False)
+        extra = []
+        a2a = {e["args"]["External id"] for e in doc["traceEvents"] if e.get("name") == "nccl:all_to_all"}
+        for e in doc["traceEvents"]:
+            if e.get("cat") == "kernel" and e["args"]["External id"] in a2a:
+                launch = next(x for x in doc["traceEvents"] if x.get("cat") == "cuda_runtime"
+                              and x["args"]["correlation"] == e["args"]["correlation"])
+                corr = e["args"]["correlation"] + 100_000
+                extra.append(dict(launch, ts=launch["ts"] + 2, args=dict(launch["args"], correlation=corr)))
+                extra.append(dict(e, ts=e["ts"] + e["dur"] + 5, dur=100.0, args=dict(e["args"], correlation=corr)))
+        doc["traceEvents"] += extra
+        with open(d / f"r{r}.pt.trace.json", "w") as f:
+            json.dump(doc, f)
+    plain = load_trace(write_gpu_traces(tmp_path / "plain", meta_on_kernel=False, seq=False), cache=False)
+    t = load_trace(str(d), cache=False)
+    assert len(t) == len(plain)
+    a2a = [t.row(i) for i in range(len(t)) if t.op[i] == "all_to_all"]
+    was = [plain.row(i) for i in range(len(plain)) if plain.op[i] == "all_to_all"]
+    assert len(a2a) == len(was) == WORLD * STEPS
+    for new, old in zip(sorted(a2a, key=lambda r: (r["rank"], r["host_start_ns"])),
+                        sorted(was, key=lambda r: (r["rank"], r["host_start_ns"]))):
+        # (to the ns but for the clock fit's: rank 2's drift, applied to each time on its own)
+        assert abs((new["start_ns"] - old["start_ns"]) - (new["host_start_ns"] - old["host_start_ns"])) <= 10
+        assert abs((new["end_ns"] - new["start_ns"]) - (old["end_ns"] - old["start_ns"]) - 105_000) <= 10
+    assert any(f"{len(plain)} timed by their kernels ({len(plain) + WORLD * STEPS} communication kernels" in n
+               for n in t.notes), t.notes

@@ -6,18 +6,23 @@ What a trace holds (docs/FORMAT.md, "PyTorch profiler traces", lists the fields 
   `record_param_comms` (args "Collective name", "dtype", "In/Out msg nelems", "Process Group Name/Description/
   Ranks", "Rank", perhaps "Seq") and `nccl:all_reduce`... These nest on the issuing thread: the ones whose start
   lies inside the outermost make one host op, whose interval is the host issue time;
-- device work: NCCL kernels (cat `kernel`, `ncclKernel_*`/`ncclDevKernel_*`), linked to their host op by
-  "External id" (or by "correlation" to the `cuda_runtime` launch inside it); newer Kineto copies the collective's
+- device work: kernels (cat `kernel`), linked to their host op by "External id" (or by "correlation" to the
+  `cuda_runtime` launch inside it), a coalesced block's end, or a CUDA graph's launch (kineto_device.py: which
+  kernels are communication, by what launched them first and by name last); newer Kineto copies the collective's
   metadata onto the kernel. gloo has no kernels: its worker threads' `gloo:all_reduce`... annotations are the
   execution, paired with the host ops in issue order per kind (gloo runs a group's work in that order);
 - `distributedInfo`: rank, world size, pg_config (each group's name, description and ranks).
 
+Every vintage is read for what it has (older Kineto: Unix-epoch µs, record_param_comms without metadata, sizes only
+in "Input Dims"); what it lacked goes to the table's notes, what could not be used (a time out of range, a kernel
+without its host op, a block without its ops) is counted in its warnings or notes, never dropped in silence.
+
 An op's start/end is its kernel's interval: arrivals and completions as the peers see them (gloo: the host's issue,
-as disttrace records it, and the end of gloo's execution); the host interval is kept beside it (`host_start_ns`, `host_end_ns`). A kernel or an execution whose host op
-is missing (the profiling window began mid-op) is still an event: what it says is kept, the rest is listed in
-`kineto_unknown`. Collectives are numbered per (rank, group) by the group's "Seq" when every rank has it, else
-by order. Kineto times are each host's own wall clock: ranks are aligned on the collectives' exits
-(`clockfit.py`).
+as disttrace records it, and the end of gloo's execution); the host interval is kept beside it (`host_start_ns`,
+`host_end_ns`). A kernel or an execution whose host op is missing (the profiling window began mid-op) is still an
+event: what it says is kept, the rest is listed in `kineto_unknown`. Collectives are numbered per (rank, group) by
+the group's "Seq" when every rank has it, else by order. Kineto times are each host's own wall clock: ranks are
+aligned on the collectives' exits (`clockfit.py`).
 
 Imports neither torch nor textual.
 """
@@ -37,12 +42,19 @@ import orjson
 from ..format import is_user_file
 from .clockfit import ClockFit, fit_clock_offsets
 from .events import EventTable, RankInfo, TraceError, extend
+from .kineto_device import COMM_KERNEL, GRAPH_LAUNCH, RUNTIME_CATS, Linked, Op, kernel_kind, link_kernels
 
 _SNIFF = 4096
 _MARKS = (b'"traceEvents"', b'"schemaVersion"', b'"distributedInfo"')
 MAX_TRACE_BYTES = 8 << 30   # decompressed; a profiler trace past this is not read whole into memory
 _LIMIT = 1 << 62
-NCCL_KERNEL = ("ncclKernel_", "ncclDevKernel_")
+_MAX_US = _LIMIT // 1000     # a time in µs up to here (year 2116 as Unix-epoch µs, which older Kineto writes)
+_EXACT_US = 2 ** 53 / 1000   # below this a float's µs * 1000 rounds to the right ns; above, split it first
+# host ops that are communication: the dispatcher's c10d ops, functional collectives, symmetric memory's, and the
+# backends' record_function annotations (nccl:all_reduce, hccl:..., xccl:...); gloo:* are read apart (its execution)
+_HOST_OPS = ("c10d::", "nccl:", "hccl:", "xccl:", "rccl:", "_c10d_functional::", "c10d_functional::", "symm_mem::")
+_ANNOTATIONS = ("nccl:", "hccl:", "xccl:", "rccl:")
+_CARRIERS = frozenset({"nccl:coalesced", "hccl:coalesced", "xccl:coalesced", "rccl:coalesced"})
 # ops whose completion is near-simultaneous on every rank of the group: the clock fit's points
 _SYMMETRIC = frozenset({"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "barrier"})
 
@@ -72,7 +84,7 @@ def comm_op(name: str) -> str | None:
     """The disttrace op of a profiler name (`c10d::_allgather_base_`, `nccl:send 0->1`, `gloo:all_reduce`, a
     "Collective name" such as `_reduce_scatter_base`), or None for anything that is not a communication op."""
     s = name
-    for prefix in ("c10d::", "nccl:", "gloo:", "_c10d_functional::", "c10d_functional::"):
+    for prefix in _HOST_OPS + ("gloo:",):
         if s.startswith(prefix):
             s = s[len(prefix):]
             break
@@ -176,9 +188,20 @@ def _read(path: str) -> dict:
 
 
 def _ns(v) -> int | None:
-    """A Chrome-trace time in microseconds (float) -> integer ns."""
-    if type(v) in (int, float) and 0 <= v < 1e15:
-        return int(round(v * 1000))
+    """A Chrome-trace time in microseconds (float or int) -> integer ns; None when it is not one or out of range.
+
+    Relative times (newer Kineto: after baseTimeNanoseconds) and Unix-epoch µs (older Kineto: 1.69e15 in 2023)
+    alike; an epoch time's float holds it to a quarter µs, its ns are taken without the float's rounding."""
+    t = type(v)
+    if t is float:
+        if 0 <= v < _EXACT_US:
+            return round(v * 1000)
+        if _EXACT_US <= v < _MAX_US:
+            i = int(v)
+            return i * 1000 + round((v - i) * 1000)
+        return None
+    if t is int and 0 <= v < _MAX_US:
+        return v * 1000
     return None
 
 
@@ -193,26 +216,6 @@ def _ranks_of(value) -> tuple[int, ...]:
 
 
 @dataclass
-class _Op:
-    """One communication op on one rank, as its parts are found."""
-    tid: object
-    host_start: int | None = None
-    host_end: int | None = None
-    names: list = field(default_factory=list)      # the host ops' names, outermost first
-    meta: dict = field(default_factory=dict)       # record_param_comms' (or the kernel's) args
-    concrete: list = field(default_factory=list)   # the c10d op's "Concrete Inputs"
-    c10d_dims: object = None
-    c10d_types: object = None
-    ext_ids: set = field(default_factory=set)
-    exec_start: int | None = None
-    exec_end: int | None = None
-    exec_kind: str = ""                             # "kernel", "gloo" or ""
-    exec_name: str = ""
-    exec_args: dict = field(default_factory=dict)
-    site: str | None = None
-
-
-@dataclass
 class _RankTrace:
     path: str
     rank: int
@@ -220,11 +223,14 @@ class _RankTrace:
     host: str
     backend: str
     pgs: dict            # pg name -> (ranks, desc)
-    ops: list            # [_Op]
+    ops: list            # [Op]
     stacks: bool         # the trace has Python stacks (with_stack=True)
-    kernels: int = 0
-    unlinked: int = 0
+    linked: Linked = field(default_factory=Linked)
     step_ends: list = field(default_factory=list)
+    bad_times: int = 0   # events whose ts or dur is not a time in range: skipped, counted
+    bad_comm: dict = field(default_factory=dict)   # ... of them, communication ones by name
+    dropped: dict = field(default_factory=dict)    # host ops that are no op (Work.wait's record_param_comms): by name
+    carriers: int = 0    # coalesced blocks' ends (nccl:coalesced)
 
 
 def _pg_config(info: dict) -> dict:
@@ -248,13 +254,18 @@ def _parse(path: str, doc: dict, fallback_rank: int) -> _RankTrace:
     rank = info.get("rank")
     base = doc.get("baseTimeNanoseconds")
     base = base if type(base) is int and 0 <= base < _LIMIT else 0
+    last = _LIMIT - base     # a time past this, base added, is out of range
     host_ops: dict = {}      # tid -> [(start, end, name, args)]
     gloo: list = []          # (start, end, name, args)
-    kernels: list = []
+    kernels: list = []       # communication kernels by name
+    others: list = []        # every other kernel: communication only if a communication op launched it
     runtime: dict = {}       # correlation -> (tid, ts)
+    graphs: dict = {}        # correlation of a cudaGraphLaunch -> (tid, ts, end)
     frames: dict = {}        # tid -> [(start, end, name)]
     step_ends: list = []     # ends of the ProfilerStep#N annotations (profile.step() with a schedule)
     meta_rank = None
+    bad = 0
+    bad_comm: dict = {}
     for e in doc["traceEvents"]:
         if type(e) is not dict or e.get("ph") != "X":
             continue
@@ -264,19 +275,27 @@ def _parse(path: str, doc: dict, fallback_rank: int) -> _RankTrace:
             # ProfilerStep#N; read as host ops they made each collective twice and each step two)
             continue
         ts, dur = _ns(e.get("ts")), _ns(e.get("dur"))
-        if ts is None:
+        if ts is None or ts > last or (dur is None and e.get("dur") is not None):
+            bad += 1
+            if _is_comm_name(name):
+                key = name.split("(", 1)[0][:60]
+                bad_comm[key] = bad_comm.get(key, 0) + 1
             continue
         ts += base
         end = ts + (dur or 0)
         args = e.get("args") if type(e.get("args")) is dict else {}
         tid = (e.get("pid"), e.get("tid"))
         if cat == "kernel":
-            if name.startswith(NCCL_KERNEL):
+            if name.startswith(COMM_KERNEL):
                 kernels.append((ts, end, name, args))
-        elif cat in ("cuda_runtime", "cuda_driver", "privateuse1_runtime"):
+            else:
+                others.append((ts, end, name, args))
+        elif cat in RUNTIME_CATS:
             c = args.get("correlation")
             if type(c) is int:
                 runtime[c] = (tid, ts)
+                if name.startswith(GRAPH_LAUNCH):
+                    graphs[c] = (tid, ts, end)
         elif name.startswith("ProfilerStep#"):
             step_ends.append(end)
         elif cat == "python_function":
@@ -284,11 +303,10 @@ def _parse(path: str, doc: dict, fallback_rank: int) -> _RankTrace:
         elif name.startswith("gloo:"):
             if comm_op(name):
                 gloo.append((ts, end, name, args))
-        elif name == "record_param_comms" or name.startswith(("c10d::", "nccl:", "_c10d_functional::",
-                                                               "c10d_functional::")):
+        elif name == "record_param_comms" or name.startswith(_HOST_OPS):
             if name == "record_param_comms" and type(args.get("Rank")) is int:
                 meta_rank = args["Rank"]
-            if name == "record_param_comms" or comm_op(name):
+            if name == "record_param_comms" or comm_op(name) or name in _CARRIERS:
                 host_ops.setdefault(tid, []).append((ts, end, name, args))
     if type(rank) is not int or not 0 <= rank < 1 << 31:
         rank = meta_rank
@@ -297,9 +315,12 @@ def _parse(path: str, doc: dict, fallback_rank: int) -> _RankTrace:
         rank = int(m.group(1)) if m and len(m.group(1)) < 9 else fallback_rank
     world = info.get("world_size") if type(info.get("world_size")) is int else 0
     host = doc.get("host_name") if type(doc.get("host_name")) is str else ""
-    rt = _RankTrace(path, rank, world, host[:200], str(info.get("backend", ""))[:40], _pg_config(info),
-                    _host_ops(host_ops), bool(frames))
-    _link_kernels(rt, kernels, runtime)
+    dropped: dict = {}
+    ops, carriers = _host_ops(host_ops, dropped)
+    rt = _RankTrace(path, rank, world, host[:200], str(info.get("backend", ""))[:40], _pg_config(info), ops,
+                    bool(frames), bad_times=bad, bad_comm=bad_comm, dropped=dropped, carriers=len(carriers))
+    new, rt.linked = link_kernels(ops, carriers, kernels, others, runtime, graphs)
+    rt.ops.extend(new)
     _pair_gloo(rt, gloo)
     if frames:
         _sites(rt.ops, frames)
@@ -307,61 +328,57 @@ def _parse(path: str, doc: dict, fallback_rank: int) -> _RankTrace:
     return rt
 
 
-def _host_ops(by_tid: dict) -> list[_Op]:
+def _is_comm_name(name: str) -> bool:
+    return name == "record_param_comms" or name.startswith(_HOST_OPS + COMM_KERNEL + ("gloo:",))
+
+
+def _carrier(name: str, args: dict) -> bool:
+    """A coalesced block's end: `nccl:coalesced` (or the record_param_comms that names it)."""
+    return name in _CARRIERS or (name == "record_param_comms" and args.get("Collective name") == "coalesced")
+
+
+def _host_ops(by_tid: dict, dropped: dict) -> tuple[list[Op], list[Op]]:
     """The host ops, one per call: on a thread, an op that starts inside the outermost one is part of it (a
-    c10d op holds record_param_comms, which holds nccl:*; an nccl:* interval may outlast it)."""
+    c10d op holds record_param_comms, which holds nccl:*; an nccl:* interval may outlast it). A coalesced block's
+    end is a carrier, not an op (returned apart); its interval, which may outlast it, takes in no op after it.
+    What is no communication op (a record_param_comms of Work.wait's) is counted in `dropped` by name."""
     out = []
     for tid, evs in by_tid.items():
         evs.sort(key=lambda x: (x[0], -x[1]))
         cur = None
         for ts, end, name, args in evs:
-            if cur is None or ts > cur.host_end:
-                cur = _Op(tid=tid, host_start=ts, host_end=end)
+            carrier = _carrier(name, args)
+            if cur is None or ts > cur.host_end or (cur.carrier and not carrier):
+                cur = Op(tid=tid, host_start=ts, host_end=end, carrier=carrier)
                 out.append(cur)
             cur.names.append(name)
             if type(args.get("External id")) is int:
                 cur.ext_ids.add(args["External id"])
+            if cur.names[0] != name and (name == "record_param_comms" or name.startswith(_ANNOTATIONS)):
+                cur.inner = (min(cur.inner[0], ts), max(cur.inner[1], end)) if cur.inner else (ts, end)
             if name == "record_param_comms":
-                cur.meta = args
+                if "Collective name" in args or not cur.meta:
+                    cur.meta = args
+                if cur.rpc_dims is None:
+                    cur.rpc_dims, cur.rpc_types = args.get("Input Dims"), args.get("Input type")
             elif name.startswith("c10d::") and not cur.concrete:
                 ci = args.get("Concrete Inputs")
                 cur.concrete = ci if isinstance(ci, list) else []
                 cur.c10d_dims, cur.c10d_types = args.get("Input Dims"), args.get("Input type")
-    # an op whose only part is a record_param_comms of "wait" (or nothing mappable) is not a communication op
-    out = [o for o in out if _op_of(o) is not None or not o.names]
-    out.sort(key=lambda o: o.host_start)
-    return out
-
-
-def _link_kernels(rt: _RankTrace, kernels: list, runtime: dict) -> None:
-    """Each NCCL kernel to its host op (External id, else the launch's correlation inside a host op's interval);
-    a kernel with neither is an op of its own."""
-    by_ext = {x: o for o in rt.ops for x in o.ext_ids}
-    by_tid: dict = {}
-    for o in rt.ops:
-        by_tid.setdefault(o.tid, []).append(o)
-    starts = {tid: [o.host_start for o in os_] for tid, os_ in by_tid.items()}
-    orphans = []
-    for ts, end, name, args in kernels:
-        rt.kernels += 1
-        op = by_ext.get(args.get("External id"))
-        if op is None and args.get("correlation") in runtime:
-            tid, t = runtime[args["correlation"]]
-            cands = by_tid.get(tid, [])
-            k = bisect.bisect_right(starts.get(tid, []), t) - 1
-            if k >= 0 and cands[k].host_start <= t <= cands[k].host_end:
-                op = cands[k]
-        if op is None:
-            rt.unlinked += 1
-            op = _Op(tid=None)
-            orphans.append(op)
-        if op.exec_start is None or ts < op.exec_start:
-            op.exec_start = ts
-        op.exec_end = max(op.exec_end or 0, end)
-        op.exec_kind, op.exec_name = "kernel", name
-        if "Collective name" in args:
-            op.exec_args = args
-    rt.ops.extend(orphans)
+            elif name.startswith(_ANNOTATIONS) and cur.ann_dims is None:
+                cur.ann_dims, cur.ann_types = args.get("Input Dims"), args.get("Input type")
+    ops, carriers = [], []
+    for o in out:
+        if o.carrier:
+            carriers.append(o)
+        elif _op_of(o) is not None:
+            ops.append(o)
+        else:  # a record_param_comms of "wait" (older PyTorch: one without args), or nothing mappable
+            coll = o.meta.get("Collective name")
+            what = o.names[0] if coll is None else f"{o.names[0]} ({coll})"
+            dropped[what[:80]] = dropped.get(what[:80], 0) + 1
+    ops.sort(key=lambda o: o.host_start)
+    return ops, carriers
 
 
 def _pair_gloo(rt: _RankTrace, gloo: list) -> None:
@@ -394,11 +411,11 @@ def _pair_gloo(rt: _RankTrace, gloo: list) -> None:
                 break
     for k, (ts, end, name, args) in enumerate(gloo):
         if not used[k]:
-            rt.ops.append(_Op(tid=None, exec_start=ts, exec_end=end, exec_kind="gloo", exec_name=name,
+            rt.ops.append(Op(tid=None, exec_start=ts, exec_end=end, exec_kind="gloo", exec_name=name,
                               exec_args=args))
 
 
-def _sites(ops: list[_Op], frames: dict) -> None:
+def _sites(ops: list[Op], frames: dict) -> None:
     """Each host op's call site: the innermost user frame of the Python stack around it (with_stack=True)."""
     for tid, evs in frames.items():
         queries = sorted((o.host_start, k, o) for k, o in enumerate(ops) if o.tid == tid and o.host_start is not None)
@@ -439,8 +456,11 @@ def _user_frame(path: str) -> bool:
 
 # -- ops -> events ----------------------------------------------------------------------------------------------
 
-def _op_of(o: _Op) -> str | None:
-    for n in o.names:                     # the c10d op names what the user called (a barrier runs an allreduce)
+def _op_of(o: Op) -> str | None:
+    """The op, from the best source the trace has: the c10d op names what the user called (a barrier runs an
+    allreduce), then the collective's metadata, then the other host ops' names (nccl:all_to_all), gloo's
+    execution, and last the kernel's name."""
+    for n in o.names:
         if n.startswith(("c10d::", "_c10d_functional::", "c10d_functional::")) and comm_op(n):
             return comm_op(n)
     meta = o.meta or o.exec_args
@@ -452,8 +472,7 @@ def _op_of(o: _Op) -> str | None:
     if o.exec_kind == "gloo":
         return comm_op(o.exec_name)
     if o.exec_kind == "kernel":
-        kind = re.split(r"[_(]", o.exec_name.split("_", 1)[1], maxsplit=1)[0] if "_" in o.exec_name else ""
-        return _KERNEL_OP.get(kind)
+        return kernel_kind(o.exec_name)
     return None
 
 
@@ -466,42 +485,73 @@ def _numel(dims) -> int | None:
     return None
 
 
-def _bytes_of(o: _Op, op: str) -> tuple[int | None, str | None, list | None]:
-    """(bytes, dtype, shape) of what this rank puts in, from the best source the trace has."""
+def _tensor_bytes(dims, types, idx: int) -> tuple[int, str, list] | None:
+    """(bytes, dtype, shape) of the profiler's "Input Dims"/"Input type" entry idx: one tensor ([64] "float"), or a
+    TensorList ([[100], [300]]: their total; its dtype from `types` when it names one, else unknown: None)."""
+    if not (isinstance(dims, list) and len(dims) > idx and isinstance(types, list) and len(types) > idx):
+        return None
+    d, t = dims[idx], types[idx]
+    dt = _DTYPES.get(t) if isinstance(t, str) else None
+    if dt is None:
+        return None
+    n = _numel(d)
+    if n is not None:
+        return n * dt[1], dt[0], list(d)
+    return None
+
+
+def _list_bytes(dims, types) -> tuple[int, str, list] | None:
+    """The total of the tensors an annotation lists (nccl:all_reduce's [[19618307]], gloo's [[100], [300]] of a
+    coalesced all_reduce); the dtype and shape of the first."""
+    if not isinstance(dims, list) or not dims or not isinstance(types, list) or len(types) < len(dims):
+        return None
+    total, first = 0, None
+    for k in range(min(len(dims), 1 << 12)):
+        got = _tensor_bytes(dims, types, k)
+        if got is None:
+            return None
+        total += got[0]
+        first = first or got
+    return (total, first[1], first[2]) if first else None
+
+
+def _bytes_of(o: Op, op: str) -> tuple[int | None, str | None, list | None, str]:
+    """(bytes, dtype, shape, source) of what this rank puts in, from the best source the trace has: the collective's
+    metadata (record_param_comms' nelems and dtype), gloo's execution, the c10d op's input, the nccl:* annotation's
+    tensors, record_param_comms' own first input (older PyTorch); source "" when none says."""
+    if op == "barrier":  # (NCCL runs it as an all_reduce of one byte, which its metadata describes)
+        return 0, None, None, "op"
     meta = o.meta or o.exec_args
     dt = _DTYPES.get(meta.get("dtype")) if isinstance(meta.get("dtype"), str) else None
     key = "Out msg nelems" if op == "recv" else "In msg nelems"
     n = meta.get(key)
     if dt and type(n) is int and 0 <= n < _LIMIT:
-        return n * dt[1], dt[0], None
-    if o.exec_kind == "gloo":  # gloo's annotation: the tensor it ran on
-        dims, types = o.exec_args.get("Input Dims"), o.exec_args.get("Input type")
-        if isinstance(dims, list) and dims and isinstance(types, list) and types:
-            n, dt = _numel(dims[0]), _DTYPES.get(types[0]) if isinstance(types[0], str) else None
-            if n is not None and dt:
-                return n * dt[1], dt[0], list(dims[0])
-        elif op == "barrier":
-            return 0, None, None
-    if op == "barrier":
-        return 0, None, None
-    dims, types = o.c10d_dims, o.c10d_types
+        return n * dt[1], dt[0], None, "metadata"
+    if o.exec_kind == "gloo":  # gloo's annotation: the tensors it ran on
+        got = _list_bytes(o.exec_args.get("Input Dims"), o.exec_args.get("Input type"))
+        if got:
+            return (*got, "gloo")
     idx = 1 if o.names and _bare(o.names[0]) in _INPUT_SECOND else 0
-    if isinstance(dims, list) and len(dims) > idx and isinstance(types, list) and len(types) > idx:
-        d, t = dims[idx], types[idx]
-        dt = _DTYPES.get(t) if isinstance(t, str) else None
-        if dt and _numel(d) is not None:
-            return _numel(d) * dt[1], dt[0], list(d)
-    return None, None, None
+    got = _tensor_bytes(o.c10d_dims, o.c10d_types, idx)
+    if got:
+        return (*got, "c10d")
+    got = _list_bytes(o.ann_dims, o.ann_types)
+    if got:
+        return (*got, "annotation")
+    got = _tensor_bytes(o.rpc_dims, o.rpc_types, 0)
+    if got:
+        return (*got, "record_param_comms")
+    return None, None, None, ""
 
 
-def _concrete_int(o: _Op, k: int) -> int | None:
+def _concrete_int(o: Op, k: int) -> int | None:
     c = o.concrete
     if len(c) > k and isinstance(c[k], str) and c[k].lstrip("-").isdigit() and len(c[k]) < 10:
         return int(c[k])
     return None
 
 
-def _group_of(o: _Op, rt: _RankTrace) -> tuple[str | None, tuple[int, ...], str]:
+def _group_of(o: Op, rt: _RankTrace) -> tuple[str | None, tuple[int, ...], str]:
     """(group name, its global ranks, description); name None when the trace does not say."""
     meta = o.meta or o.exec_args
     name = meta.get("Process Group Name")
@@ -550,11 +600,16 @@ def _default_group(rt: _RankTrace, present: list[int]) -> tuple[str, tuple[int, 
     return "0", tuple(present), "default_pg"
 
 
-def _events(rt: _RankTrace, present: list[int], guessed: list) -> list[dict]:
+def _events(rt: _RankTrace, present: list[int], guessed: list, sources: dict) -> list[dict]:
+    """The normalized events of one rank's ops; `guessed` gets the rank of each op matched as the default group's,
+    `sources` counts where the ops' sizes came from."""
     out = []
     for o in rt.ops:
         op = _op_of(o)
         unknown = []
+        nometa = o.exec_kind != "gloo" and bool(o.names) and not isinstance(o.meta.get("Collective name"), str)
+        if nometa:
+            sources["no metadata"] = sources.get("no metadata", 0) + 1
         if o.host_start is None:
             unknown.append("host_time")
         name, ranks, desc = _group_of(o, rt)
@@ -566,11 +621,13 @@ def _events(rt: _RankTrace, present: list[int], guessed: list) -> list[dict]:
                 name, ranks, desc = f"unknown:{rt.rank}", (rt.rank,), ""  # which of the job's groups: unknown
             else:
                 name, ranks, desc = _default_group(rt, present)
-                guessed.append(rt.rank)
+                if not nometa:  # (said with the ops that lack metadata)
+                    guessed.append(rt.rank)
             unknown.append("group")
         elif not ranks:  # a truncated list of ranks that could not be rebuilt
             unknown.append("group_ranks")
-        nbytes, dtype, shape = _bytes_of(o, op)
+        nbytes, dtype, shape, src = _bytes_of(o, op)
+        sources[src] = sources.get(src, 0) + 1
         if nbytes is None:
             nbytes = 0
             unknown.append("bytes")
@@ -602,8 +659,9 @@ def _events(rt: _RankTrace, present: list[int], guessed: list) -> list[dict]:
         end = o.exec_end if o.exec_start is not None else o.host_end
         if not o.exec_kind:
             unknown.append("device_time")
-        seq = (o.meta or o.exec_args).get("Seq")
-        api = o.names[0] if o.names else o.exec_name.split("(", 1)[0][:80]
+        # (a graph replays its captured kernels' metadata, "Seq" included, every time: numbered by order instead)
+        seq = None if o.how == "graph" else (o.meta or o.exec_args).get("Seq")
+        api = _api(o)
         ev = {
             "rank": rt.rank, "host": rt.host, "op": op, "api": "kineto:" + api[:80],
             "group": "world" if desc == "default_pg" else name, "group_ranks": ranks_l,
@@ -616,10 +674,24 @@ def _events(rt: _RankTrace, present: list[int], guessed: list) -> list[dict]:
             ev["step"] = bisect.bisect_right(rt.step_ends, o.host_start if o.host_start is not None else start)
         if o.exec_kind:
             ev["kineto_exec"] = o.exec_kind
+        if o.how:
+            ev["kineto_kernel"] = o.how
         if unknown:
             ev["kineto_unknown"] = unknown
         out.append(ev)
     return out
+
+
+def _api(o: Op) -> str:
+    """What issued the op: its c10d op, else its annotation (nccl:all_to_all, under a bare record_param_comms in
+    older PyTorch), else its first host op; the graph launch, or the kernel, when it has none."""
+    for prefixes in (("c10d::", "_c10d_functional::", "c10d_functional::", "symm_mem::"), _ANNOTATIONS):
+        for n in o.names:
+            if n.startswith(prefixes):
+                return n
+    if o.names:
+        return o.names[0]
+    return "cudaGraphLaunch" if o.how == "graph" else o.exec_name.split("(", 1)[0][:80]
 
 
 def _number(events: list[dict]) -> None:
@@ -664,7 +736,7 @@ _SAME_SIZE = frozenset({"all_reduce", "all_gather", "reduce_scatter", "all_to_al
 
 def _issue(ev: dict) -> tuple:
     t = ev["host_start_ns"] if ev["host_start_ns"] is not None else ev["start_ns"]
-    return ev["rank"], t
+    return ev["rank"], t, ev["start_ns"]  # (a graph launch issues its replay's kernels at once: in their order)
 
 
 # -- clocks -----------------------------------------------------------------------------------------------------
@@ -740,12 +812,14 @@ def load_kineto(paths: list[str], table: EventTable, progress=None, run=None) ->
         raise TraceError(f"{', '.join(paths)}: no readable PyTorch profiler traces")
     present = sorted(traces)
     guessed: list = []
+    sources: dict = {}
     events: list[dict] = []
     for r in present:
-        events += _events(traces[r], present, guessed)
+        events += _events(traces[r], present, guessed, sources)
     if not events:
-        raise TraceError(f"{', '.join(paths)}: the profiler traces hold no communication ops "
-                         "(profile with activities CPU and CUDA around the job's collectives)")
+        raise TraceError(f"{', '.join(paths)}: the profiler traces hold no communication ops; "
+                         f"{_what_they_hold([traces[r] for r in present])} (profile with activities CPU and CUDA "
+                         "around the job's collectives)")
     _number(events)
     _sizes_from_peers(events)
     fits = _align(events, table, list(traces.values()))
@@ -758,7 +832,7 @@ def load_kineto(paths: list[str], table: EventTable, progress=None, run=None) ->
                                   clock_uncertainty_ns=f.uncertainty_ns if f else 0,
                                   clock_drift_ns=int(f.drift * _span(events, r)) if f and f.drift else None,
                                   damage=damage)
-    _say(table, traces, fits, world, present, guessed, events)
+    _say(table, traces, fits, world, present, guessed, events, sources)
     skipped, why = extend(table, events)
     if skipped:
         table.warnings.append(f"skipped {skipped} profiler ops that could not be read ({why})")
@@ -769,7 +843,98 @@ def _span(events: list[dict], rank: int) -> int:
     return max(ts) - min(ts) if ts else 0
 
 
-def _say(table, traces, fits, world, present, guessed, events) -> None:
+def _top(counts: dict, k: int = 4) -> str:
+    top = sorted(counts.items(), key=lambda x: (-x[1], x[0]))[:k]
+    return ", ".join(f"{name} ×{n}" for name, n in top) + (", ..." if len(counts) > k else "")
+
+
+def _what_they_hold(traces: list[_RankTrace]) -> str:
+    """What traces without a communication op did hold, by name: said when refusing them."""
+    kinds: dict = {}
+    for rt in traces:
+        try:
+            doc = _read(rt.path)
+        except ValueError:
+            continue
+        for e in doc["traceEvents"]:
+            if type(e) is dict and e.get("ph") == "X" and type(e.get("name")) is str:
+                cat = e.get("cat") if e.get("cat") in ("kernel", "cpu_op", "user_annotation") else "other"
+                names = kinds.setdefault(cat, {})
+                name = e["name"].split("(", 1)[0][:60]
+                names[name] = names.get(name, 0) + 1
+    said = [f"{sum(kinds[c].values())} {what} ({_top(kinds[c])})" for c, what in
+            (("kernel", "kernels"), ("cpu_op", "CPU ops"), ("user_annotation", "annotations")) if kinds.get(c)]
+    bad = sum(rt.bad_times for rt in traces)
+    if bad:
+        said.append(f"{bad} events skipped for a time out of range")
+    dropped: dict = {}
+    for rt in traces:
+        for name, n in rt.dropped.items():
+            dropped[name] = dropped.get(name, 0) + n
+    if dropped:
+        said.append(f"host ops that are no communication op ({_top(dropped)})")
+    return "they hold " + ("; ".join(said) if said else "no complete events ('ph': 'X')")
+
+
+_SOURCES = (("metadata", "the collective metadata"), ("gloo", "gloo's execution"), ("c10d", "the c10d op's input"),
+            ("annotation", "the nccl:* annotation's Input Dims"), ("record_param_comms", "record_param_comms' input"))
+
+
+def _say_vintage(table, traces, events, sources, graph) -> None:
+    """What this vintage of Kineto lacked and where its ops came from instead (notes); what could not be used
+    (warnings)."""
+    notes = table.notes
+    nometa = sources.get("no metadata", 0)
+    if nometa:
+        multi = any(len({c[0] for c in rt.pgs.values()}) > 1 for rt in traces.values())
+        (table.warnings if multi else notes).append(
+            f"{nometa} op(s) without collective metadata (record_param_comms without 'Collective name': PyTorch "
+            "before 2.1): the op from the CPU op's name, groups assumed to be the world"
+            + (", though the job has several groups: ops of the others may be matched wrongly" if multi else ""))
+    said = [f"{sources[k]} from {what}" for k, what in _SOURCES if sources.get(k) and k != "metadata"]
+    from_peers = sum(1 for ev in events if "bytes_from_peers" in ev.get("kineto_unknown", ()))
+    unknown = sum(1 for ev in events if "bytes" in ev.get("kineto_unknown", ()))
+    if said or from_peers or unknown:
+        notes.append("sizes: " + ", ".join(([f"{sources['metadata']} from the collective metadata"]
+                                            if sources.get("metadata") else []) + said
+                                           + ([f"{from_peers} from the same collective on another rank"]
+                                              if from_peers else [])
+                                           + ([f"{unknown} unknown (0 B)"] if unknown else [])))
+    by_name = sum(1 for ev in events if ev["api"].startswith("kineto:") and not ev.get("host_start_ns")
+                  and ev.get("kineto_exec") == "kernel" and "op" not in ev.get("kineto_unknown", ()))
+    if by_name:
+        notes.append(f"{by_name} op(s) known only by their kernel's name (no host op): its kind as NCCL names it")
+    links = [rt.linked for rt in traces.values()]
+    blocks = sum(x.blocks for x in links)
+    if blocks:
+        notes.append(f"{sum(x.coalesced_ops for x in links)} op(s) of {blocks} coalesced block(s) "
+                     "(batch_isend_irecv, _coalescing_manager) timed by their block's kernels, one event per op")
+    lost = sum(x.lost_blocks for x in links)
+    if lost:
+        table.warnings.append(f"{lost} coalesced block(s) launched kernels but none of their ops is in the trace (the "
+                              "profiling window began mid-block): not read as ops")
+    if graph:
+        notes.append(f"{graph} communication kernel(s) replayed by CUDA graphs: one event per kernel per replay; their "
+                     "CPU-side issue (host_start_ns) is the cudaGraphLaunch, their group and size the kernel's "
+                     "metadata or unknown")
+    launched = [name for x in links for name in x.launched]
+    if launched:
+        names: dict = {}
+        for n in launched:
+            n = n.split("(", 1)[0][:60]
+            names[n] = names.get(n, 0) + 1
+        notes.append(f"{len(launched)} op(s) timed by kernels that their communication op launched without an "
+                     f"NCCL/RCCL name (custom communication kernels: {_top(names)})")
+    dropped: dict = {}
+    for rt in traces.values():
+        for name, n in rt.dropped.items():
+            dropped[name] = dropped.get(name, 0) + n
+    if dropped:
+        notes.append(f"{sum(dropped.values())} host op(s) that are no communication op, not read as ops: "
+                     f"{_top(dropped)} (a record_param_comms alone is Work.wait's in older PyTorch)")
+
+
+def _say(table, traces, fits, world, present, guessed, events, sources) -> None:
     """What the import could and could not know: warnings for what is missing, notes for the rest."""
     notes = table.notes
     missing = sorted(set(range(world)) - set(present)) if world else []
@@ -777,24 +942,39 @@ def _say(table, traces, fits, world, present, guessed, events) -> None:
         table.warnings.append(f"ranks {_fmt_ranks(missing)} have no profiler trace ({len(present)} of {world} "
                               f"ranks' files given): their side of every collective is unknown; what each given "
                               f"rank did is analysed")
-    kernels = sum(rt.kernels for rt in traces.values())
-    unlinked = sum(rt.unlinked for rt in traces.values())
+    links = [rt.linked for rt in traces.values()]
+    kernels = sum(x.kernels for x in links)
+    unlinked = sum(x.unlinked for x in links)
+    graph = sum(x.graph for x in links)
     on_device = sum(1 for ev in events if ev.get("kineto_exec") == "kernel")
     gloo = sum(1 for ev in events if ev.get("kineto_exec") == "gloo")
+    neither = sum(1 for ev in events if not ev.get("kineto_exec"))
     notes.append(f"imported from {len(traces)} PyTorch profiler trace(s): {len(events)} communication ops; "
-                 + (f"{on_device} timed by their NCCL kernel ({kernels} kernels, {unlinked} without their host op: "
-                    "kept, what only the host op says marked unknown); " if kernels else "")
+                 + (f"{on_device} timed by their kernels ({kernels} communication kernels, {unlinked} without "
+                    "their host op: kept, what only the host op says marked unknown); " if on_device else "")
                  + (f"{gloo} by gloo's execution on its worker thread; " if gloo else "")
+                 + (f"{neither} with no kernel nor execution in the trace, timed by their host op; " if neither
+                    else "")
                  + "the host's issue time is kept as host_start_ns")
+    bad = sum(rt.bad_times for rt in traces.values())
+    if bad:
+        comm: dict = {}
+        for rt in traces.values():
+            for name, n in rt.bad_comm.items():
+                comm[name] = comm.get(name, 0) + n
+        (table.warnings if comm else notes).append(
+            f"skipped {bad} trace event(s) whose time is not a time in range"
+            + (f", {sum(comm.values())} of them communication ({_top(comm)})" if comm else " (none communication)"))
     if unlinked:
-        table.warnings.append(f"{unlinked} NCCL kernel(s) have no host op in the trace (the profiling window began "
-                              "mid-op, or the trace was filtered): their group, bytes or peer may be unknown")
+        table.warnings.append(f"{unlinked} communication kernel(s) have no host op in the trace (the profiling window "
+                              "began mid-op, or the trace was filtered): their group, bytes or peer may be unknown")
+    _say_vintage(table, traces, events, sources, graph)
     if guessed:
         multi = any(len({c[0] for c in rt.pgs.values()}) > 1 for rt in traces.values())
         (table.warnings if multi else notes).append(
-            f"{len(guessed)} op(s) carry no process group (no record_param_comms: gloo or CPU-only profiling): "
-            "matched as the default group's" + (", though the job has several groups: ops of the others may be "
-                                                "matched wrongly" if multi else ""))
+            f"{len(guessed)} op(s) carry no process group (gloo, CPU-only profiling, or a kernel alone): groups "
+            "assumed to be the world" + (
+                ", though the job has several groups: ops of the others may be matched wrongly" if multi else ""))
     if not any(rt.stacks for rt in traces.values()):
         notes.append("no call sites: the profiler traces have no Python stacks (profile with with_stack=True)")
     else:
