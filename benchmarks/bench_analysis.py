@@ -1,11 +1,13 @@
 """Benchmark: analysis of a large synthetic trace, as a ratio to merely parsing its JSON with orjson.
 
     python benchmarks/bench_analysis.py [--events 1000000] [--ranks 64] [--file PATH] [--rank-files | --no-rank-files]
+                                        [--against COMMIT|none]
 
 Prints parse (orjson.loads of every line), load (JSON -> EventTable, the reader's cost), analyze, to_json,
 each measured in this run, and the ratio analyze / yardstick (goal: <= 2), measured as the median of --rounds
 analyses, each in a new process as the viewer's is, between two yardsticks (synth.paired_rounds: this machine's
-speed drifts), in wall and in CPU time;
+speed drifts), in wall and in CPU time, alternating with the same analysis by another commit's code (--against,
+by default 6af5261, before the attribution: issue 37's budget is 1.5x it);
 for the first analysis with and without the critical paths
 (critical_path.py and what_if.py: a walk back from every wait, the dearest part of the analysis); and how long a
 thread beside the analysis, as the viewer's UI thread is, waited for the GIL at worst (goal: under 20 ms).
@@ -48,6 +50,9 @@ def main() -> None:
                     help="also time the trace dir of rank files (default: up to 2M events)")
     ap.add_argument("--rounds", type=int, help="analyses timed each between two yardsticks (default: 3, 1 past 2M "
                     "events)")
+    ap.add_argument("--against", metavar="COMMIT", default="6af5261",
+                    help="also time the analysis of this commit's code, round by round beside this one's (default: "
+                         "6af5261, before issue 37's attribution; 'none': skip)")
     ns = ap.parse_args()
     path = ns.file or os.path.join(tempfile.gettempdir(), f"disttrace_synth_v3_{ns.events}_{ns.ranks}.jsonl")
     ensure_synthetic(path, ns.events, ns.ranks)
@@ -84,7 +89,13 @@ def main() -> None:
     js = time.perf_counter() - t0
 
     waits = _beside_a_ui(table)
-    rounds = paired_rounds(lambda: _fresh_analysis(path), path, ns.rounds or (3 if len(table) <= 2_000_000 else 1))
+    n_rounds = ns.rounds or (3 if len(table) <= 2_000_000 else 1)
+    base_py = _baseline_python(ns.against) if ns.against != "none" else None
+    rounds, base_rounds = [], []
+    for _ in range(n_rounds):  # (alternating: the two codes meet the machine in the same state)
+        rounds += paired_rounds(lambda: _fresh_analysis(path), path, 1)
+        if base_py:
+            base_rounds += paired_rounds(lambda: _fresh_analysis(path, base_py), path, 1)
     ratio = statistics.median(r[1] for r in rounds)
 
     yards.append(time_yardstick(path))
@@ -122,15 +133,41 @@ def main() -> None:
     print(f"ratio analyze / yardstick = {ratio:.2f}  (goal <= 2; the median of the side-by-side rounds; in CPU time "
           f"{statistics.median(r[3] for r in rounds):.2f}); the first analysis "
           f"{analysis / yard:.2f}, without its critical paths {(analysis - explain) / yard:.2f}")
+    if base_rounds:
+        b = statistics.median(r[1] for r in base_rounds)
+        bc = statistics.median(r[3] for r in base_rounds)
+        print(f"against {ns.against}: its analysis {', '.join(f'{w:.2f} s = {r:.2f}x' for w, r, _, _ in base_rounds)}"
+              f" the yardstick; this code / {ns.against} = {ratio / b:.2f} in wall time, "
+              f"{statistics.median(r[3] for r in rounds) / bc:.2f} in CPU time (goal <= 1.5: issue 37's budget)")
     if ns.rank_files or (ns.rank_files is None and n <= 2_000_000):
         del table, a, again
         gc.collect()
         _rank_files(path)
 
 
-def _fresh_analysis(path: str) -> tuple[float, float]:
+def _baseline_python(commit: str) -> str:
+    """An interpreter that imports `commit`'s disttrace: a worktree of it in a temporary dir, and a virtualenv over
+    this one's packages with it installed editable (made once per commit, kept under the temp dir)."""
+    import subprocess
+    import tempfile
+
+    repo = Path(__file__).resolve().parent.parent
+    home = Path(tempfile.gettempdir()) / f"disttrace-baseline-{commit}"
+    py = home / "venv" / "bin" / "python"
+    if not py.exists():
+        if not (home / "src").exists():
+            subprocess.run(["git", "-C", str(repo), "worktree", "add", "--detach", str(home / "src"), commit],
+                           check=True, capture_output=True)
+        subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(home / "venv")], check=True)
+        subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", "-e", str(home / "src")], check=True,
+                       capture_output=True)
+    return str(py)
+
+
+def _fresh_analysis(path: str, python: str = sys.executable) -> tuple[float, float]:
     """analyze() of the stored trace in a new process, as the viewer's and `report`'s first analysis is (numba
-    loaded meanwhile, nothing warm): its (wall s, CPU s), the store's opening left out."""
+    loaded meanwhile, nothing warm): its (wall s, CPU s), the store's opening left out. `python`: an interpreter
+    that imports another commit's code (_baseline_python)."""
     import json
     import subprocess
 
@@ -138,7 +175,7 @@ def _fresh_analysis(path: str) -> tuple[float, float]:
             "from disttrace.tracer.data.load import load_trace; t = load_trace([sys.argv[1]]); "
             "c, w = time.process_time(), time.perf_counter(); analyze(t, timings={}); "
             "print(json.dumps([time.perf_counter() - w, time.process_time() - c]))")
-    out = subprocess.run([sys.executable, "-c", code, path], capture_output=True, text=True, check=True)
+    out = subprocess.run([python, "-c", code, path], capture_output=True, text=True, check=True)
     wall, cpu = json.loads(out.stdout.strip().splitlines()[-1])
     return wall, cpu
 

@@ -111,5 +111,27 @@ def test_render_shows_collectives_far_slower_than_the_model():
     out = io.StringIO()
     render(analyze(tr.table()), 5, Console(file=out, width=140))
     text = out.getvalue()
-    assert "Collectives far slower than the model (1)" in text and "all_reduce #37" in text
+    assert "Collectives far slower than the model and beyond the job's own spread (1)" in text
+    assert "all_reduce #37" in text
     assert "2.00 GB/s" in text and "50.0 µs" in text  # the fitted 1/beta and alpha
+
+
+def test_jitter_within_the_job_s_own_spread_is_not_flagged_slow():
+    """A model fitted on the trace, latency only where every message has one size, stands below ordinary jitter: an
+    instance is flagged only past the spread of its op and size, and the table shows that spread."""
+    import random
+
+    from disttrace.tracer.analysis import analyze
+    from synthetic import MS, Trace
+
+    rng = random.Random(0)
+    tr = Trace(2)
+    t0 = 0
+    for k in range(40):  # one size, times from 50 µs to 4 ms: jitter, 4-80x the fitted latency
+        dur = int(rng.uniform(0.05, 4) * MS)
+        if k == 30:
+            dur = 60 * MS  # beyond it
+        tr.coll("all_reduce", {0: t0, 1: t0}, t0 + dur, nbytes=4096)
+        t0 += dur + MS
+    a = analyze(tr.table())
+    assert [c.group_seq for c in a.collectives if c.slow] == [30]

@@ -11,8 +11,8 @@ EXPECT's keys (each optional but `problems`, which is always checked: nothing ma
 - `straggler`: None, or {rank, steps (list; None: not checked), period, cost_ms: (value, tolerance), site: a
   substring of the verdict's site}
 - `steps`: {count: (value, tolerance) or int, warmup_max: the most leading steps that may be warm-up}
-- `problems`: [{kind, ranks (None: not checked), where: {rank: substring}, message: [substrings]}]: exactly these
-  kinds, each as many times as listed
+- `problems`: [{kind, ranks (None: not checked), where: {rank: substring}, message: [substrings], step}]: exactly
+  these kinds, each as many times as listed
 - `pipeline`: {stages, micro_batches, iterations, expected_fraction, slow_stage} (None: no pipeline)
 - `waits_ms`: {rank: (value, tolerance)}: a rank's total wait
 - `warnings`: [substrings] that summary.warnings must hold (and none when the key is absent... unless damaged)
@@ -147,6 +147,8 @@ def test_verdict(case, reports):
         p = cands[0]
         for r, sub in w.get("where", {}).items():
             assert sub in p.get("where", {}).get(str(r), ""), (r, p.get("where"))
+        if "step" in w:
+            assert p["step"] == w["step"], p
         for sub in w.get("message", []):
             assert sub in p["message"], (sub, p["message"])
     assert rc_json == rc_text == (1 if want.get("problems") else 0)

@@ -58,7 +58,8 @@ def layers(stage: int, rank: int):
             self.lin = nn.Linear(DIM, DIM)
 
         def forward(self, x):
-            return torch.relu(self.lin(Busy.apply(x)))
+            return torch.relu(Busy.apply(self.lin(x)))  # (after the Linear: its backward runs on every stage, the
+            #                                            first's too, whose input needs no gradient)
 
     torch.manual_seed(stage)
     return nn.Sequential(*[Layer() for _ in range(LAYERS)])

@@ -433,7 +433,8 @@ def _top_spans(pacing: Pacing, ks: list[int], floor: float, most: int = 4) -> li
             name = w.span(int(before), int(row))
             by_name[name] = by_name.get(name, 0) + x
             ids.setdefault(name, {})[sp] = s
-    top = sorted((n for n, x in by_name.items() if x > floor), key=lambda n: -by_name[n])[:most]
+    top = sorted((n for n, x in by_name.items() if x > floor and "?" not in n),  # (a trace without call sites:
+                 key=lambda n: -by_name[n])[:most]                                  # its spans have no names)
     return [(n, ids[n]) for n in top]
 
 

@@ -6,8 +6,8 @@ applications", ICPP 2010; docs/ARCHITECTURE.md, "The critical path"):
 
 - A rank's host is *blocked* in a synchronous op for its whole call, and in an async op only inside the wait()
   that blocked on it (DDP's reducer's, at the end of backward(), on a CPU backend: `reducer_waits`); an async op
-  issued without a wait() (FSDP2's) runs beside the host, which goes on computing. Between the ops it is blocked in, the host *computes*: a compute span is named by
-  the sites of the ops around it, "train.py:40 → train.py:52".
+  issued without a wait() (FSDP2's) runs beside the host, which goes on computing. Between the ops it is blocked
+  in, the host *computes*: a compute span is named by the sites of the ops around it, "train.py:40 → train.py:52".
 - Inside an op, the part from its arrival to the arrival it needed is *waiting* (waits.py); the rest of the op is
   *communication*.
 - The critical path of a step is found walking backwards from the step's end (the op of the step that finished

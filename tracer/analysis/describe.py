@@ -114,7 +114,8 @@ def straggler_verdict(a: Analysis) -> tuple[str, str]:
     else:
         came = "its start" if v.from_site in (None, "its start") else f"its op at {v.from_site}"
         where = f"; it arrived late at {v.to_site}, coming from {came}" if v.to_site else ""
-    return ("Straggler:", f" rank {v.rank} was late {when}, making the others wait {fmt_ns(v.delay_cost_ns)} in all "
+    return ("Straggler:", f" rank {v.rank} was late {when}, making the others wait {fmt_ns(v.delay_cost_ns)} "
+            f"{'over the steady steps' if v.steps else 'in all'} "
             f"({per}; {v.share:.0%} of all the waiting, the job's jitter is under {fmt_ns(v.noise_ns)}){where}.")
 
 

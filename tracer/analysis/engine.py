@@ -111,7 +111,8 @@ STAGES: tuple[Stage, ...] = (
     Stage(fill_steps, ("wait_records", "steps", "step_of"), (), fills=("steps",)),  # each one's wait_ns, caused_ns
     # the stragglers rule's candidate (the verdict is the attribution's, below); each step's late_rank
     Stage(verdict, ("table", "wait_records", "steps", "step_of"), ("candidate",), fills=("steps",)),
-    Stage(find_problems, ("table", "collectives", "p2p", "suspects", "nonfinite"), ("problems",), "problems", 0.88),
+    Stage(find_problems, ("table", "collectives", "p2p", "suspects", "nonfinite", "step_of"), ("problems",), "problems",
+          0.88),
     Stage(links_of, ("p2p",), ("links",)),
     Stage(_span_and_notes, ("table", "traced"), ("span_ns", "notes")),
     Stage(overlaps, ("table", "walker", "event_wait_ns"), ("event_overlap_ns", "overlap")),

@@ -250,6 +250,7 @@ class Problem:
     time_ns: int | None = None
     # hang: rank -> "file:line in function" from its stacks
     where: dict[int, str] = field(default_factory=dict, metadata=JSON_IF_SET)
+    step: int | None = None        # the training step it happened in (the latest of its events'), None: none
 
 
 @dataclass
@@ -267,7 +268,7 @@ class PipelineStats:
     stages: list[int]              # ranks in stage order
     micro_batches: int             # per iteration
     bubble_fraction: float
-    expected_fraction: float       # (P-1)/(M+P-1) with M the micro-batches of one iteration
+    expected_fraction: float       # (P-1)/(vM+P-1), M the micro-batches of one iteration, v the virtual stages
     per_stage: list[StageStats]
     iterations: int = 1            # pipeline iterations (training steps) the micro-batches were counted over
     slow_stage: int | None = None  # the stage whose compute sets the pace (attribution.py's kind "stage"), or None
@@ -276,6 +277,7 @@ class PipelineStats:
     pipelines: list[list[int]] = field(default_factory=list, metadata=NOT_IN_JSON)
     # per stage, its ranks over the pipeline's replicas (data x pipeline parallel: one rank of each replica)
     stage_ranks: list[list[int]] = field(default_factory=list)
+    virtual_stages: int = 1        # stages each rank holds (interleaved 1F1B: v, its ring of P ranks passed v times)
 
 
 @dataclass

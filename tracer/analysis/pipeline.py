@@ -110,14 +110,43 @@ def _paths(p2p: P2PTable) -> list[tuple[list[int], dict[tuple[int, int], int]]]:
                     stack.append(y)
         degrees = [len(adj[x]) for x in comp]
         n_edges = sum(degrees) // 2
-        if len(comp) < 2 or max(degrees) > 2 or n_edges != len(comp) - 1:
-            continue  # a ring, a star, an all-to-all: not a pipeline
+        mine = {k: v for k, v in count.items() if k[0] in comp}
+        if len(comp) >= 3 and degrees == [2] * len(comp) and n_edges == len(comp):
+            wrap = _wrap(comp, adj, mine)
+            if wrap is None:
+                continue  # a ring of equal links (a ring all-reduce by hand): not a pipeline
+            adj = {x: set(ys) for x, ys in adj.items()}
+            adj[wrap[0]].discard(wrap[1])
+            adj[wrap[1]].discard(wrap[0])
+        elif len(comp) < 2 or max(degrees) > 2 or n_edges != len(comp) - 1:
+            continue  # a star, an all-to-all: not a pipeline
         ends = [x for x in comp if len(adj[x]) == 1]
         path = [ends[0]]
         while len(path) < len(comp):
             path.append(next(y for y in adj[path[-1]] if y not in path[-2:-1]))
-        out.append((path, {k: v for k, v in count.items() if k[0] in adj and k[0] in comp}))
+        out.append((path, mine))
     return out
+
+
+def _wrap(comp: list[int], adj: dict, count: dict[tuple[int, int], int]) -> tuple[int, int] | None:
+    """An interleaved schedule's ring (each rank holds v stages: the last rank hands its activations back to the
+    first): the link that carries fewer messages than every other, (v - 1) micro-batches' a way against v's; None
+    when no link does."""
+    links = sorted({(min(a, b), max(a, b)) for a in comp for b in adj[a]})
+    traffic = sorted((count.get(k, 0) + count.get(k[::-1], 0), k) for k in links)
+    if len(traffic) < 2 or traffic[0][0] >= traffic[1][0]:
+        return None
+    return traffic[0][1]
+
+
+def virtual_stages(path: list[int], count: dict[tuple[int, int], int]) -> int:
+    """How many stages each rank of a pipeline holds: 1, or v for an interleaved schedule's ring, whose links carry
+    v micro-batches' activations a way and the wrap link (the last rank back to the first) v - 1."""
+    wrap = count.get((path[-1], path[0]), 0)
+    along = count.get((path[0], path[1]), 0)
+    if len(path) < 3 or not wrap or along <= wrap:
+        return 1
+    return max(1, round(along / (along - wrap)))
 
 
 def _is_pipeline(path: list[int], count: dict[tuple[int, int], int]) -> bool:
@@ -154,10 +183,15 @@ def pipeline_stats(t: EventTable, p2p: P2PTable, collectives: CollectiveTable, s
             continue
         if first_send[(path[-1], path[-2])] < first_send[(path[0], path[1])]:
             path.reverse()
+        v = virtual_stages(path, count)
         forward = count.get((path[0], path[1]), 0)
         pipelines.append(path)
         rows = rows_of[k_path]
-        windows = _step_windows(t, path, rows, steps, step_of) or _sync_windows(t, path, rows, syncs_by_group())
+        windows, in_steps = _step_windows(t, path, rows, steps, step_of)
+        if windows:  # (the micro-batches of the iterations: not the messages before the first, shape inference's)
+            forward = in_steps
+        else:
+            windows = _sync_windows(t, path, rows, syncs_by_group())
         stage_acc = {r: [0, 0] for r in path}
         if windows:
             iterations = len(windows)
@@ -191,14 +225,15 @@ def pipeline_stats(t: EventTable, p2p: P2PTable, collectives: CollectiveTable, s
             tot_blocked += blocked
             tot_window += window
         if first is None:
-            first = (path, max(1, round(forward / iterations)), iterations)
+            first = (path, max(1, round(forward / iterations / v)), iterations, v)
     if first is None:
         return None
-    path, micro, iterations = first
+    path, micro, iterations, v = first
     p = len(path)
     slow, factor = _slow_stage(per_stage)
     return PipelineStats(path, micro, tot_blocked / tot_window if tot_window else 0.0,
-                         (p - 1) / (micro + p - 1), per_stage, iterations, slow, factor, pipelines)
+                         (p - 1) / (v * micro + p - 1), per_stage, iterations, slow, factor, pipelines,
+                         virtual_stages=v)
 
 
 Window = tuple  # (rank -> window start, window end, the closing synchronization or None)
@@ -235,25 +270,28 @@ class _Columns:
 
 
 def _step_windows(t: EventTable, path: list[int], rows: dict[int, list[int]], steps: list[Step],
-                  step_of: array) -> list[Window]:
+                  step_of: array) -> tuple[list[Window], int]:
     """One window per training step whose traffic is a pipeline iteration: the first stage sends activations
     and gets gradients back, or sends several micro-batches. (A forward-only loop of one micro-batch a period
-    repeats per micro-batch: its 'steps' are micro-batches, not iterations.)"""
+    repeats per micro-batch: its 'steps' are micro-batches, not iterations.) And the first stage's sends in them."""
     if len(steps) < 2:
-        return []
+        return [], 0
     head = path[0]
     sends: dict[int, int] = {}
     recvs: dict[int, int] = {}
     for i in rows[head]:
         k = step_of[i]
         if k >= 0:
-            d = sends if t.op[i] == "send" else recvs
+            sending = t.op[i] == "send"
+            if sending and t.peer[i] != path[1]:
+                continue  # (an interleaved ring's gradients back to its last rank)
+            d = sends if sending else recvs
             d[k] = d.get(k, 0) + 1
     used = sorted(sends)
     if len(used) < 2 or not all(recvs.get(k, 0) or sends[k] >= 2 for k in used):
-        return []
+        return [], 0
     by_index = {s.index: s for s in steps}
-    return [((lambda r, s=by_index[k]: s.start_ns), by_index[k].end_ns, None) for k in used]
+    return [((lambda r, s=by_index[k]: s.start_ns), by_index[k].end_ns, None) for k in used], sum(sends.values())
 
 
 def _sync_windows(t: EventTable, path: list[int], rows: dict[int, list[int]],

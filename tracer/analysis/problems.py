@@ -90,10 +90,11 @@ def _describe_values(name: str, vals: dict, fmt=str) -> str:
     return "; ".join(parts)
 
 
-def find_problems(t: EventTable, collectives: CollectiveTable, p2p: P2PTable, suspects: set[int], nonfinite: tuple
-                  ) -> list[Problem]:
+def find_problems(t: EventTable, collectives: CollectiveTable, p2p: P2PTable, suspects: set[int], nonfinite: tuple,
+                  step_of) -> list[Problem]:
     """suspects: indices of the instances whose ranks' arguments differ (collectives.py); nonfinite: the rows
-    nonfinite_rows found. Damage the analysis finds (lost records) is added to t.warnings."""
+    nonfinite_rows found; step_of: each row's step (each problem is in the latest step of its events). Damage the
+    analysis finds (lost records) is added to t.warnings."""
     problems: list[Problem] = []
     incomplete: list[tuple[int, bool]] = []  # instances that never completed; True: a mismatch explains it
     cascade: dict[int, Problem] = {}  # group -> its first op mismatch; later ones only counted
@@ -146,6 +147,8 @@ def find_problems(t: EventTable, collectives: CollectiveTable, p2p: P2PTable, su
     problems += _clock_violations(t, collectives, p2p)
     problems.sort(key=lambda q: (_CLASS.get(q.kind, 3), q.time_ns if q.time_ns is not None else 0,
                                  _KIND_ORDER.get(q.kind, 99)))
+    for q in problems:  # (the latest step any of its events is in: where a hang or a death stopped the job)
+        q.step = max((step_of[i] for i in q.events if 0 <= i < len(step_of) and step_of[i] >= 0), default=None)
     return problems
 
 
@@ -536,6 +539,9 @@ def _p2p_problems(t: EventTable, p2p: P2PTable, dead: dict[int, _Death]) -> list
                                f"message #{m.order} from rank {m.src} to rank {m.dst}: the send has "
                                f"{fmt_bytes(t.bytes[m.send])} but the recv expects {fmt_bytes(t.bytes[m.recv])}"
                                f"{_site(t, m.send)}.", [m.send, m.recv], t.start_ns[m.send]))
+    stuck = _stuck_messages(t, unmatched)
+    if stuck:
+        out.append(stuck)
     for (src, dst), ms in unmatched.items():
         sends = [m.send for m in ms if m.send is not None]
         recvs = [m.recv for m in ms if m.recv is not None]
@@ -561,6 +567,39 @@ def _p2p_problems(t: EventTable, p2p: P2PTable, dead: dict[int, _Death]) -> list
         _warn(t, f"rank {r}: {n} P2P message(s) with it are unpaired or differ in size, but its file is damaged "
                  f"({t.ranks[r].damage}): a lost record shifts the pairs after it, so they are not reported")
     return out
+
+
+def _stuck_messages(t: EventTable, unmatched: dict[tuple[int, int], list[P2PMatch]]) -> Problem | None:
+    """A hang of P2P ops: the unmatched sends and recvs that never completed (their rank stuck in them, or in the
+    wait() on them), taken out of `unmatched`; a hang whatever the op. Two ranks each stuck sending to (or receiving
+    from) the other is a deadlock, said so."""
+    stuck: list[int] = []
+    for key in list(unmatched):
+        ms = unmatched[key]
+        mine = [m for m in ms if finished_at(t, m.send if m.send is not None else m.recv) == NONE]
+        stuck += [m.send if m.send is not None else m.recv for m in mine]
+        rest = [m for m in ms if m not in mine]
+        if rest:
+            unmatched[key] = rest
+        else:
+            del unmatched[key]
+    if not stuck:
+        return None
+    stuck.sort(key=lambda i: t.start_ns[i])
+    first = {}
+    for i in stuck:
+        first.setdefault(t.rank[i], i)
+    ranks = sorted(first)
+    parts = [f"rank {r} is stuck in {where(t, i)}{_site(t, i)}, whose {'recv' if t.op[i] == 'send' else 'send'} "
+             f"rank {t.peer[i]} never posted" for r, i in sorted(first.items())]
+    peers = {t.rank[i]: t.peer[i] for i in first.values()}
+    cycle = any(peers.get(peers[r]) == r for r in peers)
+    msg = ("A deadlock: " if cycle else "") + "; ".join(parts) + (
+        " (each waits for the other: a blocking send on both sides, or the sends and recvs in opposite orders)"
+        if cycle else "") + "."
+    at = _stacks_at(t, ranks, t.start_ns[stuck[0]])
+    where_ = {r: at.get(r) or t.site[i] or where(t, i) for r, i in first.items()}
+    return Problem("hang", t.op[stuck[0]], tuple(ranks), None, ranks, msg, stuck, t.start_ns[stuck[0]], where_)
 
 
 def _odd_messages(t: EventTable, p2p: P2PTable) -> list[int]:

@@ -3,16 +3,18 @@
 User markers win: `disttrace.tracer.step()` or torch.profiler's `step()` number each event (the reader's `step`
 column), and step k is what each rank issued between its k-th and (k+1)-th marker.
 
-Without markers, a step is one period of the repeating sequence of ops on a rank. Each op is keyed by (op, group,
-call site, peer, bytes); the period p is the one whose longest stretch of `key[i] == key[i + p]` covers most of the
-rank's ops (the smallest such p: its multiples cover no more), among the spacings between repeats of a key (the
-next one, or up to `_LAGS` on: a pipeline stage alternates recv and send M times a step) or of a run of one key. The p keys at the start of that stretch, turned to begin where the loop's iteration does
-(`_phase`), are the step's signature; every later occurrence of the signature starts a step, and ops between two occurrences (an
-evaluation, a checkpoint) belong to the step before. Before the stretch, the first iterations often differ only
-in their sizes or by a few ops (DDP's first backward runs before its buckets are rebuilt): an earlier op with the
-signature's first (op, group, site), at most two periods and a few ops back, starts a step too, so that step 0 is
-the loop's first iteration, as with markers (`for step in range(N)` and the report agree). What comes before the
-first step (set-up: DDP's start-up broadcasts) and after the last belongs to no step (-1).
+Without markers, a step is one period of the repeating sequence of ops on a rank. Each op is keyed by (op, api,
+group, call site, peer, bytes); the period p is the one whose longest stretch of `key[i] == key[i + p]` covers most
+of the rank's ops (the smallest such p: its multiples cover no more), among the spacings between repeats of a key
+(the next one, or up to `_LAGS` on: a pipeline stage alternates recv and send M times a step) or of a run of one
+key. The p keys at the start of that stretch, turned to begin where the loop's iteration does (`_phase`), are the
+step's signature; every later occurrence of the signature starts a step, and ops between two occurrences (an
+evaluation, a checkpoint) belong to the step before. Before the stretch, the first iterations often differ only in
+their sizes or by a few ops (DDP's first backward runs before its buckets are rebuilt): an earlier op with the
+signature's first (op, api, group, site, peer), at most two periods and a few ops back, starts a step too, so that
+step 0 is the loop's first iteration, as with markers (`for step in range(N)` and the report agree). What comes
+before the first step (set-up: DDP's start-up broadcasts, pipelining's shape inference) and after the last belongs
+to no step (-1).
 
 Steps are found per rank, then numbered alike across ranks: the ops of one collective, or the two sides of one
 message, are in the same step on every rank. Leading steps unlike the steady ones (another signature, or more than
@@ -40,7 +42,7 @@ _CANDIDATES = 16      # the most frequent spacings between repeats of a key trie
 _SAMPLE = 4096        # ops per rank whose spacings propose periods (steps up to half as long are found)
 WARMUP_LONG = 3       # a leading step this many times the median one is warm-up (caches, allocator, compile)
 _VOTES = 4096         # collectives (and messages) sampled to number the steps alike across ranks
-_LAGS = 8             # a key met up to this many times a step still proposes the step's length as a period
+_LAGS = 32            # a key met up to this many times a step still proposes the step's length as a period
 _WARMUP_EXTRA_OPS = 8  # ops a leading iteration may hold beyond two steady ones and still be found as a step
 
 
@@ -56,9 +58,10 @@ def find_steps(t: EventTable, instance_rows, p2p: P2PTable) -> tuple[array, str]
         return array("i", t.user_step), "marker"
     step_of = filled("i", n, -1)
     steps = np.frombuffer(step_of, np.int32)  # (a view: writing it writes step_of)
-    # the keys of every row, as small ints (they compare faster than tuples): (op, group, site, peer), and with the
-    # bytes (the peer tells a pipeline stage's recv from the stage before from its recv from the stage after)
-    loose_all = dense_ids(t.op.codes, t.gid, t.site.codes, t.peer)
+    # the keys of every row, as small ints (they compare faster than tuples): (op, api, group, site, peer), and with
+    # the bytes (the peer tells a pipeline stage's recv from the stage before from its recv from the stage after;
+    # the api, pipelining's shape inference before its first iteration, send_object_list, from its isends)
+    loose_all = dense_ids(t.op.codes, t.api.codes, t.gid, t.site.codes, t.peer)
     full_all = dense_ids(loose_all, t.bytes)
     found = False
     # each rank's rows in issue order (table order is start order)
@@ -69,7 +72,10 @@ def find_steps(t: EventTable, instance_rows, p2p: P2PTable) -> tuple[array, str]
         found = True
         # ops after the last step's signature that do not continue it (a final barrier) are not a step: the last
         # step is cut at its usual length
-        usual = median(b - a for a, b in zip(starts, starts[1:]))
+        usual = int(median(b - a for a, b in zip(starts, starts[1:])))
+        loose = loose_all[rows]
+        if starts[-1] + usual < len(rows) and loose[starts[-1] + usual] == loose[starts[-1]]:
+            starts.append(starts[-1] + usual)  # the loop's next iteration began (its sizes may differ): a hang in it
         end = min(len(rows), starts[-1] + int(usual * 1.5) + 1)
         bounds = np.array(starts + [end])
         steps[rows[starts[0]:end]] = repeat_each(np.arange(len(starts), dtype=np.int32), np.diff(bounds))
@@ -308,13 +314,15 @@ def _mark_warmup(t: EventTable, step_of: array, steps: list[Step]) -> None:
 
 
 def _signatures(t: EventTable, step_of: array, rows, n_steps: int) -> dict[tuple[int, int], tuple]:
-    """(rank, step) -> the sequence of its ops' (op, group, site, peer, bytes), each as an id (equal ids: equal ops),
+    """(rank, step) -> the sequence of its ops' (op, api, group, site, peer, bytes), each as an id (equal ids: equal
+    ops),
     for the table's `rows` (a numpy array, ascending); in order of each (rank, step)'s first row."""
     import numpy as np
 
     if not len(rows):
         return {}
-    ids = dense_ids(*(np.asarray(c)[rows] for c in (t.op.codes, t.gid, t.site.codes, t.peer, t.bytes)))
+    ids = dense_ids(*(np.asarray(c)[rows] for c in (t.op.codes, t.api.codes, t.gid, t.site.codes, t.peer,
+                                                    t.bytes)))
     key = np.asarray(t.rank)[rows].astype(np.int64) * n_steps + np.asarray(step_of)[rows]
     keys, first, group = np.unique(key, return_index=True, return_inverse=True)
     group = group.ravel()

@@ -5,7 +5,7 @@ all_gather / reduce_scatter / all_to_all / gather / scatter (N-1)/N*S, broadcast
 nccl-tests' busbw factor times S (see bandwidth.py; collectives.py keeps it per instance as volume_bytes). The
 model t = alpha + beta*volume is fitted per op from the trace's own instances: the lower quartile of duration per
 power-of-two size bucket (what the link achieves without interference), then least squares over the buckets. An
-instance far above it is flagged slow."""
+instance far above it, and beyond the job's own spread of that op and size, is flagged slow."""
 
 from __future__ import annotations
 
@@ -15,7 +15,9 @@ from .model import NULL, AlphaBeta
 from .tables import CollectiveTable, P2PTable
 
 SLOW_FACTOR = 4.0       # slower than 4x the model...
-SLOW_MIN_NS = 1_000_000  # ...and by more than 1 ms (scheduler noise on a loaded box is that large)
+SLOW_MIN_NS = 1_000_000  # ...and by more than 1 ms (scheduler noise on a loaded box is that large)...
+OUTLIERS = 6.0           # ...and beyond the median of its op and size by this many of their spreads
+MIN_SPREAD_SAMPLES = 4   # instances of an op and size needed to know their spread
 
 
 def _bit_lengths(x):
@@ -88,6 +90,24 @@ def fit_models(collectives: CollectiveTable, p2p: P2PTable) -> dict[str, AlphaBe
     return models
 
 
+def typical_spread(keys, durations, k: float = 0.0):
+    """Per instance, the median of its key's durations (NULL ones left out) plus k times their spread (the median
+    absolute deviation, as a standard deviation); +inf where the key has fewer than MIN_SPREAD_SAMPLES (no spread
+    known: nothing stands beyond it). The report shows it with k = 1."""
+    import numpy as np
+
+    out = np.full(len(keys), np.inf)
+    ok = durations != NULL
+    for key in np.unique(keys[ok]).tolist():
+        sel = ok & (keys == key)
+        if sel.sum() < MIN_SPREAD_SAMPLES:
+            continue
+        x = durations[sel].astype(np.float64)
+        med = np.median(x)
+        out[keys == key] = med + k * 1.4826 * np.median(np.abs(x - med))
+    return out
+
+
 def flag_slow(collectives: CollectiveTable, models: dict[str, AlphaBeta]) -> None:
     """Fill the model_ns and slow columns."""
     import numpy as np
@@ -102,4 +122,7 @@ def flag_slow(collectives: CollectiveTable, models: dict[str, AlphaBeta]) -> Non
         k = np.flatnonzero(codes == code)
         model = m.alpha_ns + m.beta_ns_per_byte * volume[k].astype(np.float64)
         model_c[k] = model
-        slow_c[k] = (d[k] != NULL) & (d[k] > SLOW_FACTOR * model) & (d[k] - model > SLOW_MIN_NS)
+        # and past the job's own spread of that op and size: the model is fitted on the same trace, latency only
+        # where every message has one size, so ordinary jitter stands 4x above it on a busy machine
+        slow_c[k] = ((d[k] != NULL) & (d[k] > SLOW_FACTOR * model) & (d[k] - model > SLOW_MIN_NS)
+                     & (d[k] > typical_spread(volume[k], d[k], OUTLIERS)))

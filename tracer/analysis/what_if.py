@@ -1,26 +1,37 @@
 """What a change would save: the steps re-timed with it, by replaying the graph the critical path walks.
 
-Each step is replayed from its start (critical_path.py holds the graph and its definitions):
-- a rank's host runs its intervals in order (a synchronous op's call, an async op's issue, a wait() call); the
-  compute between two of them keeps its length unless the change shortens it;
+The steady steps are replayed one after another (critical_path.py holds the graph and its definitions; replays.py
+the replay's loop):
+- a rank's host runs its intervals in order (a synchronous op's call, an async op's issue, a wait() call, DDP's
+  reducer's wait inside backward()); the compute between two of them keeps its length unless the change shortens
+  it;
 - an op finishes after the arrivals it needs (all of a collective's ranks; for a recv its send; for a send that
-  waited for its recv, that recv) plus its measured communication time, which a change of bandwidth shortens; and
-  never sooner than its own arrival plus its own time in the op less its wait;
-- a synchronous op returns when it finishes; a wait() once its op has finished, and as long after as it did.
-Replaying an unchanged step gives back its measured length exactly (tests/test_critical_path.py). Ranks enter each
-step where they really did, so a prediction is per step; the mean is over the steady steps (a seeded sample of
-them when they hold more than `_BUDGET` host intervals).
+  waited for its recv, that recv) plus its measured communication time, which a change shortens; and never sooner
+  than its own arrival plus its own time in the op less its wait;
+- a synchronous op returns when it finishes; a wait() once its op has finished, and as long after as it did;
+- a rank goes on into the next step from where the replay left it (late out of a step, late into the next; on pace,
+  on time), so a step's length with a change is its last replayed end less its start, moved as its earliest rank's
+  entry moved.
+Replaying unchanged steps gives back their measured lengths exactly (tests/test_critical_path.py). The mean is over
+the steady steps (a seeded sample of them when they hold more than `_BUDGET` host intervals: sampled steps are
+replayed each from where its ranks really entered it).
 
-The changes (`parse_change` reads them from `report --what-if`):
-- `rank:R`, rank R on time: each compute span of R before a collective shortened by its excess over the median of
-  the other ranks' spans before the same collective (the straggler's own delay, not the job's pace); before a send
-  or a recv, which nobody else runs, by its excess over the median of its own spans between the same two sites;
+The changes (`parse_change` reads them from `report --what-if`); "on pace" and "typical" are attribution.py's
+(ANALYSIS.md, "Peers, the ideal step, and attribution"):
+- `rank:R`, rank R at its peers' pace: each of its compute spans that is off its peers' typical beyond the noise
+  cut to that typical; `ranks`: every rank so;
+- `stage:S`, every rank of pipeline stage S at the pace of the typical other stage;
+- `op:KIND`, every op of that kind (all_reduce, send/recv, ...) at the typical communication time of its kind,
+  group size and size;
+- `ideal`: every span and op at its typical duration, every stage at the typical stage's pace (the ideal step);
 - `span:SITE=N%`, a span N% faster on every rank: the compute spans ending at SITE ("train.py:52"), or one span by
   its whole name ("train.py:40 → train.py:52");
 - `bandwidth=Kx` (or `bandwidth:OP=Kx`, one op kind): each op's time less β·volume·(1 − 1/K), with β the α–β model
-  fitted for its op kind (theory.py), and never below its latency α.
-Without --what-if the report re-times "rank R on time" for the named straggler, the compute span that holds most
-of the steady critical paths 50% faster, and communication at 2x bandwidth.
+  fitted for its op kind (theory.py), and never below its latency α; it cannot be predicted where no β was fitted
+  (every message of the kind has one size), and says so.
+Without --what-if the report re-times the named straggler at its peers' pace, the slow stage at the typical
+stage's, the compute span that holds most of the steady critical paths 50% faster, communication at 2x bandwidth
+and the ideal step.
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ import orjson
 from ..analysis import analyze, to_json
 from ..analysis.describe import attribution_lines, micro_batches, straggler_verdict, what_if_sentence
 from ..analysis.model import NULL, Analysis
+from ..analysis.theory import typical_spread
 from ..analysis.what_if import ChangeSpec, parse_change
 from ..analysis.units import fmt_bytes, fmt_gbps, fmt_list, fmt_ns, fmt_ranks, gbps_unit, in_unit, ns_unit
 from ..data.columns import typecode
@@ -205,10 +206,23 @@ def render(a: Analysis, top: int = 10, console=None, asked: bool = False) -> Non
         console.print("[green]No problems found.[/]")
 
 
+_WORD_MAX = 24  # a column is never made narrower than its longest word, up to this (then words fold)
+
+
 def _table(title: str, *columns: str):
     from rich.table import Table
 
-    table = Table(title=title, title_justify="left", title_style="bold")
+    class WholeWords(Table):
+        """A table whose columns wrap between words, not inside them, when the terminal is narrow (at 80 columns
+        rich made `all_r|educe` and `volum|e/ran|k` of them): each column at least as wide as its longest word."""
+
+        def __rich_console__(self, console, options):
+            for col in self.columns:
+                words = [w for cell in [col.header, *col._cells] for w in str(getattr(cell, "plain", cell)).split()]
+                col.min_width = min(_WORD_MAX, max((len(w) for w in words), default=1))
+            return super().__rich_console__(console, options)
+
+    table = WholeWords(title=title, title_justify="left", title_style="bold")
     for c in columns:
         table.add_column(c, justify="left" if c in ("kind", "where", "message", "op", "group", "site") else "right",
                          overflow="fold")
@@ -231,6 +245,8 @@ def _problems(console, a: Analysis, top: int) -> None:
             where += f" #{p.group_seq}"
         if p.group_ranks:
             where += f" {list(p.group_ranks)}"
+        if p.step is not None:
+            where += f", step {p.step}"
         table.add_row(f"[{PROBLEM_STYLE.get(p.kind, 'red')}]{p.kind}[/]", where, ",".join(map(str, p.ranks)),
                       escape(p.message))  # error texts and paths hold brackets that are not markup
     console.print(table)
@@ -243,7 +259,7 @@ def _waits(console, a: Analysis, top: int, span: int) -> None:
         return
     cost = {s.rank: s for s in a.stragglers}
     table = _table("Waits per rank (time spent inside ops waiting for late peers) and the waiting each rank caused",
-                   "rank", "waited", "% of trace", "caused others", "arrived last")
+                   "rank", "waited", "% of trace", "caused others (whole run)", "arrived last")
     ranks = sorted(a.waits, key=lambda r: -a.waits[r])
     shown = sorted(set(ranks[:top]) | {s.rank for s in a.stragglers[:3]})
     for r in shown:
@@ -360,12 +376,16 @@ def _collectives(console, a: Analysis, top: int) -> None:
         console.print(table)
     slow = np.flatnonzero(ct.column("slow"))  # (a slow one has its time and its model's)
     if len(slow):
-        table = _table(f"Collectives far slower than the model ({len(slow)})", "op", "group", "size", "time", "model",
-                       "x model", "busbw")
+        key = ct.column("op").astype(np.int64) * (1 << 48) + ct.column("volume_bytes")
+        typical = typical_spread(key, dur)
+        spread = typical_spread(key, dur, 1.0) - typical
+        table = _table(f"Collectives far slower than the model and beyond the job's own spread ({len(slow)})", "op",
+                       "group", "size", "time", "typical ± spread", "model", "x model", "busbw")
         for k in slow[np.argsort(-(dur[slow] / model[slow]), kind="stable")][:top].tolist():
             c = ct[k]
             table.add_row(f"{c.op} #{c.group_seq}", _group(a, c.gid), fmt_bytes(c.bytes), fmt_ns(c.duration_ns),
-                          fmt_ns(c.model_ns), f"{c.duration_ns / c.model_ns:.1f}", fmt_gbps(c.busbw_gbps))
+                          f"{fmt_ns(typical[k])} ± {fmt_ns(spread[k])}", fmt_ns(c.model_ns),
+                          f"{c.duration_ns / c.model_ns:.1f}", fmt_gbps(c.busbw_gbps))
         console.print(table)
     by_size = ct.groups_by(("bytes",), ~np.isnan(busbw) & (ct.column("bytes") > 0))
     if len(by_size) >= 2:

@@ -1,0 +1,86 @@
+"""Benchmark: how often the blame-and-what-if verdicts hold, over many runs of each ground-truth job.
+
+    python benchmarks/bench_verdict_rates.py [--runs 10] [--case NAME ...]
+
+tests/test_attribution_truth.py checks one run of each job of tests/jobs/wi_cases.py; this runs each --runs times
+(each faulty run with a fresh run without its fault, one after the other, so that the two meet the machine in the
+same state) and prints, per job: how often the verdict's kind and its rank or stage were right, how often the
+change that undoes the fault predicted the run without it within the issue's bounds (the step within 15%, the
+saving within 15% or 3 ms), and how often the run without the fault named nothing (none or a spread, no
+straggler). The goal is 9 of 10 of each. A run takes 20-60 s on 2 cores: 10 runs of the 9 jobs, about 2 hours.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+JOBS = Path(__file__).resolve().parent.parent / "tests" / "jobs"
+sys.path.insert(0, str(JOBS))
+sys.path.insert(0, str(JOBS.parent))
+from wi_cases import CASES, prediction_error  # noqa: E402
+from pairs import steady_mean  # noqa: E402
+
+from disttrace.tracer.analysis import analyze  # noqa: E402
+from disttrace.tracer.analysis.what_if import parse_change  # noqa: E402
+from disttrace.tracer.data.load import load_trace  # noqa: E402
+
+
+def trace(script: str, nproc: int, args, out: Path) -> Path:
+    cmd = [sys.executable, "-m", "disttrace", "run", "--out", str(out), "--summaries", "off", "--",
+           sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+           str(JOBS / script), *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    if proc.returncode:
+        raise RuntimeError(f"{script} {' '.join(args)} exited {proc.returncode}: {proc.stderr[-2000:]}")
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=10)
+    ap.add_argument("--case", action="append", choices=sorted(CASES), help="only these jobs (repeatable)")
+    ns = ap.parse_args()
+    names = ns.case or sorted(CASES)
+    tally = {n: [0, 0, 0, []] for n in names}  # verdict right, prediction right, clean quiet, misses
+    with tempfile.TemporaryDirectory() as tmp:
+        for run in range(ns.runs):
+            for n in names:
+                c = CASES[n]
+                faulty = trace(c.script, c.nproc, c.fault, Path(tmp) / f"{n}-{run}-fault")
+                clean = trace(c.script, c.nproc, c.clean, Path(tmp) / f"{n}-{run}-clean")
+                a = analyze(load_trace(str(faulty)), changes=(parse_change(c.change),))
+                b = analyze(load_trace(str(clean)))
+                at, t = a.attribution, tally[n]
+                right = (at.kind, at.rank, at.stage) == (c.kind, c.rank, c.stage)
+                miss = prediction_error(a.what_if[0], steady_mean(b))
+                quiet = b.attribution.kind in ("none", "spread") and b.straggler is None
+                t[0] += right
+                t[1] += miss is None
+                t[2] += quiet
+                if not right:
+                    t[3].append(f"run {run}: {at.kind} rank {at.rank} stage {at.stage} ({at.reason})")
+                if miss:
+                    t[3].append(f"run {run}: {miss}")
+                if not quiet:
+                    t[3].append(f"run {run}, without the fault: {b.attribution.kind} ({b.attribution.reason})")
+                print(f"run {run + 1}/{ns.runs} {n}: verdict {'right' if right else 'WRONG'}, prediction "
+                      f"{'within' if miss is None else 'off: ' + miss}, without the fault "
+                      f"{'quiet' if quiet else b.attribution.kind}", flush=True)
+                for p in (faulty, clean):
+                    subprocess.run(["rm", "-rf", str(p)], check=False)
+    print(f"\n{'job':<20} {'verdict':>8} {'predicted':>10} {'quiet':>6}   (of {ns.runs}; goal: 9 of 10 each)")
+    for n in names:
+        v, p, q, misses = tally[n]
+        print(f"{n:<20} {v:>8} {p:>10} {q:>6}")
+        for m in misses:
+            print(f"    {m}")
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    main()
