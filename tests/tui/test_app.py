@@ -299,6 +299,54 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, case, capsys):
         assert "newer" in lines[0]
 
 
+def test_no_terminal_is_one_line_and_exit_2(capsys, monkeypatch):
+    # under pytest stdout is captured, not a terminal: the viewer refuses before it draws (were it started, the
+    # patched run fails the test instead of hanging it)
+    monkeypatch.setattr(DisttraceApp, "run", lambda self: pytest.fail("the viewer started without a terminal"))
+    proc = run_view(capsys, TUI_JOB)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.splitlines() == [
+        "disttrace view: error: the viewer needs a terminal, and stdin and stdout are not one; "
+        "`disttrace report TRACE` writes the analysis as text"], proc.stderr
+    # --follow too, before it waits for a job's first events
+    proc = run_view(capsys, "--follow", TUI_JOB)
+    assert proc.returncode == 2 and "needs a terminal" in proc.stderr and len(proc.stderr.splitlines()) == 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tty", ["none", "stdin", "stdout"])
+def test_no_terminal_refused_in_a_real_process(tty):
+    """`disttrace view T </dev/null >out` and its halves: one line, exit 2, no escape codes, no hang."""
+    import os
+    import pty
+
+    master = slave = None
+    if tty != "none":
+        master, slave = pty.openpty()
+    stdin = slave if tty == "stdin" else subprocess.DEVNULL
+    stdout = slave if tty == "stdout" else subprocess.PIPE
+    try:
+        proc = subprocess.run([sys.executable, "-m", "disttrace", "view", str(TUI_JOB)], stdin=stdin, stdout=stdout,
+                              stderr=subprocess.PIPE, timeout=60)
+        written = proc.stdout or b""
+        if tty == "stdout":
+            os.set_blocking(master, False)
+            try:
+                written = os.read(master, 65536)
+            except (BlockingIOError, OSError):
+                written = b""
+    finally:
+        for fd in (master, slave):
+            if fd is not None:
+                os.close(fd)
+    err = proc.stderr.decode()
+    assert proc.returncode == 2, err
+    assert err.count("\n") == 1 and "needs a terminal" in err, err
+    not_one = {"none": "stdin and stdout are not one", "stdin": "stdout is not one", "stdout": "stdin is not one"}
+    assert not_one[tty] in err, err
+    assert b"\x1b" not in written, written[:200]
+
+
 async def test_problems_view_jumps_to_the_hang():
     async with app_on(HANG).run_test(size=SIZE) as pilot:
         v = await viewer(pilot)
