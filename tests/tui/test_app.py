@@ -15,7 +15,7 @@ from disttrace.tui.screens.help import HelpScreen, keys_table
 from disttrace.tui.screens.viewer import ViewerScreen
 from disttrace.tui.widgets.timeline import Timeline
 
-from tui_helpers import DATA, PIPELINE_JOB, TUI_JOB, detail_text, ev, fixture_store, store_of
+from tui_helpers import DATA, PIPELINE_JOB, TUI_JOB, detail_text, ev, fixture_store, screen_text, store_of, wait_until
 
 HANG = DATA / "hang.jsonl"
 
@@ -487,3 +487,60 @@ async def test_the_lanes_that_n_scrolls_to_are_drawn_ahead():
             Lane.glyph_keys = real
         assert v.store.table.rank[v.playhead] == height and timeline.scroll_y > 0  # scrolled to the rank below
         assert drawn == []
+
+
+@pytest.mark.parametrize("size", [(80, 24), (100, 30), (200, 50)])
+async def test_the_prompts_show_what_is_typed(size):
+    """`/` and `g`: the typed text is on screen at every size (a bordered input once showed only its borders)."""
+    from disttrace.tui.screens.prompt import Prompt
+
+    async with app_on().run_test(size=size) as pilot:
+        await viewer(pilot)
+        for key, label in (("slash", "search"), ("g", "go to")):
+            await pilot.press(key)
+            await wait_until(pilot, lambda: isinstance(pilot.app.screen, Prompt), "prompting")
+            await pilot.press(*"all_gat")
+            await pilot.pause()
+            lines = screen_text(pilot.app)
+            at = next(i for i, line in enumerate(lines) if line.strip().startswith(label))
+            assert "all_gat" in lines[at + 1], "\n".join(lines[at - 1:])
+            await pilot.press("escape")
+            await wait_until(pilot, lambda: isinstance(pilot.app.screen, ViewerScreen), "back to the viewer")
+
+
+async def test_one_numbering_go_to_the_list_the_detail_and_the_status_line():
+    """`g` #16 lands on the list's #16, which the detail pane and the status line call #16 too (200 columns: the
+    list has room for its # column)."""
+    async with app_on(step_mode=False).run_test(size=(200, 50)) as pilot:
+        v = await viewer(pilot)
+        await pilot.press("g", "#", "1", "6", "enter")
+        await wait_until(pilot, lambda: v.playhead == 16, "on #16")
+        await pilot.pause()
+        lines = screen_text(pilot.app)
+        status = next(line for line in lines if "❚❚" in line)
+        assert f"#16 of {v.store.n_events} @" in status, status
+        assert "17/" not in status
+        listed = next(line for line in lines if line.startswith("▶"))  # the list's line with the playhead
+        assert listed.split()[1] == "16", listed
+        assert "#16 on rank" in detail_text(v.store, 16)
+
+
+async def test_the_detail_pane_shows_every_column_beside_its_scrollbar():
+    """80×24: the barrier's fields overflow the pane, its scrollbar shows, and no field loses its last column
+    under it (the fields were rendered a column wider than shown: "FR'" for "FR's op_id"). Browsing: before the
+    first event the pane holds one short line, without a scrollbar, until `g` brings the long event."""
+    from disttrace.tui.widgets.detail import DetailPane
+
+    async with app_on(step_mode=False).run_test(size=(80, 24)) as pilot:
+        v = await viewer(pilot)
+        await pilot.press("g", "#", "1", "6", "enter")
+        pane = v.query_one(DetailPane)
+        await wait_until(pilot, lambda: v.selection == 16 and pane._shown[0] == 16, "showing #16")
+        await pilot.pause()
+        assert pane.show_vertical_scrollbar
+        lines = screen_text(pilot.app)
+        top = pane.content_region.y
+        rendered = [strip.text.rstrip() for strip in pane._lines[: pane.content_region.height]]
+        assert any(len(text) >= pane.scrollable_content_region.width - 1 for text in rendered)  # one fills its width
+        for i, text in enumerate(rendered):
+            assert text.strip() in lines[top + i], (text, lines[top + i])

@@ -96,7 +96,9 @@ class PlayheadLine(Static):
         if row < 0:
             return f"{state}  before the first event — n: next event, N: next collective, space: play, ?: help"
         t = self.store.table.start_ns[row] - self.store.t0
-        return f"{state}  {row + 1}/{self.store.n_events} @{fmt_ns_short(t)}  {describe(self.store.analysis, row)}"
+        # the event's number as the list and the detail pane write it, and as `g` takes it: #0 is the first
+        return (f"{state}  #{row} of {self.store.n_events} @{fmt_ns_short(t)}  "
+                f"{describe(self.store.analysis, row)}")
 
 
 class ViewerScreen(Screen):

@@ -139,8 +139,10 @@ class DetailPane(ScrollView, can_focus=False):
     8-16 ms: the timeline shows the key's effect first), and kept for the last few selections (j/k back and
     forth)."""
 
+    # the scrollbar's column is kept whether it shows or not: the fields are rendered at the width they are shown in
+    # (a scrollbar that came with a long event covered the last column of every line: `ddp.DistributedDataPar`)
     DEFAULT_CSS = """
-    DetailPane { padding: 0 1; scrollbar-size-vertical: 1; }
+    DetailPane { padding: 0 1; scrollbar-size-vertical: 1; scrollbar-gutter: stable; }
     """
 
     selection: reactive[int] = reactive(-1)
