@@ -544,3 +544,30 @@ async def test_the_detail_pane_shows_every_column_beside_its_scrollbar():
         assert any(len(text) >= pane.scrollable_content_region.width - 1 for text in rendered)  # one fills its width
         for i, text in enumerate(rendered):
             assert text.strip() in lines[top + i], (text, lines[top + i])
+
+
+@pytest.mark.parametrize("size", [(80, 24), (200, 50)])
+async def test_a_long_narration_scrolls_to_its_last_line(size):
+    """A narration longer than its box (the pipeline and ZeRO-1 demos' last lessons): the border says there is
+    more, PgDn brings the last line on screen, and the next event's text starts at its top again."""
+    from disttrace.tui.model.narration import Narration
+    from disttrace.tui.widgets.detail import NarrationPane
+
+    lesson = "\n".join(f"lesson line {k}: what the ranks did at this step" for k in range(40))
+    narration = Narration("a long lesson", "intro", [({"rank": 0}, lesson), ({}, "short")], "")
+    async with app_on(narration=narration).run_test(size=size) as pilot:
+        v = await viewer(pilot)
+        pane = v.query_one(NarrationPane)
+        v.playhead = v.store.table.rank.index(0)  # rank 0's first event: the long lesson
+        await wait_until(pilot, lambda: pane.border_subtitle == "▼ more: PgDn", "saying there is more")
+        assert not any("lesson line 39" in line for line in screen_text(pilot.app))
+        for _ in range(10):
+            await pilot.press("pagedown")
+        await wait_until(pilot, lambda: pane.border_subtitle == "▲ PgUp", "at the end")
+        await pilot.pause()
+        assert any("lesson line 39" in line for line in screen_text(pilot.app))
+        await pilot.press("pageup")
+        await wait_until(pilot, lambda: pane.border_subtitle == "▲▼ PgUp / PgDn", "in the middle")
+        row = next(i for i in range(len(v.store.table)) if v.store.table.rank[i] != 0)
+        v.playhead = row  # an event of another rank: the short text, from its top
+        await wait_until(pilot, lambda: pane.scroll_y == 0 and pane.border_subtitle == "", "at the next text's top")
