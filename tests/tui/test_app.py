@@ -571,3 +571,61 @@ async def test_a_long_narration_scrolls_to_its_last_line(size):
         row = next(i for i in range(len(v.store.table)) if v.store.table.rank[i] != 0)
         v.playhead = row  # an event of another rank: the short text, from its top
         await wait_until(pilot, lambda: pane.scroll_y == 0 and pane.border_subtitle == "", "at the next text's top")
+
+
+async def test_at_80x24_the_charts_keep_their_titles():
+    """plotext leaves out a title wider than the plot: the chart writes it itself, wrapped."""
+    async with app_on().run_test(size=(80, 24)) as pilot:
+        v = await viewer(pilot)
+        await pilot.press("6")
+        await wait_until(pilot, lambda: bool(v.query("#bw-chart")), "showing the charts")
+        await pilot.pause()
+        text = " ".join(line.strip() for line in screen_text(pilot.app))
+        assert "busbw (GB/s) against message size (bytes): measured (median per size) and the α-β model" in text
+        assert "durations of all_reduce (ms)" in text
+
+
+async def test_at_80x24_the_path_view_shows_its_root_causes():
+    """80×24: the root causes' table had room for its header only; now each table keeps rows, and the view scrolls
+    (tab brings the causes' table into view)."""
+    from textual.widgets import DataTable
+
+    async with app_on().run_test(size=(80, 24)) as pilot:
+        v = await viewer(pilot)
+        await pilot.press("8")
+        await wait_until(pilot, lambda: bool(v.query("#cause-table")), "showing the path view")
+        await pilot.pause()
+        causes = v.query_one("#cause-table", DataTable)
+        assert causes.size.height >= 5 and causes.row_count >= 4
+        await pilot.press("tab")
+        await wait_until(pilot, lambda: causes.has_focus, "in the causes' table")
+        await pilot.pause()
+        cause = v.store.analysis.causes[0]
+        lines = screen_text(pilot.app)
+        from disttrace.tracer.analysis.units import fmt_ns_short
+
+        caused = fmt_ns_short(cause.caused_wait_ns)
+        assert any(line.split()[:2] == [f"r{cause.rank}", cause.kind] and caused in line for line in lines), lines
+
+
+async def test_at_80x24_the_waits_view_says_its_tables_scroll():
+    """80×24: the steps' table shows 4 of the 6 steps; its title says how many there are and how to reach them."""
+    from textual.widgets import DataTable
+
+    from tui_helpers import steps_store
+
+    async with DisttraceApp(["steps.jsonl"], store=steps_store()).run_test(size=(80, 24)) as pilot:
+        v = await viewer(pilot)
+        await pilot.press("4")
+        await wait_until(pilot, lambda: bool(v.query("#step-table")), "showing the waits view")
+        await pilot.pause()
+        table = v.query_one("#step-table", DataTable)
+        assert table.row_count == 6 and table.size.height - 1 < 6  # (a header line, then fewer rows than steps)
+        text = " ".join(line.strip() for line in screen_text(pilot.app))
+        assert "6 steps found (tab, ↑↓: scroll; enter:" in text, text  # (its last word on the next line)
+        assert "12 collectives by total wait (tab, ↑↓: scroll; enter: show in the timeline)" in text, text
+        await pilot.press("tab")
+        await wait_until(pilot, lambda: table.has_focus, "in the steps' table")
+        await pilot.press(*["down"] * 5)
+        await pilot.pause()
+        assert any(line.split()[:2] == ["5", "19ms"] for line in screen_text(pilot.app))  # the last step, scrolled to
