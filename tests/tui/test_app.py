@@ -629,3 +629,22 @@ async def test_at_80x24_the_waits_view_says_its_tables_scroll():
         await pilot.press(*["down"] * 5)
         await pilot.pause()
         assert any(line.split()[:2] == ["5", "19ms"] for line in screen_text(pilot.app))  # the last step, scrolled to
+
+
+async def test_the_ring_view_says_a_collectives_schedule_is_a_model():
+    """A recorded all_reduce's ring is the textbook schedule for its size, not what was measured: the view says so;
+    a ring written by hand with send/recv shows its recorded messages, and says that instead."""
+    async with app_on().run_test(size=(80, 24)) as pilot:
+        v = await viewer(pilot)
+        await pilot.press("2", "right_square_bracket")
+        await wait_until(pilot, lambda: bool(v.query("RingView")), "showing the ring view")
+        await pilot.pause()
+        text = " ".join(line.strip() for line in screen_text(pilot.app))
+        assert "all_reduce of group 0" in text and "Step 1 of 6" in text
+        assert "A model, not a measurement: the chunks a ring algorithm would move for an op of this size." in text
+        await pilot.press("g", *"#22", "enter")
+        await wait_until(pilot, lambda: v.playhead == 22, "on the hand-written ring")
+        await pilot.pause()
+        text = " ".join(line.strip() for line in screen_text(pilot.app))
+        assert "Hand-written send/recv exchange" in text and "recorded messages" in text, text
+        assert "A model" not in text
