@@ -13,6 +13,7 @@ import pytest
 from harness import run_disttrace
 
 from disttrace.demos.narrate_algorithms import ring_chunks, ring_result_from_trace
+from disttrace.demos.registry import DEMOS
 from disttrace.tracer.analysis import analyze
 from disttrace.tracer.data.load import load_trace
 from disttrace.tui.model.narration import load_narration
@@ -25,6 +26,7 @@ COLLECTIVE_DEMOS = ["broadcast", "reduce", "all-reduce", "gather", "all-gather",
 
 
 NO_TERMINAL_DEMO = "all-reduce"
+DEMO_NAMES = tuple(DEMOS)
 
 
 def needs(*names):
@@ -371,3 +373,14 @@ def test_hang_shows_the_missing_rank(demos):
                       and s["match"].get("rank") == 0)
     assert "waits for rank 1, which never comes" in stuck_text and "Timed out" in stuck_text
     assert "[/" not in stuck_text    # gloo's "[/path.cc:78]" prefix reads as a closing markup tag in the viewer
+
+
+@needs(*DEMO_NAMES)
+def test_no_narration_names_a_seed_or_a_lecture(demos):
+    """What a learner reads says what happened, not which course material the numbers come from."""
+    import re
+
+    for name, d in demos.items():
+        text = json.dumps(d.narration, ensure_ascii=False)
+        found = re.findall(r".{0,60}(?:\bseeds?\b|lecture|homework).{0,20}", text, re.I)
+        assert not found, (name, found)

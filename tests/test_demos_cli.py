@@ -32,6 +32,14 @@ def test_no_argument_prints_a_guide_for_a_newcomer():
         assert f"  {name} " in proc.stdout
 
 
+def test_the_list_speaks_to_a_newcomer():
+    """A line of the list says what the program shows, not where it comes from ('(seed 002)', 'the lecture's DDP')."""
+    import re
+
+    for demo in DEMOS.values():
+        assert not re.search(r"\bseeds?\b|lecture|homework", demo.summary, re.I), (demo.name, demo.summary)
+
+
 def test_list_shows_one_line_per_demo():
     proc = run_disttrace("demo", "--list")
     assert proc.returncode == 0
