@@ -25,13 +25,18 @@ def _summary(values):
     return {"numel": len(flat), "min": min(flat), "max": max(flat), "values": values}
 
 
-def test_reduce_scatter_narration_uses_the_recorded_values(tmp_path):
-    t = _table([
+def _reduce_scatter_table() -> EventTable:
+    """The first example of the reduce-scatter demo: 2 ranks, [-1, 5, 2, 2] and [3, -3, 4, 1]."""
+    return _table([
         {"rank": 0, "op": "reduce_scatter", "group_seq": 0, "in": _summary([-1.0, 5.0, 2.0, 2.0]),
          "out": _summary([2.0, 2.0])},
         {"rank": 1, "op": "reduce_scatter", "group_seq": 0, "in": _summary([3.0, -3.0, 4.0, 1.0]),
          "out": _summary([6.0, 3.0])},
     ])
+
+
+def test_reduce_scatter_narration_uses_the_recorded_values(tmp_path):
+    t = _reduce_scatter_table()
     data = reduce_scatter(DemoRun("reduce-scatter", tmp_path, t, 2, "gloo"))
     assert json.loads((tmp_path / "narration.json").read_text()) == data
     texts = {s["match"]["rank"]: s["text"] for s in data["steps"] if "rank" in s["match"]}
@@ -69,11 +74,5 @@ def test_the_narrations_name_no_seed_nor_lecture(tmp_path):
     """What a learner reads says what happened, not which course material the numbers come from."""
     import re
 
-    t = _table([
-        {"rank": 0, "op": "reduce_scatter", "group_seq": 0, "in": _summary([-1.0, 5.0, 2.0, 2.0]),
-         "out": _summary([2.0, 2.0])},
-        {"rank": 1, "op": "reduce_scatter", "group_seq": 0, "in": _summary([3.0, -3.0, 4.0, 1.0]),
-         "out": _summary([6.0, 3.0])},
-    ])
-    text = json.dumps(reduce_scatter(DemoRun("reduce-scatter", tmp_path, t, 2, "gloo")))
+    text = json.dumps(reduce_scatter(DemoRun("reduce-scatter", tmp_path, _reduce_scatter_table(), 2, "gloo")))
     assert not re.search(r"\bseeds?\b|lecture|homework", text, re.I), text
