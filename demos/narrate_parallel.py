@@ -62,8 +62,8 @@ def tensor_parallel(run: DemoRun) -> dict:
     n = Narration(run, "tensor parallelism: weight columns sharded, activations all-gathered",
                   f"A small MLP split across ranks: every rank has all the data and column shard r of each of the "
                   f"{layers} weight matrices. Forward: each rank computes its columns of the activation and the "
-                  "all-gather puts the columns side by side on every rank. Backward (written out by hand): each rank keeps "
-                  "the gradient columns of its shard, gets its weight gradient locally, and the ranks all-reduce "
+                  "all-gather puts the columns side by side on every rank. Backward (written out by hand): each "
+                  "rank keeps the gradient columns of its shard, gets its weight gradient locally, and the ranks all-reduce "
                   "their parts of the gradient of the layer's input.")
     for row, ev in gathers:
         layer = ev["group_seq"]
@@ -93,8 +93,8 @@ def pipeline_parallel(run: DemoRun) -> dict:
     n = Narration(run, "pipeline parallelism: layers in stages, micro-batches in flight",
                   f"A small MLP split into stages: {p} stages, one per rank, each holding a slice of the layers; "
                   f"the batch is cut into {m} micro-batches. Forward: activations go stage to stage with send/recv. "
-                  "Backward (written out by hand): gradients come back stage by stage, last micro-batch first. Each stage "
-                  "sleeps a little per micro-batch to stand for compute, so that the schedule is visible.")
+                  "Backward (written out by hand): gradients come back stage by stage, last micro-batch first. "
+                  "Each stage sleeps a little per micro-batch to stand for compute, so that the schedule is visible.")
     for rank in range(p):
         fwd_recv = [x for x in run.events("recv", rank) if x[1]["peer"] == rank - 1]
         fwd_send = [x for x in run.events("send", rank) if x[1]["peer"] == rank + 1]

@@ -623,7 +623,8 @@ async def test_at_80x24_the_waits_view_says_its_tables_scroll():
         assert table.row_count == 6 and table.size.height - 1 < 6  # (a header line, then fewer rows than steps)
         text = " ".join(line.strip() for line in screen_text(pilot.app))
         assert "6 steps found (tab, ↑↓: scroll; enter:" in text, text  # (its last word on the next line)
-        assert "12 collectives by total wait (tab, ↑↓: scroll; enter: show in the timeline)" in text, text
+        assert ("12 collectives where ranks waited, by total wait (tab, ↑↓: scroll; enter: show in the timeline)"
+                in text), text
         await pilot.press("tab")
         await wait_until(pilot, lambda: table.has_focus, "in the steps' table")
         await pilot.press(*["down"] * 5)

@@ -208,7 +208,7 @@ class NarrationPane(VerticalScroll, can_focus=False):
 
     DEFAULT_CSS = """
     NarrationPane { height: auto; max-height: 45%; padding: 0 0 0 1; border: round $accent;
-                    scrollbar-size-vertical: 1; scrollbar-gutter: stable; }
+                    scrollbar-size-vertical: 1; scrollbar-size-horizontal: 0; scrollbar-gutter: stable; }
     NarrationPane > Static { height: auto; }
     """
 

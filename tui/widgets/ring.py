@@ -170,7 +170,8 @@ class RingView(Widget, can_focus=False):
         total = sum(t.bytes for t in step.transfers)
         head = Text.assemble(("Hand-written send/recv exchange", "bold #ff6b6b"),
                              f": step {k + 1} of {len(steps)} (the {fmt_ordinal(k + 1)} message on every link), "
-                             f"{len(step.transfers)} recorded messages, {fmt_bytes_short(total)} in all.   ] / [ other steps\n")
+                             f"{len(step.transfers)} recorded messages, {fmt_bytes_short(total)} in all.   "
+                             "] / [ other steps\n")
         lines = Text()
         table = self.store.table
         for t in step.transfers:

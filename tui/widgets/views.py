@@ -116,7 +116,7 @@ class WaitsView(Vertical):
         label, rest = straggler_verdict(a)
         yield Static(Text.assemble((label, "bold"), rest), id="verdict")
         # each title says how many rows its table holds, and how to scroll it: at 80×24 a table shows a few of them
-        steps = len(a.steps[:MAX_ROWS])
+        steps = min(len(a.steps), MAX_ROWS)
         with Horizontal():
             with Vertical(id="ranks-steps"):
                 with Vertical():
@@ -124,13 +124,17 @@ class WaitsView(Vertical):
                                  "wait")
                     yield self._ranks_table()
                 if a.steps:
-                    yield Vertical(Static(f"{_count(steps, 'step')} {'marked' if a.steps_source == 'marker' else 'found'}"
-                                          f"{_of(steps, len(a.steps))} (tab, ↑↓: scroll; enter: show)"),
-                                   self._steps_table())
+                    how = "marked" if a.steps_source == "marker" else "found"
+                    with Vertical():
+                        yield Static(f"{_count(steps, 'step')} {how}{_of(steps, len(a.steps))} "
+                                     "(tab, ↑↓: scroll; enter: show)")
+                        yield self._steps_table()
             with Vertical(id="collectives"):
                 table = self._collectives_table()
-                yield Static(f"{_count(len(self._rows), 'collective')}{_of(len(self._rows), len(a.collectives))} by "
-                             "total wait (tab, ↑↓: scroll; enter: show in the timeline)")
+                shown = len(self._rows)
+                waited = int((a.collectives.wait_totals() > 0).sum()) if shown == MAX_ROWS else shown
+                yield Static(f"{_count(shown, 'collective')} where ranks waited{_of(shown, waited)}, by total wait "
+                             "(tab, ↑↓: scroll; enter: show in the timeline)")
                 yield table
 
     def _ranks_table(self) -> DataTable:
