@@ -69,7 +69,7 @@ def test_view_a_real_trace_in_tmux(traced, tmp_path):
         assert "which arrived last" in screen and "rank 2" in screen, screen
         # the waits view says the verdict and puts the straggler first
         term.keys("4")
-        screen = term.wait_for("Ranks by the wait")
+        screen = term.wait_for("4 ranks by the wait")
         assert "Straggler: rank 2 was late" in screen, screen
         rows = [line.split() for line in screen.splitlines() if re.match(r"^\s*r\d+\s+[\d.]+[mµn]?s\b", line)]
         assert rows and rows[0][0] == "r2", screen
