@@ -75,7 +75,7 @@ def test_view_a_real_trace_in_tmux(traced, tmp_path):
         assert rows and rows[0][0] == "r2", screen
         # the ring view of the first all_reduce: 2(N-1) = 6 steps of K/N = 1 KiB (K = 1024 floats)
         term.keys("1", "g")
-        term.wait_for("go to")
+        term.wait_for("go to: a time")  # the prompt (the footer says "g go to" all along)
         term.keys("#0", "Enter", "2", "]")
         screen = term.wait_for("Step 1 of 6")
         assert "K/N = 1KiB" in screen
