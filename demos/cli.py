@@ -78,14 +78,22 @@ def main(args) -> int:
                              f"{demo.name} demo")
     extra = shlex.split(args.program_args or "")
 
+    from disttrace.tui.terminal import no_terminal
+
+    from .progress import say
     from .runner import run_demo
 
+    # without a terminal (a pipe, a script, CI) the demo does what --no-view does, and says why: its job and trace
+    # are what it can still give, so it exits 0
+    no_viewer = None if args.no_view else no_terminal()
     run = run_demo(demo, nproc, args.backend, Path(args.out) if args.out else None, args.size, extra)
-    if args.no_view:
-        print(f"disttrace demo {demo.name}: trace and narration in {run.out}\n"
-              f"  step through it with: disttrace view {run.out}", flush=True)
+    if args.no_view or no_viewer:
+        say(f"disttrace demo {demo.name}: trace and narration in {run.out}\n"
+            f"  step through it with: disttrace view {run.out}")
+        if no_viewer:
+            sys.stderr.write(f"disttrace demo: the viewer was not opened: {no_viewer.replace('the viewer', 'it', 1)}\n")
         return 0
     from disttrace.tui.app import open_viewer
 
-    sys.stdout.flush()
+    say(f"disttrace demo {demo.name}: opening the viewer (n: next event, ?: keys, q: quit)")
     return open_viewer([str(run.out)], step_mode=True)

@@ -45,7 +45,7 @@ def ring_allreduce(run: DemoRun) -> dict:
         f"{n} ranks in a ring: each sends only to rank r+1 and receives only from rank r-1. Each rank's {k_values} "
         f"values are cut into {n} chunks of {k_values // n if n else 0}. Rank r starts with [100r + 1, ...]: the "
         f"hundreds say whose values are in a sum. {n - 1} reduce-scatter steps build the sums, {n - 1} all-gather "
-        f"steps hand them round: {steps} steps, each moving one chunk (K/N values) per rank (seed 000).")
+        f"steps hand them round: {steps} steps, each moving one chunk (K/N values) per rank.")
     for rank in sorted(original):
         own = chunks(original[rank], n) if original[rank] else None
         sends = run.events("send", rank)
@@ -145,8 +145,8 @@ def three_ways(run: DemoRun) -> dict:
             phi = max(r["in_bytes"].values())
     narration = Narration(
         run, "all_reduce, reduce + broadcast, reduce_scatter + all_gather: the same sum three ways",
-        f"Seed 004's puzzler: three ways to sum a tensor of {phi // 4:,} fp32 values (Φ = {fmt_bytes_si(phi)}) "
-        f"over {n} ranks. Each seed function makes its own process group, so each round is one group in the trace. "
+        f"A puzzler: three ways to sum a tensor of {phi // 4:,} fp32 values (Φ = {fmt_bytes_si(phi)}) "
+        f"over {n} ranks. Each way's function makes its own process group, so each round is one group in the trace. "
         "Compare the times: what makes them differ is how much data each rank moves, and whether one rank "
         "does all the work.")
     count: dict[str, int] = {}
@@ -178,8 +178,8 @@ def three_ways(run: DemoRun) -> dict:
     fastest = min(best, key=best.get) if best else None
     summary = ("Measured (time in the calls on the slowest rank, best round):\n" + "\n".join("  " + x for x in lines) +
                "\nIn theory the ring and reduce_scatter + all_gather move the same 2(N-1)/N Φ per rank, spread "
-               "evenly, while reduce + broadcast pushes everything through rank 0, (N-1)Φ in and out (seed 003's "
-               "'naive AllReduce'), and falls behind as N grows. The measured times also show how the backend "
+               "evenly, while reduce + broadcast pushes everything through rank 0, (N-1)Φ in and out (the "
+               "'naive all-reduce'), and falls behind as N grows. The measured times also show how the backend "
                "implements each call, and that two calls pay two latencies"
                + (f"; here the fastest was {fastest}." if fastest else ".")
                + " Try --nproc 4, and --size, to see how the ranking moves.")
@@ -188,7 +188,7 @@ def three_ways(run: DemoRun) -> dict:
 
 # -- P2P bandwidth -----------------------------------------------------------------------------
 
-SEED_TIMES_MS = {1: 4.5, 2: 53.2, 4: 8.8}  # seed 004: 400 MB from GPU 0 to GPUs 1, 2, 4
+SEED_TIMES_MS = {1: 4.5, 2: 53.2, 4: 8.8}  # seed 004 (a GPU server): 400 MB from GPU 0 to GPUs 1, 2, 4
 
 
 def p2p_bandwidth(run: DemoRun) -> dict:
@@ -198,8 +198,9 @@ def p2p_bandwidth(run: DemoRun) -> dict:
     size = sends[0][1]["bytes"] if sends else 0
     narration = Narration(
         run, "P2P bandwidth: the same bytes, rank 0 to each other rank",
-        f"Seed 004's puzzler 1: rank 0 copies the same data, 10 tensors of {fmt_bytes_si(size)}, to each other rank "
-        "in turn (the seed: 10 x 10**7 fp32 values from GPU 0 to GPUs 1, 2 and 4, in 4.5 ms, 53.2 ms and 8.8 ms). "
+        f"A puzzler: rank 0 copies the same data, 10 tensors of {fmt_bytes_si(size)}, to each other rank "
+        "in turn (on a GPU server, 10 x 10**7 fp32 values from GPU 0 to GPUs 1, 2 and 4 took 4.5 ms, 53.2 ms and "
+        "8.8 ms). "
         "Each receiver answers with one tiny message when it has everything.")
     for rank in sorted(run.table.ranks):
         for row, ev in run.events(rank=rank):
@@ -229,6 +230,6 @@ def p2p_bandwidth(run: DemoRun) -> dict:
                      for d, t in SEED_TIMES_MS.items())
     return narration.write(
         "Measured per link (the analysis' communication matrix):\n  " + "\n  ".join(lines) +
-        f"\nThe seed's server: {seed} - the same 400 MB, a factor of 12 between links, because the GPU pairs are "
+        f"\nOn that GPU server: {seed} - the same 400 MB, a factor of 12 between links, because the GPU pairs are "
         "joined by different hardware (NVLink vs PCIe through the CPU). Here every link is the same loopback "
         "interface, so the links measure alike; on a GPU server run it with --backend nccl --nproc 5.")

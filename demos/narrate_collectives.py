@@ -6,9 +6,10 @@ from disttrace.tracer.analysis.units import fmt_ns_prose
 
 from .narrate_common import DemoRun, Narration, chunks, duration, flat, show, values
 
-def _seed_note(run: DemoRun, default_n: int, seed: str = "seed 002") -> str:
-    return f"These are the numbers of {seed}'s worked example." if run.nproc == default_n else \
-        f"({seed}'s worked example uses {default_n} ranks; with {run.nproc} the same pattern continues.)"
+def _example_note(run: DemoRun, default_n: int) -> str:
+    return f"The worked example: {default_n} ranks, small integers, so that every sum can be checked by hand." \
+        if run.nproc == default_n else \
+        f"(The worked example uses {default_n} ranks; with {run.nproc} the same pattern continues.)"
 
 
 def _order(run: DemoRun, op: str) -> list[tuple[int, dict]]:
@@ -29,7 +30,7 @@ def broadcast(run: DemoRun) -> dict:
     n = Narration(run, "broadcast: one root's tensor, copied to every rank",
                   "dist.broadcast(tensor, src=0): rank 0 is the root. Every rank passes a tensor of the same shape: "
                   "the root's is the data, everyone else's is a buffer that gets overwritten. "
-                  + _seed_note(run, 3) + " Step through the ranks' events to see what each one held before and "
+                  + _example_note(run, 3) + " Step through the ranks' events to see what each one held before and "
                   "after.")
     result = None
     for row, ev in _order(run, "broadcast"):
@@ -44,8 +45,8 @@ def broadcast(run: DemoRun) -> dict:
                     f"call, waiting for the data to arrive.")
         n.say(row, text)
     return _finish(run, n, f"Every rank now holds {show(result)}. Broadcast is how data-parallel jobs start all "
-                           "replicas from the same weights (seed 002). Volume: the root's tensor reaches N-1 ranks, "
-                           "(N-1)Φ in all (seed 003's table).")
+                           "replicas from the same weights. Volume: the root's tensor, of Φ bytes, reaches N-1 ranks: "
+                           "(N-1)Φ in all.")
 
 
 def reduce(run: DemoRun) -> dict:
@@ -53,7 +54,7 @@ def reduce(run: DemoRun) -> dict:
     inputs = {ev["rank"]: values(ev["in"]) for _, ev in evs}
     n = Narration(run, "reduce: everyone's tensor summed onto one rank",
                   "dist.reduce(tensor, dst=0, op=SUM): every rank sends its tensor towards rank 0, which adds them "
-                  "up. Only rank 0 is promised the result. " + _seed_note(run, 3))
+                  "up. Only rank 0 is promised the result. " + _example_note(run, 3))
     result = None
     for row, ev in evs:
         r, root, before, after = ev["rank"], ev["root"], values(ev["in"]), values(ev["out"])
@@ -67,7 +68,7 @@ def reduce(run: DemoRun) -> dict:
             text = f"Rank {r} sends its {show(before)} to rank {root}; {kept}."
         n.say(row, text)
     return _finish(run, n, f"Rank 0 holds the sum {show(result)}; the other ranks hold no result. Use reduce for "
-                           "small things one rank needs, like a loss to log (seed 002).")
+                           "small things one rank needs, like a loss to log.")
 
 
 def all_reduce(run: DemoRun) -> dict:
@@ -75,7 +76,7 @@ def all_reduce(run: DemoRun) -> dict:
     inputs = {ev["rank"]: values(ev["in"]) for _, ev in evs}
     n = Narration(run, "all-reduce: the sum of everyone's tensor, on every rank",
                   "dist.all_reduce(tensor, op=SUM): every rank gives its tensor and every rank receives the sum "
-                  "of all of them, in the same buffer. " + _seed_note(run, 3))
+                  "of all of them, in the same buffer. " + _example_note(run, 3))
     result = None
     for row, ev in evs:
         r, before, after = ev["rank"], values(ev["in"]), values(ev["out"])
@@ -95,7 +96,7 @@ def gather(run: DemoRun) -> dict:
     evs = _order(run, "gather")
     n = Narration(run, "gather: every rank's tensor collected on one rank",
                   "dist.gather(tensor, gather_list, dst=0): rank 0 provides one buffer per rank and receives every "
-                  "rank's tensor, in rank order; the others only send. " + _seed_note(run, 3))
+                  "rank's tensor, in rank order; the others only send. " + _example_note(run, 3))
     result = None
     for row, ev in evs:
         r, root = ev["rank"], ev["root"]
@@ -109,14 +110,14 @@ def gather(run: DemoRun) -> dict:
             text = f"Rank {r} sends its {show(values(ev['in']))} to rank {root}; it receives nothing."
         n.say(row, text)
     return _finish(run, n, f"Rank 0 holds {show(result)}. Volume: each rank's piece travels once, "
-                           "(N-1)/N of the gathered data (seed 003's table).")
+                           "(N-1)/N of the gathered data.")
 
 
 def all_gather(run: DemoRun) -> dict:
     evs = _order(run, "all_gather")
     n = Narration(run, "all-gather: every rank's tensor collected on every rank",
                   "dist.all_gather_into_tensor(output, tensor): every rank gives its piece and receives all pieces, "
-                  "in rank order. " + _seed_note(run, 3))
+                  "in rank order. " + _example_note(run, 3))
     result = None
     for row, ev in evs:
         r, after = ev["rank"], values(ev["out"])
@@ -132,7 +133,7 @@ def scatter(run: DemoRun) -> dict:
     evs = _order(run, "scatter")
     n = Narration(run, "scatter: one rank's data split, piece i to rank i",
                   "dist.scatter(output, scatter_list, src=0): rank 0 cuts its data into one piece per rank and "
-                  "sends piece i to rank i. " + _seed_note(run, 3))
+                  "sends piece i to rank i. " + _example_note(run, 3))
     for row, ev in evs:
         r, root, got = ev["rank"], ev["root"], values(ev["out"])
         if r == root:
@@ -144,25 +145,25 @@ def scatter(run: DemoRun) -> dict:
             text = f"Rank {r} receives piece {r} of rank {root}'s data: {show(got)}."
         n.say(row, text)
     return _finish(run, n, "Each rank now holds only its own piece. Scatter hands each worker its slice of a batch "
-                           "(seed 002); gather is the way back.")
+                           "; gather is the way back.")
 
 
 def reduce_scatter(run: DemoRun) -> dict:
     evs = _order(run, "reduce_scatter")
-    seeds = (["seed 000's example", "seed 002's example"] if run.nproc == 2 else ["seed 002's pattern"])
+    examples = (["the first example", "the second example"] if run.nproc == 2 else ["the pattern"])
     n = Narration(run, "reduce-scatter: sum everything, keep one slice each",
                   "dist.reduce_scatter_tensor(output, input, op=SUM): each rank's input is seen as N equal slices; "
                   "rank i ends with the sum of slice i over all ranks, and nothing else. "
-                  + ("Two examples run one after the other: seed 000's ([[-1, 5], [2, 2]] and [[3, -3], [4, 1]]) "
-                     "then seed 002's ([1, 2, 3, 4] and [5, 6, 7, 8])." if run.nproc == 2 else
-                     f"With {run.nproc} ranks, rank r holds [2rN+1 ... 2(r+1)N] (seed 002's pattern)."))
+                  + ("Two examples run one after the other: the first with [[-1, 5], [2, 2]] and [[3, -3], [4, 1]], "
+                     "the second with [1, 2, 3, 4] and [5, 6, 7, 8]." if run.nproc == 2 else
+                     f"With {run.nproc} ranks, rank r holds [2rN+1 ... 2(r+1)N] (the pattern)."))
     results = {}
     for row, ev in evs:
         r, seq = ev["rank"], ev["group_seq"]
         inst = run.instance(ev)
         slices = {k: chunks(values(e["in"]), run.nproc) for k, e in inst.items()}
         mine = slices[r]
-        label = seeds[seq] if seq < len(seeds) else f"example {seq + 1}"
+        label = examples[seq] if seq < len(examples) else f"example {seq + 1}"
         sent = ", ".join(f"slice {k} {show(mine[k])} to rank {k}" for k in range(run.nproc) if k != r)
         received = ", ".join(f"{show(slices[k][r])} from rank {k}" for k in sorted(slices) if k != r)
         after = values(ev["out"])
@@ -172,12 +173,12 @@ def reduce_scatter(run: DemoRun) -> dict:
                 f"{received}. It keeps slice {r} summed over all ranks: "
                 f"{_plus([slices[k][r] for k in sorted(slices)])} = {show(after)}.")
         if seq == 0 and run.nproc == 2:
-            text += " (Seed 000 says it in words: rank 0 scatters [2, 2] to rank 1 and rank 1 scatters [3, -3] to rank 0.)"
+            text += " (In words: rank 0 scatters [2, 2] to rank 1 and rank 1 scatters [3, -3] to rank 0.)"
         n.say(row, text)
     lines = "; ".join(f"{label}: " + ", ".join(f"rank {k} {show(v)}" for k, v in sorted(res.items()))
                       for label, res in results.items())
     return _finish(run, n, f"Results - {lines}. Reduce-scatter followed by all-gather is an all-reduce, and each half "
-                           "moves (N-1)/N of the data per rank (seed 000). ZeRO uses the reduce-scatter alone: "
+                           "moves (N-1)/N of the data per rank. ZeRO uses the reduce-scatter alone: "
                            "each rank updates only its slice (`disttrace demo zero1`).")
 
 

@@ -1,4 +1,5 @@
-"""Narrations of the parallelism demos: data, tensor and pipeline parallelism (seed 001) and ZeRO-1 (seed 003)."""
+"""Narrations of the parallelism demos: data, tensor and pipeline parallelism (seed 001) and ZeRO-1 (seed 003).
+What a learner reads names no seed nor lecture: those are where the programs come from, not what they show."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ def data_parallel(run: DemoRun) -> dict:
     res = next(iter(run.results.values()), {})
     layers, local = res.get("num_layers", 2), res.get("local_batch_size", "?")
     n = Narration(run, "data parallelism: same model everywhere, gradients averaged",
-                  f"The lecture's program (seed 001): each of the {run.nproc} ranks holds the whole {layers}-layer MLP "
+                  f"A small training program: each of the {run.nproc} ranks holds the whole {layers}-layer MLP "
                   f"and {local} of the batch's samples. After each backward pass it all-reduces (AVG) the gradient of "
                   "every layer, so that all ranks take the same optimizer step and stay identical.")
     for row, ev in run.events("all_reduce"):
@@ -52,17 +53,17 @@ def data_parallel(run: DemoRun) -> dict:
                    + f" {fmt_ns_prose(duration(ev))} in the call.")
     return n.write(f"{_check(run)} Averaging the gradients of equal shares of the batch gives the gradient of the "
                    "whole batch: that is why data parallelism computes exactly what one process would. The cost: one "
-                   "all-reduce of every gradient per step, 2(N-1)/N of the model's size per rank (seed 000).")
+                   "all-reduce of every gradient per step, 2(N-1)/N of the model's size per rank.")
 
 
 def tensor_parallel(run: DemoRun) -> dict:
     gathers = run.events("all_gather")
     layers = len({e["group_seq"] for _, e in gathers})
     n = Narration(run, "tensor parallelism: weight columns sharded, activations all-gathered",
-                  f"The lecture's program (seed 001): every rank has all the data and column shard r of each of the "
+                  f"A small MLP split across ranks: every rank has all the data and column shard r of each of the "
                   f"{layers} weight matrices. Forward: each rank computes its columns of the activation and the "
-                  "all-gather puts the columns side by side on every rank. Backward (the homework): each rank keeps "
-                  "the gradient columns of its shard, gets its weight gradient locally, and the ranks all-reduce "
+                  "all-gather puts the columns side by side on every rank. Backward (written out by hand): each "
+                  "rank keeps the gradient columns of its shard, gets its weight gradient locally, and the ranks all-reduce "
                   "their parts of the gradient of the layer's input.")
     for row, ev in gathers:
         layer = ev["group_seq"]
@@ -90,10 +91,10 @@ def pipeline_parallel(run: DemoRun) -> dict:
     m = next((res.get("micro_batches") for res in run.results.values()), None) or 4
     p = run.nproc
     n = Narration(run, "pipeline parallelism: layers in stages, micro-batches in flight",
-                  f"The lecture's program (seed 001): {p} stages, one per rank, each holding a slice of the layers; "
+                  f"A small MLP split into stages: {p} stages, one per rank, each holding a slice of the layers; "
                   f"the batch is cut into {m} micro-batches. Forward: activations go stage to stage with send/recv. "
-                  "Backward (the homework): gradients come back stage by stage, last micro-batch first. Each stage "
-                  "sleeps a little per micro-batch to stand for compute, so that the schedule is visible.")
+                  "Backward (written out by hand): gradients come back stage by stage, last micro-batch first. "
+                  "Each stage sleeps a little per micro-batch to stand for compute, so that the schedule is visible.")
     for rank in range(p):
         fwd_recv = [x for x in run.events("recv", rank) if x[1]["peer"] == rank - 1]
         fwd_send = [x for x in run.events("send", rank) if x[1]["peer"] == rank + 1]
@@ -130,7 +131,7 @@ def zero1(run: DemoRun) -> dict:
     any_res = next(iter(res.values()), {})
     psi, nd = any_res.get("psi", 0), any_res.get("n", run.nproc)
     n = Narration(run, "ZeRO-1: optimizer states sharded across data-parallel ranks",
-                  f"Seed 003's ZeRO stage 1 on {nd} ranks and Ψ = {psi:,} parameters, in bf16 with Adam. Each step: "
+                  f"ZeRO stage 1 (the ZeRO paper's optimizer-state sharding) on {nd} ranks and Ψ = {psi:,} parameters, in bf16 with Adam. Each step: "
                   "reduce-scatter the gradients (rank r gets the sum for its shard), Adam updates rank r's shard "
                   "only, all-gather the updated parameters. The all-reduce in each step is the program's check: "
                   "plain data parallelism run beside it, not part of ZeRO-1.")
@@ -159,7 +160,7 @@ def zero1(run: DemoRun) -> dict:
                      f"(without ZeRO: 16Ψ = {r['unsharded']:,} B)")
     big = 7.5e9
     summary = ("Memory held per rank, measured on the tensors:\n  " + "\n  ".join(lines) +
-               f"\nSeed 003's example: a 7.5B-parameter model needs 16Ψ = {fmt_in(16 * big, 'GB', '.0f')} per rank "
+               f"\nThe ZeRO paper's example: a 7.5B-parameter model needs 16Ψ = {fmt_in(16 * big, 'GB', '.0f')} per rank "
                f"without ZeRO; with P_os and N_d = 64, (2+2)Ψ + 12Ψ/64 = {fmt_in((4 + 12 / 64) * big, 'GB', '.1f')}. "
                f"As N_d grows this tends to 4Ψ, 4/(4+K) = 1/4 of the original. {_check(run).replace('1e-5', '1e-4')}")
     return n.write(summary)

@@ -1,7 +1,9 @@
 """The demos `disttrace demo` knows: name, program, one line for --list, process counts, narration.
 
 A demo is a program in demos/programs/ (a plain torch.distributed script a learner can read and run with
-torchrun) and a narration function that writes narration.json from the recorded trace.
+torchrun) and a narration function that writes narration.json from the recorded trace. Its line in the list says
+what the program shows in a newcomer's words (where its numbers come from, a seed or a lecture, is in the program's
+docstring, not there).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ class Demo:
     name: str
     program: str                   # file in demos/programs/
     summary: str                   # one line for --list
-    nproc: int                     # default number of ranks (the seed's example where there is one)
+    nproc: int                     # default number of ranks (the worked example's where there is one)
     nproc_ok: Callable[[int], bool] = lambda n: 2 <= n <= 8
     nproc_rule: str = "2 to 8"
     narrate: str = ""              # "module:function" in disttrace.demos, called with a DemoRun
@@ -47,53 +49,54 @@ _P = "parallelism"
 _X = "when things go wrong"
 
 DEMOS: dict[str, Demo] = {d.name: d for d in [
-    Demo("broadcast", "broadcast.py", "rank 0's [1, 2, 3] copied to every rank (seed 002)", 3,
+    Demo("broadcast", "broadcast.py", "rank 0's [1, 2, 3] copied to every rank", 3,
          narrate="narrate_collectives:broadcast", section=_C),
-    Demo("reduce", "reduce.py", "[1,2,3] + [4,5,6] + [7,8,9] summed onto rank 0: [12, 15, 18] (seed 002)", 3,
+    Demo("reduce", "reduce.py", "[1,2,3] + [4,5,6] + [7,8,9] summed onto rank 0: [12, 15, 18]", 3,
          narrate="narrate_collectives:reduce", section=_C),
-    Demo("all-reduce", "all_reduce.py", "the same sum, [12, 15, 18], on every rank (seed 002) - start here", 3,
+    Demo("all-reduce", "all_reduce.py", "the same sum, [12, 15, 18], on every rank - start here", 3,
          narrate="narrate_collectives:all_reduce", section=_C),
-    Demo("gather", "gather.py", "[1,2], [3,4], [5,6] collected on rank 0 (seed 002)", 3,
+    Demo("gather", "gather.py", "[1,2], [3,4], [5,6] collected on rank 0", 3,
          narrate="narrate_collectives:gather", section=_C),
-    Demo("all-gather", "all_gather.py", "[1,2], [3,4], [5,6] collected on every rank (seed 002)", 3,
+    Demo("all-gather", "all_gather.py", "[1,2], [3,4], [5,6] collected on every rank", 3,
          narrate="narrate_collectives:all_gather", section=_C),
-    Demo("scatter", "scatter.py", "rank 0's [1..6] split, piece i to rank i (seed 002)", 3,
+    Demo("scatter", "scatter.py", "rank 0's [1..6] split, piece i to rank i", 3,
          narrate="narrate_collectives:scatter", section=_C),
-    Demo("reduce-scatter", "reduce_scatter.py", "sum, then rank i keeps slice i: [2, 2] and [6, 3] (seeds 000, 002)",
+    Demo("reduce-scatter", "reduce_scatter.py", "sum, then rank i keeps slice i: [2, 2] and [6, 3]",
          2, narrate="narrate_collectives:reduce_scatter", section=_C),
     Demo("all-to-all", "all_to_all.py", "piece j of every rank goes to rank j: a transpose across ranks", 3,
          narrate="narrate_collectives:all_to_all", section=_C),
-    Demo("barrier", "barrier.py", "ranks arrive 200 ms apart and leave together (seed 000)", 3,
+    Demo("barrier", "barrier.py", "ranks arrive 200 ms apart and leave together", 3,
          narrate="narrate_collectives:barrier", section=_C),
     Demo("send-recv", "send_recv.py", "point to point: [1, 2, 3] to rank 1 and [11, 12, 13] back", 2,
          narrate="narrate_collectives:send_recv", section=_C),
     Demo("ring-allreduce", "ring_allreduce.py",
-         "all-reduce by hand with isend/irecv: reduce-scatter then all-gather, 2(N-1) steps (seed 000)", 3,
+         "all-reduce by hand with isend/irecv: reduce-scatter then all-gather, 2(N-1) steps", 3,
          narrate="narrate_algorithms:ring_allreduce", size_help="values per rank, a multiple of N (default 2N)",
          size_per_rank=True,
          section=_A),
     Demo("allreduce-three-ways", "allreduce_three_ways.py",
-         "all_reduce vs reduce+broadcast vs reduce_scatter+all_gather, timed (seed 004)", 2,
+         "all_reduce vs reduce+broadcast vs reduce_scatter+all_gather, timed side by side", 2,
          narrate="narrate_algorithms:three_ways", size_help="values per tensor (default 2**20, the seed's)",
          size_per_rank=True, summaries="off",
          section=_A),
-    Demo("p2p-bandwidth", "p2p_bandwidth.py", "copies from rank 0 to each other rank, GB/s per link (seed 004)", 3,
+    Demo("p2p-bandwidth", "p2p_bandwidth.py", "copies from rank 0 to each other rank, GB/s per link", 3,
          narrate="narrate_algorithms:p2p_bandwidth",
          size_help="fp32 values per tensor, 10 tensors per link (default 10**6 on gloo, 10**7 on NCCL)",
          summaries="off",
          section=_A),
-    Demo("data-parallel", "data_parallel.py", "the lecture's DDP: gradients averaged by all-reduce (seed 001)", 2,
+    Demo("data-parallel", "data_parallel.py",
+         "a model copied on every rank, its gradients averaged by all-reduce (DDP)", 2,
          nproc_ok=_powers_of_two_to(8), nproc_rule="2, 4 or 8 (the batch of 8 splits evenly)",
          narrate="narrate_parallel:data_parallel", section=_P),
     Demo("tensor-parallel", "tensor_parallel.py",
-         "the lecture's sharded MLP: all-gather forward, all-reduce backward (seed 001)", 2,
+         "an MLP's weights split by columns: all-gather forward, all-reduce backward", 2,
          nproc_ok=_powers_of_two_to(4), nproc_rule="2 or 4 (the 4 columns split evenly)",
          narrate="narrate_parallel:tensor_parallel", section=_P),
     Demo("pipeline-parallel", "pipeline_parallel.py",
-         "the lecture's pipeline: micro-batches forward, gradients back, the bubble (seed 001)", 2,
+         "layers split into stages: micro-batches forward, gradients back, the bubble", 2,
          nproc_ok=_powers_of_two_to(4), nproc_rule="2 or 4 (the 4 layers split evenly)",
          narrate="narrate_parallel:pipeline_parallel", section=_P),
-    Demo("zero1", "zero1.py", "ZeRO-1: optimizer states sharded, memory vs (2+2)Ψ + KΨ/N_d (seed 003)", 2,
+    Demo("zero1", "zero1.py", "ZeRO-1: each rank keeps 1/N of the optimizer's state; the memory saved, measured", 2,
          nproc_ok=_powers_of_two_to(8), nproc_rule="2, 4 or 8 (the parameters split evenly)",
          narrate="narrate_parallel:zero1", section=_P),
     Demo("straggler", "straggler.py", "one rank is 300 ms late; the others wait in the all-reduce", 3,

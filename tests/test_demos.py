@@ -13,6 +13,7 @@ import pytest
 from harness import run_disttrace
 
 from disttrace.demos.narrate_algorithms import ring_chunks, ring_result_from_trace
+from disttrace.demos.registry import DEMOS
 from disttrace.tracer.analysis import analyze
 from disttrace.tracer.data.load import load_trace
 from disttrace.tui.model.narration import load_narration
@@ -22,6 +23,10 @@ pytestmark = pytest.mark.slow
 FALLBACK = "(an operation this demo does not explain)"
 COLLECTIVE_DEMOS = ["broadcast", "reduce", "all-reduce", "gather", "all-gather", "scatter", "reduce-scatter",
                     "all-to-all", "barrier", "send-recv"]
+
+
+NO_TERMINAL_DEMO = "all-reduce"
+DEMO_NAMES = tuple(DEMOS)
 
 
 def needs(*names):
@@ -71,7 +76,10 @@ def demos(request, tmp_path_factory):
 
     def run(name):
         out = base / name
-        proc = run_disttrace("demo", name, "--no-view", "--out", str(out), timeout=300)
+        # the first demo a newcomer runs is run as they would, without --no-view: with no terminal here (stdin and
+        # stdout are not one), it keeps the trace and says why it opens no viewer
+        no_view = () if name == NO_TERMINAL_DEMO else ("--no-view",)
+        proc = run_disttrace("demo", name, *no_view, "--out", str(out), timeout=300, input="")
         return name, out, proc
 
     with ThreadPoolExecutor(max_workers=2) as pool:
@@ -100,6 +108,25 @@ def test_reduce_sums_onto_rank_0(demos):
     ev = demos["reduce"].by_rank("reduce")
     assert {r: in_values(e) for r, e in ev.items()} == {0: [1, 2, 3], 1: [4, 5, 6], 2: [7, 8, 9]}
     assert out_values(ev[0]) == [12, 15, 18]
+
+
+@needs("all-reduce")
+def test_a_demo_says_what_it_does_and_without_a_terminal_keeps_the_trace(demos):
+    d = demos[NO_TERMINAL_DEMO]
+    out = d.proc.stdout.splitlines()
+    assert out[0] == "disttrace demo all-reduce: starting 3 ranks (torchrun, gloo on the CPU)", out
+    phases = [out.index(line) for line in out if not line.startswith("  ")]
+    assert [out[i].split(": ", 1)[1].split(" (")[0] for i in phases] == [
+        "starting 3 ranks", "the job ended", "trace and narration in " + str(d.out)], out
+    joined = next(i for i, line in enumerate(out) if line.startswith("  all 3 ranks have joined the process group"))
+    # the ranks' own lines, whole, each with its rank in front, after they joined and before the job ended
+    for r, before in enumerate(([1, 2, 3], [4, 5, 6], [7, 8, 9])):
+        assert out.index(f"  rank {r} │ rank {r} before: {before}") > joined
+        assert phases[1] > out.index(f"  rank {r} │ rank {r} after:  [12, 15, 18]")
+    assert d.proc.returncode == 0
+    assert d.proc.stderr.strip().splitlines()[-1] == (
+        "disttrace demo: the viewer was not opened: it needs a terminal, and stdin and stdout are not one")
+    assert "\x1b" not in d.proc.stdout  # no screen was drawn
 
 
 @needs("all-reduce")
@@ -346,3 +373,14 @@ def test_hang_shows_the_missing_rank(demos):
                       and s["match"].get("rank") == 0)
     assert "waits for rank 1, which never comes" in stuck_text and "Timed out" in stuck_text
     assert "[/" not in stuck_text    # gloo's "[/path.cc:78]" prefix reads as a closing markup tag in the viewer
+
+
+@needs(*DEMO_NAMES)
+def test_no_narration_names_a_seed_or_a_lecture(demos):
+    """What a learner reads says what happened, not which course material the numbers come from."""
+    import re
+
+    for name, d in demos.items():
+        text = json.dumps(d.narration, ensure_ascii=False)
+        found = re.findall(r".{0,60}(?:\bseeds?\b|lecture|homework).{0,20}", text, re.I)
+        assert not found, (name, found)

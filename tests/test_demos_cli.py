@@ -32,6 +32,14 @@ def test_no_argument_prints_a_guide_for_a_newcomer():
         assert f"  {name} " in proc.stdout
 
 
+def test_the_list_speaks_to_a_newcomer():
+    """A line of the list says what the program shows, not where it comes from ('(seed 002)', 'the lecture's DDP')."""
+    import re
+
+    for demo in DEMOS.values():
+        assert not re.search(r"\bseeds?\b|lecture|homework", demo.summary, re.I), (demo.name, demo.summary)
+
+
 def test_list_shows_one_line_per_demo():
     proc = run_disttrace("demo", "--list")
     assert proc.returncode == 0
@@ -77,3 +85,38 @@ def test_ring_bookkeeping_sums_for_any_world_size():
         data = [[100 * r + i for i in range(2 * n)] for r in range(n)]
         total = [sum(col) for col in zip(*data)]
         assert _simulate_ring(data) == [total] * n
+
+
+def test_the_ranks_output_is_printed_whole_lines_with_the_rank_in_front(tmp_path):
+    """Two ranks writing into their files a piece at a time: each line is printed once whole, prefixed with its
+    rank, whatever the other rank wrote meanwhile; an unterminated last line when the job has ended."""
+    from disttrace.demos.progress import RankOutput
+
+    out = tmp_path / "trace"
+    logs = out / "job-output" / "run_x" / "attempt_0"
+    for r in (0, 1):
+        (logs / str(r)).mkdir(parents=True)
+    lines: list[str] = []
+    follow = RankOutput(out / "job-output", out, 2, lines.append)
+
+    def write(rank, text, name="stdout.log"):
+        with open(logs / str(rank) / name, "a") as f:
+            f.write(text)
+
+    write(0, "rank 0 bef")
+    write(1, "rank 1 before: [4, 5")
+    follow.poll()
+    assert lines == []  # no line is whole yet
+    write(0, "ore: [1, 2, 3]\nrank 0 after")
+    write(1, ", 6]\n")
+    write(1, "Traceback (most recent call last):\n", "stderr.log")
+    follow.poll()
+    assert sorted(lines) == ["  rank 0 │ rank 0 before: [1, 2, 3]", "  rank 1 │ Traceback (most recent call last):",
+                             "  rank 1 │ rank 1 before: [4, 5, 6]"]
+    lines.clear()
+    for r in (0, 1):  # the ranks joined the process group: their trace files
+        (out / f"rank-0000{r}-h-{r}.jsonl").write_text("")
+    write(0, ": [12, 15, 18]")  # the job ends without the last newline
+    follow.poll(final=True)
+    assert lines[0].startswith("  all 2 ranks have joined the process group")
+    assert lines[1:] == ["  rank 0 │ rank 0 after: [12, 15, 18]"]

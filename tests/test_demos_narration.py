@@ -25,13 +25,18 @@ def _summary(values):
     return {"numel": len(flat), "min": min(flat), "max": max(flat), "values": values}
 
 
-def test_reduce_scatter_narration_uses_the_recorded_values(tmp_path):
-    t = _table([
+def _reduce_scatter_table() -> EventTable:
+    """The first example of the reduce-scatter demo: 2 ranks, [-1, 5, 2, 2] and [3, -3, 4, 1]."""
+    return _table([
         {"rank": 0, "op": "reduce_scatter", "group_seq": 0, "in": _summary([-1.0, 5.0, 2.0, 2.0]),
          "out": _summary([2.0, 2.0])},
         {"rank": 1, "op": "reduce_scatter", "group_seq": 0, "in": _summary([3.0, -3.0, 4.0, 1.0]),
          "out": _summary([6.0, 3.0])},
     ])
+
+
+def test_reduce_scatter_narration_uses_the_recorded_values(tmp_path):
+    t = _reduce_scatter_table()
     data = reduce_scatter(DemoRun("reduce-scatter", tmp_path, t, 2, "gloo"))
     assert json.loads((tmp_path / "narration.json").read_text()) == data
     texts = {s["match"]["rank"]: s["text"] for s in data["steps"] if "rank" in s["match"]}
@@ -40,7 +45,7 @@ def test_reduce_scatter_narration_uses_the_recorded_values(tmp_path):
     assert "[2, 2] + [4, 1] = [6, 3]" in texts[1]
     # The viewer's reader finds the step of each event, and the summary at the last one.
     narration = load_narration([str(tmp_path)])
-    assert narration.text_for(t, 0).startswith("Seed 000's example: rank 0")
+    assert narration.text_for(t, 0).startswith("The first example: rank 0")
     assert narration.text_for(t, 1).endswith(data["summary"])
 
 
@@ -63,3 +68,11 @@ def test_formatting():
     assert show_summary({"numel": 4096, "min": 0.5, "max": 1100.0}) == "4,096 values (min 0.5, max 1100)"
     assert show_summary(None) == "nothing"
     assert (ms(999), ms(1_500_000), ms(2_000_000_000)) == ("1 µs", "1.5 ms", "2.00 s")
+
+
+def test_the_narrations_name_no_seed_nor_lecture(tmp_path):
+    """What a learner reads says what happened, not which course material the numbers come from."""
+    import re
+
+    text = json.dumps(reduce_scatter(DemoRun("reduce-scatter", tmp_path, _reduce_scatter_table(), 2, "gloo")))
+    assert not re.search(r"\bseeds?\b|lecture|homework", text, re.I), text

@@ -1,7 +1,9 @@
 """The disttrace viewer app: loads a trace in a worker thread behind a progress bar, then shows the viewer screen.
 
 `open_viewer(paths, step_mode=False) -> int` is the entry point for `disttrace view` and the demos. Small inputs
-are read before the app starts, so bad input ends as one line on stderr and exit code 2 without a screen.
+are read before the app starts, so bad input ends as one line on stderr and exit code 2 without a screen; so does
+a viewer started without a terminal (`terminal.no_terminal()`), which would write escape codes into a file and wait for
+keys that never come.
 """
 
 from __future__ import annotations
@@ -26,8 +28,10 @@ from . import loading
 from .model.narration import Narration, load_narration
 from .model.store import TraceStore
 from .screens.viewer import ViewerScreen
+from .terminal import no_terminal
 from .widgets.messages import LoadProgress
 
+NO_TERMINAL_HINT = "; `disttrace report TRACE` writes the analysis as text"
 PRELOAD_BYTES = 8 << 20  # inputs smaller than this are read before the app starts
 FIRST_FRAME_WAIT_S = 2.0  # the loading worker waits at most this for the first frame before it analyses
 LOADING_SCREEN_AFTER_S = 0.5  # the progress bar shows only for a load that takes longer (a trace's store opens
@@ -324,6 +328,11 @@ def open_viewer(paths: list[str], step_mode: bool = False, follow: bool = False,
     try:
         store = narration = None
         if follow:
+            for p in paths:
+                if not os.path.exists(p):
+                    raise TraceError(f"{p}: no such file or directory")
+            if (why := no_terminal()) is not None:  # before waiting for a job that may never write
+                raise TraceError(why + NO_TERMINAL_HINT)
             store, narration = _wait_for_first_events(paths, run)
         elif trace_size(paths) < PRELOAD_BYTES:
             store, narration = loading.load_store(paths, run=run)
@@ -331,6 +340,9 @@ def open_viewer(paths: list[str], step_mode: bool = False, follow: bool = False,
             for p in paths:
                 if not os.path.exists(p):
                     raise TraceError(f"{p}: no such file or directory")
+        # after the input is known good (a bad one says so first), before anything is drawn
+        if (why := no_terminal()) is not None:
+            raise TraceError(why + NO_TERMINAL_HINT)
     except TraceError as e:
         sys.stderr.write(f"disttrace view: error: {e}\n")
         return 2

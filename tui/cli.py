@@ -5,12 +5,11 @@ from __future__ import annotations
 import argparse
 
 from disttrace.tracer.commands.run_choice import add_run_argument
+from disttrace.tracer.commands.trace_help import TRACE_HELP
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("traces", nargs="+", metavar="TRACE",
-                        help="trace dir(s) written by `disttrace run` (several for several nodes), or a normalized "
-                             "events .jsonl file (`disttrace events` output)")
+    parser.add_argument("traces", nargs="+", metavar="TRACE", help=TRACE_HELP)
     parser.add_argument("--step", action="store_true",
                         help="start in step-through mode at the first event (n/N step, space plays)")
     add_run_argument(parser, all_too=False)  # R in the viewer goes to the next run

@@ -15,7 +15,7 @@ from disttrace.tui.screens.help import HelpScreen, keys_table
 from disttrace.tui.screens.viewer import ViewerScreen
 from disttrace.tui.widgets.timeline import Timeline
 
-from tui_helpers import DATA, PIPELINE_JOB, TUI_JOB, detail_text, ev, fixture_store, store_of
+from tui_helpers import DATA, PIPELINE_JOB, TUI_JOB, detail_text, ev, fixture_store, screen_text, store_of, wait_until
 
 HANG = DATA / "hang.jsonl"
 
@@ -299,6 +299,54 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, case, capsys):
         assert "newer" in lines[0]
 
 
+def test_no_terminal_is_one_line_and_exit_2(capsys, monkeypatch):
+    # under pytest stdout is captured, not a terminal: the viewer refuses before it draws (were it started, the
+    # patched run fails the test instead of hanging it)
+    monkeypatch.setattr(DisttraceApp, "run", lambda self: pytest.fail("the viewer started without a terminal"))
+    proc = run_view(capsys, TUI_JOB)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.splitlines() == [
+        "disttrace view: error: the viewer needs a terminal, and stdin and stdout are not one; "
+        "`disttrace report TRACE` writes the analysis as text"], proc.stderr
+    # --follow too, before it waits for a job's first events
+    proc = run_view(capsys, "--follow", TUI_JOB)
+    assert proc.returncode == 2 and "needs a terminal" in proc.stderr and len(proc.stderr.splitlines()) == 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tty", ["none", "stdin", "stdout"])
+def test_no_terminal_refused_in_a_real_process(tty):
+    """`disttrace view T </dev/null >out` and its halves: one line, exit 2, no escape codes, no hang."""
+    import os
+    import pty
+
+    master = slave = None
+    if tty != "none":
+        master, slave = pty.openpty()
+    stdin = slave if tty == "stdin" else subprocess.DEVNULL
+    stdout = slave if tty == "stdout" else subprocess.PIPE
+    try:
+        proc = subprocess.run([sys.executable, "-m", "disttrace", "view", str(TUI_JOB)], stdin=stdin, stdout=stdout,
+                              stderr=subprocess.PIPE, timeout=60)
+        written = proc.stdout or b""
+        if tty == "stdout":
+            os.set_blocking(master, False)
+            try:
+                written = os.read(master, 65536)
+            except (BlockingIOError, OSError):
+                written = b""
+    finally:
+        for fd in (master, slave):
+            if fd is not None:
+                os.close(fd)
+    err = proc.stderr.decode()
+    assert proc.returncode == 2, err
+    assert err.count("\n") == 1 and "needs a terminal" in err, err
+    not_one = {"none": "stdin and stdout are not one", "stdin": "stdout is not one", "stdout": "stdin is not one"}
+    assert not_one[tty] in err, err
+    assert b"\x1b" not in written, written[:200]
+
+
 async def test_problems_view_jumps_to_the_hang():
     async with app_on(HANG).run_test(size=SIZE) as pilot:
         v = await viewer(pilot)
@@ -439,3 +487,165 @@ async def test_the_lanes_that_n_scrolls_to_are_drawn_ahead():
             Lane.glyph_keys = real
         assert v.store.table.rank[v.playhead] == height and timeline.scroll_y > 0  # scrolled to the rank below
         assert drawn == []
+
+
+@pytest.mark.parametrize("size", [(80, 24), (100, 30), (200, 50)])
+async def test_the_prompts_show_what_is_typed(size):
+    """`/` and `g`: the typed text is on screen at every size (a bordered input once showed only its borders)."""
+    from disttrace.tui.screens.prompt import Prompt
+
+    async with app_on().run_test(size=size) as pilot:
+        await viewer(pilot)
+        for key, label in (("slash", "search"), ("g", "go to")):
+            await pilot.press(key)
+            await wait_until(pilot, lambda: isinstance(pilot.app.screen, Prompt), "prompting")
+            await pilot.press(*"all_gat")
+            await pilot.pause()
+            lines = screen_text(pilot.app)
+            at = next(i for i, line in enumerate(lines) if line.strip().startswith(label))
+            assert "all_gat" in lines[at + 1], "\n".join(lines[at - 1:])
+            await pilot.press("escape")
+            await wait_until(pilot, lambda: isinstance(pilot.app.screen, ViewerScreen), "back to the viewer")
+
+
+async def test_one_numbering_go_to_the_list_the_detail_and_the_status_line():
+    """`g` #16 lands on the list's #16, which the detail pane and the status line call #16 too (200 columns: the
+    list has room for its # column)."""
+    async with app_on(step_mode=False).run_test(size=(200, 50)) as pilot:
+        v = await viewer(pilot)
+        await pilot.press("g", "#", "1", "6", "enter")
+        await wait_until(pilot, lambda: v.playhead == 16, "on #16")
+        await pilot.pause()
+        lines = screen_text(pilot.app)
+        status = next(line for line in lines if "❚❚" in line)
+        assert f"#16 of {v.store.n_events} @" in status, status
+        assert "17/" not in status
+        listed = next(line for line in lines if line.startswith("▶"))  # the list's line with the playhead
+        assert listed.split()[1] == "16", listed
+        assert "#16 on rank" in detail_text(v.store, 16)
+
+
+async def test_the_detail_pane_shows_every_column_beside_its_scrollbar():
+    """80×24: the barrier's fields overflow the pane, its scrollbar shows, and no field loses its last column
+    under it (the fields were rendered a column wider than shown: "FR'" for "FR's op_id"). Browsing: before the
+    first event the pane holds one short line, without a scrollbar, until `g` brings the long event."""
+    from disttrace.tui.widgets.detail import DetailPane
+
+    async with app_on(step_mode=False).run_test(size=(80, 24)) as pilot:
+        v = await viewer(pilot)
+        await pilot.press("g", "#", "1", "6", "enter")
+        pane = v.query_one(DetailPane)
+        await wait_until(pilot, lambda: v.selection == 16 and pane._shown[0] == 16, "showing #16")
+        await pilot.pause()
+        assert pane.show_vertical_scrollbar
+        lines = screen_text(pilot.app)
+        top = pane.content_region.y
+        rendered = [strip.text.rstrip() for strip in pane._lines[: pane.content_region.height]]
+        assert any(len(text) >= pane.scrollable_content_region.width - 1 for text in rendered)  # one fills its width
+        for i, text in enumerate(rendered):
+            assert text.strip() in lines[top + i], (text, lines[top + i])
+
+
+@pytest.mark.parametrize("size", [(80, 24), (200, 50)])
+async def test_a_long_narration_scrolls_to_its_last_line(size):
+    """A narration longer than its box (the pipeline and ZeRO-1 demos' last lessons): the border says there is
+    more, PgDn brings the last line on screen, and the next event's text starts at its top again."""
+    from disttrace.tui.model.narration import Narration
+    from disttrace.tui.widgets.detail import NarrationPane
+
+    lesson = "\n".join(f"lesson line {k}: what the ranks did at this step" for k in range(40))
+    narration = Narration("a long lesson", "intro", [({"rank": 0}, lesson), ({}, "short")], "")
+    async with app_on(narration=narration).run_test(size=size) as pilot:
+        v = await viewer(pilot)
+        pane = v.query_one(NarrationPane)
+        v.playhead = v.store.table.rank.index(0)  # rank 0's first event: the long lesson
+        await wait_until(pilot, lambda: pane.border_subtitle == "▼ more: PgDn", "saying there is more")
+        assert not any("lesson line 39" in line for line in screen_text(pilot.app))
+        for _ in range(10):
+            await pilot.press("pagedown")
+        await wait_until(pilot, lambda: pane.border_subtitle == "▲ PgUp", "at the end")
+        await pilot.pause()
+        assert any("lesson line 39" in line for line in screen_text(pilot.app))
+        await pilot.press("pageup")
+        await wait_until(pilot, lambda: pane.border_subtitle == "▲▼ PgUp / PgDn", "in the middle")
+        row = next(i for i in range(len(v.store.table)) if v.store.table.rank[i] != 0)
+        v.playhead = row  # an event of another rank: the short text, from its top
+        await wait_until(pilot, lambda: pane.scroll_y == 0 and pane.border_subtitle == "", "at the next text's top")
+
+
+async def test_at_80x24_the_charts_keep_their_titles():
+    """plotext leaves out a title wider than the plot: the chart writes it itself, wrapped."""
+    async with app_on().run_test(size=(80, 24)) as pilot:
+        v = await viewer(pilot)
+        await pilot.press("6")
+        await wait_until(pilot, lambda: bool(v.query("#bw-chart")), "showing the charts")
+        await pilot.pause()
+        text = " ".join(line.strip() for line in screen_text(pilot.app))
+        assert "busbw (GB/s) against message size (bytes): measured (median per size) and the α-β model" in text
+        assert "durations of all_reduce (ms)" in text
+
+
+async def test_at_80x24_the_path_view_shows_its_root_causes():
+    """80×24: the root causes' table had room for its header only; now each table keeps rows, and the view scrolls
+    (tab brings the causes' table into view)."""
+    from textual.widgets import DataTable
+
+    async with app_on().run_test(size=(80, 24)) as pilot:
+        v = await viewer(pilot)
+        await pilot.press("8")
+        await wait_until(pilot, lambda: bool(v.query("#cause-table")), "showing the path view")
+        await pilot.pause()
+        causes = v.query_one("#cause-table", DataTable)
+        assert causes.size.height >= 5 and causes.row_count >= 4
+        await pilot.press("tab")
+        await wait_until(pilot, lambda: causes.has_focus, "in the causes' table")
+        await pilot.pause()
+        cause = v.store.analysis.causes[0]
+        lines = screen_text(pilot.app)
+        from disttrace.tracer.analysis.units import fmt_ns_short
+
+        caused = fmt_ns_short(cause.caused_wait_ns)
+        assert any(line.split()[:2] == [f"r{cause.rank}", cause.kind] and caused in line for line in lines), lines
+
+
+async def test_at_80x24_the_waits_view_says_its_tables_scroll():
+    """80×24: the steps' table shows 4 of the 6 steps; its title says how many there are and how to reach them."""
+    from textual.widgets import DataTable
+
+    from tui_helpers import steps_store
+
+    async with DisttraceApp(["steps.jsonl"], store=steps_store()).run_test(size=(80, 24)) as pilot:
+        v = await viewer(pilot)
+        await pilot.press("4")
+        await wait_until(pilot, lambda: bool(v.query("#step-table")), "showing the waits view")
+        await pilot.pause()
+        table = v.query_one("#step-table", DataTable)
+        assert table.row_count == 6 and table.size.height - 1 < 6  # (a header line, then fewer rows than steps)
+        text = " ".join(line.strip() for line in screen_text(pilot.app))
+        assert "6 steps found (tab, ↑↓: scroll; enter:" in text, text  # (its last word on the next line)
+        assert ("12 collectives where ranks waited, by total wait (tab, ↑↓: scroll; enter: show in the timeline)"
+                in text), text
+        await pilot.press("tab")
+        await wait_until(pilot, lambda: table.has_focus, "in the steps' table")
+        await pilot.press(*["down"] * 5)
+        await pilot.pause()
+        assert any(line.split()[:2] == ["5", "19ms"] for line in screen_text(pilot.app))  # the last step, scrolled to
+
+
+async def test_the_ring_view_says_a_collectives_schedule_is_a_model():
+    """A recorded all_reduce's ring is the textbook schedule for its size, not what was measured: the view says so;
+    a ring written by hand with send/recv shows its recorded messages, and says that instead."""
+    async with app_on().run_test(size=(80, 24)) as pilot:
+        v = await viewer(pilot)
+        await pilot.press("2", "right_square_bracket")
+        await wait_until(pilot, lambda: bool(v.query("RingView")), "showing the ring view")
+        await pilot.pause()
+        text = " ".join(line.strip() for line in screen_text(pilot.app))
+        assert "all_reduce of group 0" in text and "Step 1 of 6" in text
+        assert "A model, not a measurement: the chunks a ring algorithm would move for an op of this size." in text
+        await pilot.press("g", *"#22", "enter")
+        await wait_until(pilot, lambda: v.playhead == 22, "on the hand-written ring")
+        await pilot.pause()
+        text = " ".join(line.strip() for line in screen_text(pilot.app))
+        assert "Hand-written send/recv exchange" in text and "recorded messages" in text, text
+        assert "A model" not in text

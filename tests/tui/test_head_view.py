@@ -108,7 +108,7 @@ async def test_the_head_is_shown_then_the_whole_trace_on_the_same_event_and_view
         assert whole is first  # the head's screen took the whole trace: no screen built again (a 120 ms stall)
         assert whole.store.n_events >= 12_000 and ended == ["read"]
         assert len(whole.query_one(EventList).store.table) == whole.store.n_events
-        assert f"/{whole.store.n_events} @" in _playhead_line(whole)  # what the line says is of the whole
+        assert f" of {whole.store.n_events} @" in _playhead_line(whole)  # what the line says is of the whole
         assert children_at_whole == [1]  # the analysis' child, begun before the whole trace is drawn
         assert (whole.store.table.rank[whole.playhead], whole.store.table.id[whole.playhead]) == on
         assert whole.query_one(TabbedContent).active == "waits"

@@ -69,13 +69,13 @@ def test_view_a_real_trace_in_tmux(traced, tmp_path):
         assert "which arrived last" in screen and "rank 2" in screen, screen
         # the waits view says the verdict and puts the straggler first
         term.keys("4")
-        screen = term.wait_for("Ranks by the wait")
+        screen = term.wait_for("4 ranks by the wait")
         assert "Straggler: rank 2 was late" in screen, screen
         rows = [line.split() for line in screen.splitlines() if re.match(r"^\s*r\d+\s+[\d.]+[mµn]?s\b", line)]
         assert rows and rows[0][0] == "r2", screen
         # the ring view of the first all_reduce: 2(N-1) = 6 steps of K/N = 1 KiB (K = 1024 floats)
         term.keys("1", "g")
-        term.wait_for("go to")
+        term.wait_for("go to: a time")  # the prompt (the footer says "g go to" all along)
         term.keys("#0", "Enter", "2", "]")
         screen = term.wait_for("Step 1 of 6")
         assert "K/N = 1KiB" in screen
@@ -88,5 +88,30 @@ def test_view_a_real_trace_in_tmux(traced, tmp_path):
         while not done.exists() and time.monotonic() < deadline:
             time.sleep(0.2)
         assert done.read_text().strip() == "0"
+    finally:
+        term.kill()
+
+
+@pytest.mark.parametrize("size", [(80, 24), (200, 50)])
+def test_go_to_in_a_real_terminal_shows_what_is_typed_and_one_numbering(size):
+    """`g`: the typed text is on screen while typed (a bordered input once showed only its borders), and #16 is #16
+    in the list, the detail pane and the status line."""
+    from tui_helpers import TUI_JOB
+
+    term = Tmux(f"{sys.executable} -m disttrace view {TUI_JOB}", *size)
+    try:
+        term.wait_for("1 Timeline")
+        term.keys("g")
+        term.wait_for("go to:")
+        term.keys("#16")
+        screen = term.wait_for("#16")
+        prompt = screen.splitlines()
+        at = next(i for i, line in enumerate(prompt) if "go to:" in line)
+        assert prompt[at + 1].strip() == "#16", screen
+        term.keys("Enter")
+        screen = term.wait_for("#16 on rank 0", gone="go to:")  # the detail pane (drawn a frame after the list)
+        assert "#16 of 32 @" in screen, screen  # the status line
+        if size[0] >= 200:  # the list has room for its # column
+            assert any(line.startswith("▶") and line.split()[1] == "16" for line in screen.splitlines()), screen
     finally:
         term.kill()

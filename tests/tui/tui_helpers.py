@@ -77,3 +77,20 @@ def steps_store() -> TraceStore:
     t = steps_trace().table()
     t.sort()
     return TraceStore(t, analyze(t))
+
+
+def screen_text(app) -> list[str]:
+    """The lines on the app's screen as a person reads them (the top screen: a modal prompt is drawn alone)."""
+    update = app.screen._compositor.render_full_update()
+    return ["".join(strip.text for strip in line) for line in update.strips]
+
+
+async def wait_until(pilot, condition, what: str, timeout_s: float = 10.0) -> None:
+    """Let the app run until condition() holds (a condition, not a fixed sleep); fail with `what` if it never does."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not {what} after {timeout_s} s")
+        await pilot.pause(0.02)

@@ -8,10 +8,11 @@ import sys
 from ..data.events import iter_jsonl
 from ..data.load import load_trace
 from .run_choice import add_run_argument, chosen_runs
+from .trace_help import TRACE_HELP
 
 
 def add_arguments(p) -> None:
-    p.add_argument("traces", nargs="+", metavar="TRACE", help="trace dirs (one per node) or a normalized events file")
+    p.add_argument("traces", nargs="+", metavar="TRACE", help=TRACE_HELP)
     add_run_argument(p)
 
 

@@ -23,14 +23,14 @@ from ..analysis.model import NULL, Analysis
 from ..data.events import NONE, P2P_OPS, TraceError
 from ..data.load import load_trace
 from .run_choice import add_run_argument, chosen_runs
+from .trace_help import TRACE_HELP
 
 # track (Chrome "thread") families per rank: tid = family base + lane
 _COLL_TID, _P2P_TID, _LANES = 0, 1000, 1000
 
 
 def add_arguments(p) -> None:
-    p.add_argument("traces", nargs="+", metavar="TRACE",
-                   help="trace dirs (one per node), a Flight Recorder dump dir, or a normalized events .jsonl file")
+    p.add_argument("traces", nargs="+", metavar="TRACE", help=TRACE_HELP)
     p.add_argument("--format", choices=("chrome",), default="chrome",
                    help="chrome: Chrome Trace Event JSON for Perfetto / chrome://tracing (the default)")
     p.add_argument("-o", "--output", metavar="FILE", default=None,

@@ -40,7 +40,7 @@ def parse_goto(store: TraceStore, text: str) -> int:
     if digits.isdigit():
         row = int(digits)
         if not 0 <= row < store.n_events:
-            raise ValueError(f"no event #{row} (the trace has {store.n_events})")
+            raise ValueError(f"no event #{row}: the events are #0 to #{store.n_events - 1}")
         return row
     raise ValueError("type a time like 12.5ms or an event number like #42")
 

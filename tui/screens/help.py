@@ -32,7 +32,7 @@ def keys_table(bindings: list[Binding]) -> Table:
         keys = keys.replace("space", "space").replace("less_than_sign", "<").replace("greater_than_sign", ">")
         keys = keys.replace("left_square_bracket", "[").replace("right_square_bracket", "]").replace("full_stop", ".")
         keys = keys.replace("left_curly_bracket", "{").replace("right_curly_bracket", "}")
-        keys = keys.replace("equals_sign", "=")
+        keys = keys.replace("equals_sign", "=").replace("pagedown", "PgDn").replace("pageup", "PgUp")
         table.add_row(keys, what)
     return table
 

@@ -13,7 +13,6 @@ class Prompt(ModalScreen[str | None]):
     DEFAULT_CSS = """
     Prompt { align: center bottom; }
     Prompt > Vertical { width: 100%; height: auto; background: $surface; border-top: solid $accent; padding: 0 1; }
-    Prompt Input { border: none; height: 1; padding: 0; }
     """
     BINDINGS = [Binding("escape", "cancel", "cancel")]
 
@@ -26,7 +25,9 @@ class Prompt(ModalScreen[str | None]):
     def compose(self) -> ComposeResult:
         with Vertical():
             yield Label(self.label)
-            yield Input(value=self.value, placeholder=self.placeholder)
+            # compact: one line, no border. (A rule of ours for Input's border lost to Textual's own `Input:focus`,
+            # which is more specific: the tall border took the line, and the typed text was never seen)
+            yield Input(value=self.value, placeholder=self.placeholder, compact=True)
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         self.dismiss(event.value)

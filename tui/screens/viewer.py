@@ -96,7 +96,9 @@ class PlayheadLine(Static):
         if row < 0:
             return f"{state}  before the first event — n: next event, N: next collective, space: play, ?: help"
         t = self.store.table.start_ns[row] - self.store.t0
-        return f"{state}  {row + 1}/{self.store.n_events} @{fmt_ns_short(t)}  {describe(self.store.analysis, row)}"
+        # the event's number as the list and the detail pane write it, and as `g` takes it: #0 is the first
+        return (f"{state}  #{row} of {self.store.n_events} @{fmt_ns_short(t)}  "
+                f"{describe(self.store.analysis, row)}")
 
 
 class ViewerScreen(Screen):
@@ -141,6 +143,10 @@ class ViewerScreen(Screen):
                 tooltip="previous training step (the window shows all of it)"),
         Binding("right_curly_bracket", "train_step(1)", "next training step", show=False,
                 tooltip="next training step (the window shows all of it)"),
+        Binding("pagedown", "narration(1)", "narration: more", show=False,
+                tooltip="a demo's narration: scroll it down a page"),
+        Binding("pageup", "narration(-1)", "narration: back", show=False,
+                tooltip="a demo's narration: scroll it up a page"),
         Binding("x", "toggle_path", "critical path marks", show=False,
                 tooltip="mark the critical path of the playhead's step on the timeline (on once tab 8 is shown)"),
         Binding("question_mark", "help", "help"),
@@ -553,6 +559,10 @@ class ViewerScreen(Screen):
     def action_ring_step(self, direction: int) -> None:
         ring = self.query_one(RingView)
         self.ring_step = max(-1, min(ring.n_steps - 1, self.ring_step + direction))
+
+    def action_narration(self, direction: int) -> None:
+        for pane in self.query(NarrationPane):
+            pane.page(direction)
 
     def action_help(self) -> None:
         self.app.push_screen(HelpScreen(self.BINDINGS + list(self.app.BINDINGS)))  # the app's own too: F, R

@@ -63,19 +63,23 @@ class CriticalPathView(Vertical):
     timeline of every rank with the path marked; the root causes of the run's waiting; what the straggler on time
     would save."""
 
+    # Each table keeps room for its header and a few rows (TABLE_MIN); where the terminal is too small for both
+    # tables, the what-ifs and the timeline (80×24: the causes' table showed its header only), the view scrolls
+    # (the wheel; tab brings the next table into view), a scrollbar at its right edge.
     DEFAULT_CSS = """
-    CriticalPathView { height: 1fr; }
+    CriticalPathView { height: 1fr; overflow-y: auto; scrollbar-size-vertical: 1; }
     CriticalPathView #cp-head { height: auto; padding: 0 1; color: $text; }
     CriticalPathView Timeline { height: auto; max-height: 30%; }
-    CriticalPathView > Horizontal { height: 1fr; }
+    CriticalPathView > Horizontal { height: 1fr; min-height: 8; }
     CriticalPathView #cp-parts { width: 1fr; }
     CriticalPathView #cp-causes { width: 1fr; }
-    CriticalPathView.-narrow > Horizontal { layout: vertical; }
-    CriticalPathView.-narrow #cp-parts { height: 1fr; }
-    CriticalPathView.-narrow #cp-causes { height: 1fr; }
+    CriticalPathView.-narrow > Horizontal { layout: vertical; height: auto; }
+    CriticalPathView.-narrow #cp-parts { height: auto; }
+    CriticalPathView.-narrow #cp-causes { height: auto; }
     CriticalPathView Vertical > Static { height: auto; padding: 0 1; color: $text-muted; }
     CriticalPathView #what-if { color: $text; }
-    CriticalPathView DataTable { height: 1fr; }
+    CriticalPathView DataTable { height: 1fr; min-height: 6; }
+    CriticalPathView.-narrow DataTable { height: auto; max-height: 12; }
     """
 
     NARROW = 130

@@ -7,6 +7,7 @@ from rich.text import Text
 from textual.cache import LRUCache
 from textual.geometry import Size
 from textual.reactive import reactive
+from textual.containers import VerticalScroll
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 from textual.widgets import Static
@@ -139,8 +140,10 @@ class DetailPane(ScrollView, can_focus=False):
     8-16 ms: the timeline shows the key's effect first), and kept for the last few selections (j/k back and
     forth)."""
 
+    # the scrollbar's column is kept whether it shows or not: the fields are rendered at the width they are shown in
+    # (a scrollbar that came with a long event covered the last column of every line: `ddp.DistributedDataPar`)
     DEFAULT_CSS = """
-    DetailPane { padding: 0 1; scrollbar-size-vertical: 1; }
+    DetailPane { padding: 0 1; scrollbar-size-vertical: 1; scrollbar-gutter: stable; }
     """
 
     selection: reactive[int] = reactive(-1)
@@ -198,11 +201,15 @@ class DetailPane(ScrollView, can_focus=False):
         return self._lines[idx].crop_extend(0, width, None)
 
 
-class NarrationPane(Static):
-    """A demo's narration: the text of the step that fits the event at the playhead."""
+class NarrationPane(VerticalScroll, can_focus=False):
+    """A demo's narration: the text of the step that fits the event at the playhead. A long text scrolls (PgUp /
+    PgDn, the mouse wheel); the border says when there is more below or above. Each event's text starts at its
+    top."""
 
     DEFAULT_CSS = """
-    NarrationPane { height: auto; max-height: 10; padding: 0 1; border: round $accent; }
+    NarrationPane { height: auto; max-height: 45%; padding: 0 0 0 1; border: round $accent;
+                    scrollbar-size-vertical: 1; scrollbar-size-horizontal: 0; scrollbar-gutter: stable; }
+    NarrationPane > Static { height: auto; }
     """
 
     playhead: reactive[int] = reactive(-2)
@@ -213,6 +220,33 @@ class NarrationPane(Static):
         self.store = store
         self.narration = narration
         self.border_title = narration.title or "narration"
+        self.text = Static(" ", markup=False)
+
+    def compose(self):
+        yield self.text
 
     def watch_playhead(self, row: int) -> None:
-        self.update(self.narration.text_for(self.store.table, row) or " ")
+        self.text.update(self.narration.text_for(self.store.table, row) or " ")
+        self.scroll_home(animate=False)
+        self.call_after_refresh(self._say_more)
+
+    def watch_scroll_y(self, old: float, new: float) -> None:
+        super().watch_scroll_y(old, new)
+        self._say_more()
+
+    def on_resize(self) -> None:
+        self.call_after_refresh(self._say_more)
+
+    def _say_more(self) -> None:
+        """The border's subtitle: which way the text goes on, and the keys that scroll it."""
+        below = self.scroll_y < self.max_scroll_y
+        above = self.scroll_y > 0
+        self.border_subtitle = ("▼ more: PgDn" if below and not above else "▲▼ PgUp / PgDn" if below
+                                else "▲ PgUp" if above else "")
+
+    def page(self, direction: int) -> None:
+        """Scroll a page down (1) or up (-1)."""
+        if direction > 0:
+            self.scroll_page_down(animate=False)
+        else:
+            self.scroll_page_up(animate=False)

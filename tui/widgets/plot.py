@@ -8,8 +8,26 @@ from rich.text import Text
 from textual.widget import Widget
 
 
+class _Titled:
+    """plotext's figure, but for its title, which the chart writes itself: plotext leaves out a title wider than
+    the plot (at 80 columns the busbw chart had none)."""
+
+    def __init__(self, fig) -> None:
+        self._fig = fig
+        self.title_text = ""
+
+    def title(self, text: str) -> None:
+        self.title_text = text
+
+    def __getattr__(self, name: str):
+        return getattr(self._fig, name)
+
+
 def render_figure(draw: Callable, width: int, height: int) -> Text:
-    """Run draw(fig) on plotext's figure sized width x height and return the result as rich Text."""
+    """Run draw(fig) on plotext's figure sized width x height and return the result as rich Text; the title
+    fig.title() sets is wrapped to the width, centred, above the plot."""
+    import textwrap
+
     import plotext as plt
 
     # plotext keeps global state: not limiting plots to the real terminal's size makes the chart the widget's
@@ -19,9 +37,15 @@ def render_figure(draw: Callable, width: int, height: int) -> Text:
     fig.clear.all()
     fig.theme("dark")
     fig.canvas("default")
-    fig.plot_size(max(10, width), max(5, height))
-    draw(fig)
-    return Text.from_ansi(fig.build().string(), no_wrap=True)
+    width = max(10, width)
+    titled = _Titled(fig)
+    draw(titled)
+    title = textwrap.wrap(titled.title_text, width)[: max(0, height - 5)] if titled.title_text else []
+    fig.plot_size(width, max(5, height - len(title)))
+    text = Text("\n".join(line.center(width).rstrip() for line in title), style="bold", no_wrap=True)
+    if title:
+        text.append("\n")
+    return text.append_text(Text.from_ansi(fig.build().string(), no_wrap=True))
 
 
 class PlotChart(Widget):

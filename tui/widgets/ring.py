@@ -1,5 +1,6 @@
 """The ring view: the collective at the playhead as N ranks in a ring, step k of its ring schedule, with the real
-byte counts of this collective; for a ring written by hand with send/recv, the recorded messages themselves."""
+byte counts of this collective (the model of the op, which the view says: the trace does not record an op's
+chunks); for a ring written by hand with send/recv, the recorded messages themselves."""
 
 from __future__ import annotations
 
@@ -16,6 +17,11 @@ from ..model.store import TraceStore
 from .palette import OP_COLORS
 
 MAX_DRAWN = 16  # more ranks than this: the chunk table shows the first ones
+
+MODEL_NOTE = ("A model, not a measurement: the chunks a ring algorithm would move for an op of this size. The trace "
+              "records the op's start, end and bytes, not its chunks; the backend may use another algorithm (a tree, "
+              "direct copies).")
+"""Said above a recorded collective's ring schedule (a hand-written ring's messages are the recorded ones)."""
 
 
 class RingView(Widget, can_focus=False):
@@ -92,6 +98,7 @@ class RingView(Widget, can_focus=False):
         head = Text.assemble(
             (plan.op, f"bold {OP_COLORS[plan.op]}"),
             f" of group {g}, group_seq {inst.group_seq}:  K = {fmt_bytes_short(k_bytes)} per rank, N = {n} ranks\n",
+            (MODEL_NOTE + "\n", "italic #ffd75f"),
             f"{steps_word} = {plan.n_steps} steps; each transfer is {per} = {fmt_bytes_short(plan.chunk_bytes)}; "
             f"each rank sends {total} = {fmt_bytes_short(plan.per_rank_bytes)} in all.\n")
         k = self.ring_step
@@ -163,7 +170,8 @@ class RingView(Widget, can_focus=False):
         total = sum(t.bytes for t in step.transfers)
         head = Text.assemble(("Hand-written send/recv exchange", "bold #ff6b6b"),
                              f": step {k + 1} of {len(steps)} (the {fmt_ordinal(k + 1)} message on every link), "
-                             f"{len(step.transfers)} messages, {fmt_bytes_short(total)} in all.   ] / [ other steps\n")
+                             f"{len(step.transfers)} recorded messages, {fmt_bytes_short(total)} in all.   "
+                             "] / [ other steps\n")
         lines = Text()
         table = self.store.table
         for t in step.transfers:

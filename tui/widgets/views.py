@@ -115,18 +115,27 @@ class WaitsView(Vertical):
         a = self.store.analysis
         label, rest = straggler_verdict(a)
         yield Static(Text.assemble((label, "bold"), rest), id="verdict")
+        # each title says how many rows its table holds, and how to scroll it: at 80×24 a table shows a few of them
+        steps = min(len(a.steps), MAX_ROWS)
         with Horizontal():
             with Vertical(id="ranks-steps"):
                 with Vertical():
-                    yield Static("Ranks by the wait they caused others, and their own wait")
+                    yield Static(f"{_count(len(a.stragglers), 'rank')} by the wait they caused others, and their own "
+                                 "wait")
                     yield self._ranks_table()
                 if a.steps:
+                    how = "marked" if a.steps_source == "marker" else "found"
                     with Vertical():
-                        yield Static(f"Steps ({'marked' if a.steps_source == 'marker' else 'found'}; enter: show)")
+                        yield Static(f"{_count(steps, 'step')} {how}{_of(steps, len(a.steps))} "
+                                     "(tab, ↑↓: scroll; enter: show)")
                         yield self._steps_table()
             with Vertical(id="collectives"):
-                yield Static("Collectives by total wait (enter: show in the timeline)")
-                yield self._collectives_table()
+                table = self._collectives_table()
+                shown = len(self._rows)
+                waited = int((a.collectives.wait_totals() > 0).sum()) if shown == MAX_ROWS else shown
+                yield Static(f"{_count(shown, 'collective')} where ranks waited{_of(shown, waited)}, by total wait "
+                             "(tab, ↑↓: scroll; enter: show in the timeline)")
+                yield table
 
     def _ranks_table(self) -> DataTable:
         a = self.store.analysis
@@ -202,6 +211,15 @@ class WaitsView(Vertical):
             late = np.flatnonzero(row >= 0)
             if len(late):
                 self.post_message(ShowInTimeline(int(row[late[np.argmax(ct.wait_totals()[late])]])))
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n:,} {what}{'' if n == 1 else 's'}"
+
+
+def _of(shown: int, total: int) -> str:
+    """' (the first 2,000 of 175,000)' where a table holds only the worst rows."""
+    return f" (the first {shown:,} of {total:,})" if shown < total else ""
 
 
 def _heat(v: float, vmax: float) -> str:
