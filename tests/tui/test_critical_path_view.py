@@ -104,7 +104,20 @@ async def test_view_lists_the_path_of_the_step_at_the_playhead():
         causes = view.query_one("#cause-table", DataTable)
         assert [str(c) for c in causes.get_row_at(0)] == ["r1", "compute", "train.py:52 → :40", "30ms", "0, 2"]
         what_if = str(view.query_one("#what-if").render())
-        assert "What if rank 1 on time: 19.67 ms → 17.33 ms a step (−12%; 6 steps replayed)." in what_if
+        assert "What if rank 1 at its peers' pace: 19.67 ms → 17.33 ms a step (−12%; 6 steps replayed)." in what_if
+        # the verdict's kind, the ideal step beside the measured one, and each candidate's share of the slowdown
+        assert "Verdict: one worker, rank 1 · 19.67 ms a step measured, 16.17 ms ideal (1.22x)" in what_if
+        assert "span train.py:52 → train.py:40 81% · rank 1 67% · rank 2 33%" in what_if.replace("\n", " ")
+
+
+async def test_the_waits_view_says_the_verdict_s_kind_the_ideal_step_and_the_shares():
+    async with app_on().run_test(size=SIZE) as pilot:
+        v = await viewer(pilot)
+        await pilot.press("4")
+        await pilot.pause()
+        text = str(v.query_one("#attribution").render())
+        assert text.splitlines()[0] == "Verdict: one worker, rank 1 · 19.67 ms a step measured, 16.17 ms ideal (1.22x)"
+        assert "rank 1 67%" in text and "rank 2 33%" in text
 
 
 async def test_step_keys_move_the_playhead_to_the_next_step_and_show_all_of_it():

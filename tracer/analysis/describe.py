@@ -1,7 +1,8 @@
 """Sentences on the analysis for people: describe(a, row) on what happened at an event (the viewer's step-through
 replay), straggler_verdict(a) on the straggler verdict (the report and the viewer's waits view), micro_batches(p)
 on a pipeline's work (the report and the viewer's pipeline view), what_if_sentence(w, per) on a re-timed change
-and attribution_lines(a) on why the steps are slow (the report and the viewer's waits and critical path views).
+and attribution_lines(a) on why the steps are slow (the report; attribution_summary(a), shorter, the viewer's
+waits and critical path views).
 Plain text: each renderer styles it."""
 
 from __future__ import annotations
@@ -146,6 +147,24 @@ def attribution_lines(a: Analysis, per: str = "step") -> list[str]:
                    + ", ".join(f"{name} {x:.0%}" for name, x in shares) + ".")
     if at.note:
         out.append(f"({at.note}.)")
+    return out
+
+
+def attribution_summary(a: Analysis, per: str = "step") -> list[str]:
+    """attribution_lines in two short lines, for the viewer's waits and path views: the verdict's kind with the
+    measured and ideal step, and the largest shares. Empty when no step was replayed."""
+    at = a.attribution
+    if not at.steps:
+        return []
+    kind = {"worker": f"one worker, rank {at.rank}", "stage": f"one stage, stage {at.stage}",
+            "spread": "spread across workers", "none": "nothing beyond the noise"}[at.kind]
+    out = [f"Verdict: {kind} · {fmt_ns(at.step_ns)} a {per} measured, {fmt_ns(at.ideal_step_ns)} ideal "
+           f"({at.slowdown:.2f}x)"]
+    shares = [(f"rank {r}", x) for r, x in at.ranks.items()] + [(f"stage {s}", x) for s, x in at.stages.items()] \
+        + [(f"{op} ops", x) for op, x in at.ops.items()] + [(f"span {sp}", x) for sp, x in at.spans.items()]
+    shares = sorted((x for x in shares if x[1] >= 0.005), key=lambda x: -x[1])[:5]
+    if shares:
+        out.append("On pace alone, each removes of the slowdown: " + " · ".join(f"{n} {x:.0%}" for n, x in shares))
     return out
 
 

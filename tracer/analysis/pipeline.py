@@ -136,6 +136,13 @@ def _wrap(comp: list[int], adj: dict, count: dict[tuple[int, int], int]) -> tupl
     traffic = sorted((count.get(k, 0) + count.get(k[::-1], 0), k) for k in links)
     if len(traffic) < 2 or traffic[0][0] >= traffic[1][0]:
         return None
+    # every other link alike, and the wrap's share of theirs (v - 1) / v for a whole v of 2 or more
+    others = [x for x, _ in traffic[1:]]
+    if max(others) > 1.1 * min(others):
+        return None
+    v = others[0] / (others[0] - traffic[0][0])
+    if v < 1.9 or abs(v - round(v)) > 0.1:
+        return None
     return traffic[0][1]
 
 

@@ -570,13 +570,19 @@ def _p2p_problems(t: EventTable, p2p: P2PTable, dead: dict[int, _Death]) -> list
 
 
 def _stuck_messages(t: EventTable, unmatched: dict[tuple[int, int], list[P2PMatch]]) -> Problem | None:
-    """A hang of P2P ops: the unmatched sends and recvs that never completed (their rank stuck in them, or in the
-    wait() on them), taken out of `unmatched`; a hang whatever the op. Two ranks each stuck sending to (or receiving
+    """A hang of P2P ops: the unmatched sends and recvs that never completed and that their rank is stuck in (a
+    blocking call, or the wait() on an async one), taken out of `unmatched`; a hang whatever the op. Two ranks each stuck sending to (or receiving
     from) the other is a deadlock, said so."""
     stuck: list[int] = []
+
+    def blocked(i: int) -> bool:  # (an isend never waited on is not one its rank is stuck in: it went on)
+        if finished_at(t, i) != NONE:
+            return False
+        return not t.async_op[i] or (t.wait_start_ns[i] != NONE and t.wait_end_ns[i] == NONE)
+
     for key in list(unmatched):
         ms = unmatched[key]
-        mine = [m for m in ms if finished_at(t, m.send if m.send is not None else m.recv) == NONE]
+        mine = [m for m in ms if blocked(m.send if m.send is not None else m.recv)]
         stuck += [m.send if m.send is not None else m.recv for m in mine]
         rest = [m for m in ms if m not in mine]
         if rest:

@@ -60,7 +60,7 @@ def measured(time, is_end, slot, h, hrow, hkind, free0, prev0):
 
 
 def replayed(time, is_end, slot, h, step_ix, gap, saved, rows, rows_ix, rows_saved, free0, n_steps,
-             ha, hrow, hkind, fin, start, wait, instance_of, c_off, c_rows, p2p_of, p_send, p_recv):
+             ha, hrow, hkind, fin, start, wait, instance_of, c_off, c_rows, p2p_of, p_send, p_recv, gate):
     """A run of consecutive steps replayed with a change, each step's hosts going on from where the replay left
     them in the step before: `gap`, each event's compute gap with it (measured's where it changes nothing),
     `saved` the time it takes off the op of each end event, step_ix each event's step (0, 1, ... in the run), and
@@ -77,7 +77,12 @@ def replayed(time, is_end, slot, h, step_ix, gap, saved, rows, rows_ix, rows_sav
     An op's replayed end: its arrivals (its own and those it needs: a collective's other rows; a recv's send; a
     send's recv where the send waited) at their replayed instants where the replay met them, else as measured; then
     the later of the last of them plus its measured communication time (its end less the last measured arrival)
-    and its own arrival plus its own time in the op less its wait, both less what the change saves."""
+    and its own arrival plus its own time in the op less its wait, both less what the change saves. An op whose
+    end is only known as its wait()'s return (gate: that wait's start; -1 for the others), gloo's send and recv, was
+    done by then for all the trace says: it ends as long after the later of its arrivals and its replayed wait's
+    start as it did after the later of the measured ones (a recv whose data came early read as ending when its rank,
+    blocked in another wait first, got round to it: the rank that made that other wait late was never on its
+    path)."""
     n = len(time)
     n_slots = len(free0)
     free = free0.copy()  # each slot's host, free from this instant on in the replay
@@ -204,8 +209,15 @@ def replayed(time, is_end, slot, h, step_ix, gap, saved, rows, rows_ix, rows_sav
                 ad = arrival[d] if d in arrival else sd
                 if ad > need:
                     need = ad
-            comm, own = fin[i] - a_old, fin[i] - start[i] - wait[i]
-            f = done[i] = max(need + comm - cut, a_new + own - cut)
+            if gate[i] >= 0:
+                g0 = gate[i]
+                from_wait = a_new + (g0 - start[i])  # (the wait's start, replayed with its op's arrival...)
+                if q < n and hkind[h[q]] == WAIT:
+                    from_wait = began[h[q]]  # (...or as this wait's own replayed start)
+                f = done[i] = max(need, from_wait) + fin[i] - max(a_old, g0) - cut
+            else:
+                comm, own = fin[i] - a_old, fin[i] - start[i] - wait[i]
+                f = done[i] = max(need + comm - cut, a_new + own - cut)
         if q >= n:
             if f != _NO_END:
                 step_end[rows_ix[q - n]] = max(step_end[rows_ix[q - n]], f)

@@ -144,9 +144,13 @@ class _Replay:
         self.ops = (i64(walker.fin), i64(t.start_ns), i64(event_wait_ns), i32(instance_of), i32(p2p_of))
         fin, start, wait, inst, msg = self.ops
         a, _, hrow, hkind, _ = walker.columns
+        # the ops whose end is their wait()'s return (gloo's send and recv have no completion of their own): the
+        # wait's start, where the replay counts their time from (-1 for the others)
+        ws, we, asy = i64(t.wait_start_ns), i64(t.wait_end_ns), np.frombuffer(t.async_op, np.uint8) != 0
+        gate = np.where(asy & (ws != NONE) & (we != NONE) & (fin != NONE) & (np.abs(fin - we) <= 1_000), ws, -1)
         self.graph = replays.read_as(len(t), (
             a, hrow, hkind, fin, start, wait, inst, np.asarray(collectives.offset, np.int64),
-            np.asarray(collectives.rows, np.int32), msg, i32(p2p.send), i32(p2p.recv)))
+            np.asarray(collectives.rows, np.int32), msg, i32(p2p.send), i32(p2p.recv), gate))
         self._timelines: dict[int, tuple] = {}  # timeline, by step
         self._chains: dict[tuple, tuple] = {}  # the events of runs of consecutive steps
 

@@ -29,6 +29,7 @@ from ..data.events import TraceError
 from ..data.load import load_trace, trace_size
 from ..data.reader import run_info
 from .run_choice import add_run_argument, chosen_runs
+from .trace_help import TRACE_HELP
 
 PROBLEM_STYLE = {"hang": "bold red", "mismatch": "bold red", "died": "bold red", "error": "red",
                  "divergence": "bold magenta", "nonfinite": "bold magenta", "unmatched": "yellow", "clock": "yellow"}
@@ -42,8 +43,7 @@ def _change(spec: str) -> ChangeSpec:
 
 
 def add_arguments(p) -> None:
-    p.add_argument("trace", nargs="+", metavar="TRACE",
-                   help="trace dir (several for a multi-node job) or a normalized events .jsonl file")
+    p.add_argument("trace", nargs="+", metavar="TRACE", help=TRACE_HELP)
     p.add_argument("--json", action="store_true", help="print the analysis as one JSON object (for scripts and CI)")
     p.add_argument("--top", type=int, default=10, metavar="N", help="rows per table (default 10)")
     p.add_argument("--what-if", action="append", type=_change, default=[], metavar="CHANGE", dest="what_if",

@@ -10,7 +10,7 @@ from textual.containers import Horizontal, Vertical
 from textual.reactive import reactive
 from textual.widgets import DataTable, Static
 
-from disttrace.tracer.analysis.describe import what_if_sentence
+from disttrace.tracer.analysis.describe import attribution_summary, what_if_sentence
 from disttrace.tracer.analysis.model import CriticalPath, PathPart
 from disttrace.tracer.analysis.units import fmt_ns, fmt_ns_short
 
@@ -123,8 +123,9 @@ class CriticalPathView(Vertical):
                 yield Static("Root causes of the waiting, whole run (what ran on the path meanwhile)")
                 yield self._causes_table()
                 per = "step" if a.steps else "run"
-                if a.what_if:
-                    yield Static("\n".join(what_if_sentence(w, per) for w in a.what_if), id="what-if")
+                lines = attribution_summary(a, per) + [what_if_sentence(w, per) for w in a.what_if]
+                if lines:
+                    yield Static("\n".join(lines), id="what-if")
 
     def _causes_table(self) -> DataTable:
         t = DataTable(id="cause-table", cursor_type="row", zebra_stripes=True)

@@ -13,7 +13,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.reactive import reactive
 from textual.widgets import DataTable, OptionList, Static
 
-from disttrace.tracer.analysis.describe import micro_batches, straggler_verdict
+from disttrace.tracer.analysis.describe import attribution_summary, micro_batches, straggler_verdict
 from disttrace.tracer.analysis.model import NULL
 from disttrace.tracer.analysis.units import fmt_bytes_short, fmt_gbps, fmt_ns_short, gbps_unit, ns_unit
 
@@ -89,6 +89,7 @@ class WaitsView(Vertical):
     DEFAULT_CSS = """
     WaitsView { height: 1fr; }
     WaitsView #verdict { height: auto; padding: 0 1; color: $text; }
+    WaitsView #attribution { height: auto; padding: 0 1; color: $text-muted; }
     WaitsView > Horizontal { height: 1fr; }
     WaitsView #ranks-steps { width: 48; }
     WaitsView #ranks-steps > Vertical { height: 1fr; }
@@ -115,6 +116,9 @@ class WaitsView(Vertical):
         a = self.store.analysis
         label, rest = straggler_verdict(a)
         yield Static(Text.assemble((label, "bold"), rest), id="verdict")
+        summary = attribution_summary(a, "step" if a.steps else "run")
+        if summary:
+            yield Static("\n".join(summary), id="attribution")
         # each title says how many rows its table holds, and how to scroll it: at 80×24 a table shows a few of them
         steps = min(len(a.steps), MAX_ROWS)
         with Horizontal():
