@@ -3,7 +3,7 @@ for a device's compute: forward and backward), the mesh (4 ranks: 2 replicas x 2
 0's stages 0, 1 and ranks 2, 3 replica 1's), and the faults, chosen by `--fault=KIND`:
 - `worker`: rank 3 (stage 1 of replica 1) computes each forward 20 ms longer: one slow worker;
 - `stage`: stage 1 (ranks 1 and 3) computes each forward 16 ms longer on both replicas: the layer partition;
-- `spread`: a rank here and there is 80 ms late before its step (a seeded pattern: different ranks in different
+- `spread`: a rank here and there is 120 ms late before its step (a seeded pattern: different ranks in different
   steps, as sequence lengths make data-dependent imbalance): no culprit.
 Without `--fault` the job runs with none: every prediction's ground truth."""
 
@@ -16,7 +16,7 @@ FORWARD_S, BACKWARD_S = 0.008, 0.016  # per layer, per micro-batch (long beside 
 #                                       which differs between them, and which a busy machine stretches)
 SLOW_WORKER, WORKER_S = 3, 0.020      # per micro-batch forward
 SLOW_STAGE, STAGE_S = 1, 0.016
-SPREAD_S = 0.080
+SPREAD_S = 0.120
 FAULT = next((a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--fault=")), "none")
 
 

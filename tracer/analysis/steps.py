@@ -18,7 +18,8 @@ to no step (-1).
 
 Steps are found per rank, then numbered alike across ranks: the ops of one collective, or the two sides of one
 message, are in the same step on every rank. Leading steps unlike the steady ones (another signature, or more than
-three times the median duration: a step or two of jitter on a busy machine is not warm-up) are marked warm-up.
+three times the median duration: a step or two of jitter on a busy machine is not warm-up; the first step from 1.5
+times) are marked warm-up.
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ MIN_REPEATS = 2       # a sequence seen once is not a loop
 _CANDIDATES = 16      # the most frequent spacings between repeats of a key tried as the period
 _SAMPLE = 4096        # ops per rank whose spacings propose periods (steps up to half as long are found)
 WARMUP_LONG = 3       # a leading step this many times the median one is warm-up (caches, allocator, compile)
+WARMUP_FIRST = 1.5    # ... the first one, from this many: it sets up every lazy thing (gloo connects each pair of
+#                       ranks on their first op: a 4-rank pipeline's first step read 2.5x the others)
 _VOTES = 4096         # collectives (and messages) sampled to number the steps alike across ranks
 _LAGS = 32            # a key met up to this many times a step still proposes the step's length as a period
 _WARMUP_EXTRA_OPS = 8  # ops a leading iteration may hold beyond two steady ones and still be found as a step
@@ -290,7 +293,7 @@ def build_steps(t: EventTable, step_of: array) -> list[Step]:
 
 def _mark_warmup(t: EventTable, step_of: array, steps: list[Step]) -> None:
     """Leading steps unlike the steady ones: another sequence of ops (on any of a sample of ranks), or over
-    `WARMUP_LONG` times the median length."""
+    `WARMUP_LONG` times the median length (the first from `WARMUP_FIRST`)."""
     if len(steps) < 3:
         return
     import numpy as np
@@ -308,7 +311,8 @@ def _mark_warmup(t: EventTable, step_of: array, steps: list[Step]) -> None:
     typical = median(s.end_ns - s.start_ns for s in steps)
     for s in steps[: len(steps) // 2]:
         odd = any(sigs[(r, s.index)] != usual[r] for r in usual if (r, s.index) in sigs)
-        if not odd and s.end_ns - s.start_ns <= WARMUP_LONG * typical:
+        long = WARMUP_FIRST if s is steps[0] else WARMUP_LONG
+        if not odd and s.end_ns - s.start_ns <= long * typical:
             break
         s.warmup = True
 
