@@ -278,6 +278,22 @@ class PipelineStats:
     # per stage, its ranks over the pipeline's replicas (data x pipeline parallel: one rank of each replica)
     stage_ranks: list[list[int]] = field(default_factory=list)
     virtual_stages: int = 1        # stages each rank holds (interleaved 1F1B: v, its ring of P ranks passed v times)
+    # the schedule read from the trace (schedule.py; docs/FORMAT.md, "pipeline"). Per iteration of each pipeline:
+    # [pipeline, iteration, schedule, micro_batches, start_ns, end_ns, startup_ns, bubble, expected, ideal_bubble,
+    # ideal]: its bubble from its first forward to its last backward, the start-up waits (startup_ns) apart
+    schedule_iterations: list[tuple[int, int, str, int, int, int, int, float, float, float, int]] = field(
+        default_factory=list)
+    schedule_fraction: float = 0.0  # the mean of the iterations' bubbles (bubble_fraction: blocked over the windows)
+    # every forward and backward: [iteration, rank, stage, "F" or "B", micro_batch, start_ns, end_ns, estimated]
+    schedule: list[tuple[int, int, int, str, int, int, int, bool]] = field(default_factory=list)
+    # per iteration and rank, its idle ns in the iteration's span: [iteration, rank, warmup, cooldown, blocked with
+    # the stage before, with the stage after, other, the most micro-batches in flight]
+    stage_idle: list[tuple[int, int, int, int, int, int, int, int]] = field(default_factory=list)
+    # the textbook grids (`ideal` of an iteration): [stage row, stage, "F" or "B", micro_batch, start_ns, end_ns]
+    ideal_schedules: list[list[tuple[int, int, str, int, int, int]]] = field(default_factory=list)
+    schedule_note: str = ""        # iterations not read as a schedule, and why
+    # the start-up waits cut from the iterations' spans: [pipeline, iteration, start_ns, end_ns]
+    schedule_startup: list[tuple[int, int, int, int]] = field(default_factory=list)
 
 
 @dataclass

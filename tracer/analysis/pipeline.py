@@ -24,6 +24,7 @@ from ..data.columns import GIL_ROWS, groups_of, link_in, order_by, repeat_each
 from ..data.events import NONE, EventTable
 from .matching import finished_column
 from .model import WAIT_BARRIER, WAIT_NXN, CollectiveInstance, PipelineStats, StageStats, Step
+from .schedule import partners, read_schedule
 from .waits import blocked_in, blocked_intervals
 
 if TYPE_CHECKING:
@@ -177,6 +178,7 @@ def pipeline_stats(t: EventTable, p2p: P2PTable, collectives: CollectiveTable, s
         return by_group
 
     cols = _Columns(t)
+    schedule = read_schedule(t, cols.fin, partners(p2p, [i for rows in rows_of for rr in rows.values() for i in rr]))
     per_stage: list[StageStats] = []
     pipelines: list[list[int]] = []
     first: tuple[list[int], int, int] | None = None
@@ -194,11 +196,13 @@ def pipeline_stats(t: EventTable, p2p: P2PTable, collectives: CollectiveTable, s
         forward = count.get((path[0], path[1]), 0)
         pipelines.append(path)
         rows = rows_of[k_path]
-        windows, in_steps = _step_windows(t, path, rows, steps, step_of)
+        windows, in_steps, used = _step_windows(t, path, rows, steps, step_of)
         if windows:  # (the micro-batches of the iterations: not the messages before the first, shape inference's)
             forward = in_steps
+            schedule.pipeline(len(pipelines) - 1, path, v, rows, _rows_by_step(path, rows, used, step_of))
         else:
             windows = _sync_windows(t, path, rows, syncs_by_group())
+            schedule.pipeline(len(pipelines) - 1, path, v, rows, _rows_in(t, path, rows, windows))
         stage_acc = {r: [0, 0] for r in path}
         if windows:
             iterations = len(windows)
@@ -218,6 +222,7 @@ def pipeline_stats(t: EventTable, p2p: P2PTable, collectives: CollectiveTable, s
                     stage_acc[r][1] += b - a
         else:  # no iterations found: one window over the pipeline's span
             iterations = 1
+            schedule.pipeline(len(pipelines) - 1, path, v, rows, [(0, rows)])
             a = min(t.start_ns[rr[0]] for rr in rows.values() if rr)
             b = max(max(t.end_ns[i] for i in rr) for rr in rows.values() if rr)
             for r in path:
@@ -238,9 +243,12 @@ def pipeline_stats(t: EventTable, p2p: P2PTable, collectives: CollectiveTable, s
     path, micro, iterations, v = first
     p = len(path)
     slow, factor = _slow_stage(per_stage)
+    read = schedule.finish()
     return PipelineStats(path, micro, tot_blocked / tot_window if tot_window else 0.0,
                          (p - 1) / (v * micro + p - 1), per_stage, iterations, slow, factor, pipelines,
-                         virtual_stages=v)
+                         virtual_stages=v, schedule_fraction=read.fraction(), schedule_iterations=read.iterations,
+                         schedule=read.cells, stage_idle=read.stage_idle, ideal_schedules=read.ideals,
+                         schedule_note="; ".join(read.notes), schedule_startup=read.startup)
 
 
 Window = tuple  # (rank -> window start, window end, the closing synchronization or None)
@@ -277,12 +285,13 @@ class _Columns:
 
 
 def _step_windows(t: EventTable, path: list[int], rows: dict[int, list[int]], steps: list[Step],
-                  step_of: array) -> tuple[list[Window], int]:
+                  step_of: array) -> tuple[list[Window], int, list[int]]:
     """One window per training step whose traffic is a pipeline iteration: the first stage sends activations
     and gets gradients back, or sends several micro-batches. (A forward-only loop of one micro-batch a period
-    repeats per micro-batch: its 'steps' are micro-batches, not iterations.) And the first stage's sends in them."""
+    repeats per micro-batch: its 'steps' are micro-batches, not iterations.) And the first stage's sends in them,
+    and the steps' indexes."""
     if len(steps) < 2:
-        return [], 0
+        return [], 0, []
     head = path[0]
     sends: dict[int, int] = {}
     recvs: dict[int, int] = {}
@@ -296,9 +305,30 @@ def _step_windows(t: EventTable, path: list[int], rows: dict[int, list[int]], st
             d[k] = d.get(k, 0) + 1
     used = sorted(sends)
     if len(used) < 2 or not all(recvs.get(k, 0) or sends[k] >= 2 for k in used):
-        return [], 0
+        return [], 0, []
     by_index = {s.index: s for s in steps}
-    return [((lambda r, s=by_index[k]: s.start_ns), by_index[k].end_ns, None) for k in used], sum(sends.values())
+    return ([((lambda r, s=by_index[k]: s.start_ns), by_index[k].end_ns, None) for k in used], sum(sends.values()),
+            used)
+
+
+def _rows_by_step(path: list[int], rows: dict[int, list[int]], used: list[int], step_of: array
+                  ) -> list[tuple[int, dict[int, list[int]]]]:
+    """Per step of `used`: (its index, each rank's rows of the pipeline in it)."""
+    out = {k: {r: [] for r in path} for k in used}
+    for r in path:
+        for i in rows[r]:
+            per = out.get(step_of[i])
+            if per is not None:
+                per[r].append(i)
+    return list(out.items())
+
+
+def _rows_in(t: EventTable, path: list[int], rows: dict[int, list[int]], windows: list[Window]
+             ) -> list[tuple[int, dict[int, list[int]]]]:
+    """Per synchronization window: (its number, each rank's rows of the pipeline that start in it)."""
+    starts = {r: [t.start_ns[i] for i in rows[r]] for r in path}
+    return [(w, {r: rows[r][bisect_left(starts[r], a_of(r)):bisect_left(starts[r], b)] for r in path})
+            for w, (a_of, b, _) in enumerate(windows)]
 
 
 def _sync_windows(t: EventTable, path: list[int], rows: dict[int, list[int]],

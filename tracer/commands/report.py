@@ -442,6 +442,30 @@ def _pipeline(console, a: Analysis) -> None:
                           fmt_ns(sum(s.blocked_ns for s in ss) / len(ss)), f"{sum(fr) / len(fr):.1%}",
                           f"{min(fr):.1%}", f"{max(fr):.1%}")
     console.print(table)
+    _schedule(console, p)
+
+
+def _schedule(console, p) -> None:
+    """The schedule read from the trace: each iteration's bubble from its first forward to its last backward."""
+    its = p.schedule_iterations
+    if not its:
+        if p.schedule_note:
+            console.print(f"Schedule: not read ({p.schedule_note}).")
+        return
+    kinds = sorted({it[2] for it in its}, key=[it[2] for it in its].index)
+    fr = [it[7] for it in its]
+    console.print(f"Schedule read from the trace: {', '.join(kinds)}, {len(its)} iteration(s); bubble from the first "
+                  f"forward to the last backward, start-up waits apart: [bold]{p.schedule_fraction:.1%}[/] (mean; "
+                  f"{min(fr):.1%} to {max(fr):.1%}), the textbook's {its[0][8]:.1%}"
+                  + (f"; {p.schedule_note}" if p.schedule_note else ""))
+    if len(its) > 12:
+        return
+    table = _table("Bubble per iteration", "pipeline", "iteration", "schedule", "M", "span", "start-up", "bubble",
+                   "textbook", "ideal grid")
+    for k, index, kind, m, t0, t1, startup, bubble, expected, ideal, _ in its:
+        table.add_row(str(k), str(index), kind, str(m), fmt_ns(t1 - t0), fmt_ns(startup), f"{bubble:.1%}",
+                      f"{expected:.1%}", f"{ideal:.1%}")
+    console.print(table)
 
 
 def _models(console, a: Analysis) -> None:

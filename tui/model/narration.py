@@ -1,6 +1,7 @@
 """Demo narration: `narration.json` in a trace dir says what to say at each event of a teaching demo.
 
-{"title": str, "intro": str, "steps": [{"match": {normalized event keys}, "text": str}], "summary": str}
+{"title": str, "intro": str, "steps": [{"match": {normalized event keys}, "text": str}], "summary": str,
+ "view": str (optional: the viewer's tab to open on, e.g. "pipeline")}
 The text shown is that of the first step whose `match` fits the event at the playhead (the intro before the
 first event).
 """
@@ -21,6 +22,7 @@ class Narration:
     intro: str = ""
     steps: list[tuple[dict, str]] = field(default_factory=list)
     summary: str = ""
+    view: str = ""  # the tab the viewer opens on ("": the timeline)
 
     def text_for(self, table: EventTable, row: int) -> str:
         if row < 0:
@@ -46,7 +48,7 @@ def load_narration(paths: list[str]) -> Narration | None:
                     d = orjson.loads(fh.read())
                 steps = [(dict(s.get("match") or {}), str(s.get("text") or "")) for s in d.get("steps") or []]
                 return Narration(str(d.get("title") or ""), str(d.get("intro") or ""), steps,
-                                 str(d.get("summary") or ""))
+                                 str(d.get("summary") or ""), str(d.get("view") or ""))
             except (OSError, ValueError, AttributeError, TypeError) as e:
                 raise TraceError(f"{f}: not a valid narration file ({e})") from None
     return None

@@ -52,12 +52,14 @@ class View:
     binds: tuple[str, ...] = ()
     """The screen's state the view shows (attributes down): names of ViewerScreen's vars, bound to its reactives
     of the same names."""
+    narrated: bool = False
+    """Whether the view shows a demo's narration too (built as widget(store, narration=...))."""
 
 
 VIEWS = (
     View("timeline", "1", "Timeline", "timeline"),
     View("ring", "2", "Ring", "ring view", RingView, ("playhead", "ring_step")),
-    View("pipeline", "3", "Pipeline", "pipeline view", PipelineView, ("playhead", "selection", "zoom", "offset_ns")),
+    View("pipeline", "3", "Pipeline", "pipeline view", PipelineView, ("playhead",), narrated=True),
     View("waits", "4", "Waits", "waits view", WaitsView),
     View("links", "5", "Links", "links view", LinksView),
     View("charts", "6", "Charts", "charts view", ChartsView, ("playhead",)),
@@ -137,8 +139,9 @@ class ViewerScreen(Screen):
         Binding("slash", "search", "search", tooltip="search events (op, api, site, rank=N)"),
         Binding("g", "goto", "go to", tooltip="go to a time or an event number"),
         *(Binding(v.key, f"view({v.id!r})", v.description, show=False) for v in VIEWS),
-        Binding("left_square_bracket", "ring_step(-1)", "ring: previous step", show=False),
-        Binding("right_square_bracket", "ring_step(1)", "ring: next step", show=False),
+        Binding("left_square_bracket", "ring_step(-1)", "ring: previous step; pipeline: previous iteration",
+                show=False),
+        Binding("right_square_bracket", "ring_step(1)", "ring: next step; pipeline: next iteration", show=False),
         Binding("left_curly_bracket", "train_step(-1)", "previous training step", show=False,
                 tooltip="previous training step (the window shows all of it)"),
         Binding("right_curly_bracket", "train_step(1)", "next training step", show=False,
@@ -185,7 +188,8 @@ class ViewerScreen(Screen):
         self.head = head  # the store is the trace's head, this fraction of its bytes, while the rest is read
         self.narration = narration
         self.start_row = start_row
-        self.initial_view = "timeline"
+        # a demo's narration may name the tab it is told on (the pipeline demo's: its schedule grid)
+        self.initial_view = getattr(narration, "view", "") if getattr(narration, "view", "") in VIEW else "timeline"
         self.shown = threading.Event()  # set once on screen (the loading worker waits for it to analyse)
         self._timer: Timer | None = None
         self.title_text = title
@@ -225,7 +229,8 @@ class ViewerScreen(Screen):
 
     def _analysis_view(self, view: View):
         """The widget of a tab that shows analysis results, bound to this screen's state."""
-        return view.widget(self.store).data_bind(*(getattr(ViewerScreen, name) for name in view.binds))
+        extra = {"narration": self.narration} if view.narrated and self.narration is not None else {}
+        return view.widget(self.store, **extra).data_bind(*(getattr(ViewerScreen, name) for name in view.binds))
 
     def row_in(self, store: TraceStore) -> int:
         """The row in `store` of the event the playhead is on (-1: none, or not in it), found by (rank, id)."""
@@ -557,8 +562,25 @@ class ViewerScreen(Screen):
         self.offset_ns = viewport.clamp_offset(span, z, start_ns - t0 - (w - (end_ns - start_ns)) / 2)
 
     def action_ring_step(self, direction: int) -> None:
-        ring = self.query_one(RingView)
-        self.ring_step = max(-1, min(ring.n_steps - 1, self.ring_step + direction))
+        if self.query_one(TabbedContent).active == "pipeline":
+            self._pipeline_iteration(direction)
+            return
+        for ring in self.query(RingView):
+            self.ring_step = max(-1, min(ring.n_steps - 1, self.ring_step + direction))
+
+    def _pipeline_iteration(self, direction: int) -> None:
+        """The playhead to the first event of the pipeline's previous or next iteration (the grid shows it)."""
+        views = list(self.query(PipelineView))
+        model = views[0].model if views else None
+        if not model:
+            self.notify("no pipeline schedule in this trace", severity="warning")
+            return
+        here = model.at(self.playhead)
+        target = model.neighbour(here, direction)
+        if target is None:
+            self.notify(f"this is the {'last' if direction > 0 else 'first'} iteration", timeout=2)
+            return
+        self.playhead = model.first_row(target)
 
     def action_narration(self, direction: int) -> None:
         for pane in self.query(NarrationPane):

@@ -18,68 +18,138 @@ from disttrace.tracer.analysis.model import NULL
 from disttrace.tracer.analysis.units import fmt_bytes_short, fmt_gbps, fmt_ns_short, gbps_unit, ns_unit
 
 from ..model.replay import row_at_time
+from ..model.schedule import ScheduleModel
 from ..model.store import TraceStore
+from .detail import NarrationPane
 from .messages import ShowInTimeline
 from .palette import OP_COLORS
 from .plot import PlotChart
 from .ring import RingView
-from .timeline import Ruler, Timeline
+from .schedule import ScheduleGrid
 
 __all__ = ["RingView", "PipelineView", "WaitsView", "LinksView", "ChartsView", "ProblemsView"]
 
 MAX_ROWS = 2000  # rows of a table view: the worst first; the timeline has the rest
 
 
-class PipelineView(Vertical):
-    """Stages × time (the ranks in stage order) with each stage's bubble fraction beside (P−1)/(M+P−1)."""
+class PipelineView(VerticalScroll, can_focus=False):
+    """The pipeline's schedule grid (schedule.py) of the playhead's iteration, its bubble measured beside the
+    textbook's, each stage's idle time by cause, then the pipeline over all its iterations."""
 
     DEFAULT_CSS = """
     PipelineView { height: 1fr; }
     PipelineView > Static { height: auto; padding: 0 1; }
-    PipelineView Timeline { height: auto; max-height: 50%; }
+    PipelineView > ScheduleGrid { margin: 0 1; }
+    PipelineView > NarrationPane { max-height: 40%; }
     """
 
     playhead: reactive[int] = reactive(-1)
-    """Event row of the replay playhead."""
-    selection: reactive[int] = reactive(-1)
-    """Selected event row."""
-    zoom: reactive[int] = reactive(0)
-    """Zoom level of the timeline (the same window as the main timeline)."""
-    offset_ns: reactive[int] = reactive(0)
-    """Window start of the timeline."""
+    """Event row of the replay playhead: the grid shows its iteration and highlights its micro-batch."""
 
-    def __init__(self, store: TraceStore, **kwargs) -> None:
+    def __init__(self, store: TraceStore, narration=None, **kwargs) -> None:
         super().__init__(**kwargs)
         self.store = store
+        self.narration = narration
+        self.model = ScheduleModel(store)
+        self._shown = -2  # the iteration the texts are of
 
     def compose(self) -> ComposeResult:
         p = self.store.analysis.pipeline
         if p is None:
             yield Static("No pipeline found: this trace has no chain of stages passing activations by send/recv.\n"
-                         "(Pipeline-parallel jobs show here: stages × time with their bubbles.)")
+                         "(Pipeline-parallel jobs show here: the schedule, stage by stage, micro-batch by "
+                         "micro-batch, and its bubble.)")
             return
-        stages = [self.store.rank_index[r] for r in p.stages if r in self.store.rank_index]
+        if self.narration is not None:
+            yield NarrationPane(self.store, self.narration).data_bind(PipelineView.playhead)
+        if self.model:
+            yield Static(id="pipe-iteration")
+            yield ScheduleGrid(self.model).data_bind(PipelineView.playhead)
+            yield Static(LEGEND, id="pipe-legend")
+            yield Static(id="pipe-idle")
+        else:
+            why = p.schedule_note or "its messages are not P stages' forwards and backwards of the same micro-batches"
+            yield Static(f"The schedule was not read from this trace: {why}.", id="pipe-iteration")
+        yield Static(self._overall(), id="pipe-overall")
+
+    def on_mount(self) -> None:
+        self._iteration_texts()
+
+    def watch_playhead(self) -> None:
+        if self.is_mounted:
+            self._iteration_texts()
+
+    def _iteration_texts(self) -> None:
+        """The playhead's iteration's bubble and idle times (once per iteration)."""
+        n = self.model.at(self.playhead)
+        if n == self._shown or n < 0:
+            return
+        self._shown = n
+        self.query_one("#pipe-iteration", Static).update(iteration_line(self.model, n))
+        self.query_one("#pipe-idle", Static).update(idle_table(self.model, n))
+
+    def _overall(self):
+        p = self.store.analysis.pipeline
         slow = ""
         if p.slow_stage is not None:
             slow = (f"  Stage {p.slow_stage} computes {p.slow_factor:.1f}x what the others do: it sets the pace "
                     f"(the others' waits for it are bubble, not straggling).")
-        yield Static(Text.assemble(
-            ("Pipeline: ", "bold"), f"{len(p.stages)} stages, {micro_batches(p)}.  Bubble fraction ",
-            (f"{p.bubble_fraction:.1%}", "bold"), " measured vs ", (f"{p.expected_fraction:.1%}", "bold"),
-            f" expected from (P−1)/(M+P−1) with M = {p.micro_batches}.", (slow, "bold #ff8c5a"),
-            "  ─ compute, █ send/recv, ▒ waiting in them (the bubble)."))
-        yield Ruler(self.store, timeline := Timeline(self.store, rank_indices=stages)).data_bind(
-            PipelineView.zoom, PipelineView.offset_ns)
-        yield timeline.data_bind(PipelineView.playhead, PipelineView.selection, PipelineView.zoom,
-                                 PipelineView.offset_ns)
+        v = f" × {p.virtual_stages} virtual stages" if p.virtual_stages > 1 else ""
+        head = Text.assemble(
+            ("Over all iterations: ", "bold"), f"{len(p.stages)} stages{v}, {micro_batches(p)}; blocked in "
+            "messages ", (f"{p.bubble_fraction:.1%}", "bold"), " of the stages' time",
+            *((", the schedule's bubble ", (f"{p.schedule_fraction:.1%}", "bold"), " (the iterations' mean)")
+              if p.schedule_iterations else ()),
+            f", expected {p.expected_fraction:.1%}.", (slow, "bold #ff8c5a"))
         table = Table(box=None, padding=(0, 2))
-        for col in ("stage", "rank", "window", "blocked", "bubble", ""):
+        for col in ("stage", "rank", "window", "blocked", "blocked %", ""):
             table.add_column(col, justify="right" if col not in ("", "stage") else "left")
         for s in p.per_stage:
             bar = "█" * int(round(s.bubble_fraction * 30))
             table.add_row(str(s.stage), f"r{s.rank}", fmt_ns_short(s.window_ns), fmt_ns_short(s.blocked_ns),
                           f"{s.bubble_fraction:.1%}", Text(bar, style="#ff8c5a"))
-        yield Static(table)
+        return Group(head, table)
+
+
+LEGEND = ("F3: micro-batch 3's forward, B3 its backward (F3': on the rank's second virtual stage); ░ idle: the "
+          "bubble; ~ waiting for a stage to start (not counted). The playhead's micro-batch is yellow on every "
+          "stage. An F and a B with no message between them share their gap in the ratio of their usual lengths.")
+
+
+def iteration_line(model: ScheduleModel, n: int) -> Text:
+    """Iteration n's schedule and bubble, measured and the textbook's, and the keys that move the grid."""
+    it = model.iterations[n]
+    k, total = model.position(n)
+    p, v, m = len(model.paths[it.pipeline]), model.v, it.micro_batches
+    formula = f"(P−1)/(M+P−1) = ({p}−1)/({m}+{p}−1)" if v == 1 else f"(P−1)/(vM+P−1) = ({p}−1)/({v}·{m}+{p}−1)"
+    pipe = f" of pipeline {it.pipeline} (ranks {' → '.join(map(str, model.paths[it.pipeline]))})" \
+        if len(model.by_pipeline) > 1 else ""
+    startup = f", start-up waits apart ({fmt_ns_short(it.startup_ns)})" if it.startup_ns else ""
+    return Text.assemble(
+        (f"Iteration {k} of {total}", "bold"), f" (step {it.index}){pipe}: {it.kind}, P = {p}",
+        f", v = {v}" if v > 1 else "", f", M = {m}.  Bubble ", (f"{it.bubble:.1%}", "bold"),
+        f" measured, first forward to last backward{startup}; textbook {formula} = ",
+        (f"{it.expected:.1%}", "bold"), f", its grid below {it.ideal_bubble:.1%}.",
+        ("  [ ]: iteration  + −: zoom  ← →: pan  n p: events", "#808080"))
+
+
+def idle_table(model: ScheduleModel, n: int) -> Table:
+    """Each rank's idle time in iteration n by where it comes from, beside its textbook grid's."""
+    cells = model.cells.get(n, [])
+    ideal = model.ideal_idle(n)
+    table = Table(box=None, padding=(0, 1), title="Idle time in this iteration, by cause (← with the stage before, "
+                  "→ with the stage after: waiting on it or exchanging with it; host: between ops)",
+                  title_justify="left", title_style="italic")
+    for col in ("stage", "busy", "warm-up", "cool-down", "waits ←", "waits →", "host", "in flight",
+                "textbook warm/cool"):
+        table.add_column(col, justify="left" if col == "stage" else "right")
+    for pos, (r, (warm, cool, before, after, other, flight)) in enumerate(model.idle_of(n)):
+        busy = sum(c.end_ns - c.start_ns for c in cells if c.rank == r)
+        iw, ic, _ = ideal[pos] if pos < len(ideal) else (0, 0, 0)
+        table.add_row(f"s{pos} r{r}", fmt_ns_short(busy), fmt_ns_short(warm), fmt_ns_short(cool),
+                      fmt_ns_short(before), fmt_ns_short(after), fmt_ns_short(other), str(flight),
+                      f"{fmt_ns_short(iw)}/{fmt_ns_short(ic)}")
+    return table
 
 
 class WaitsView(Vertical):
