@@ -57,6 +57,7 @@ class Narration:
 
     def __init__(self, run: DemoRun, title: str, intro: str):
         self.run, self.title, self.intro = run, title, intro
+        self.view = ""  # the viewer's tab to open on ("": the timeline)
         self.texts: dict[int, str] = {}   # table row -> text
         self.fallback: list[tuple[dict, str]] = []
 
@@ -78,7 +79,10 @@ class Narration:
             steps.append({"match": {"op": ev["op"], "rank": ev["rank"], "id": ev["id"]}, "text": text})
         steps += [{"match": m, "text": t} for m, t in self.fallback]
         steps.append({"match": {}, "text": "(an operation this demo does not explain)"})
-        return {"title": self.title, "intro": self.intro, "steps": steps, "summary": summary}
+        out = {"title": self.title, "intro": self.intro, "steps": steps, "summary": summary}
+        if self.view:
+            out["view"] = self.view
+        return out
 
     def write(self, summary: str) -> dict:
         data = self.build(summary)

@@ -87,43 +87,156 @@ def tensor_parallel(run: DemoRun) -> dict:
                    "is why tensor parallelism stays within a node's fast links.")
 
 
+SCHEDULE_NAMES = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "interleaved 1F1B"}
+
+
 def pipeline_parallel(run: DemoRun) -> dict:
-    m = next((res.get("micro_batches") for res in run.results.values()), None) or 4
+    """Each message of each schedule's iteration, told in causal order: a receive posted before its send waits for
+    it (the send, later, delivers it); one posted after receives what was sent. The summary compares the
+    schedules' bubbles, measured and the textbook's, and the micro-batches each stage held at once."""
+    from disttrace.tracer.analysis.schedule import actions_of
+
+    res = next((r for r in run.results.values() if r.get("schedules")), {})
+    m = res.get("micro_batches") or 4
+    schedules = list(res.get("schedules") or {"gpipe": {}})
     p = run.nproc
+    v = 2 if schedules == ["interleaved"] else 1
+    names = [SCHEDULE_NAMES.get(s, s) for s in schedules]
     n = Narration(run, "pipeline parallelism: layers in stages, micro-batches in flight",
-                  f"A small MLP split into stages: {p} stages, one per rank, each holding a slice of the layers; "
-                  f"the batch is cut into {m} micro-batches. Forward: activations go stage to stage with send/recv. "
-                  "Backward (written out by hand): gradients come back stage by stage, last micro-batch first. "
-                  "Each stage sleeps a little per micro-batch to stand for compute, so that the schedule is visible.")
+                  f"A small MLP split into stages: {p * v} stages on {p} ranks"
+                  + (" (each rank holds two chunks of layers: stages r and r + P)" if v > 1 else ", one per rank")
+                  + f"; the batch is cut into {m} micro-batches. Forward: activations go stage to stage with "
+                  "send/recv; backward: gradients come back stage by stage. One training iteration per schedule: "
+                  f"{' then '.join(names)}. The grid below draws each stage's forwards (F) and backwards (B) in "
+                  "time; n steps through the messages, the playhead's micro-batch in yellow on every stage. Each "
+                  "stage sleeps a little per micro-batch to stand for compute, so that the schedule is visible.")
+    n.view = "pipeline"
+    t = run.table
+    matched = {}
+    for msg in run.analysis.p2p:
+        if msg.send is not None and msg.recv is not None:
+            matched[msg.send], matched[msg.recv] = msg.recv, msg.send
+    step_name = dict(enumerate(names))
     for rank in range(p):
-        fwd_recv = [x for x in run.events("recv", rank) if x[1]["peer"] == rank - 1]
-        fwd_send = [x for x in run.events("send", rank) if x[1]["peer"] == rank + 1]
-        bwd_recv = [x for x in run.events("recv", rank) if x[1]["peer"] == rank + 1]
-        bwd_send = [x for x in run.events("send", rank) if x[1]["peer"] == rank - 1]
-        for k, (row, ev) in enumerate(fwd_send):
-            n.say(row, f"Forward, micro-batch {k}: stage {rank} ran its layers and sends the activation "
-                       f"{show(values(ev['in']))} to stage {rank + 1}.")
-        for k, (row, ev) in enumerate(fwd_recv):
-            idle = " The wait before it is the bubble: this stage has nothing to do until the data comes." if k == 0 \
-                else ""
-            n.say(row, f"Forward, micro-batch {k}: stage {rank} receives its input {show(values(ev['out']))} from stage "
-                       f"{rank - 1} ({fmt_ns_prose(duration(ev))} in recv).{idle}")
-        for k, (row, ev) in enumerate(bwd_send):
-            mb = m - 1 - k
-            n.say(row, f"Backward, micro-batch {mb}: stage {rank} ran the backward of its layers and sends "
-                       f"d loss / d input = {show(values(ev['in']))} to stage {rank - 1}.")
-        for k, (row, ev) in enumerate(bwd_recv):
-            mb = m - 1 - k
-            n.say(row, f"Backward, micro-batch {mb}: stage {rank} receives the gradient of its output, "
-                       f"{show(values(ev['out']))}, from stage {rank + 1} ({fmt_ns_prose(duration(ev))} in recv), "
-                       "and runs the backward of its layers with it.")
+        nxt, prev = (rank + 1) % p, (rank - 1) % p
+        for step, name in step_name.items():
+            mine = [(i, ev) for i, ev in run.events(rank=rank) if ev["op"] in ("send", "recv") and ev.get("step") == step]
+            for kind in ("F", "B"):
+                acts = actions_of(p, v, m, rank, kind)
+                ins = [x for x in acts if x[2]]
+                outs = [x for x in acts if x[3]]
+                if kind == "F":
+                    got = [x for x in mine if x[1]["op"] == "recv" and x[1]["peer"] == prev and (rank > 0 or v > 1)]
+                    sent = [x for x in mine if x[1]["op"] == "send" and x[1]["peer"] == nxt and (rank < p - 1 or v > 1)]
+                else:
+                    got = [x for x in mine if x[1]["op"] == "recv" and x[1]["peer"] == nxt and (rank < p - 1 or v > 1)]
+                    sent = [x for x in mine if x[1]["op"] == "send" and x[1]["peer"] == prev and (rank > 0 or v > 1)]
+                for (row, ev), (chunk, mb, _, _) in zip(sent, outs):
+                    n.say(row, _sent(run, name, kind, rank + chunk * p, mb, ev, matched.get(row)))
+                for k, ((row, ev), (chunk, mb, _, _)) in enumerate(zip(got, ins)):
+                    n.say(row, _received(run, name, kind, rank + chunk * p, mb, ev, matched.get(row), k == 0))
+    return n.write(_pipeline_summary(run, schedules, names, p, m, v))
+
+
+def _sent(run: DemoRun, name: str, kind: str, stage: int, mb: int, ev: dict, recv: int | None) -> str:
+    to = stage + 1 if kind == "F" else stage - 1
+    what = (f"the activation {show(values(ev['in']))} to stage {to}" if kind == "F" else
+            f"d loss / d input = {show(values(ev['in']))} to stage {to}")
+    text = (f"{name}, {'forward' if kind == 'F' else 'backward'} of micro-batch {mb}: stage {stage} ran "
+            f"{'its layers' if kind == 'F' else 'the backward of its layers'} and sends {what}.")
+    if ev.get("async_op"):
+        text += " (isend: it does not wait for the receiver; the iteration waits for its sends at its end.)"
+    if recv is not None:
+        r = run.rows[recv]
+        if r["start_ns"] <= ev["start_ns"]:
+            text += (f" Stage {to} has been waiting for it for {fmt_ns_prose(ev['start_ns'] - r['start_ns'])} and "
+                     "receives it now.")
+        else:
+            text += (f" Stage {to} is busy: it will ask for it {fmt_ns_prose(r['start_ns'] - ev['start_ns'])} "
+                     "later" + (", and the blocking send waits until then." if not ev.get("async_op") else "."))
+    return text
+
+
+def _received(run: DemoRun, name: str, kind: str, stage: int, mb: int, ev: dict, send: int | None,
+              first: bool) -> str:
+    frm = stage - 1 if kind == "F" else stage + 1
+    what = "its input activation" if kind == "F" else "the gradient of its output"
+    head = f"{name}, {'forward' if kind == 'F' else 'backward'} of micro-batch {mb}: stage {stage} "
+    if send is not None and run.rows[send]["start_ns"] > ev["start_ns"]:
+        s = run.rows[send]
+        later = fmt_ns_prose(s["start_ns"] - ev["start_ns"])
+        cell = _cells(run).get((ev.get("step"), frm, kind, mb))
+        if cell is not None and cell[0] > ev["start_ns"]:
+            doing = (f"stage {frm} has not started on it yet: it starts {fmt_ns_prose(cell[0] - ev['start_ns'])} "
+                     f"later, computes for {fmt_ns_prose(cell[1] - cell[0])} and sends it {later} from now")
+        else:
+            doing = f"stage {frm} is still computing it (it sends it {later} later)"
+        text = head + f"is ready for {what} and waits for it: {doing}."
+        if first and kind == "F":
+            if cell is not None and cell[0] > ev["start_ns"]:
+                text += (f" Until stage {frm} starts, this wait is not counted as bubble (the bubble counts from the "
+                         "iteration's first forward); after that it is: this stage has nothing to do until the data "
+                         "comes.")
+            else:
+                text += " The wait is the bubble: this stage has nothing to do until the data comes."
+        return text
+    ago = f", sent {fmt_ns_prose(ev['start_ns'] - run.rows[send]['start_ns'])} ago by stage {frm}" if send is not None \
+        else f" from stage {frm}"
+    return (head + f"receives {what} {show(values(ev['out']))}{ago}, and runs "
+            f"{'its layers' if kind == 'F' else 'the backward of its layers'} on it.")
+
+
+def _cells(run: DemoRun) -> dict:
+    """(iteration, stage, "F" or "B", micro-batch) -> (start, end) of each computation the analysis read."""
+    cached = run.__dict__.get("_schedule_cells")
+    if cached is None:
+        stats = run.analysis.pipeline
+        cached = {(c[0], c[2], c[3], c[4]): (c[5], c[6]) for c in (stats.schedule if stats else ())}
+        run.__dict__["_schedule_cells"] = cached
+    return cached
+
+
+def _pipeline_summary(run: DemoRun, schedules: list[str], names: list[str], p: int, m: int, v: int) -> str:
+    """The schedules' bubbles, measured (start-up waits apart) and the textbook's, where the idle time came from,
+    and the micro-batches each stage held at once."""
     stats = run.analysis.pipeline
-    bubble = (f"The analysis measures a bubble of {stats.bubble_fraction:.0%} (idle share of the stages' time); "
-              f"GPipe's (P-1)/(M+P-1) = ({p}-1)/({m}+{p}-1) = {stats.expected_fraction:.0%} counts compute only; at this "
-              "toy size the messages and their waits add to the idle time." if stats else
-              f"GPipe's bubble is (P-1)/(M+P-1) = ({p}-1)/({m}+{p}-1) = {(p - 1) / (m + p - 1):.0%} of the time.")
-    return n.write(f"{_check(run)} {bubble} More micro-batches shrink the bubble (try --program-args="
-                   "'--num-micro-batches 8 --batch-size 16'); 1F1B schedules also cut the activation memory.")
+    formula = (f"(P-1)/(M+P-1) = ({p}-1)/({m}+{p}-1) = {(p - 1) / (m + p - 1):.0%}" if v == 1 else
+               f"(P-1)/(vM+P-1) = ({p}-1)/({v}*{m}+{p}-1) = {(p - 1) / (v * m + p - 1):.0%}")
+    by_step = {it[1]: it for it in stats.schedule_iterations} if stats else {}
+    lines = []
+    for step, (schedule, name) in enumerate(zip(schedules, names)):
+        it = by_step.get(step)
+        held = [r.get("schedules", {}).get(schedule, {}).get("in_flight") for _, r in sorted(run.results.items())]
+        mem = ", ".join(f"stage {k}: {h}" for k, h in enumerate(held) if h is not None)
+        if it is None:
+            lines.append(f"  {name}: the trace's schedule was not read ({stats.schedule_note if stats else 'no pipeline'})"
+                         f"; micro-batches held at once: {mem}.")
+            continue
+        idle = [s for s in stats.stage_idle if s[0] == step]
+        ends, between, host = (sum(s[2] + s[3] for s in idle), sum(s[4] + s[5] for s in idle),
+                               sum(s[6] for s in idle))
+        ideal = stats.ideal_schedules[it[10]] if it[10] >= 0 else []
+        ideal_span = max((c[5] for c in ideal), default=0)
+        cut = f", {fmt_ns_prose(it[6])} of waiting for a stage to start left out" if it[6] else ""
+        lines.append(f"  {name}: bubble {it[7]:.0%} measured (the iteration took {fmt_ns_prose(it[5] - it[4])}{cut}), "
+                     f"{it[9]:.0%} in its textbook grid ({fmt_ns_prose(ideal_span)}). The stages' idle time: "
+                     f"{fmt_ns_prose(ends)} before their first computation or after their last, "
+                     f"{fmt_ns_prose(between)} waiting for a neighbour between them, {fmt_ns_prose(host)} on the host "
+                     f"between ops. Micro-batches' activations held at once: {mem}.")
+    compare = ""
+    if {"gpipe", "1f1b"} <= set(schedules):
+        compare = ("GPipe and 1F1B have the same bubble: each stage idles while the pipeline fills and drains. What "
+                   "1F1B saves is memory: it runs each backward as soon as it can, so stage s holds at most P - s "
+                   "micro-batches' activations instead of all M. ")
+    elif v > 1:
+        compare = ("Interleaved 1F1B passes each micro-batch around the ring twice, each stage half as long: the "
+                   "pipeline fills in half the time, at the price of twice the messages. ")
+    return (f"{_check(run)} The bubble, counted from each iteration's first forward to its last backward:\n"
+            + "\n".join(lines) + f"\nThe textbook's bubble: {formula}, with every stage equally fast and messages "
+            f"free: its grid runs the same order with every forward and every backward at their median. {compare}More "
+            "micro-batches shrink the bubble (try --program-args='--num-micro-batches 8 --batch-size 16'), more "
+            "stages grow it (--nproc 4); interleaved 1F1B runs on 4 ranks: disttrace demo pipeline-parallel "
+            "--nproc 4 --program-args='--schedules interleaved --num-layers 8'.")
 
 
 def zero1(run: DemoRun) -> dict:

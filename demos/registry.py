@@ -93,7 +93,7 @@ DEMOS: dict[str, Demo] = {d.name: d for d in [
          nproc_ok=_powers_of_two_to(4), nproc_rule="2 or 4 (the 4 columns split evenly)",
          narrate="narrate_parallel:tensor_parallel", section=_P),
     Demo("pipeline-parallel", "pipeline_parallel.py",
-         "layers split into stages: micro-batches forward, gradients back, the bubble", 2,
+         "layers split into stages: GPipe and 1F1B drawn as a schedule grid, their bubbles compared", 2,
          nproc_ok=_powers_of_two_to(4), nproc_rule="2 or 4 (the 4 layers split evenly)",
          narrate="narrate_parallel:pipeline_parallel", section=_P),
     Demo("zero1", "zero1.py", "ZeRO-1: each rank keeps 1/N of the optimizer's state; the memory saved, measured", 2,

@@ -55,7 +55,7 @@ from ..data.events import NONE, EventTable
 F, B = "F", "B"
 MIN_GAP = 0.1          # an input-only action's gap: at least this share of the pipeline's median output gap
 BACKWARD_OVER_FORWARD = 2.0  # a backward's typical over a forward's where the trace measures neither alone
-MAX_ACTIONS = 50_000   # actions read over the whole trace: beyond, the later iterations are not read (a note says so)
+MAX_ACTIONS = 20_000   # actions read over the whole trace: beyond, the later iterations are not read (a note says so)
 _INF = 1 << 62
 
 
@@ -172,6 +172,18 @@ def read_schedule(t: EventTable, fin, partner: dict[int, int]) -> "_Builder":
     return _Builder(t, fin, partner)
 
 
+def actions_of(p: int, v: int, m: int, pos: int, kind: str) -> list[tuple[int, int, bool, bool]]:
+    """The rank at position pos's actions of `kind` in an iteration, in order: (chunk, micro-batch, whether it has
+    an input, whether it has an output). Its k-th input of the kind is the k-th message it receives that way, its
+    k-th output the k-th it sends."""
+    out = []
+    for k in range(v * m):
+        chunk, mb = labels(k, kind, p, v)
+        first, last = pos == 0 and chunk == 0, pos == p - 1 and chunk == v - 1
+        out.append((chunk, mb, not (first if kind == F else last), not (last if kind == F else first)))
+    return out
+
+
 def labels(k: int, kind: str, p: int, v: int) -> tuple[int, int]:
     """(chunk, micro-batch) of a rank's k-th action of `kind` in an iteration of p ranks holding v stages each."""
     if v == 1:
@@ -187,27 +199,29 @@ class _Builder:
         self.partner = partner  # a matched P2P row -> the row at its other end
         self.out = Schedule()
         self.budget = MAX_ACTIONS
+        self.skipped = 0  # pipelines not read: past the budget
         self.ideal_index: dict[tuple, int] = {}
         self.iter_acts: list[list[_Action]] = []  # each read iteration's actions (its textbook grid's orders)
         self.pending: list = []  # (pipeline index, path, v, per-iteration actions, windows, ...): cells are timed
         #                          once every pipeline's typical durations are known
 
     # -- reading one pipeline -------------------------------------------------------------------------------
-    def pipeline(self, k_path: int, path: list[int], v: int, rows: dict[int, list[int]],
-                 windows: list[tuple[int, dict[int, list[int]]]]) -> None:
-        """One pipeline (ranks in stage order, v stages each, each rank's P2P rows within it by start) over its
-        windows: (iteration index, rank -> its rows in it)."""
+    def pipeline(self, k_path: int, path: list[int], v: int, windows_of) -> None:
+        """One pipeline (ranks in stage order, v stages each) over its windows: windows_of() gives them, (iteration
+        index, rank -> its P2P rows within the pipeline in it, by start), asked only while the budget lasts."""
         p = len(path)
         if p < 2 or (v > 1 and p < 3):
             return
-        it_of = {i: w for w, (_, per_rank) in enumerate(windows) for rr in per_rank.values() for i in rr}
-        blocks = {r: _Blocks(self.cols, rows[r], it_of) for r in path}
+        if self.budget <= 0:
+            self.skipped += 1
+            return
+        windows = windows_of()
         iters: list[tuple[int, list[_Action]]] = []
         bad: list[int] = []
         for w, (index, per_rank) in enumerate(windows):
             if self.budget <= 0:
-                self.out.notes.append(f"the schedule of iterations {index} onwards of pipeline {path} is not read "
-                                      f"(read up to {MAX_ACTIONS:,} computations)")
+                self.out.notes.append(f"pipeline {path}'s iterations from {index} on are not read (a trace's first "
+                                      f"{MAX_ACTIONS:,} computations are)")
                 break
             acts = self._actions(path, v, w, per_rank)
             if acts is None:
@@ -222,6 +236,11 @@ class _Builder:
                                   f"forwards and backwards of the same micro-batches")
         if not iters:
             return
+        # the blocks of the iterations read (and of those not read between them: their sides are loose anyway)
+        read = {w for _, acts in iters for w in (acts[0].it,)}
+        it_of = {i: w for w, (_, per_rank) in enumerate(windows) if w in read for rr in per_rank.values() for i in rr}
+        blocks = {r: _Blocks(self.cols, [i for w in sorted(read) for i in windows[w][1].get(r, ())], it_of)
+                  for r in path}
         self._place(path, blocks, [a for _, acts in iters for a in acts])
         self.pending.append((k_path, path, v, iters, windows, blocks))
 
@@ -260,15 +279,13 @@ class _Builder:
                     continue
                 ins, outs = sorted(ins, key=self.cols.start.__getitem__), sorted(outs, key=self.cols.start.__getitem__)
                 ki = ko = 0
-                for k in range(v * m):
-                    chunk, mb = labels(k, kind, p, v)
+                for chunk, mb, has_in, has_out in actions_of(p, v, m, pos, kind):
                     a = _Action(r, pos, kind, chunk, mb, w)
-                    first, last = pos == 0 and chunk == 0, pos == p - 1 and chunk == v - 1
-                    if not (first if kind == F else last):
+                    if has_in:
                         if ki >= len(ins):
                             return None
                         a.inp, ki = ins[ki], ki + 1
-                    if not (last if kind == F else first):
+                    if has_out:
                         if ko >= len(outs):
                             return None
                         a.out, ko = outs[ko], ko + 1
@@ -313,12 +330,13 @@ class _Builder:
         least = MIN_GAP * median(out_gaps) if out_gaps else 0
         for a in acts:
             if a.out >= 0:
-                # back over waits for ops issued before (pipelining computes a forward, waits for the last one's
-                # send, then sends): the computation is the longest gap since the last block that issued an op
+                # back over waits for ops of the iteration issued before (pipelining computes a forward, waits for the
+                # last one's send, then sends): the computation is the longest gap since the last block that issued
+                # an op
                 bl = blocks[a.rank]
                 first = bl.holding(cols.done(a.inp)) + 1 if a.inp >= 0 else 1
                 g = best = a.gap
-                while g > first and not bl.issues[g - 1]:
+                while g > first and not bl.issues[g - 1] and a.it in bl.its[g - 1]:
                     g -= 1
                     if _length(bl.gap(g)) > _length(bl.gap(best)):
                         best = g
@@ -335,6 +353,9 @@ class _Builder:
 
     # -- timing every pipeline's actions -------------------------------------------------------------------
     def finish(self) -> Schedule:
+        if self.skipped:
+            self.out.notes.append(f"{self.skipped} more pipeline{'s' if self.skipped > 1 else ''} not read (a trace's "
+                                  f"first {MAX_ACTIONS:,} computations are)")
         groups = []  # (rank, gap) -> its actions, per pipeline
         typical: dict[tuple[int, str], list[int]] = {}
         for _, path, v, iters, windows, blocks in self.pending:

@@ -1,7 +1,8 @@
 """`disttrace export TRACE... --format chrome -o out.json`: the trace as Chrome Trace Event JSON.
 
 The file opens in Perfetto (ui.perfetto.dev) and chrome://tracing: a process per rank, a track per kind of op
-(collectives, point-to-point; a second track of a kind where async ops overlap), one `X` slice per op with
+(collectives, point-to-point; a second track of a kind where async ops overlap) and, for a pipeline stage, a track
+of its schedule (each forward and backward named by its micro-batch: F3, B3), one `X` slice per op with
 its fields and the analysis' wait and bandwidth in args, flow arrows for matched sends and receives and from
 each collective's last-arriving rank to the others, and a `bytes in flight` counter per rank. docs/EXPORT.md
 maps every field.
@@ -25,8 +26,9 @@ from ..data.load import load_trace
 from .run_choice import add_run_argument, chosen_runs
 from .trace_help import TRACE_HELP
 
-# track (Chrome "thread") families per rank: tid = family base + lane
+# track (Chrome "thread") families per rank: tid = family base + lane; a pipeline stage's schedule: one track
 _COLL_TID, _P2P_TID, _LANES = 0, 1000, 1000
+_SCHEDULE_TID = 2000
 
 
 def add_arguments(p) -> None:
@@ -169,6 +171,13 @@ def chrome_events(a: Analysis, stats: dict | None = None) -> Iterator[dict]:
         name = family if lane == 0 else f"{family} ({lane + 1})"
         yield {"ph": "M", "name": "thread_name", "pid": r, "tid": tid, "args": {"name": name}}
         yield {"ph": "M", "name": "thread_sort_index", "pid": r, "tid": tid, "args": {"sort_index": tid}}
+    cells = a.pipeline.schedule if a.pipeline is not None else []
+    p = len(a.pipeline.stages) if a.pipeline is not None else 1
+    for r, stages in sorted(_stages_of(cells).items()):
+        yield {"ph": "M", "name": "thread_name", "pid": r, "tid": _SCHEDULE_TID,
+               "args": {"name": f"pipeline schedule (stage {', '.join(map(str, stages))})"}}
+        yield {"ph": "M", "name": "thread_sort_index", "pid": r, "tid": _SCHEDULE_TID,
+               "args": {"sort_index": _SCHEDULE_TID}}
 
     # -- slices
     args_of = _Args(a)
@@ -177,6 +186,14 @@ def chrome_events(a: Analysis, stats: dict | None = None) -> Iterator[dict]:
         op, start = op_c[i], start_c[i]
         yield {"ph": "X", "name": op, "cat": "p2p" if op in P2P_OPS else "collective", "pid": rank_c[i],
                "tid": tids[i], "ts": (start - t0) / 1000.0, "dur": (ends[i] - start) / 1000.0, "args": args_of(i)}
+
+    # -- the pipeline's schedule: each stage's forwards and backwards, named by micro-batch (F3, B3; F3' on a
+    #    rank's second virtual stage), on a track of their own
+    for index, rank, stage, kind, mb, start, end, estimated in cells:
+        yield {"ph": "X", "name": f"{kind}{mb}" + "'" * (stage // p), "cat": "schedule", "pid": rank,
+               "tid": _SCHEDULE_TID, "ts": us(start), "dur": (end - start) / 1000.0,
+               "args": {"kind": "forward" if kind == "F" else "backward", "micro_batch": mb, "stage": stage,
+                        "iteration": index, "estimated": estimated}}
 
     # -- flows: send -> recv; last arrival of a collective -> every other rank (one s/f pair per arrow)
     fid = 0
@@ -226,6 +243,14 @@ def chrome_events(a: Analysis, stats: dict | None = None) -> Iterator[dict]:
         for ts in sorted(deltas[r]):
             level += deltas[r][ts]
             yield {"ph": "C", "name": "bytes in flight", "pid": r, "tid": 0, "ts": us(ts), "args": {"bytes": level}}
+
+
+def _stages_of(cells) -> dict[int, list[int]]:
+    """rank -> the pipeline stages its schedule's cells are of."""
+    out: dict[int, set[int]] = {}
+    for c in cells:
+        out.setdefault(c[1], set()).add(c[2])
+    return {r: sorted(s) for r, s in out.items()}
 
 
 def _flow(fid, cat, name, pid_s, tid_s, ts_s, pid_f, tid_f, ts_f) -> Iterator[dict]:

@@ -479,7 +479,9 @@ class ViewerScreen(Screen):
             return
         pane = self.query_one(f"#{name}", TabPane)
         focusable = [w for w in pane.query("*") if w.focusable]
-        self.set_focus(focusable[0] if focusable else None)
+        # (not scrolled to: a view's first focusable widget is at its top, and the pipeline view's texts above its
+        # grid were scrolled away while its layout settled)
+        self.set_focus(focusable[0] if focusable else None, scroll_visible=False)
 
     async def _mount_view(self, pane_id: str) -> bool:
         """Replace the placeholder of an analysis tab with its view, once the analysis is there (True if it did)."""

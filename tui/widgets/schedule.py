@@ -160,7 +160,7 @@ class ScheduleGrid(Widget, can_focus=True):
             lines.append(self._row(row, label_w, cols, p, hl, here, LABEL_HERE if r == rank_here else LABEL))
         d = m.durations(n)
         words = ", ".join(f"every {k} {fmt_ns_short(v)}" for k, v in sorted(d.items(), key=lambda kv: kv[0] != "F"))
-        lines.append(_text(f"textbook: {words}, messages take no time", width, NOTE))
+        lines.append(_text(f"textbook grid, bubble {it.ideal_bubble:.1%}: {words}, messages free", width, NOTE))
         for row in ideal_rows:
             lines.append(self._row(row, label_w, cols, p, hl, None, LABEL))
         return lines

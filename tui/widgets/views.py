@@ -124,22 +124,19 @@ def iteration_line(model: ScheduleModel, n: int) -> Text:
     formula = f"(P−1)/(M+P−1) = ({p}−1)/({m}+{p}−1)" if v == 1 else f"(P−1)/(vM+P−1) = ({p}−1)/({v}·{m}+{p}−1)"
     pipe = f" of pipeline {it.pipeline} (ranks {' → '.join(map(str, model.paths[it.pipeline]))})" \
         if len(model.by_pipeline) > 1 else ""
-    startup = f", start-up waits apart ({fmt_ns_short(it.startup_ns)})" if it.startup_ns else ""
+    startup = f", {fmt_ns_short(it.startup_ns)} of start-up waits apart" if it.startup_ns else ""
     return Text.assemble(
         (f"Iteration {k} of {total}", "bold"), f" (step {it.index}){pipe}: {it.kind}, P = {p}",
-        f", v = {v}" if v > 1 else "", f", M = {m}.  Bubble ", (f"{it.bubble:.1%}", "bold"),
-        f" measured, first forward to last backward{startup}; textbook {formula} = ",
-        (f"{it.expected:.1%}", "bold"), f", its grid below {it.ideal_bubble:.1%}.",
-        ("  [ ]: iteration  + −: zoom  ← →: pan  n p: events", "#808080"))
+        f", v = {v}" if v > 1 else "", f", M = {m}. Bubble ", (f"{it.bubble:.1%}", "bold"),
+        f" measured (first forward to last backward{startup}), textbook {formula} = ",
+        (f"{it.expected:.1%}", "bold"), ".", ("  [ ] iteration  + − zoom  ← → pan", "#808080"))
 
 
-def idle_table(model: ScheduleModel, n: int) -> Table:
+def idle_table(model: ScheduleModel, n: int) -> Group:
     """Each rank's idle time in iteration n by where it comes from, beside its textbook grid's."""
     cells = model.cells.get(n, [])
     ideal = model.ideal_idle(n)
-    table = Table(box=None, padding=(0, 1), title="Idle time in this iteration, by cause (← with the stage before, "
-                  "→ with the stage after: waiting on it or exchanging with it; host: between ops)",
-                  title_justify="left", title_style="italic")
+    table = Table(box=None, padding=(0, 1))
     for col in ("stage", "busy", "warm-up", "cool-down", "waits ←", "waits →", "host", "in flight",
                 "textbook warm/cool"):
         table.add_column(col, justify="left" if col == "stage" else "right")
@@ -149,7 +146,9 @@ def idle_table(model: ScheduleModel, n: int) -> Table:
         table.add_row(f"s{pos} r{r}", fmt_ns_short(busy), fmt_ns_short(warm), fmt_ns_short(cool),
                       fmt_ns_short(before), fmt_ns_short(after), fmt_ns_short(other), str(flight),
                       f"{fmt_ns_short(iw)}/{fmt_ns_short(ic)}")
-    return table
+    return Group(Text("Each stage's idle time in this iteration: before its first computation, after its last, "
+                      "blocked with the stage before (←) or after (→), on the host between ops:", style="italic"),
+                 table)
 
 
 class WaitsView(Vertical):
