@@ -248,12 +248,16 @@ def test_detail_shows_values_wait_and_bandwidth():
 
 
 async def test_pipeline_view_shows_stages():
+    from disttrace.tui.widgets.schedule import ScheduleGrid
+
     async with app_on(PIPELINE_JOB).run_test(size=SIZE) as pilot:
         v = await viewer(pilot)
         await pilot.press("3")
-        await pilot.pause()
-        tl = v.query("PipelineView Timeline").first()
-        assert tl.rank_indices == [v.store.rank_index[r] for r in v.store.analysis.pipeline.stages]
+        await wait_until(pilot, lambda: bool(v.query(ScheduleGrid)), "the schedule grid")
+        # a row per rank, in stage order (the ranks' own order here: the path found runs 0 → 1 → 2 → 3)
+        stages = v.store.analysis.pipeline.stages
+        rows = [line.split()[0] for line in screen_text(pilot.app) if line.lstrip()[:1] == "r" and " s" in line]
+        assert rows[:len(stages)] == [f"r{r}" for r in stages]
 
 
 # -- bad input: one line, exit 2, no traceback, no screen ----------------------------------------------

@@ -10,6 +10,17 @@ from disttrace.tui.model.narration import Narration
 
 from tui_helpers import DATA, PIPELINE_JOB, TUI_JOB, fixture_store, steps_store
 
+PP_1F1B = DATA / "pp_1f1b.jsonl"  # tests/jobs/pp_schedules.py --schedule=1f1b, 2 ranks
+PIPELINE_DEMO = DATA / "pipeline_demo.jsonl"  # `disttrace demo pipeline-parallel`: GPipe, then 1F1B
+
+
+def demo_narration() -> Narration:
+    import json
+
+    d = json.loads((DATA / "pipeline_demo.narration.json").read_text())
+    return Narration(d["title"], d["intro"], [(s["match"], s["text"]) for s in d["steps"]], d["summary"],
+                     d.get("view", ""))
+
 SIZE = (120, 40)
 
 
@@ -41,7 +52,25 @@ def test_ring_view_hand_written_ring(snap_compare):
 
 
 def test_pipeline_view(snap_compare):
+    # a forward-only pipeline of 4 stages: its schedule grid has forwards only
     assert snap_compare(app_on(PIPELINE_JOB), press=["3"], terminal_size=SIZE)
+
+
+def test_pipeline_schedule_grid(snap_compare):
+    # torch.distributed.pipelining's 1F1B on 2 stages: its second iteration (]), the playhead on its third event
+    # (micro-batch 1's forward highlighted on both stages), the textbook grid under it, each stage's idle time
+    assert snap_compare(app_on(PP_1F1B), press=["3", "right_square_bracket", "n", "n"], terminal_size=SIZE)
+
+
+def test_pipeline_schedule_grid_small_zoomed(snap_compare):
+    # 80x24: the iteration's bubble and the grid, zoomed in twice on the playhead's computation
+    assert snap_compare(app_on(PP_1F1B), press=["3", "right_square_bracket", "n", "n", "plus", "plus"],
+                        terminal_size=(80, 24))
+
+
+def test_pipeline_demo_opens_on_its_grid_with_its_narration(snap_compare):
+    # the pipeline demo's trace (GPipe, then 1F1B): the narration of its second message above the grid
+    assert snap_compare(app_on(PIPELINE_DEMO, narration=demo_narration()), press=["n"], terminal_size=(100, 30))
 
 
 def test_waits_view_narrow(snap_compare):

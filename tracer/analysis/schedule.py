@@ -32,10 +32,11 @@ the data-parallel all-reduce) is not computation: the action next to it is its t
 anchored side.
 
 *The bubble of an iteration* is counted from its first forward's start to its last backward's end, over its P
-ranks: 1 - (their actions' time) / (P x that span), the start-up waits apart: a rank blocked in a message whose
-other side is its rank's first op of the iteration, posted later (a stage not started yet: a process still
-importing torch, a stage still in the last iteration's optimizer step), waited for it to *start*, and that stretch
-is cut from the span. Each rank's idle time in the span is its warm-up (before its first action), its cool-down
+ranks: 1 - (their actions' time) / (P x that span), the start-up waits apart: where a rank had not started the
+iteration yet (a process still importing torch, a stage still in the last iteration's optimizer step) when the input
+of its first computation was sent, the stretch from that send to the rank's first op or computation of the
+iteration is cut from the span (the others' waits for it then are for its start, not the schedule's); a rank that
+came before its input delayed nothing. Each rank's idle time in the span is its warm-up (before its first action), its cool-down
 (after its last), its blocked time in ops with the stage before or the stage after (waiting on a slower neighbour,
 or exchanging with it) and the rest (its host between the ops: issuing them). The *textbook* grid of an iteration
 runs every rank's actions in their measured order with every forward and every backward at the median duration of
@@ -473,7 +474,7 @@ class _Builder:
         t0, t1 = min(a.start for a in fwd), max(a.end for a in bwd)
         if t1 <= t0:
             return
-        cuts = self._startup(path, per_rank, acts, t0, t1)
+        cuts = self._startup(per_rank, acts, t0, t1)
         cut_ns = sum(b - a for a, b in cuts)
         self.out.startup.extend((k_path, index, a, b) for a, b in cuts)
         span = t1 - t0 - cut_ns
@@ -519,27 +520,26 @@ class _Builder:
                 peak = max(peak, flight)
             self.out.stage_idle.append((index, r, warm, cool, before, after, other, peak))
 
-    def _startup(self, path: list[int], per_rank: dict[int, list[int]], acts: list[_Action], t0: int, t1: int
+    def _startup(self, per_rank: dict[int, list[int]], acts: list[_Action], t0: int, t1: int
                  ) -> list[tuple[int, int]]:
-        """The stretches in [t0, t1] where a rank waited in a message for a rank that had not started the
-        iteration yet: that rank's first op of it and its first computation in it both came later."""
+        """The stretches in [t0, t1] where a rank had not started the iteration while its first computation's input
+        was already sent: from that send to its first op or computation of the iteration (whichever came first). A
+        rank that came before its input did delayed nothing."""
         cols = self.cols
-        arrived = {}
-        for r, rr in per_rank.items():
-            if rr:
-                arrived[r] = min(int(cols.start[i]) for i in rr)
-        for a in acts:
-            arrived[a.rank] = min(arrived.get(a.rank, _INF), a.start)
         cuts = []
-        for r in path:
-            for i in per_rank.get(r, ()):
-                span = cols.blocked(i)
-                q = int(cols.peer[i])
-                if span is None or arrived.get(q, -_INF) <= span[0]:
-                    continue
-                a, b = max(span[0], t0), min(span[1], arrived[q], t1)
-                if b > a:
-                    cuts.append((a, b))
+        first: dict[int, _Action] = {}
+        for a in acts:
+            if a.rank not in first or a.start < first[a.rank].start:
+                first[a.rank] = a
+        for r, a in first.items():
+            send = self.partner.get(a.inp, -1) if a.inp >= 0 else -1
+            if send < 0:
+                continue
+            arrived = min([a.start] + [int(cols.start[i]) for i in per_rank.get(r, ())])
+            ready = int(cols.start[send])
+            lo, hi = max(ready, t0), min(arrived, t1)
+            if hi > lo:
+                cuts.append((lo, hi))
         return _union(cuts)
 
     # -- the textbook grid ---------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ ideally (the textbook grid), on the same scale, so that the two compare column f
 
 from __future__ import annotations
 
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 
 from disttrace.tracer.data.events import NONE
@@ -95,7 +95,7 @@ class ScheduleModel:
     # -- the playhead ---------------------------------------------------------------------------------------
     def at(self, row: int) -> int:
         """The iteration (an index of self.iterations) the event at `row` belongs to: of its rank's pipeline (the
-        first for a rank outside them), the one whose span holds its start, else the last one begun before it,
+        first for a rank outside them), the one whose span holds it (_when), else the nearer of the two around it,
         else the first."""
         if not self.iterations:
             return -1
@@ -104,7 +104,7 @@ class ScheduleModel:
         ns = self.by_pipeline.get(k) or self.by_pipeline[min(self.by_pipeline)]
         if row < 0:
             return ns[0]
-        at = t.start_ns[row]
+        at = self._when(row)
         starts = [self.iterations[n].start_ns for n in ns]
         j = bisect_right(starts, at) - 1
         if j < 0:
@@ -114,6 +114,20 @@ class ScheduleModel:
             nxt = self.iterations[ns[j + 1]]
             return ns[j + 1] if nxt.start_ns - at < at - self.iterations[ns[j]].end_ns else ns[j]
         return ns[j]
+
+    def _when(self, row: int) -> int:
+        """Where an event sits in the schedule: a recv where its data arrived (the computation it feeds starts
+        then; pipelining posts the recv well before), any other op where it started."""
+        t = self.store.table
+        if t.op[row] == "recv":
+            done = self._done(row)
+            if done != NONE:
+                return done
+        return t.start_ns[row]
+
+    def _done(self, row: int) -> int:
+        t = self.store.table
+        return t.wait_end_ns[row] if t.async_op[row] and t.wait_end_ns[row] != NONE else t.end_ns[row]
 
     def cell_at(self, n: int, row: int) -> Cell | None:
         """The computation of iteration n the event at `row` belongs to: a send's (the computation it sends the
@@ -130,7 +144,7 @@ class ScheduleModel:
             before = [c for c in mine if c.end_ns <= t.start_ns[row] + 1000]
             return max(before, key=lambda c: c.end_ns) if before else None
         if op == "recv":
-            done = t.wait_end_ns[row] if t.async_op[row] and t.wait_end_ns[row] != NONE else t.end_ns[row]
+            done = self._done(row)
             if done == NONE:
                 return None
             after = [c for c in mine if c.start_ns >= done - 1000]
@@ -139,14 +153,12 @@ class ScheduleModel:
         return next((c for c in mine if c.start_ns <= at < c.end_ns), None)
 
     def first_row(self, n: int) -> int:
-        """The first event of iteration n's pipeline at or after its first forward's start (its first send)."""
+        """The first stage's first event at or after iteration n's first forward's start: the send of its result."""
         it = self.iterations[n]
         t = self.store.table
-        ranks = set(self.paths[it.pipeline]) if it.pipeline < len(self.paths) else set()
-        from bisect import bisect_left
-
+        head = self.paths[it.pipeline][0]
         k = bisect_left(t.start_ns, it.start_ns)
-        while k < len(t) and t.rank[k] not in ranks:
+        while k < len(t) and t.rank[k] != head:
             k += 1
         return min(k, len(t) - 1)
 

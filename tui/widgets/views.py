@@ -111,9 +111,9 @@ class PipelineView(VerticalScroll, can_focus=False):
         return Group(head, table)
 
 
-LEGEND = ("F3: micro-batch 3's forward, B3 its backward (F3': on the rank's second virtual stage); ░ idle: the "
-          "bubble; ~ waiting for a stage to start (not counted). The playhead's micro-batch is yellow on every "
-          "stage. An F and a B with no message between them share their gap in the ratio of their usual lengths.")
+LEGEND = ("F3 micro-batch 3's forward, B3 its backward (F3' on a rank's second virtual stage); ░ idle: the bubble; "
+          "~ a stage not started yet (not counted); yellow: the playhead's micro-batch. An F and a B with no message "
+          "between them split their gap at their usual lengths.")
 
 
 def iteration_line(model: ScheduleModel, n: int) -> Text:
@@ -125,10 +125,11 @@ def iteration_line(model: ScheduleModel, n: int) -> Text:
     pipe = f" of pipeline {it.pipeline} (ranks {' → '.join(map(str, model.paths[it.pipeline]))})" \
         if len(model.by_pipeline) > 1 else ""
     startup = f", {fmt_ns_short(it.startup_ns)} of start-up waits apart" if it.startup_ns else ""
+    last = "forward" if it.kind == "forward only" else "backward"
     return Text.assemble(
         (f"Iteration {k} of {total}", "bold"), f" (step {it.index}){pipe}: {it.kind}, P = {p}",
         f", v = {v}" if v > 1 else "", f", M = {m}. Bubble ", (f"{it.bubble:.1%}", "bold"),
-        f" measured (first forward to last backward{startup}), textbook {formula} = ",
+        f" measured (first forward to last {last}{startup}), textbook {formula} = ",
         (f"{it.expected:.1%}", "bold"), ".", ("  [ ] iteration  + − zoom  ← → pan", "#808080"))
 
 
@@ -137,18 +138,17 @@ def idle_table(model: ScheduleModel, n: int) -> Group:
     cells = model.cells.get(n, [])
     ideal = model.ideal_idle(n)
     table = Table(box=None, padding=(0, 1))
-    for col in ("stage", "busy", "warm-up", "cool-down", "waits ←", "waits →", "host", "in flight",
-                "textbook warm/cool"):
-        table.add_column(col, justify="left" if col == "stage" else "right")
+    for col in ("stage", "busy", "warm-up/cool", "waits ←/→", "host", "held", "textbook"):
+        table.add_column(col, justify="left" if col == "stage" else "right", no_wrap=True)
     for pos, (r, (warm, cool, before, after, other, flight)) in enumerate(model.idle_of(n)):
         busy = sum(c.end_ns - c.start_ns for c in cells if c.rank == r)
         iw, ic, _ = ideal[pos] if pos < len(ideal) else (0, 0, 0)
-        table.add_row(f"s{pos} r{r}", fmt_ns_short(busy), fmt_ns_short(warm), fmt_ns_short(cool),
-                      fmt_ns_short(before), fmt_ns_short(after), fmt_ns_short(other), str(flight),
+        table.add_row(f"s{pos} r{r}", fmt_ns_short(busy), f"{fmt_ns_short(warm)}/{fmt_ns_short(cool)}",
+                      f"{fmt_ns_short(before)}/{fmt_ns_short(after)}", fmt_ns_short(other), str(flight),
                       f"{fmt_ns_short(iw)}/{fmt_ns_short(ic)}")
-    return Group(Text("Each stage's idle time in this iteration: before its first computation, after its last, "
-                      "blocked with the stage before (←) or after (→), on the host between ops:", style="italic"),
-                 table)
+    return Group(Text("Each stage's idle time here: before its first computation / after its last (the textbook "
+                      "grid's beside), blocked with the stage before ← / after →, on the host between ops; the "
+                      "micro-batches it held at once:", style="italic"), table)
 
 
 class WaitsView(Vertical):
