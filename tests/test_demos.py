@@ -318,19 +318,61 @@ def test_tensor_parallel_gathers_activations_and_reduces_gradients(demos):
 
 @needs("pipeline-parallel")
 def test_pipeline_parallel_micro_batches_and_bubble(demos):
+    """The lecture's pipeline, one iteration on GPipe (its own loops) and one on 1F1B: the same activations and
+    gradients go through in both, checked against the single-process reference; the schedule read from the trace."""
     d = demos["pipeline-parallel"]
-    fwd_sends = [e for e in d.events("send", 0) if e["peer"] == 1]
-    fwd_recvs = [e for e in d.events("recv", 1) if e["peer"] == 0]
-    bwd_sends = [e for e in d.events("send", 1) if e["peer"] == 0]
-    bwd_recvs = [e for e in d.events("recv", 0) if e["peer"] == 1]
-    assert len(fwd_sends) == len(fwd_recvs) == len(bwd_sends) == len(bwd_recvs) == 4
-    assert [in_values(e) for e in fwd_sends] == [out_values(e) for e in fwd_recvs]
-    assert [in_values(e) for e in bwd_sends] == [out_values(e) for e in bwd_recvs]
-    assert all(r["max_difference"] < 1e-5 for r in d.results.values()) and len(d.results) == 2
+    for step in (0, 1):
+        fwd_sends = [e for e in d.events("send", 0) if e["peer"] == 1 and e["step"] == step]
+        fwd_recvs = [e for e in d.events("recv", 1) if e["peer"] == 0 and e["step"] == step]
+        bwd_sends = [e for e in d.events("send", 1) if e["peer"] == 0 and e["step"] == step]
+        bwd_recvs = [e for e in d.events("recv", 0) if e["peer"] == 1 and e["step"] == step]
+        assert len(fwd_sends) == len(fwd_recvs) == len(bwd_sends) == len(bwd_recvs) == 4
+        assert [in_values(e) for e in fwd_sends] == [out_values(e) for e in fwd_recvs]
+        assert [in_values(e) for e in bwd_sends] == [out_values(e) for e in bwd_recvs]
+    # the same micro-batches' activations in both schedules (the lecture's data, cut in 4)
+    assert [in_values(e) for e in d.events("send", 0) if e["step"] == 0] == \
+        [in_values(e) for e in d.events("send", 0) if e["step"] == 1]
+    assert len(d.results) == 2
+    for r in d.results.values():
+        assert set(r["schedules"]) == {"gpipe", "1f1b"}
+        assert all(s["max_difference"] < 1e-5 for s in r["schedules"].values())
     stats = analyze(d.table).pipeline
-    assert stats is not None and stats.stages == [0, 1] and stats.micro_batches == 4
+    assert stats is not None and stats.stages == [0, 1] and stats.micro_batches == 4 and stats.iterations == 2
     assert abs(stats.expected_fraction - 1 / 5) < 1e-9
+    assert [it[2] for it in stats.schedule_iterations] == ["GPipe", "1F1B"] and not stats.schedule_note
+    # the micro-batches' activations each stage held at once: GPipe all of them, 1F1B P - s; the program counted
+    # them on its tensors, the analysis on the schedule
+    held = {(s[0], s[1]): s[7] for s in stats.stage_idle}
+    assert held == {(0, 0): 4, (0, 1): 4, (1, 0): 2, (1, 1): 1}
+    assert {(r, name): res["in_flight"] for r, x in d.results.items() for name, res in x["schedules"].items()} == \
+        {(0, "gpipe"): 4, (1, "gpipe"): 4, (0, "1f1b"): 2, (1, "1f1b"): 1}
     assert "(P-1)/(M+P-1) = (2-1)/(4+2-1) = 20%" in d.summary
+    assert "GPipe: bubble" in d.summary and "1F1B: bubble" in d.summary and "stage 0: 2, stage 1: 1" in d.summary
+    assert d.narration["view"] == "pipeline"
+
+
+@needs("pipeline-parallel")
+def test_pipeline_parallel_narration_reads_in_causal_order(demos):
+    """A receive posted before its send says it waits; the send then says it is received; a receive posted after
+    its send says what it received. So in the viewer's order (by start), no text receives what was not sent."""
+    d = demos["pipeline-parallel"]
+    a = analyze(d.table)
+    text = {(s["match"]["rank"], s["match"]["id"]): s["text"] for s in d.narration["steps"] if "id" in s["match"]}
+    rows = d.rows
+    told = 0
+    for m in a.p2p:
+        if m.send is None or m.recv is None:
+            continue
+        send, recv = rows[m.send], rows[m.recv]
+        t_send, t_recv = text[(send["rank"], send["id"])], text[(recv["rank"], recv["id"])]
+        if recv["start_ns"] < send["start_ns"]:  # the receive is told first: it waits, the send delivers
+            assert "waits for it" in t_recv and "receives" not in t_recv, t_recv
+            assert "receives it now" in t_send, t_send
+        else:
+            assert "receives" in t_recv and "waits for it" not in t_recv, t_recv
+            assert "receives it now" not in t_send, t_send
+        told += 1
+    assert told == 16
 
 
 @needs("zero1")

@@ -115,3 +115,62 @@ def test_go_to_in_a_real_terminal_shows_what_is_typed_and_one_numbering(size):
             assert any(line.startswith("▶") and line.split()[1] == "16" for line in screen.splitlines()), screen
     finally:
         term.kill()
+
+
+# -- the Pipeline tab's schedule grid (issue 40) --------------------------------------------------------------
+
+def _grid_rows(screen: str, labels: tuple[str, ...]) -> list[str]:
+    return [line.strip() for line in screen.splitlines() if line.strip().startswith(labels)]
+
+
+@pytest.mark.parametrize("size", [(80, 24), (100, 30), (200, 50)])
+def test_the_pipeline_tab_of_a_pipelining_job(traced, size):
+    """torch.distributed.pipelining's 1F1B on 2 ranks, 4 iterations: tab 3 draws the grid of the playhead's
+    iteration with its measured and textbook bubble; ] steps to the next iteration."""
+    trace = traced("pp_schedules.py", nproc=2, args=["--schedule=1f1b"], summaries="off")
+    term = Tmux(f"{sys.executable} -m disttrace view {trace}", *size)
+    try:
+        term.wait_for("1 Timeline")
+        term.keys("3")
+        screen = term.wait_for("Iteration 1 of 4")
+        assert "1F1B, P = 2, M = 4. Bubble" in screen.replace("\n ", " ") and "measured" in screen, screen
+        assert "(P−1)/(M+P−1)" in screen and "20.0%" in screen, screen
+        rows = _grid_rows(screen, ("r0 s0", "r1 s1"))
+        assert len(rows) == 2, screen
+        for row in rows:  # every micro-batch's forward and backward on both stages, the bubble between
+            assert all(f"{k}{mb}" in row for k in "FB" for mb in range(4)) and "░" in row, screen
+        assert _grid_rows(screen, ("s0 ", "s1 "))[:2], screen  # the textbook grid under it
+        term.keys("]")
+        screen = term.wait_for("Iteration 2 of 4")
+        assert len(_grid_rows(screen, ("r0 s0", "r1 s1"))) == 2, screen
+    finally:
+        term.kill()
+
+
+@pytest.fixture(scope="module")
+def pipeline_demo(tmp_path_factory):
+    from harness import run_disttrace
+
+    out = tmp_path_factory.mktemp("pipeline-demo") / "trace"
+    proc = run_disttrace("demo", "pipeline-parallel", "--no-view", "--out", str(out), timeout=300, input="")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return out
+
+
+@pytest.mark.parametrize("size", [(80, 24), (100, 30), (200, 50)])
+def test_the_pipeline_demo_opens_on_its_grid(pipeline_demo, size):
+    """The demo's trace opens on the Pipeline tab: its narration above the grid of GPipe's iteration, n steps the
+    messages (the grid follows), ] goes to 1F1B's."""
+    term = Tmux(f"{sys.executable} -m disttrace view {pipeline_demo}", *size)
+    try:
+        screen = term.wait_for("Iteration 1 of 2")
+        assert "GPipe, P = 2, M = 4. Bubble" in screen.replace("\n ", " "), screen
+        assert "(P−1)/(M+P−1)" in screen and "20.0%" in screen, screen
+        assert "GPipe, forward of micro-batch 0" in screen, screen  # the first message's narration
+        rows = _grid_rows(screen, ("r0 s0", "r1 s1"))
+        assert len(rows) == 2 and all("F0" in r and "B3" in r for r in rows), screen
+        term.keys("]")
+        screen = term.wait_for("Iteration 2 of 2")
+        assert "1F1B, P = 2, M = 4" in screen.replace("\n ", " ") and "1F1B, forward of micro-batch 0" in screen, screen
+    finally:
+        term.kill()

@@ -24,7 +24,7 @@ from ..data.columns import GIL_ROWS, groups_of, link_in, order_by, repeat_each
 from ..data.events import NONE, EventTable
 from .matching import finished_column
 from .model import WAIT_BARRIER, WAIT_NXN, CollectiveInstance, PipelineStats, StageStats, Step
-from .schedule import partners, read_schedule
+from .schedule import read_schedule
 from .waits import blocked_in, blocked_intervals
 
 if TYPE_CHECKING:
@@ -178,7 +178,7 @@ def pipeline_stats(t: EventTable, p2p: P2PTable, collectives: CollectiveTable, s
         return by_group
 
     cols = _Columns(t)
-    schedule = read_schedule(t, cols.fin, partners(p2p, [i for rows in rows_of for rr in rows.values() for i in rr]))
+    schedule = read_schedule(t, cols.fin, p2p)
     per_stage: list[StageStats] = []
     pipelines: list[list[int]] = []
     first: tuple[list[int], int, int] | None = None

@@ -79,7 +79,7 @@ class _Action:
 
 @dataclass
 class Schedule:
-    """What schedule() reads: PipelineStats' schedule fields (model.py), for every pipeline."""
+    """What the reader found: PipelineStats' schedule fields (model.py), for every pipeline read."""
 
     cells: list = field(default_factory=list)
     iterations: list = field(default_factory=list)
@@ -89,13 +89,13 @@ class Schedule:
     notes: list = field(default_factory=list)
 
     def fraction(self) -> float:
-        """The mean of the read iterations' measured bubbles (the steady ones where there are some)."""
+        """The mean of the read iterations' bubbles."""
         fr = [it[7] for it in self.iterations]
         return sum(fr) / len(fr) if fr else 0.0
 
 
 class _Blocks:
-    """One rank's communication blocks: the merged host intervals of its pipeline P2P ops, over the whole trace."""
+    """One rank's communication blocks: the merged host intervals of its pipeline P2P ops in the iterations read."""
 
     def __init__(self, cols: "_Cols", rows: list[int], it_of: dict[int, int]) -> None:
         spans = []
@@ -167,10 +167,10 @@ class _Cols:
         return int(self.start[i]), int(self.fin[i]) if self.fin[i] != NONE else _INF
 
 
-def read_schedule(t: EventTable, fin, partner: dict[int, int]) -> "_Builder":
+def read_schedule(t: EventTable, fin, p2p) -> "_Builder":
     """The reader of the pipelines' schedules: `pipeline(...)` each, then `finish()`. fin: each row's end
-    (matching.finished_column); partner: each matched P2P row of the pipelines -> the row at its other end."""
-    return _Builder(t, fin, partner)
+    (matching.finished_column); p2p: the matched messages (tables.P2PTable)."""
+    return _Builder(t, fin, _Partners(t, p2p))
 
 
 def actions_of(p: int, v: int, m: int, pos: int, kind: str) -> list[tuple[int, int, bool, bool]]:
@@ -194,7 +194,7 @@ def labels(k: int, kind: str, p: int, v: int) -> tuple[int, int]:
 
 
 class _Builder:
-    def __init__(self, t: EventTable, fin, partner: dict[int, int]) -> None:
+    def __init__(self, t: EventTable, fin, partner: _Partners) -> None:
         self.t = t
         self.cols = _Cols(t, fin)
         self.partner = partner  # a matched P2P row -> the row at its other end
@@ -217,6 +217,7 @@ class _Builder:
             self.skipped += 1
             return
         windows = windows_of()
+        self.partner.add([i for _, per_rank in windows for rr in per_rank.values() for i in rr])
         iters: list[tuple[int, list[_Action]]] = []
         bad: list[int] = []
         for w, (index, per_rank) in enumerate(windows):
@@ -503,11 +504,15 @@ class _Builder:
             prev = path[pos - 1] if pos > 0 else (path[-1] if v > 1 else -1)
             nxt = path[pos + 1] if pos < p - 1 else (path[0] if v > 1 else -1)
             before = after = 0
-            for i in per_rank.get(r, ()):
+            ends = [b for _, b in idle]
+            for i in per_rank.get(r, ()) if idle else ():
                 span_i = self.cols.blocked(i)
                 if span_i is None:
                     continue
-                x = sum(_overlap(span_i, gap) for gap in idle)
+                x, k = 0, bisect_right(ends, span_i[0])  # (the idle stretches are in order, apart)
+                while k < len(idle) and idle[k][0] < span_i[1]:
+                    x += _overlap(span_i, idle[k])
+                    k += 1
                 if x and self.cols.peer[i] == prev:
                     before += x
                 elif x and self.cols.peer[i] == nxt:
@@ -638,10 +643,21 @@ def _minus(a: int, b: int, cuts: list[tuple[int, int]]) -> int:
     return b - a - sum(_overlap((a, b), c) for c in cuts)
 
 
-def partners(p2p, rows: list[int]) -> dict[int, int]:
-    """Each matched P2P row among `rows` -> the row at the other end of its message."""
-    send, recv = np.frombuffer(p2p.send, np.int32), np.frombuffer(p2p.recv, np.int32)
-    mine = np.asarray(rows, np.int64)
-    ok = (send != NONE) & (recv != NONE) & (np.isin(send, mine) | np.isin(recv, mine))
-    s, r = send[ok].tolist(), recv[ok].tolist()
-    return {**dict(zip(s, r)), **dict(zip(r, s))}
+class _Partners(dict):
+    """A matched P2P row -> the row at the other end of its message, for the rows of the iterations read (added
+    pipeline by pipeline: the messages' table is scanned in numpy, its matches of those rows made into a dict)."""
+
+    def __init__(self, t: EventTable, p2p) -> None:
+        super().__init__()
+        self.n = len(t)
+        self.send, self.recv = np.frombuffer(p2p.send, np.int32), np.frombuffer(p2p.recv, np.int32)
+        self.matched = np.flatnonzero((self.send != NONE) & (self.recv != NONE))
+
+    def add(self, rows: list[int]) -> None:
+        mine = np.zeros(self.n, bool)
+        mine[np.asarray(rows, np.int64)] = True
+        send, recv = self.send[self.matched], self.recv[self.matched]
+        ok = mine[send] | mine[recv]
+        s, r = send[ok].tolist(), recv[ok].tolist()
+        self.update(zip(s, r))
+        self.update(zip(r, s))

@@ -13,8 +13,10 @@ INTRO = ("disttrace view: one line per rank, time across. █ is time inside a c
          "waiting part (the rank was early and waited for a late peer), ─ compute between ops, ▁▂▃ a cell "
          "that is only partly communication. The red column is the playhead, the blue cells the selected "
          "collective on every rank. With the critical path marked (x, or on showing tab 8), the cells of the "
-         "playhead's step's path are pink, ━ where it computes: follow it across the ranks.  Mouse: click an "
-         "event, wheel scrolls ranks, ctrl+wheel zooms, shift+wheel pans.")
+         "playhead's step's path are pink, ━ where it computes: follow it across the ranks. The Pipeline tab (3) draws "
+         "the schedule of the playhead's iteration, a row per stage: F3 micro-batch 3's forward, B3 its backward, ░ "
+         "the bubble, the textbook grid under it.  Mouse: click an event, wheel scrolls ranks, ctrl+wheel zooms, "
+         "shift+wheel pans.")
 
 
 def keys_table(bindings: list[Binding]) -> Table:

@@ -29,6 +29,7 @@ from ..widgets.detail import DetailPane, NarrationPane
 from ..widgets.event_list import EventList
 from ..widgets.header import ViewerHeader
 from ..widgets.messages import AnalysisReady, EventPicked, LoadProgress, ShowInTimeline, ViewChanged
+from ..widgets.schedule import ScheduleGrid
 from ..widgets.timeline import Ruler, Timeline
 from ..widgets.views import ChartsView, LinksView, PipelineView, ProblemsView, RingView, WaitsView
 from .help import HelpScreen
@@ -589,7 +590,8 @@ class ViewerScreen(Screen):
             pane.page(direction)
 
     def action_help(self) -> None:
-        self.app.push_screen(HelpScreen(self.BINDINGS + list(self.app.BINDINGS)))  # the app's own too: F, R
+        # the app's own too (F, R), and the pipeline grid's (its zoom and pan, when it has the focus)
+        self.app.push_screen(HelpScreen(self.BINDINGS + list(self.app.BINDINGS) + list(ScheduleGrid.BINDINGS)))
 
     def action_search(self) -> None:
         def done(text: str | None) -> None:
