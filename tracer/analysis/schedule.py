@@ -56,7 +56,7 @@ from ..data.events import NONE, EventTable
 F, B = "F", "B"
 MIN_GAP = 0.1          # an input-only action's gap: at least this share of the pipeline's median output gap
 BACKWARD_OVER_FORWARD = 2.0  # a backward's typical over a forward's where the trace measures neither alone
-MAX_ACTIONS = 20_000   # actions read over the whole trace: beyond, the later iterations are not read (a note says so)
+MAX_ACTIONS = 10_000   # actions read over the whole trace: beyond, the later iterations are not read (a note says so)
 _INF = 1 << 62
 
 
@@ -141,12 +141,15 @@ class _Blocks:
 
 
 class _Cols:
+    """The columns read, row by row (the table's own: indexing one gives a Python int, a numpy column's a scalar
+    to convert; the finished column is numpy's, read as .item)."""
+
     def __init__(self, t: EventTable, fin) -> None:
-        self.start = np.frombuffer(t.start_ns, np.int64)
-        self.fin = fin
-        self.wait_start = np.frombuffer(t.wait_start_ns, np.int64)
-        self.wait_end = np.frombuffer(t.wait_end_ns, np.int64)
-        self.is_async = np.frombuffer(t.async_op, np.uint8) != 0
+        self.start = t.start_ns
+        self.fin = _Fin(fin)
+        self.wait_start = t.wait_start_ns
+        self.wait_end = t.wait_end_ns
+        self.is_async = t.async_op
         self.op = t.op
         self.peer = t.peer
 
@@ -165,6 +168,14 @@ class _Cols:
                 return None
             return int(self.wait_start[i]), int(self.wait_end[i]) if self.wait_end[i] != NONE else _INF
         return int(self.start[i]), int(self.fin[i]) if self.fin[i] != NONE else _INF
+
+
+class _Fin:
+    def __init__(self, col) -> None:
+        self.item = col.item
+
+    def __getitem__(self, i: int) -> int:
+        return self.item(i)
 
 
 def read_schedule(t: EventTable, fin, p2p) -> "_Builder":
