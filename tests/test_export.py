@@ -222,3 +222,28 @@ def test_an_arrow_against_the_clock_is_left_out_and_counted():
     assert doc["otherData"]["flows_left_out"] == 1 and len(pairs) == 1
     (s, f), = pairs.values()
     assert (s["pid"], s["ts"], f["pid"], f["ts"]) == (0, 0.29, 1, 0.29)  # the later of the two starts, 300 ns
+
+
+def test_a_pipeline_stage_has_a_track_of_its_schedule():
+    """Each rank of a pipeline gets the track 'pipeline schedule (stage S)': its forwards and backwards as
+    slices named by micro-batch (the analysis' pipeline.schedule), in order, never overlapping."""
+    from test_schedule import gpipe_sync
+
+    tr, truth = gpipe_sync(2, 4, tf=10, tb=20)
+    a = analyze(tr.table())
+    doc = to_chrome(a)
+    validate_chrome(doc)
+    names = {(e["pid"], e["args"]["name"]) for e in doc["traceEvents"] if e["ph"] == "M" and e["tid"] == 2000
+             and e["name"] == "thread_name"}
+    assert names == {(0, "pipeline schedule (stage 0)"), (1, "pipeline schedule (stage 1)")}
+    t0 = doc["otherData"]["t0_ns"]
+    cells = [e for e in doc["traceEvents"] if e.get("cat") == "schedule"]
+    assert len(cells) == len(truth) == 32
+    for e in cells:
+        args = e["args"]
+        start, end = truth[(args["iteration"], e["pid"], e["name"][0], args["micro_batch"])]
+        assert e["name"] == f"{e['name'][0]}{args['micro_batch']}" and e["tid"] == 2000
+        assert e["ts"] == pytest.approx((start - t0) / 1000) and e["dur"] == pytest.approx((end - start) / 1000)
+        assert args["kind"] == {"F": "forward", "B": "backward"}[e["name"][0]] and args["stage"] == e["pid"]
+    rank0 = [e["name"] for e in sorted(cells, key=lambda e: e["ts"]) if e["pid"] == 0 and e["args"]["iteration"] == 0]
+    assert rank0 == ["F0", "F1", "F2", "F3", "B0", "B1", "B2", "B3"]

@@ -135,3 +135,20 @@ def test_jitter_within_the_job_s_own_spread_is_not_flagged_slow():
         t0 += dur + MS
     a = analyze(tr.table())
     assert [c.group_seq for c in a.collectives if c.slow] == [30]
+
+
+def test_the_report_says_each_iteration_s_schedule_and_bubble(tmp_path):
+    """A pipeline's schedule read from the trace: its kind, the bubble from the first forward to the last backward
+    (start-up waits apart) beside the textbook's, iteration by iteration."""
+    from test_schedule import gpipe_sync
+
+    tr, _ = gpipe_sync(2, 4, tf=10, tb=20, late={1: 100})
+    path = tmp_path / "gpipe.jsonl"
+    path.write_bytes(b"".join(orjson.dumps({"v": 1, **e}) + b"\n" for e in tr.events))
+    proc = run_disttrace("report", path)
+    assert proc.returncode == 0, proc.stderr
+    out = " ".join(proc.stdout.split())
+    assert "Schedule read from the trace: GPipe, 2 iteration(s)" in out, out
+    assert "start-up waits apart: 20.0% (mean; 20.0% to 20.0%), the textbook's 20.0%" in out, out
+    assert "Bubble per iteration" in out and "90.00 ms" in out  # iteration 0's start-up wait, cut
+
