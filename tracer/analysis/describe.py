@@ -89,9 +89,9 @@ def straggler_verdict(a: Analysis) -> tuple[str, str]:
     if v is None:
         at = a.attribution
         if at.kind == "stage":
-            return "No straggler:", f" the steps are slow by a stage, not a worker: {at.reason}."
+            return "No straggler:", f" one stage is slow, not one worker: stage {at.stage}, the verdict below."
         if at.kind == "spread":
-            return "No straggler:", f" no single rank is to blame: {at.reason}."
+            return "No straggler:", " ranks are late by turns, no single culprit: the verdict below."
         worst = a.stragglers[0] if a.stragglers else None
         if worst is None or worst.delay_cost_ns == 0:
             return "No straggler:", " no rank made the others wait."
