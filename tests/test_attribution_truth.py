@@ -51,6 +51,16 @@ def test_the_verdict_names_the_fault(name, pairs):
         assert a.straggler is not None and a.straggler.rank == c.rank, a.straggler
         assert d["straggler"]["rank"] == c.rank
         assert at.ranks[c.rank] == max(at.ranks.values())
+        if c.script.startswith("wi_ddp"):
+            # the critical path runs through the worker's compute, not the waiting ranks' backward() (DDP's reducer
+            # waits in it, for the worker's bucket: a wait, not compute)
+            warm = {s.index for s in a.steps if s.warmup}
+            compute: dict[int, int] = {}
+            for p in a.critical_path:
+                for part in p.parts if p.index not in warm else ():
+                    if part.kind == "compute":
+                        compute[part.rank] = compute.get(part.rank, 0) + part.ns
+            assert max(compute, key=compute.__getitem__) == c.rank, compute
     else:
         assert a.straggler is None and d["straggler"] is None, a.straggler
     if c.kind == "stage":
