@@ -119,7 +119,8 @@ def test_real_trace_is_a_valid_chrome_trace_with_one_flow_per_message(exported):
     host = a.table.ranks[0].host
     assert names == {0: f"rank 0 ({host})", 1: f"rank 1 ({host})"}
     assert min(e["ts"] for e in xs) == 0
-    assert len(xs) == len(a.table)
+    ops = [e for e in xs if e["cat"] != "schedule"]  # (the analysis may read the messages as a pipeline's schedule)
+    assert len(ops) == len(a.table)
     assert stat.S_IMODE(os.stat(out).st_mode) == 0o600
 
 

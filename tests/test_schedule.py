@@ -15,11 +15,17 @@ from disttrace.tracer.analysis.model import PipelineStats
 
 
 def gpipe_sync(p: int, m: int, tf: float, tb: float, iterations: int = 2, late: dict | None = None,
-               d: float = 0.0) -> tuple[Trace, dict]:
+               d: float = 0.0, slow: dict | None = None) -> tuple[Trace, dict]:
     """GPipe with blocking send/recv, as the lecture writes it: a send ends when its recv is posted (plus d ms), a
     recv when its send has come. Stage s's ops start `late[s]` ms after the others' in the first iteration (a
     process still starting). Returns the trace and the true computations: (iteration, rank, kind, mb) -> (start,
-    end). Each iteration is a marked step."""
+    end). Each iteration is a marked step. slow: (stage, or (kind, stage, micro-batch)) -> how many times longer
+    its computations take (that one computation's)."""
+    slow = slow or {}
+
+    def took(kind: str, s: int, mb: int) -> int:
+        return int((tf if kind == "F" else tb) * slow.get(s, 1) * slow.get((kind, s, mb), 1) * MS)
+
     tr = Trace(p)
     clock = [int(MS + (late or {}).get(s, 0) * MS) for s in range(p)]
     truth = {}
@@ -33,14 +39,14 @@ def gpipe_sync(p: int, m: int, tf: float, tb: float, iterations: int = 2, late: 
     for it in range(iterations):
         for mb in range(m):
             for s in range(p):
-                truth[(it, s, "F", mb)] = (clock[s], clock[s] + int(tf * MS))
-                clock[s] += int(tf * MS)
+                truth[(it, s, "F", mb)] = (clock[s], clock[s] + took("F", s, mb))
+                clock[s] += took("F", s, mb)
                 if s < p - 1:
                     exchange(s, s + 1, it)
         for mb in range(m):
             for s in reversed(range(p)):
-                truth[(it, s, "B", mb)] = (clock[s], clock[s] + int(tb * MS))
-                clock[s] += int(tb * MS)
+                truth[(it, s, "B", mb)] = (clock[s], clock[s] + took("B", s, mb))
+                clock[s] += took("B", s, mb)
                 if s > 0:
                     exchange(s, s - 1, it)
         clock = [c + 5 * MS for c in clock]  # the optimizer step
@@ -171,6 +177,47 @@ def test_messages_that_take_time_are_bubble_the_textbook_grid_has_not():
         assert it[7] > it[9] == pytest.approx(1 / 5)
     # the first stage's waits for the second are with the stage after it
     assert all(s[5] > 0 for s in p.stage_idle if s[1] == 0)
+
+
+def test_a_slow_stage_stretches_its_row_and_its_neighbour_waits_on_it():
+    """Stage 1 computes twice as long as stage 0: its row is busy end to end, stage 0's idle time is spent blocked
+    with the stage after it (the slow neighbour), and the measured bubble passes the textbook grid's, whose cells
+    all last the median."""
+    tr, truth = gpipe_sync(2, 4, tf=10, tb=20, slow={1: 2})
+    p = tr.analyze().pipeline
+    got = cells_of(p)
+    for key, (start, end) in truth.items():
+        assert (got[key][5], got[key][6]) == (start, end), key
+    for it in p.schedule_iterations:
+        # (stage 1 busy 4 x 60 ms of a 270 ms span: 10 ms filling, 20 draining; stage 0 4 x 30 ms): 1 - 360 / 540
+        assert it[7] == pytest.approx(1 / 3) and it[5] - it[4] == 270 * MS
+        assert it[8] == pytest.approx(1 / 5) and it[9] == pytest.approx(1 / 5)
+    idle = {(s[0], s[1]): s[2:] for s in p.stage_idle}
+    warm, cool, before, after, other, _ = idle[(0, 0)]
+    assert (warm, cool, before, other) == (0, 0, 0, 0) and after == 150 * MS  # all of it waiting on stage 1
+    assert idle[(0, 1)][:5] == (10 * MS, 20 * MS, 0, 0, 0)  # stage 1: filling and draining only
+    # the textbook grid: the same order, every forward and every backward at the median of its kind
+    ideal = p.ideal_schedules[p.schedule_iterations[0][10]]
+    assert {c[5] - c[4] for c in ideal if c[2] == "F"} == {15 * MS}
+    assert {c[5] - c[4] for c in ideal if c[2] == "B"} == {30 * MS}
+
+
+def test_a_slow_micro_batch_shifts_everything_after_it():
+    """Micro-batch 1's forward on stage 0 takes 5x: every computation after it, on both stages, starts 40 ms later
+    than on time; stage 1 waits for it with the stage before."""
+    on_time = cells_of(gpipe_sync(2, 4, tf=10, tb=20, iterations=1)[0].analyze().pipeline)
+    tr, truth = gpipe_sync(2, 4, tf=10, tb=20, iterations=1, slow={("F", 0, 1): 5})
+    p = tr.analyze().pipeline
+    got = cells_of(p)
+    for key, (start, end) in truth.items():
+        assert (got[key][5], got[key][6]) == (start, end), key
+    f1 = got[(0, 0, "F", 1)]
+    for key, c in got.items():
+        shift = c[5] - on_time[key][5]
+        assert shift == (40 * MS if c[5] >= f1[6] else 0), key
+    assert p.schedule_iterations[0][7] > p.schedule_iterations[0][9]
+    idle = {(s[0], s[1]): s[2:] for s in p.stage_idle}
+    assert idle[(0, 1)][2] >= 40 * MS  # stage 1 blocked with the stage before, waiting for micro-batch 1
 
 
 # -- 1F1B and interleaved 1F1B, each action sending without waiting --------------------------------------------

@@ -188,8 +188,11 @@ def chrome_events(a: Analysis, stats: dict | None = None) -> Iterator[dict]:
                "tid": tids[i], "ts": (start - t0) / 1000.0, "dur": (ends[i] - start) / 1000.0, "args": args_of(i)}
 
     # -- the pipeline's schedule: each stage's forwards and backwards, named by micro-batch (F3, B3; F3' on a
-    #    rank's second virtual stage), on a track of their own
+    #    rank's second virtual stage), on a track of their own. (An iteration's first forward, packed at its usual
+    #    length against the send of its result, may be estimated to start before the trace's first event: it
+    #    starts there.)
     for index, rank, stage, kind, mb, start, end, estimated in cells:
+        start = min(max(start, t0), end)
         yield {"ph": "X", "name": f"{kind}{mb}" + "'" * (stage // p), "cat": "schedule", "pid": rank,
                "tid": _SCHEDULE_TID, "ts": us(start), "dur": (end - start) / 1000.0,
                "args": {"kind": "forward" if kind == "F" else "backward", "micro_batch": mb, "stage": stage,
