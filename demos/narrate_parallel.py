@@ -167,11 +167,11 @@ def _received(run: DemoRun, name: str, kind: str, stage: int, mb: int, ev: dict,
         later = fmt_ns_prose(s["start_ns"] - ev["start_ns"])
         cell = _cells(run).get((ev.get("step"), frm, kind, mb))
         if cell is not None and cell[0] > ev["start_ns"]:
-            doing = (f"stage {frm} has not started on it yet: it starts {fmt_ns_prose(cell[0] - ev['start_ns'])} "
+            doing = (f"Stage {frm} has not started on it yet: it starts {fmt_ns_prose(cell[0] - ev['start_ns'])} "
                      f"later, computes for {fmt_ns_prose(cell[1] - cell[0])} and sends it {later} from now")
         else:
-            doing = f"stage {frm} is still computing it (it sends it {later} later)"
-        text = head + f"is ready for {what} and waits for it: {doing}."
+            doing = f"Stage {frm} is still computing it (it sends it {later} later)"
+        text = head + f"is ready for {what} and waits for it. {doing}."
         if first and kind == "F":
             if cell is not None and cell[0] > ev["start_ns"]:
                 text += (f" Until stage {frm} starts, this wait is not counted as bubble (the bubble counts from the "
@@ -196,6 +196,18 @@ def _cells(run: DemoRun) -> dict:
     return cached
 
 
+def _ideal_idle(cells: list, span: int) -> tuple[int, int]:
+    """A textbook grid's idle time over its stages: before their first computation or after their last, and
+    between their computations."""
+    ends = between = 0
+    for row in {c[0] for c in cells}:
+        mine = [c for c in cells if c[0] == row]
+        first, last = min(c[4] for c in mine), max(c[5] for c in mine)
+        ends += first + span - last
+        between += last - first - sum(c[5] - c[4] for c in mine)
+    return ends, between
+
+
 def _pipeline_summary(run: DemoRun, schedules: list[str], names: list[str], p: int, m: int, v: int) -> str:
     """The schedules' bubbles, measured (start-up waits apart) and the textbook's, where the idle time came from,
     and the micro-batches each stage held at once."""
@@ -217,12 +229,16 @@ def _pipeline_summary(run: DemoRun, schedules: list[str], names: list[str], p: i
                                sum(s[6] for s in idle))
         ideal = stats.ideal_schedules[it[10]] if it[10] >= 0 else []
         ideal_span = max((c[5] for c in ideal), default=0)
+        ideal_ends, ideal_between = _ideal_idle(ideal, ideal_span)
         cut = f", {fmt_ns_prose(it[6])} of waiting for a stage to start left out" if it[6] else ""
         lines.append(f"  {name}: bubble {it[7]:.0%} measured (the iteration took {fmt_ns_prose(it[5] - it[4])}{cut}), "
                      f"{it[9]:.0%} in its textbook grid ({fmt_ns_prose(ideal_span)}). The stages' idle time: "
                      f"{fmt_ns_prose(ends)} before their first computation or after their last, "
                      f"{fmt_ns_prose(between)} waiting for a neighbour between them, {fmt_ns_prose(host)} on the host "
-                     f"between ops. Micro-batches' activations held at once: {mem}.")
+                     f"between ops; in the textbook grid {fmt_ns_prose(ideal_ends)} and {fmt_ns_prose(ideal_between)} "
+                     "(the schedule's own filling, draining and waits; the rest came from the messages and from "
+                     "computations longer than the median). "
+                     f"Micro-batches' activations held at once: {mem}.")
     compare = ""
     if {"gpipe", "1f1b"} <= set(schedules):
         compare = ("GPipe and 1F1B have the same bubble: each stage idles while the pipeline fills and drains. What "

@@ -101,9 +101,9 @@ def main():
                   f"{ref_loss.item():.6f})", flush=True)
         assert worst < 1e-5, f"pipeline parallel ({schedule}) differs from the single-process reference by {worst}"
         layers = ", ".join(f"{j * per_stage}..{(j + 1) * per_stage - 1}" for j in stages)
+        held = f"{step.peak} micro-batch's" if step.peak == 1 else f"{step.peak} micro-batches'"
         print(f"[pipeline_parallelism] {schedule}, rank {rank}: gradients of layers {layers} match the single-process "
-              f"reference (max difference {worst:.1e}); at most {step.peak} micro-batches' activations held at once",
-              flush=True)
+              f"reference (max difference {worst:.1e}); at most {held} activations held at once", flush=True)
         results["schedules"][schedule] = {"max_difference": worst, "in_flight": step.peak,
                                           "loss": step.loss.item() if last else None}
     world.results = {**results, "max_difference": max(r["max_difference"] for r in results["schedules"].values())}

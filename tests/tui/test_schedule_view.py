@@ -92,6 +92,30 @@ def test_one_iteration_in_columns():
     assert ns4 == ns / 4 and BLANK not in rows4[0].cols[:10]
 
 
+def test_the_textbook_grid_s_idle_time_by_where_it_comes_from():
+    """GPipe on 2 stages drawn ideally: stage 1 fills for a forward and drains for a backward, stage 0 waits between
+    its last forward and its first backward for stage 1's last forward and first backward (the schedule's own wait:
+    the idle table puts it beside the measured waits); 1F1B's stage 0 holds 2 micro-batches, GPipe's all 4."""
+    m = ScheduleModel(fixture_store(DEMO))
+    assert [it.kind for it in m.iterations] == ["GPipe", "1F1B"]
+    d = m.durations(0)
+    (w0, c0, between0, held0), (w1, c1, between1, held1) = m.ideal_idle(0)
+    assert (w0, c0, between0, held0) == (0, 0, d["F"] + d["B"], 4)
+    assert (w1, c1, between1, held1) == (d["F"], d["B"], 0, 4)
+    assert [x[3] for x in m.ideal_idle(1)] == [2, 1]
+
+
+def test_a_narrow_cell_keeps_its_micro_batch():
+    """A cell too narrow for F3' (interleaved 1F1B at 80 columns) drops its kind (its colour tells it), then its
+    virtual stage's mark: the micro-batch stays."""
+    from disttrace.tui.model.schedule import Cell
+    from disttrace.tui.widgets.schedule import _fit
+
+    later = Cell(0, 4, "F", 3, 0, 1)  # rank 0's second virtual stage of 4 ranks
+    assert [_fit(later, 4, run) for run in (5, 3, 2, 1)] == ["F3'  ", "F3'", "3'", "3"]
+    assert [_fit(Cell(1, 1, "B", 12, 0, 1), 4, run) for run in (3, 2, 1)] == ["B12", "12", "1"]
+
+
 # -- the view ---------------------------------------------------------------------------------------------------
 
 async def test_the_grid_follows_the_playhead_and_steps_by_iteration():

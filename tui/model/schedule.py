@@ -219,9 +219,9 @@ class ScheduleModel:
         it = self.iterations[n]
         return [(r, self.idle[(it.index, r)]) for r in self.paths[it.pipeline] if (it.index, r) in self.idle]
 
-    def ideal_idle(self, n: int) -> list[tuple[int, int, int]]:
-        """Per stage row of iteration n's textbook grid: (its warm-up, its cool-down, its micro-batches in flight at
-        most)."""
+    def ideal_idle(self, n: int) -> list[tuple[int, int, int, int]]:
+        """Per stage row of iteration n's textbook grid: (its warm-up, its cool-down, its idle time between its
+        computations: the schedule's own waits for a neighbour, its micro-batches in flight at most)."""
         it = self.iterations[n]
         ideal = self.ideals[it.ideal] if it.ideal >= 0 else []
         end = max((c.end_ns for c in ideal), default=0)
@@ -229,13 +229,14 @@ class ScheduleModel:
         for pos in range(len(self.paths[it.pipeline])):
             mine = sorted((c for c in ideal if c.rank == -1 - pos), key=lambda c: c.start_ns)
             if not mine:
-                out.append((0, 0, 0))
+                out.append((0, 0, 0, 0))
                 continue
             flight = peak = 0
             for c in mine:
                 flight += 1 if c.kind == "F" else -1
                 peak = max(peak, flight)
-            out.append((mine[0].start_ns, end - mine[-1].end_ns, peak))
+            between = mine[-1].end_ns - mine[0].start_ns - sum(c.end_ns - c.start_ns for c in mine)
+            out.append((mine[0].start_ns, end - mine[-1].end_ns, max(0, between), peak))
         return out
 
     def durations(self, n: int) -> dict[str, int]:

@@ -203,11 +203,20 @@ class ScheduleGrid(Widget, can_focus=True):
                     style = HIGHLIGHT[c.kind]
                 else:
                     style = _cell_style(c, p)
-                label = c.label + "'" * (c.stage // p)  # (a rank's later virtual stages: F3', F3'')
-                text = (label + " " * run)[:run]
+                text = _fit(c, p, run)
                 segs.append(Segment(text, style))
             x = end
         return Strip(segs)
+
+
+def _fit(c: Cell, p: int, run: int) -> str:
+    """A cell's label in its `run` columns: F3 (F3' on a rank's later virtual stages: interleaved 1F1B), else
+    without its kind (3', its colour tells forward from backward), else its micro-batch alone."""
+    label = c.label + "'" * (c.stage // p)
+    for text in (label, label[1:], str(c.mb)):
+        if len(text) <= run:
+            return text.ljust(run)
+    return str(c.mb)[:run]
 
 
 def _text(text: str, width: int, style: Style) -> Strip:

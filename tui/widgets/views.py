@@ -111,7 +111,8 @@ class PipelineView(VerticalScroll, can_focus=False):
         return Group(head, table)
 
 
-LEGEND = ("F3 micro-batch 3's forward, B3 its backward (F3' on a rank's second virtual stage); ░ idle: the bubble; "
+LEGEND = ("F3 micro-batch 3's forward (blue), B3 its backward (green); F3' on a rank's second virtual stage; a "
+          "narrow cell shows 3' or 3; ░ idle: the bubble; "
           "~ a stage not started yet (not counted); yellow: the playhead's micro-batch. An F and a B with no message "
           "between them split their gap at their usual lengths.")
 
@@ -134,21 +135,24 @@ def iteration_line(model: ScheduleModel, n: int) -> Text:
 
 
 def idle_table(model: ScheduleModel, n: int) -> Group:
-    """Each rank's idle time in iteration n by where it comes from, beside its textbook grid's."""
+    """Each rank's idle time in iteration n by where it comes from, beside its textbook grid's: the waits between
+    computations that the schedule itself has (GPipe's first stage between its last forward and its first backward)
+    apart from those the messages and slower neighbours added."""
     cells = model.cells.get(n, [])
     ideal = model.ideal_idle(n)
-    table = Table(box=None, padding=(0, 1))
-    for col in ("stage", "busy", "warm-up/cool", "waits ←/→", "host", "held", "textbook"):
+    table = Table(box=None, padding=(0, 1, 0, 0), pad_edge=False)  # (one space between columns: 80 wide fit)
+    for col in ("stage", "busy", "warm-up/cool", "waits ←/→", "host", "held", "textbook", "its waits"):
         table.add_column(col, justify="left" if col == "stage" else "right", no_wrap=True)
     for pos, (r, (warm, cool, before, after, other, flight)) in enumerate(model.idle_of(n)):
         busy = sum(c.end_ns - c.start_ns for c in cells if c.rank == r)
-        iw, ic, _ = ideal[pos] if pos < len(ideal) else (0, 0, 0)
+        iw, ic, ib, _ = ideal[pos] if pos < len(ideal) else (0, 0, 0, 0)
         table.add_row(f"s{pos} r{r}", fmt_ns_short(busy), f"{fmt_ns_short(warm)}/{fmt_ns_short(cool)}",
                       f"{fmt_ns_short(before)}/{fmt_ns_short(after)}", fmt_ns_short(other), str(flight),
-                      f"{fmt_ns_short(iw)}/{fmt_ns_short(ic)}")
-    return Group(Text("Each stage's idle time here: before its first computation / after its last (the textbook "
-                      "grid's beside), blocked with the stage before ← / after →, on the host between ops; the "
-                      "micro-batches it held at once:", style="italic"), table)
+                      f"{fmt_ns_short(iw)}/{fmt_ns_short(ic)}", fmt_ns_short(ib))
+    return Group(Text("Idle time by cause: warm-up/cool (before the first computation/after the last), waits ←/→ "
+                      "(blocked with the stage before/after), host (between ops); held: micro-batches in flight at "
+                      "once; the textbook grid's warm-up/cool and its waits (the schedule's own: measured waits "
+                      "beyond them are the messages' or a slower neighbour's):", style="italic"), table)
 
 
 class WaitsView(Vertical):
