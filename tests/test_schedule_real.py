@@ -110,13 +110,18 @@ def test_the_demo_s_program_interleaved(traced):
     check_sleeps(p, 5, 5)  # each chunk half the stage: 5 ms
 
 
-def test_the_demo_s_program_refuses_what_it_cannot_run(traced):
-    """Interleaved on 2 ranks: the program says why not (the trace could not tell the two links apart)."""
+@pytest.mark.parametrize("args,says", [
+    (["--schedules", "interleaved"], "interleaved 1F1B runs alone (--schedules interleaved), on 3 ranks or more"),
+    (["--num-micro-batches", "3"], "--num-micro-batches 3 does not split --batch-size 8 into equal micro-batches"),
+])
+def test_the_demo_s_program_refuses_what_it_cannot_run(traced, args, says):
+    """Interleaved on 2 ranks: the program says why not (the trace could not tell the two links apart); M that
+    does not divide the batch: it says which to change."""
     from harness import run_traced
 
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
-        proc = run_traced(str(DEMO), Path(tmp) / "trace", 2, ["--schedules", "interleaved"], "off")
+        proc = run_traced(str(DEMO), Path(tmp) / "trace", 2, args, "off")
     assert proc.returncode != 0
-    assert "interleaved 1F1B runs alone (--schedules interleaved), on 3 ranks or more" in proc.stderr + proc.stdout
+    assert says in proc.stderr + proc.stdout

@@ -59,6 +59,13 @@ def main():
         raise SystemExit("interleaved 1F1B runs alone (--schedules interleaved), on 3 ranks or more, with layers that "
                          f"split into 2 x {world_size} chunks and micro-batches a multiple of {world_size}: e.g. "
                          "--nproc 4 --program-args='--schedules interleaved --num-layers 8'")
+    if a.num_micro_batches < 1 or a.batch_size % a.num_micro_batches:
+        raise SystemExit(f"--num-micro-batches {a.num_micro_batches} does not split --batch-size {a.batch_size} into "
+                         "equal micro-batches: give a divisor of it, or a batch to match, e.g. "
+                         "--program-args='--num-micro-batches 8 --batch-size 16'")
+    if a.num_layers % world_size:
+        raise SystemExit(f"{a.num_layers} layers do not split evenly into {world_size} stages: give --num-layers a "
+                         f"multiple of {world_size}, e.g. --program-args='--num-layers {2 * world_size}'")
     data = generate_sample_data(a.batch_size, a.num_dim, world.device)
     batch_size = data.size(0)
     num_dim = data.size(1)

@@ -123,6 +123,20 @@ def _grid_rows(screen: str, labels: tuple[str, ...]) -> list[str]:
     return [line.strip() for line in screen.splitlines() if line.strip().startswith(labels)]
 
 
+GRID = ("r0 s0", "r1 s1", "s0 ", "s1 ")
+
+
+def _grid_screen(term: Tmux, text: str, timeout: float = 30) -> str:
+    """The screen once `text` and every row of the grid (measured and textbook) are on it (a loaded machine may
+    show the text a frame before the grid's last rows), else as it is at the timeout, for the asserts to show."""
+    deadline = time.monotonic() + timeout
+    while True:
+        screen = term.wait_for(text, timeout)
+        if all(_grid_rows(screen, (label,)) for label in GRID) or time.monotonic() > deadline:
+            return screen
+        time.sleep(0.2)
+
+
 @pytest.mark.parametrize("size", [(80, 24), (100, 30), (200, 50)])
 def test_the_pipeline_tab_of_a_pipelining_job(traced, size):
     """torch.distributed.pipelining's 1F1B on 2 ranks, 4 iterations: tab 3 draws the grid of the playhead's
@@ -132,7 +146,7 @@ def test_the_pipeline_tab_of_a_pipelining_job(traced, size):
     try:
         term.wait_for("1 Timeline")
         term.keys("3")
-        screen = term.wait_for("Iteration 1 of 4")
+        screen = _grid_screen(term, "Iteration 1 of 4")
         assert "1F1B, P = 2, M = 4. Bubble" in screen.replace("\n ", " ") and "measured" in screen, screen
         assert "(P−1)/(M+P−1)" in screen and "20.0%" in screen, screen
         rows = _grid_rows(screen, ("r0 s0", "r1 s1"))
@@ -141,7 +155,7 @@ def test_the_pipeline_tab_of_a_pipelining_job(traced, size):
             assert all(f"{k}{mb}" in row for k in "FB" for mb in range(4)) and "░" in row, screen
         assert _grid_rows(screen, ("s0 ", "s1 "))[:2], screen  # the textbook grid under it
         term.keys("]")
-        screen = term.wait_for("Iteration 2 of 4")
+        screen = _grid_screen(term, "Iteration 2 of 4")
         assert len(_grid_rows(screen, ("r0 s0", "r1 s1"))) == 2, screen
     finally:
         term.kill()
@@ -163,7 +177,7 @@ def test_the_pipeline_demo_opens_on_its_grid(pipeline_demo, size):
     messages (the grid follows), ] goes to 1F1B's."""
     term = Tmux(f"{sys.executable} -m disttrace view {pipeline_demo}", *size)
     try:
-        screen = term.wait_for("Iteration 1 of 2")
+        screen = _grid_screen(term, "Iteration 1 of 2")
         assert "GPipe, P = 2, M = 4. Bubble" in screen.replace("\n ", " "), screen
         assert "(P−1)/(M+P−1)" in screen and "20.0%" in screen, screen
         assert "GPipe, forward of micro-batch 0" in screen, screen  # the first message's narration
