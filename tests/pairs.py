@@ -4,8 +4,9 @@ than the faulty one, and on a shared 2-core machine the pace of a job's host wor
 20 ms-of-sleep steps read 29-37 ms, and CI once saw its faulty run's on-time steps 15% slower than the on-time
 run's). So the two runs' pace is compared on what the fault leaves alone (the steps it does not touch, or the ranks
 it does not touch), and a pair more than PACE_TOLERANCE apart is run again, PACE_TRIES pairs at most; the pair
-closest in pace is kept. The pace check reads only measured times, never a prediction: a wrong prediction fails
-whichever pair is kept."""
+closest in pace is kept. What is left of the drift, where the fault leaves whole steps alone, is taken out of the
+measurement (`measured_without_fault`: the on-time run's steps at the faulty run's pace). The pace check and the
+correction read only measured times, never a prediction: a wrong prediction fails whichever pair is kept."""
 
 from __future__ import annotations
 
@@ -70,6 +71,14 @@ def compute_pace(a, ranks) -> dict[int, float]:
         ks = step[row[lo + 1:hi]]
         out[r] = median(int(gaps[ks == k].sum()) for k in np.unique(ks).tolist() if k >= 0 and k not in warm)
     return out
+
+
+def measured_without_fault(faulty, on_time, late_steps=None) -> float:
+    """What a prediction for the faulty run is compared with: the on-time run's mean steady step, at the faulty
+    run's pace where the fault leaves steps alone to compare it on (`late_steps`; the pair's drift is at most
+    PACE_TOLERANCE where a pair that close was made)."""
+    measured = steady_mean(on_time)
+    return measured * step_pace(faulty, late_steps) / step_pace(on_time, late_steps) if late_steps else measured
 
 
 def steady_mean(a) -> float:
