@@ -10,7 +10,7 @@ correction read only measured times, never a prediction: a wrong prediction fail
 
 from __future__ import annotations
 
-from statistics import median
+from statistics import mean, median
 
 import numpy as np
 
@@ -49,11 +49,12 @@ def analysed_pair(traced, script: str, nproc: int, late_steps=None, changes=(), 
 
 
 def step_pace(a, late_steps) -> float:
-    """The median length of a run's steady steps that its fault leaves alone: the late steps and the ones before
-    them left out."""
+    """The mean length of a run's steady steps that its fault leaves alone: the late steps and the ones before
+    them left out. (The mean, as the prediction is of the mean step: a busy machine's one long step among them is
+    part of the run's pace.)"""
     warm = {s.index for s in a.steps if s.warmup}
     near = {k + d for k in late_steps for d in (-1, 0)}
-    return median(p.length_ns for p in a.critical_path if p.index not in warm and p.index not in near)
+    return mean(p.length_ns for p in a.critical_path if p.index not in warm and p.index not in near)
 
 
 def compute_pace(a, ranks) -> dict[int, float]:
