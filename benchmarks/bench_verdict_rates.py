@@ -2,9 +2,9 @@
 
     python benchmarks/bench_verdict_rates.py [--runs 10] [--case NAME ...]
 
-tests/test_attribution_truth.py checks one run of each job of tests/jobs/wi_cases.py; this runs each --runs times
-(each faulty run with a fresh run without its fault, one after the other, so that the two meet the machine in the
-same state) and prints, per job: how often the verdict's kind and its rank or stage were right, how often the
+tests/test_attribution_truth.py checks one run of each job of tests/jobs/wi_cases.py; this runs each --runs times,
+each time a pair made as the test makes it (tests/pairs.py: a faulty run and a run without its fault, one after the
+other, made again up to 3 times where their pace on what the fault leaves alone is more than 6% apart) and prints, per job: how often the verdict's kind and its rank or stage were right, how often the
 change that undoes the fault predicted the run without it within the issue's bounds (the step within 15%, the
 saving within 15% or 3 ms), and how often the run without the fault named nothing (none or a spread, no
 straggler). The goal is 9 of 10 of each. A run takes 20-60 s on 2 cores: 10 runs of the 9 jobs, about 2 hours.
@@ -23,11 +23,9 @@ JOBS = Path(__file__).resolve().parent.parent / "tests" / "jobs"
 sys.path.insert(0, str(JOBS))
 sys.path.insert(0, str(JOBS.parent))
 from wi_cases import CASES, prediction_error  # noqa: E402
-from pairs import steady_mean  # noqa: E402
+from pairs import analysed_pair, measured_without_fault  # noqa: E402
 
-from disttrace.tracer.analysis import analyze  # noqa: E402
 from disttrace.tracer.analysis.what_if import parse_change  # noqa: E402
-from disttrace.tracer.data.load import load_trace  # noqa: E402
 
 
 def trace(script: str, nproc: int, args, out: Path) -> Path:
@@ -51,13 +49,17 @@ def main() -> None:
         for run in range(ns.runs):
             for n in names:
                 c = CASES[n]
-                faulty = trace(c.script, c.nproc, c.fault, Path(tmp) / f"{n}-{run}-fault")
-                clean = trace(c.script, c.nproc, c.clean, Path(tmp) / f"{n}-{run}-clean")
-                a = analyze(load_trace(str(faulty)), changes=(parse_change(c.change),))
-                b = analyze(load_trace(str(clean)))
+                made = []
+
+                def traced(script, nproc, args, summaries, n=n, run=run, made=made):
+                    made.append(trace(script, nproc, args, Path(tmp) / f"{n}-{run}-{len(made)}"))
+                    return made[-1]
+
+                a, b = analysed_pair(traced, c.script, c.nproc, c.late_steps, (parse_change(c.change),), c.fault,
+                                     c.clean, c.bystanders or None)
                 at, t = a.attribution, tally[n]
                 right = (at.kind, at.rank, at.stage) == (c.kind, c.rank, c.stage)
-                miss = prediction_error(a.what_if[0], steady_mean(b))
+                miss = prediction_error(a.what_if[0], measured_without_fault(a, b, c.late_steps))
                 quiet = b.attribution.kind in ("none", "spread") and b.straggler is None
                 t[0] += right
                 t[1] += miss is None
@@ -71,7 +73,7 @@ def main() -> None:
                 print(f"run {run + 1}/{ns.runs} {n}: verdict {'right' if right else 'WRONG'}, prediction "
                       f"{'within' if miss is None else 'off: ' + miss}, without the fault "
                       f"{'quiet' if quiet else b.attribution.kind}", flush=True)
-                for p in (faulty, clean):
+                for p in made:
                     subprocess.run(["rm", "-rf", str(p)], check=False)
     print(f"\n{'job':<20} {'verdict':>8} {'predicted':>10} {'quiet':>6}   (of {ns.runs}; goal: 9 of 10 each)")
     for n in names:

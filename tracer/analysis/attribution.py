@@ -41,6 +41,8 @@ from .peers import Roles, identities, occurrences, others_median, roles_of
 
 MIN_SAVING = 0.02   # of the mean step: what putting a candidate on pace must save to name it
 DOMINANT = 2.0      # times any other rank's saving: a worker's (ranks late by turns are no one worker)
+PERSISTENT = 0.75   # of the steps: a rank off its peers' pace in this many, and in DOMINANT times as many as any other
+#                     rank, is a worker even where another rank's one long hiccup saves half as much as it
 SLOW_STAGE = 1.2    # every rank of a slow stage computes this many times the typical other stage
 MAX_RANKS = 16      # ranks replayed on pace one by one (those with the most excess over their peers)
 OUTLIERS = 6.0      # median absolute deviations (as a standard deviation) above the median: a step of a rank stands out
@@ -337,11 +339,15 @@ def attribute(t: EventTable, replay, pipeline: PipelineStats | None, steps: list
         return mean - sum(after[k] for k in k_used) / len(k_used)
 
     found = []
+    late_in: dict[int, int] = {}
     savings = sorted(((saving(after), r) for r, after in by_rank.items()), reverse=True)
     if savings:
         save, r = savings[0]
         second = savings[1][0] if len(savings) > 1 else 0.0
-        if save >= threshold and save >= DOMINANT * max(second, 0.0):
+        late_in = {x: sum(measured[k] - after[k] >= floor for k in k_used) for x, after in by_rank.items()}
+        steady = (late_in[r] >= PERSISTENT * len(k_used)
+                  and all(DOMINANT * n <= late_in[r] for x, n in late_in.items() if x != r))
+        if save >= threshold and (save >= DOMINANT * max(second, 0.0) or steady):
             found.append((save, "worker", r))
     # a stage's own imbalance: what pacing it saves once every rank is at its peers' pace (a slow worker's excess,
     # which the stage's pace would also remove, is the worker's), if every rank of it computes SLOW_STAGE times
@@ -362,8 +368,9 @@ def attribute(t: EventTable, replay, pipeline: PipelineStats | None, steps: list
             out.rank = who
             second = savings[1] if len(savings) > 1 else None
             out.reason = (f"rank {who} at its peers' pace saves {_ms(save)} a step ({save / mean:.0%})"
-                          + (f", {save / max(second[0], 1):.0f}x the next rank's (rank {second[1]})" if second and
-                             second[0] > 0 else "; no other rank saves anything"))
+                          + (f", {save / max(second[0], 1):.1f}x the next rank's (rank {second[1]})" if second and
+                             second[0] > 0 else "; no other rank saves anything")
+                          + f"; off its peers' pace in {late_in[who]} of {len(k_used)} steps")
         else:
             out.stage = who
             out.reason = (f"every rank of stage {who} ({', '.join(map(str, roles.stage_ranks[who]))}) computes "
