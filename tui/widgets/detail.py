@@ -16,6 +16,7 @@ from disttrace.tracer.analysis.units import fmt_bytes_short, fmt_gbps, fmt_ns_sh
 from disttrace.tracer.data.events import NONE
 
 from ..model.store import TraceStore
+from .diff import baseline_of, signed
 from .palette import OP_COLORS
 
 
@@ -112,6 +113,7 @@ def detail_table(store: TraceStore, row: int) -> Table:
             add("others", f"on ranks {_ranks(others)}  (o / O: next / previous rank)")
         if not inst.complete:
             add("", Text("incomplete: not every rank of the group finished it", style="bold red"))
+    _beside_baseline(add, store, row)
     m = store.p2p_match(row)
     if m is not None:
         add("message", f"#{m.order} of {m.src}→{m.dst}, {fmt_bytes_short(m.bytes)}")
@@ -127,6 +129,45 @@ def detail_table(store: TraceStore, row: int) -> Table:
         if m.transfer_ns:
             add("transfer", f"{fmt_ns_short(m.transfer_ns)}  {fmt_gbps(m.bytes / m.transfer_ns)}")
     return grid
+
+
+def _beside_baseline(add, store: TraceStore, row: int) -> None:
+    """With a baseline (`view B --baseline A`): A's figures beside B's for the event and its step, and whether they
+    moved beyond the noise (tracer/analysis/diff.py's; the diff view lists them)."""
+    d = baseline_of(store)
+    if d is None or d.ops is None or row >= len(d.ops.a_row):
+        return
+    t, a = store.table, d.a_side
+    k = store.analysis.step_of[row] if row < len(store.analysis.step_of) else -1
+    lengths = {i: (x, y) for i, x, y in d.steps}
+    if k in lengths and lengths[k][1] is not None:
+        x, y = lengths[k]
+        moved = d.ops.step_moved.get(k, False)
+        add("A's step", Text.assemble(f"{k} took {fmt_ns_short(x)}" if x is not None else f"{k}: not in A",
+                                      f" (A's median {fmt_ns_short(d.a.median_ns)})  ",
+                                      ((f"B {signed(y - d.a.median_ns)}: moved beyond ±{fmt_ns_short(d.noise_ns)}"
+                                        if moved else "within the noise"), "bold #ff8c5a" if moved else "")))
+    j = int(d.ops.a_row[row])
+    if j < 0:
+        if k in set(d.matched):
+            add("in A", Text("no such op in A's step: added in B", style="bold #ff8c5a"))
+        return
+    ta = a.table
+    dur_a, dur_b = ta.duration_ns(j), t.duration_ns(row)
+    med, noise = int(d.ops.a_median[row]), int(d.ops.noise[row])
+    moved = bool(d.ops.moved[row])
+    took = f"took {fmt_ns_short(dur_a)}" if dur_a is not None else "never finished"
+    add("in A", Text.assemble(f"#{j}, {took}" + (f" (median {fmt_ns_short(med)} over A's steps)" if med >= 0 else ""),
+                              "  ", ((f"B {signed((dur_b or 0) - med)}: moved beyond ±{fmt_ns_short(noise)}"
+                                      if moved else "B within the noise") if med >= 0 and dur_b is not None else "",
+                                     "bold #ff8c5a" if moved else "")))
+    if ta.bytes[j] != t.bytes[row] or (ta.dtype[j] or "") != (t.dtype[row] or ""):
+        add("A's bytes", f"{fmt_bytes_short(ta.bytes[j])} ({ta.bytes[j]:,})  {ta.dtype[j] or ''}")
+    if (ta.site[j] or "") != (t.site[row] or ""):
+        add("A's site", ta.site[j] or "—")
+    ga = ta.groups[ta.gid[j]].ranks
+    if tuple(ga) != tuple(t.groups[t.gid[row]].ranks):
+        add("A's group", ",".join(map(str, ga)))
 
 
 def _ranks(rs: list[int]) -> str:
