@@ -202,7 +202,8 @@ def _op_figures(a: Side, b: Side, ks: list[int], a_ops, b_ops, al, la: list[int]
 
 def signed(ns: float) -> str:
     """A difference of times: "+12.1 ms", "−3.0 ms"."""
-    return ("−" if ns < 0 else "+") + fmt_ns_prose(abs(ns))
+    text = fmt_ns_prose(abs(ns))
+    return text if text.startswith("0 ") else ("−" if ns < 0 else "+") + text
 
 
 def headline(d: Diff) -> str:
