@@ -18,17 +18,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-JOBS = Path(__file__).resolve().parent.parent / "tests" / "jobs"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-
-def trace(script: str, nproc: int, out: Path) -> Path:
-    cmd = [sys.executable, "-m", "disttrace", "run", "--out", str(out), "--summaries", "off", "--",
-           sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-           str(JOBS / script)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    if proc.returncode:
-        raise RuntimeError(f"{script} exited {proc.returncode}: {proc.stderr[-2000:]}")
-    return out
+from bench_verdict_rates import trace  # noqa: E402 (the one way the benchmarks trace a job)
 
 
 def main() -> None:
@@ -40,8 +32,8 @@ def main() -> None:
     quiet, lines = 0, []
     with tempfile.TemporaryDirectory() as tmp:
         for k in range(ns.pairs):
-            a = trace(ns.job, ns.nproc, Path(tmp) / f"a{k}")
-            b = trace(ns.job, ns.nproc, Path(tmp) / f"b{k}")
+            a = trace(ns.job, ns.nproc, (), Path(tmp) / f"a{k}")
+            b = trace(ns.job, ns.nproc, (), Path(tmp) / f"b{k}")
             p = subprocess.run([sys.executable, "-m", "disttrace", "diff", str(a), str(b), "--json"],
                                capture_output=True, text=True, timeout=600)
             if p.returncode not in (0, 1):

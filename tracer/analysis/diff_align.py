@@ -71,10 +71,10 @@ class Ops:
 
 
 def ops_of(t, step_of, ks: list[int], site_of, names: Identities) -> Ops:
-    """The ops of table t in steps ks (step_of: each row's step), keyed across runs through `names`; site_of turns a
-    site's text into "file.py:line"."""
+    """The ops of table t in steps ks (step_of: each row's step, a numpy column), keyed across runs through `names`;
+    site_of turns a site's text into "file.py:line"."""
     n = len(t)
-    step = np.frombuffer(step_of, np.int32).astype(np.int64) if len(step_of) == n else np.full(n, -1, np.int64)
+    step = np.asarray(step_of, np.int64) if len(step_of) == n else np.full(n, -1, np.int64)
     op, site = np.asarray(t.op.codes, np.int64), np.asarray(t.site.codes, np.int64)
     gid, peer = np.frombuffer(t.gid, np.int32).astype(np.int64), np.frombuffer(t.peer, np.int32).astype(np.int64)
     local = dense_ids(op, site, gid, peer) if n else np.zeros(0, np.int64)

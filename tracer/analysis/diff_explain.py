@@ -117,7 +117,7 @@ def explain(a: Side, b: Side, ks: list[int], names: Identities, span_names: dict
                                                b_ops.rows.tolist())):
         op, site = keys[ident][:2]
         x = index[k]
-        total_b = cb[(r, ident)][x]
+        total_b = cb[(r, ident)][x] if (r, ident) in cb else 0.0  # (none: its ops never communicated)
         total_a = ca[(r, ident)][x] if (r, ident) in ca else 0.0
         mine = int(b.comm[row])
         row_saved[row] = int(round(mine * (1 - total_a / total_b))) if total_b > 0 else 0

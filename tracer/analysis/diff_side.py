@@ -69,6 +69,13 @@ class Side:
         fin, comm = self.fin[ops.rows], self.comm[ops.rows]
         return per_step_unions(keys, ops.step, fin - comm, fin, ks)
 
+    @property
+    def step_of(self) -> np.ndarray:
+        """Each row's step, as the replay numbers them: without steps, the whole run is step 0."""
+        if self.analysis.steps:
+            return np.frombuffer(self.analysis.step_of, np.int32)
+        return np.zeros(len(self.table), np.int32)
+
     def length(self, k: int) -> int:
         """Step k's measured length (the replay's, which an unchanged replay gives back)."""
         return int(self.replay.timeline(k)[4] or 0)
@@ -83,7 +90,7 @@ class Side:
         key = (id(names), tuple(ks))
         got = self._ops.get(key)
         if got is None:
-            got = self._ops[key] = ops_of(self.table, self.analysis.step_of, ks, self.site_of, names)
+            got = self._ops[key] = ops_of(self.table, self.step_of, ks, self.site_of, names)
         return got
 
     def spans(self, k: int, ident_of_row: np.ndarray, span_names: dict[str, int]) -> StepSpans:

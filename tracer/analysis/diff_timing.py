@@ -15,7 +15,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-NOISE = 2.0                # spreads: a difference of medians is a change only past this many of the larger spread
+NOISE = 3.0                # spreads (their root mean square): a difference of medians is a change only past this
+#                            (2 called 1 no-change pair in 7 slower on this shared 2-core machine: its pace moved 24%
+#                            between two runs while each run's steps spread 3-6%)
 MIN_NOISE_NS = 50_000      # ... and past this (a span of a few µs jitters by its whole length)
 MIN_NOISE_FRACTION = 0.02  # ... and past this fraction of A's median
 

@@ -73,6 +73,10 @@ def exit_code(d: Diff, fail_above: float | None) -> int:
     return 1
 
 
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}{'' if n == 1 else 's'}"
+
+
 def _left(table, n: int):
     """The table with its first n columns (words) left-justified."""
     for col in table.columns[:n]:
@@ -86,9 +90,9 @@ def render(d: Diff, top: int = 10, fail_above: float | None = None, console=None
 
     console = console or _console()
     a, b = d.a, d.b
-    console.print(f"[bold]disttrace diff[/]: A = {escape(d.a_label)} ({a.step_count} steady steps), B = "
-                  f"{escape(d.b_label)} ({b.step_count} steady steps); {len(d.matched)} steps compared by index",
-                  soft_wrap=True)
+    console.print(f"[bold]disttrace diff[/]: A = {escape(d.a_label)} ({_count(a.step_count, 'steady step')}), B = "
+                  f"{escape(d.b_label)} ({_count(b.step_count, 'steady step')}); {_count(len(d.matched), 'step')} "
+                  "compared by index", soft_wrap=True)
     for n in d.notes:
         console.print(f"[yellow]note:[/] {escape(n)}")
     style = "bold red" if d.slower else "bold green" if d.changed and d.delta_ns < -d.noise_ns else "bold"

@@ -15,7 +15,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import DataTable, Static
 
-from disttrace.tracer.analysis.diff import Diff, headline, signed, verdict
+from disttrace.tracer.analysis.diff import Diff, signed, verdict
 from disttrace.tracer.analysis.units import fmt_ns_short
 
 from ..model.store import TraceStore
@@ -58,8 +58,7 @@ class DiffView(Vertical):
     DiffView { height: 1fr; overflow-y: auto; scrollbar-size-vertical: 1; }
     DiffView > Static { height: auto; padding: 0 1; }
     DiffView #diff-head { color: $text; }
-    DiffView DataTable { height: auto; max-height: 14; min-height: 4; }
-    DiffView #diff-moved { height: 1fr; min-height: 6; max-height: 100%; }
+    DiffView #diff-moved { height: 1fr; min-height: 5; }
     """
 
     def __init__(self, store: TraceStore, **kwargs) -> None:
@@ -77,15 +76,7 @@ class DiffView(Vertical):
         yield Static(Text.assemble(("Baseline A: ", "bold"), d.a_label, "\n", (verdict(d), style)), id="diff-head")
         for n in d.notes:
             yield Static(Text(f"note: {n}", style="yellow"))
-        yield Static(Text.assemble(("Why", "bold"), " (B's steps replayed with one thing set to A's, cumulatively): ",
-                                   headline(d)) if d.matched else "No steps both runs replay: nothing explained.")
-        if d.explanations:
-            t = DataTable(id="diff-why", cursor_type="row", zebra_stripes=True)
-            t.add_columns("a step", "explanation")
-            for e in d.explanations:
-                t.add_row(signed(e.delta_ns), e.what)
-            t.add_row(signed(d.unexplained_ns), "unexplained")
-            yield t
+        yield Static(self._why(d), id="diff-why")
         if d.structure:
             lines = [Text.assemble((f"{c.kind:8} ", "bold #ff8c5a"), c.detail) for c in d.structure[:20]]
             more = f"\n… and {len(d.structure) - 20} more (disttrace diff --json lists all)" if len(d.structure) > 20 \
@@ -96,6 +87,23 @@ class DiffView(Vertical):
         yield Static("B's steps and ops that moved beyond their noise, the largest first; enter: show it in the "
                      "timeline", id="diff-moved-title")
         yield self._moved_table(d)
+
+    @staticmethod
+    def _why(d: Diff):
+        """The explanations, ranked, and the unexplained rest, as rows that wrap."""
+        from rich.table import Table
+
+        if not d.matched:
+            return Text("No steps both runs replay: nothing explained.")
+        grid = Table.grid(padding=(0, 2))
+        grid.title = f"Why {signed(d.mean_delta_ns)} a step (the mean): B's steps replayed with one thing set to A's"
+        grid.title_justify, grid.title_style = "left", "bold"
+        grid.add_column(justify="right", no_wrap=True)
+        grid.add_column(overflow="fold")
+        for e in d.explanations:
+            grid.add_row(signed(e.delta_ns), e.what)
+        grid.add_row(signed(d.unexplained_ns), "unexplained")
+        return grid
 
     def _moved_table(self, d: Diff) -> DataTable:
         t = DataTable(id="diff-moved", cursor_type="row", zebra_stripes=True)
