@@ -1,10 +1,12 @@
 """The job the diff's ground truth is made of (issue 42): the same small data-parallel job run twice, with one
 thing changed between the two runs (`--change=...`), or nothing.
 
-4 ranks, 12 steps. Each step: the loader (5 ms), a forward that computes ~20 ms (a sleep stands for the device),
-a small all_reduce in a two-rank group (a tensor-parallel shard's sync: groups of pairs, {0, 1} and {2, 3}), the
-backward, whose gradients DDP's reducer all-reduces in buckets of BUCKET_MB (~330 KiB of gradients: two buckets),
-and the optimizer's step. The changes:
+4 ranks, 40 steps (a shared machine's load moves over seconds: a longer run meets more of it, and two runs' paces
+come closer). Each step: the loader (10 ms), a forward that computes ~40 ms (a sleep stands for the device), a small
+all_reduce in a two-rank group (a tensor-parallel shard's sync: groups of pairs, {0, 1} and {2, 3}), the backward,
+whose gradients (~21 KiB) DDP's reducer all-reduces in buckets of BUCKET_MB (two buckets), and the optimizer's step.
+The work on the CPU is kept small: on a shared 2-core machine its pace moves between two runs by ~10 ms a step,
+which the changes that must be explained (slow, extra) stand well above. The changes:
 - `slow`: rank 3 computes SLOW_S longer between the group's all_reduce and the backward (one span, one rank);
 - `bucket`: DDP's buckets hold BIG_BUCKET_MB (every gradient in one all_reduce, instead of two);
 - `extra`: a metrics all_reduce of EXTRA_ELEMS floats over every rank after the optimizer's step (a new op and site);
@@ -15,11 +17,11 @@ and the optimizer's step. The changes:
 import sys
 import time
 
-STEPS, WORLD = 12, 4
-LOAD_S, COMPUTE_S = 0.005, 0.020
-SLOW_RANK, SLOW_S = 3, 0.030
-BUCKET_MB, BIG_BUCKET_MB = 0.25, 25
-EXTRA_ELEMS = 1 << 20  # 4 MiB of float32
+STEPS, WORLD = 40, 4
+LOAD_S, COMPUTE_S = 0.010, 0.040
+SLOW_RANK, SLOW_S = 3, 0.080
+BUCKET_MB, BIG_BUCKET_MB = 0.004, 25
+EXTRA_ELEMS = 4 << 20  # 16 MiB of float32
 CHANGES = ("none", "slow", "bucket", "extra", "groups")
 
 
@@ -49,8 +51,7 @@ def main() -> None:
     class Net(nn.Module):
         def __init__(self):
             super().__init__()
-            self.body = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(),
-                                      nn.Linear(256, 10))
+            self.body = nn.Sequential(nn.Linear(32, 128), nn.ReLU(), nn.Linear(128, 8))
 
         def forward(self, x):
             time.sleep(COMPUTE_S)  # the device computing
@@ -64,7 +65,7 @@ def main() -> None:
     metrics = torch.zeros(EXTRA_ELEMS)
     for _ in range(STEPS):
         time.sleep(LOAD_S)  # reading from storage
-        x, y = torch.randn(32, 64, generator=g), torch.randint(0, 10, (32,), generator=g)
+        x, y = torch.randn(32, 32, generator=g), torch.randint(0, 8, (32,), generator=g)
         opt.zero_grad()
         loss = nn.functional.cross_entropy(model(x), y)
         dist.all_reduce(shard, group=mine)  # <group>

@@ -26,7 +26,7 @@ from .diff_explain import Explanation, explain, short_span
 from .diff_side import Side, analysed
 from .diff_timing import StepStats, TimingRow, median_ns, noise_ns, per_step_sums, row_of
 from .matching import finished
-from .units import fmt_list, fmt_ns_prose
+from .units import fmt_ns_prose
 
 
 @dataclass
@@ -247,11 +247,6 @@ def to_json(d: Diff) -> dict:
         "steps": [{"index": k, "a_ns": x, "b_ns": y} for k, x, y in d.steps],
         "notes": list(d.notes),
     }
-
-
-def ranks_text(ranks) -> str:
-    rs = sorted(ranks)
-    return f"rank {rs[0]}" if len(rs) == 1 else f"ranks {fmt_list(rs)}"
 
 
 __all__ = ["Diff", "OpFigures", "compare", "diff_tables", "to_json", "headline", "verdict", "signed", "analysed"]

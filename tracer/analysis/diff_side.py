@@ -60,8 +60,12 @@ class Side:
         # each op's end (matching.finished: its end, else its wait()'s return), as the replay reads it
         self.fin = (np.frombuffer(self.walker.fin, np.int64) if self.walker is not None else
                     np.frombuffer(finished(table), np.int64))
+        # what ops() and spans() made, for one diff at a time (its Identities, its ident_of_row and span names: a
+        # Side compared again, with another run, numbers its ops and names its spans anew)
         self._ops: dict = {}
+        self._ops_for: Identities | None = None
         self._spans: dict[int, StepSpans] = {}
+        self._spans_for: tuple = (None, None)
 
     def comm_spans(self, keys: list, ops: Ops, ks: list[int]) -> dict:
         """key -> per step of ks, the time its ops (keys: one per row of `ops`) communicated, each instant once:
@@ -87,7 +91,9 @@ class Side:
         return self.walker.site_of(full) if self.walker is not None else (full.partition(" in ")[0] or "?")
 
     def ops(self, names: Identities, ks: list[int]) -> Ops:
-        key = (id(names), tuple(ks))
+        if names is not self._ops_for:
+            self._ops, self._ops_for = {}, names
+        key = tuple(ks)
         got = self._ops.get(key)
         if got is None:
             got = self._ops[key] = ops_of(self.table, self.step_of, ks, self.site_of, names)
@@ -96,6 +102,9 @@ class Side:
     def spans(self, k: int, ident_of_row: np.ndarray, span_names: dict[str, int]) -> StepSpans:
         """Step k's compute spans, keyed by the identities ident_of_row (per row); names through span_names (a
         name -> id map both runs share)."""
+        made_for = self._spans_for
+        if made_for[0] is not ident_of_row or made_for[1] is not span_names:
+            self._spans, self._spans_for = {}, (ident_of_row, span_names)
         got = self._spans.get(k)
         if got is not None:
             return got

@@ -3,9 +3,13 @@
 *Noise* is the spread of the steps within each run: a quantity measured once a step (a step's length, a rank's
 compute, an op kind's communication, a span) has, in each run, the spread of its values over the steps (the median
 absolute deviation, as a standard deviation); a difference of its medians is a *change* only past `NOISE` times the
-two runs' spreads (their root mean square), and never below `MIN_NOISE_NS` nor `MIN_NOISE_FRACTION` of A's median (a quantity
-that every step measures alike still moves that much between two runs of a shared machine). One rule, `noise_ns`,
-for every quantity the diff compares.
+two runs' spreads (their root mean square), and never below `MIN_NOISE_NS` nor `MIN_NOISE_FRACTION` of A's median (a
+quantity that every step measures alike still moves that much between two runs of a shared machine). The longer
+run's spread counts at the shorter run's scale (times the ratio of their medians): a change that makes the step
+longer makes its jitter larger with it (an added 16 MiB all_reduce on 2 busy cores doubled the step and spread it
+7 times as wide), and what the change added must not hide the change; a quantity one run does not have in most
+steps (an op added) is a change past MIN_NOISE_NS, whatever the other run's spread. One rule, `noise_ns`, for every
+quantity the diff compares.
 """
 
 from __future__ import annotations
@@ -32,10 +36,17 @@ def spread(xs) -> float:
 
 def noise_ns(xa, xb) -> int:
     """What a difference of the medians of xa (A's values, a step each) and xb (B's) must pass to be a change:
-    NOISE times the two spreads' root mean square (a run made noisier by the change does not hide it), at least
-    MIN_NOISE_NS and MIN_NOISE_FRACTION of A's median."""
+    NOISE times the two spreads' root mean square, the longer run's spread scaled to the shorter's median (a run
+    made longer and so noisier by the change does not hide it), at least MIN_NOISE_NS and MIN_NOISE_FRACTION of
+    A's median."""
     med_a = float(np.median(xa)) if len(xa) else 0.0
-    both = ((spread(xa) ** 2 + spread(xb) ** 2) / 2) ** 0.5
+    med_b = float(np.median(xb)) if len(xb) else 0.0
+    sa, sb = spread(xa), spread(xb)
+    lo = min(med_a, med_b)
+    if lo >= 0:  # each spread at the shorter median's scale (0: the quantity is not there in most steps of one run,
+        #          an op added in the other: the other's spread counts for nothing)
+        sa, sb = (s * (lo / m if m else 1.0) for s, m in ((sa, med_a), (sb, med_b)))
+    both = ((sa ** 2 + sb ** 2) / 2) ** 0.5
     return int(max(NOISE * both, MIN_NOISE_NS, MIN_NOISE_FRACTION * abs(med_a)))
 
 
