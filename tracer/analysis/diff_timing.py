@@ -136,5 +136,5 @@ def per_step_unions(keys: list, steps: np.ndarray, starts: np.ndarray, ends: np.
     return dict(out)
 
 
-__all__ = ["NOISE", "per_step_unions", "MIN_NOISE_NS", "MIN_NOISE_FRACTION", "StepStats", "TimingRow", "noise_ns", "spread",
-           "row_of", "per_step_sums", "median_ns"]
+__all__ = ["NOISE", "per_step_unions", "MIN_NOISE_NS", "MIN_NOISE_FRACTION", "StepStats", "TimingRow", "noise_ns",
+           "spread", "row_of", "per_step_sums", "median_ns"]

@@ -85,24 +85,30 @@ def _left(table, n: int):
 
 def render(d: Diff, top: int = 10, fail_above: float | None = None, console=None) -> None:
     from rich.markup import escape
+    from rich.padding import Padding
+    from rich.table import Table
     from rich.text import Text
 
     console = console or _console()
     a, b = d.a, d.b
-    console.print(f"[bold]disttrace diff[/]: A = {escape(d.a_label)} ({_count(a.step_count, 'steady step')}), B = "
-                  f"{escape(d.b_label)} ({_count(b.step_count, 'steady step')}); {_count(len(d.matched), 'step')} "
-                  "compared by index", soft_wrap=True)
+    console.print(f"[bold]disttrace diff[/]: {_count(len(d.matched), 'step')} compared by index")
+    for name, label, s in (("A", d.a_label, a), ("B", d.b_label, b)):  # (a path on a line of its own: it wraps alone)
+        console.print(f"  {name} = {escape(label)} ({_count(s.step_count, 'steady step')})", soft_wrap=True)
     for n in d.notes:
         console.print(f"[yellow]note:[/] {escape(n)}")
     style = "bold red" if d.slower else "bold green" if d.changed and d.delta_ns < -d.noise_ns else "bold"
     console.print(Text(verdict(d), style=style))
-    console.print(f"  A: median {fmt_ns(a.median_ns)}, p90 {fmt_ns(a.p90_ns)}, mean {fmt_ns(a.mean_ns)}, spread "
-                  f"{fmt_ns(a.spread_ns)};  B: median {fmt_ns(b.median_ns)}, p90 {fmt_ns(b.p90_ns)}, mean "
-                  f"{fmt_ns(b.mean_ns)}, spread {fmt_ns(b.spread_ns)}")
+    for name, s in (("A", a), ("B", b)):
+        console.print(f"  {name}: median {fmt_ns(s.median_ns)}, p90 {fmt_ns(s.p90_ns)}, mean {fmt_ns(s.mean_ns)}, "
+                      f"spread {fmt_ns(s.spread_ns)}")
     if d.structure:
         console.print(f"[bold]Structure[/] ({len(d.structure)} difference{'s' if len(d.structure) > 1 else ''}):")
+        rows = Table.grid(padding=(0, 1))  # (a detail that wraps goes on under its own start, not the kind's)
+        rows.add_column(no_wrap=True)
+        rows.add_column(overflow="fold")
         for c in d.structure[:top]:
-            console.print(f"  {c.kind:8} {escape(c.detail)}", soft_wrap=False)
+            rows.add_row(c.kind, c.detail)
+        console.print(Padding(rows, (0, 0, 0, 2)))
         if len(d.structure) > top:
             console.print(f"  … and {len(d.structure) - top} more (--top N, or --json for all)")
     else:
@@ -118,11 +124,13 @@ def render(d: Diff, top: int = 10, fail_above: float | None = None, console=None
             console.print(table)
     changed = [r for r in d.timing if r.changed]
     if changed:
-        table = _left(_table("Time a step that changed beyond its noise (medians)", "what", "rank", "name", "A", "B",
-                             "B - A", "noise"), 3)
+        table = _left(_table("Time a step that changed beyond its noise (medians)", "what", "name", "A", "B", "B - A",
+                             "noise"), 2)
         for r in sorted(changed, key=lambda r: -abs(r.delta_ns))[:top]:
-            table.add_row(r.what, "-" if r.rank is None else str(r.rank), escape(r.name), fmt_ns(r.a_ns),
-                          fmt_ns(r.b_ns), signed(r.delta_ns), f"±{fmt_ns(r.noise_ns)}")
+            # (a rank's compute and wait are named "rank R"; a span says its rank: 80 columns hold no rank column)
+            name = f"rank {r.rank}'s {r.name}" if r.what == "span" and r.rank is not None else r.name
+            table.add_row(r.what, escape(name), fmt_ns(r.a_ns), fmt_ns(r.b_ns), signed(r.delta_ns),
+                          f"±{fmt_ns(r.noise_ns)}")
         console.print(table)
     else:
         console.print("Time a step by op kind, group, rank and span: nothing changed beyond its noise.")

@@ -22,7 +22,7 @@ from ..model.store import TraceStore
 from .messages import ShowInTimeline
 from .palette import OP_COLORS
 
-__all__ = ["DiffView", "baseline_of", "set_baseline", "signed"]
+__all__ = ["DiffView", "baseline_of", "set_baseline", "signed", "signed_short"]
 
 MAX_ROWS = 2000  # rows of the moved table: the largest moves first
 
@@ -34,6 +34,11 @@ def set_baseline(diff: Diff | None) -> None:
     _BASELINE.clear()
     if diff is not None:
         _BASELINE.append(diff)
+
+
+def signed_short(ns: float) -> str:
+    """A difference of times for the viewer's narrow columns: "+99.6ms", "−3ms" (fmt_ns_short's, signed)."""
+    return ("−" if ns < 0 else "+") + fmt_ns_short(abs(ns))
 
 
 def _signature(t) -> tuple:
@@ -78,15 +83,27 @@ class DiffView(Vertical):
             yield Static(Text(f"note: {n}", style="yellow"))
         yield Static(self._why(d), id="diff-why")
         if d.structure:
-            lines = [Text.assemble((f"{c.kind:8} ", "bold #ff8c5a"), c.detail) for c in d.structure[:20]]
-            more = f"\n… and {len(d.structure) - 20} more (disttrace diff --json lists all)" if len(d.structure) > 20 \
-                else ""
-            yield Static(Text("Structure:\n", style="bold") + Text("\n").join(lines) + Text(more), id="diff-structure")
+            yield Static(self._structure(d), id="diff-structure")
         else:
             yield Static("Structure: the same ops, sizes, groups and order in every step compared.")
         yield Static("B's steps and ops that moved beyond their noise, the largest first; enter: show it in the "
                      "timeline", id="diff-moved-title")
         yield self._moved_table(d)
+
+    @staticmethod
+    def _structure(d: Diff, most: int = 20):
+        """The differences in structure, a row each, a detail that wraps going on under its own start."""
+        from rich.table import Table
+
+        grid = Table.grid(padding=(0, 1))
+        grid.title, grid.title_justify, grid.title_style = "Structure:", "left", "bold"
+        grid.add_column(style="bold #ff8c5a", no_wrap=True)
+        grid.add_column(overflow="fold")
+        for c in d.structure[:most]:
+            grid.add_row(c.kind, c.detail)
+        if len(d.structure) > most:
+            grid.add_row("", f"… and {len(d.structure) - most} more (disttrace diff --json lists all)")
+        return grid
 
     @staticmethod
     def _why(d: Diff):
@@ -121,7 +138,7 @@ class DiffView(Vertical):
             if moved and k in first_row:
                 delta = lengths[k] - med_a
                 found.append((abs(delta), first_row[k], (str(k), "", "the step", fmt_ns_short(med_a) + " med",
-                                                         fmt_ns_short(lengths[k]), signed(delta))))
+                                                         fmt_ns_short(lengths[k]), signed_short(delta))))
         if d.ops is not None:
             for row in np.flatnonzero(d.ops.moved).tolist():
                 med = int(d.ops.a_median[row])
@@ -131,7 +148,7 @@ class DiffView(Vertical):
                 site = a.site_of(table.site[row] or "") if a is not None else ""
                 what = Text.assemble((op, OP_COLORS.get(op, "")), f" {site}")
                 found.append((abs(dur - med), row, (str(k), str(table.rank[row]), what, fmt_ns_short(med) + " med",
-                                                    fmt_ns_short(dur), signed(dur - med))))
+                                                    fmt_ns_short(dur), signed_short(dur - med))))
         found.sort(key=lambda x: -x[0])
         for _, row, cells in found[:MAX_ROWS]:
             t.add_row(*cells)
