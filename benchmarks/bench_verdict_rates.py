@@ -23,7 +23,7 @@ JOBS = Path(__file__).resolve().parent.parent / "tests" / "jobs"
 sys.path.insert(0, str(JOBS))
 sys.path.insert(0, str(JOBS.parent))
 from wi_cases import CASES, prediction_error  # noqa: E402
-from pairs import steady_mean  # noqa: E402
+from pairs import measured_without_fault  # noqa: E402
 
 from disttrace.tracer.analysis import analyze  # noqa: E402
 from disttrace.tracer.analysis.what_if import parse_change  # noqa: E402
@@ -57,7 +57,7 @@ def main() -> None:
                 b = analyze(load_trace(str(clean)))
                 at, t = a.attribution, tally[n]
                 right = (at.kind, at.rank, at.stage) == (c.kind, c.rank, c.stage)
-                miss = prediction_error(a.what_if[0], steady_mean(b))
+                miss = prediction_error(a.what_if[0], measured_without_fault(a, b, c.late_steps))
                 quiet = b.attribution.kind in ("none", "spread") and b.straggler is None
                 t[0] += right
                 t[1] += miss is None

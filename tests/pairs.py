@@ -4,12 +4,13 @@ than the faulty one, and on a shared 2-core machine the pace of a job's host wor
 20 ms-of-sleep steps read 29-37 ms, and CI once saw its faulty run's on-time steps 15% slower than the on-time
 run's). So the two runs' pace is compared on what the fault leaves alone (the steps it does not touch, or the ranks
 it does not touch), and a pair more than PACE_TOLERANCE apart is run again, PACE_TRIES pairs at most; the pair
-closest in pace is kept. The pace check reads only measured times, never a prediction: a wrong prediction fails
-whichever pair is kept."""
+closest in pace is kept. What is left of the drift, where the fault leaves whole steps alone, is taken out of the
+measurement (`measured_without_fault`: the on-time run's steps at the faulty run's pace). The pace check and the
+correction read only measured times, never a prediction: a wrong prediction fails whichever pair is kept."""
 
 from __future__ import annotations
 
-from statistics import median
+from statistics import mean, median
 
 import numpy as np
 
@@ -48,11 +49,12 @@ def analysed_pair(traced, script: str, nproc: int, late_steps=None, changes=(), 
 
 
 def step_pace(a, late_steps) -> float:
-    """The median length of a run's steady steps that its fault leaves alone: the late steps and the ones before
-    them left out."""
+    """The mean length of a run's steady steps that its fault leaves alone: the late steps and the ones before
+    them left out. (The mean, as the prediction is of the mean step: a busy machine's one long step among them is
+    part of the run's pace.)"""
     warm = {s.index for s in a.steps if s.warmup}
     near = {k + d for k in late_steps for d in (-1, 0)}
-    return median(p.length_ns for p in a.critical_path if p.index not in warm and p.index not in near)
+    return mean(p.length_ns for p in a.critical_path if p.index not in warm and p.index not in near)
 
 
 def compute_pace(a, ranks) -> dict[int, float]:
@@ -70,6 +72,14 @@ def compute_pace(a, ranks) -> dict[int, float]:
         ks = step[row[lo + 1:hi]]
         out[r] = median(int(gaps[ks == k].sum()) for k in np.unique(ks).tolist() if k >= 0 and k not in warm)
     return out
+
+
+def measured_without_fault(faulty, on_time, late_steps=None) -> float:
+    """What a prediction for the faulty run is compared with: the on-time run's mean steady step, at the faulty
+    run's pace where the fault leaves steps alone to compare it on (`late_steps`; the pair's drift is at most
+    PACE_TOLERANCE where a pair that close was made)."""
+    measured = steady_mean(on_time)
+    return measured * step_pace(faulty, late_steps) / step_pace(on_time, late_steps) if late_steps else measured
 
 
 def steady_mean(a) -> float:

@@ -106,12 +106,12 @@ def windows_row_by_row(t: EventTable, step_of) -> list[tuple[int, int]]:
 
 def warmup_row_by_row(t: EventTable, step_of, windows) -> list[bool]:
     """Which leading steps are warm-up, as _mark_warmup's rule says it: on a sample of ranks, a step whose
-    sequence of (op, group, site, bytes) is not the rank's most common one, or one over WARMUP_LONG times the
-    median length, until the first step that is neither."""
+    sequence of (op, api, group, site, peer, bytes) is not the rank's most common one, or one over WARMUP_LONG times
+    the median length (the first step: WARMUP_FIRST times), until the first step that is neither."""
     from collections import Counter
     from statistics import median
 
-    from disttrace.tracer.analysis.steps import WARMUP_LONG
+    from disttrace.tracer.analysis.steps import WARMUP_FIRST, WARMUP_LONG
 
     warm = [False] * len(windows)
     if len(windows) < 3:
@@ -121,7 +121,8 @@ def warmup_row_by_row(t: EventTable, step_of, windows) -> list[bool]:
     sigs: dict = {}
     for i in range(len(t)):
         if step_of[i] >= 0 and t.rank[i] in sample:
-            sigs.setdefault((t.rank[i], step_of[i]), []).append((t.op[i], t.gid[i], t.site[i], t.bytes[i]))
+            sigs.setdefault((t.rank[i], step_of[i]), []).append((t.op[i], t.api[i], t.gid[i], t.site[i], t.peer[i],
+                                                                 t.bytes[i]))
     by_rank: dict = {}
     for (r, _), sig in sigs.items():
         by_rank.setdefault(r, Counter())[tuple(sig)] += 1
@@ -129,7 +130,7 @@ def warmup_row_by_row(t: EventTable, step_of, windows) -> list[bool]:
     typical = median(b - a for a, b in windows)
     for k in range(len(windows) // 2):
         odd = any(tuple(sigs[(r, k)]) != usual[r] for r in usual if (r, k) in sigs)
-        if not odd and windows[k][1] - windows[k][0] <= WARMUP_LONG * typical:
+        if not odd and windows[k][1] - windows[k][0] <= (WARMUP_FIRST if k == 0 else WARMUP_LONG) * typical:
             break
         warm[k] = True
     return warm

@@ -36,15 +36,16 @@ import numpy as np
 
 from ..data.columns import dense_ids
 from ..data.events import NONE, EventTable
-from .critical_path import ISSUE, SPAN_ARROW, WAIT
 from .model import Attribution, PipelineStats, Step, StragglerVerdict, Straggler
 from .peers import Roles, identities, occurrences, others_median, roles_of
 
 MIN_SAVING = 0.02   # of the mean step: what putting a candidate on pace must save to name it
 DOMINANT = 2.0      # times any other rank's saving: a worker's (ranks late by turns are no one worker)
+PERSISTENT = 0.75   # of the steps: a rank off its peers' pace in this many, and in DOMINANT times as many as any other
+#                     rank, is a worker even where another rank's one long hiccup saves half as much as it
 SLOW_STAGE = 1.2    # every rank of a slow stage computes this many times the typical other stage
 MAX_RANKS = 16      # ranks replayed on pace one by one (those with the most excess over their peers)
-OUTLIERS = 6.0      # median absolute deviations (as a standard deviation) above the median: a unit's excess stands out
+OUTLIERS = 6.0      # median absolute deviations (as a standard deviation) above the median: a step of a rank stands out
 FLOOR = 0.02        # of the median step: the least excess a rank's step must have to be counted
 SPREAD = 0.1        # of the median step: the least excess of a rank's step that stands out as imbalance (a busy
 #                     machine's scheduling jitter moves a few percent of a step from rank to rank)
@@ -191,6 +192,7 @@ class _StepPace:
         sites = np.asarray(replay.t.site.codes, np.int64)
         self.span = dense_ids(np.where(before >= 0, sites[np.maximum(before, 0)], -1), sites[row])
         self.span_sites = (np.where(before >= 0, before, -1), row)
+        self.nth = occurrences(slot[ev], self.span)  # each span the n-th of its sites on its rank in the step
         self.kinds = kind
 
     def gaps(self, ranks=None, span: int | None = None, ideal: bool = False) -> np.ndarray:
@@ -337,11 +339,15 @@ def attribute(t: EventTable, replay, pipeline: PipelineStats | None, steps: list
         return mean - sum(after[k] for k in k_used) / len(k_used)
 
     found = []
+    late_in: dict[int, int] = {}
     savings = sorted(((saving(after), r) for r, after in by_rank.items()), reverse=True)
     if savings:
         save, r = savings[0]
         second = savings[1][0] if len(savings) > 1 else 0.0
-        if save >= threshold and save >= DOMINANT * max(second, 0.0):
+        late_in = {x: sum(measured[k] - after[k] >= floor for k in k_used) for x, after in by_rank.items()}
+        steady = (late_in[r] >= PERSISTENT * len(k_used)
+                  and all(DOMINANT * n <= late_in[r] for x, n in late_in.items() if x != r))
+        if save >= threshold and (save >= DOMINANT * max(second, 0.0) or steady):
             found.append((save, "worker", r))
     # a stage's own imbalance: what pacing it saves once every rank is at its peers' pace (a slow worker's excess,
     # which the stage's pace would also remove, is the worker's), if every rank of it computes SLOW_STAGE times
@@ -362,8 +368,9 @@ def attribute(t: EventTable, replay, pipeline: PipelineStats | None, steps: list
             out.rank = who
             second = savings[1] if len(savings) > 1 else None
             out.reason = (f"rank {who} at its peers' pace saves {_ms(save)} a step ({save / mean:.0%})"
-                          + (f", {save / max(second[0], 1):.0f}x the next rank's (rank {second[1]})" if second and
-                             second[0] > 0 else "; no other rank saves anything"))
+                          + (f", {save / max(second[0], 1):.1f}x the next rank's (rank {second[1]})" if second and
+                             second[0] > 0 else "; no other rank saves anything")
+                          + f"; off its peers' pace in {late_in[who]} of {len(k_used)} steps")
         else:
             out.stage = who
             out.reason = (f"every rank of stage {who} ({', '.join(map(str, roles.stage_ranks[who]))}) computes "
@@ -453,37 +460,43 @@ def _outlier_ranks(units: dict[tuple[int, int], int], floor: float) -> set[int]:
 def _worker_verdict(t: EventTable, rank: int, candidate: StragglerVerdict | None, stragglers: list[Straggler],
                     measured: dict[int, int], on_pace: dict[int, int], floor: float, pacing: Pacing,
                     ks: list[int]) -> StragglerVerdict:
-    """The straggler verdict for the worker the attribution names: the stragglers rule's when it names the same
-    rank (its steps, period and site from the waiting it caused), else made from the replay: the steps where
-    putting it on pace saves past the noise, its span with the most excess over its peers."""
-    if candidate is not None and candidate.rank == rank:
-        return candidate
+    """The straggler verdict for the worker the attribution names: the stragglers rule's steps, period and cost
+    when it names the same rank (from the waiting it caused), else the steps where putting it on pace saves past the
+    noise; its site is, either way, its span with the most excess over its peers over the steps (the costliest late
+    arrival's span flipped from run to run between the delay's and the code between two gradient buckets, whose
+    waits it also caused)."""
+    from dataclasses import replace
+
     from .stragglers import _period  # (the one rule for a period)
 
+    # (site code before, site code, its n-th such span in a step) -> its excess over the steps
+    excess: dict[tuple[int, int, int], int] = {}
+    sites = t.site.codes
+    for k in ks:
+        sp = pacing.step(k)
+        mine = np.flatnonzero((sp.rank == rank) & (sp.excess > 0))
+        for e in mine.tolist():
+            before, row = int(sp.span_sites[0][e]), int(sp.span_sites[1][e])
+            key = (sites[before] if before >= 0 else -1, sites[row], int(sp.nth[e]))
+            excess[key] = excess.get(key, 0) + int(sp.excess[e])
+    before = here = nth = None
+    if excess:
+        b, r, nth = max(excess, key=excess.__getitem__)
+        here = t.site.values[r] or None
+        before = t.site.values[b] if b >= 0 and t.site.values[b] else "its start"
+    where = dict(site=f"{before} → {here}" if here else None, from_site=before if here else None, to_site=here,
+                 site_nth=nth if here else None)
+    if candidate is not None and candidate.rank == rank:
+        return replace(candidate, **where) if here else candidate
     saved = {k: measured[k] - on_pace[k] for k in ks}
     big = [v for v in saved.values() if v > floor]
     cut = max(floor, MINOR * median(big)) if big else floor
     late = sorted(k for k, v in saved.items() if v >= cut)
     cost = {s.rank: s.delay_cost_ns for s in stragglers}
-    everyone = sum(cost.values()) or 1
-    # its span with the most excess over its peers
-    best, where = 0, (None, None)
-    for k in ks:
-        sp = pacing.step(k)
-        mine = np.flatnonzero(sp.rank == rank)
-        if len(mine):
-            e = mine[int(np.argmax(sp.excess[mine]))]
-            if sp.excess[e] > best:
-                best = int(sp.excess[e])
-                before, row = int(sp.span_sites[0][e]), int(sp.span_sites[1][e])
-                where = (t.site[before] if before >= 0 and t.site[before] else "its start",
-                         t.site[row] if t.site[row] else None)
-    before, here = where
     mine = cost.get(rank, 0)
-    return StragglerVerdict(
-        rank=rank, delay_cost_ns=mine, steps=late, period=_period(late), site=f"{before} → {here}" if here else None,
-        from_site=before if here else None, to_site=here, per_step_ns=mine // max(1, len(late)), noise_ns=int(cut),
-        late_count=len(late), share=mine / everyone)
+    return StragglerVerdict(rank=rank, delay_cost_ns=mine, steps=late, period=_period(late), **where,
+                            per_step_ns=mine // max(1, len(late)), noise_ns=int(cut), late_count=len(late),
+                            share=mine / (sum(cost.values()) or 1))
 
 
 def _ms(ns: float) -> str:
@@ -496,4 +509,4 @@ def _join(a: str, b: str) -> str:
     return f"{a}; {b}" if a else b
 
 
-__all__ = ["Pacing", "attribute", "SPAN_ARROW", "ISSUE", "WAIT"]
+__all__ = ["Pacing", "attribute"]

@@ -89,9 +89,9 @@ def straggler_verdict(a: Analysis) -> tuple[str, str]:
     if v is None:
         at = a.attribution
         if at.kind == "stage":
-            return "No straggler:", f" the steps are slow by a stage, not a worker: {at.reason}."
+            return "No straggler:", f" one stage is slow, not one worker: stage {at.stage}, the verdict below."
         if at.kind == "spread":
-            return "No straggler:", f" no single rank is to blame: {at.reason}."
+            return "No straggler:", " ranks are late by turns, no single culprit: the verdict below."
         worst = a.stragglers[0] if a.stragglers else None
         if worst is None or worst.delay_cost_ns == 0:
             return "No straggler:", " no rank made the others wait."
@@ -111,7 +111,9 @@ def straggler_verdict(a: Analysis) -> tuple[str, str]:
         when = f"{v.late_count} times"
         per = f"{fmt_ns(v.per_step_ns)} each"
     if v.to_site and v.from_site == v.to_site:  # (a loop's one call: its compute between two calls of that line)
-        where = f"; it was late in its compute between two calls at {v.to_site}"
+        which = "" if v.site_nth is None else (
+            " (before the step's first of them)" if v.site_nth == 0 else f" (before the step's {fmt_ordinal(v.site_nth + 1)})")
+        where = f"; it was late in its compute between two calls at {v.to_site}{which}"
     else:
         came = "its start" if v.from_site in (None, "its start") else f"its op at {v.from_site}"
         where = f"; it arrived late at {v.to_site}, coming from {came}" if v.to_site else ""

@@ -409,6 +409,9 @@ class StragglerVerdict:
     noise_ns: int                  # the threshold a step's cost had to pass: the job's own jitter
     late_count: int                # the steps (without steps: collectives and messages) it was late in
     share: float                   # its share of all the waiting caused
+    # which of its spans between those two sites a step it was (0: the first): where one line issues several ops a
+    # step (a gradient hook's all-reduce per bucket), the span before the first is not the one between two of them
+    site_nth: int | None = None
 
 
 @dataclass

@@ -137,7 +137,7 @@ def replayed(time, is_end, slot, h, step_ix, gap, saved, rows, rows_ix, rows_sav
             if is_end[q] == 0:
                 if step_ix[q] != slot_step[s]:  # the slot enters the next step
                     slot_step[s] = step_ix[q]
-                    entry[step_ix[q]] = min(entry[step_ix[q]], free[s])
+                    entry[step_ix[q]] = min(entry[step_ix[q]], max(free[s], _NO_END))
                 b = free[s] + gap[q]
                 began[hh] = b
                 if hkind[hh] != WAIT:
@@ -219,8 +219,8 @@ def replayed(time, is_end, slot, h, step_ix, gap, saved, rows, rows_ix, rows_sav
                 comm, own = fin[i] - a_old, fin[i] - start[i] - wait[i]
                 f = done[i] = max(need + comm - cut, a_new + own - cut)
         if q >= n:
-            if f != _NO_END:
-                step_end[rows_ix[q - n]] = max(step_end[rows_ix[q - n]], f)
+            if f != _NO_END:  # (clamped: a damaged trace's times can lie past int64's range)
+                step_end[rows_ix[q - n]] = max(step_end[rows_ix[q - n]], min(max(f, _NO_END), -_NO_END))
             continue
         hh = h[q]
         b = began[hh]
