@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from disttrace.tracer.commands.run_choice import add_run_argument
+from disttrace.tracer.commands.sides import SIDE_HELP
 from disttrace.tracer.commands.trace_help import TRACE_HELP
 
 
@@ -16,9 +17,36 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--follow", action="store_true",
                         help="keep reading a trace that is still being written: new events appear as the job runs; "
                              "F moves the playhead to the newest event and keeps it there")
+    parser.add_argument("--baseline", metavar="A",
+                        help="compare the trace with run A, as `disttrace diff A TRACE` does: the steps and ops that "
+                             "moved beyond the noise are listed in the Diff tab (9) with the explanations, and the "
+                             "detail pane shows A's figures beside the trace's. A: " + SIDE_HELP)
 
 
 def main(args: argparse.Namespace) -> int:
     from .app import open_viewer
 
+    if args.baseline is not None:
+        _compare(args)
     return open_viewer(list(args.traces), step_mode=args.step, follow=args.follow, run=args.run)
+
+
+def _compare(args: argparse.Namespace) -> None:
+    """The comparison with the baseline, made before the viewer starts (bad input: one line, exit 2), for the diff
+    view and the detail pane (widgets/diff.py)."""
+    import sys
+
+    from disttrace.tracer.analysis.diff import compare
+    from disttrace.tracer.analysis.diff_side import analysed
+    from disttrace.tracer.commands.sides import SideSpec, load_side, parse_side
+    from disttrace.tracer.errors import TraceError
+
+    from .widgets.diff import set_baseline
+
+    if args.follow:
+        raise TraceError("--baseline compares a finished run: leave out --follow")
+    a = parse_side(args.baseline)
+    b = SideSpec(list(args.traces), args.run, " ".join(args.traces))
+    if sys.stderr.isatty():
+        sys.stderr.write(f"disttrace view: comparing with the baseline {a}…\n")
+    set_baseline(compare(analysed(load_side(a), str(a)), analysed(load_side(b), str(b))))

@@ -26,6 +26,7 @@ from ..model.replay import SPEEDS, parse_goto, search, step_collective, step_eve
 from ..model.store import TraceStore
 from ..widgets.critical_path import CriticalPathView
 from ..widgets.detail import DetailPane, NarrationPane
+from ..widgets.diff import DiffView
 from ..widgets.event_list import EventList
 from ..widgets.header import ViewerHeader
 from ..widgets.messages import AnalysisReady, EventPicked, LoadProgress, ShowInTimeline, ViewChanged
@@ -67,6 +68,7 @@ VIEWS = (
     View("problems", "7", "Problems", "problems view", ProblemsView),
     View("critical", "8", "Path", "critical path view", CriticalPathView,
          ("playhead", "selection", "zoom", "offset_ns", "path_step")),
+    View("diff", "9", "Diff", "diff view (view B --baseline A)", DiffView),
 )
 VIEW = {v.id: v for v in VIEWS}
 

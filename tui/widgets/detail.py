@@ -16,6 +16,7 @@ from disttrace.tracer.analysis.units import fmt_bytes_short, fmt_gbps, fmt_ns_sh
 from disttrace.tracer.data.events import NONE
 
 from ..model.store import TraceStore
+from .diff import baseline_of, signed_short
 from .palette import OP_COLORS
 
 
@@ -55,6 +56,7 @@ def detail_table(store: TraceStore, row: int) -> Table:
     add("event", f"#{row} on rank {t.rank[row]}" + (f" ({t.host[row]})" if t.host[row] else "")
         + (f", id {t.id[row]}" if t.id[row] != NONE else ""))
     add("op", Text(op, style=f"bold {OP_COLORS[op]}") + Text(f"  api {t.api[row]}" if t.api[row] != op else ""))
+    _op_in_baseline(add, store, row)  # (high up: at 80x24 the pane shows a dozen lines, and it does not scroll by key)
     ranks = ",".join(map(str, g.ranks)) if len(g.ranks) <= 16 else f"{len(g.ranks)} ranks"
     add("group", f"{g.name} [{ranks}]")
     # the two sequence numbers under the event format's names for them, which the event list's column and the
@@ -91,6 +93,7 @@ def detail_table(store: TraceStore, row: int) -> Table:
         add("step", f"{k}" + (" (warm-up)" if step.warmup else "")
             + f"  took {fmt_ns_short(step.end_ns - step.start_ns)}"
             + (f", late: rank {step.late_rank}" if step.late_rank is not None else ""))
+        _step_in_baseline(add, store, row, k)
     inst = store.instance(row)
     if inst is not None:
         w = inst.wait_ns.get(t.rank[row], 0)
@@ -127,6 +130,58 @@ def detail_table(store: TraceStore, row: int) -> Table:
         if m.transfer_ns:
             add("transfer", f"{fmt_ns_short(m.transfer_ns)}  {fmt_gbps(m.bytes / m.transfer_ns)}")
     return grid
+
+
+def _baseline(store: TraceStore, row: int):
+    """The comparison with the baseline (`view B --baseline A`) that holds event `row`, else None."""
+    d = baseline_of(store)
+    return None if d is None or d.ops is None or row >= len(d.ops.a_row) else d
+
+
+def _step_in_baseline(add, store: TraceStore, row: int, k: int) -> None:
+    """With a baseline: A's step k beside B's, and whether B's moved beyond the noise (tracer/analysis/diff.py's;
+    the diff view lists them)."""
+    d = _baseline(store, row)
+    lengths = {i: (x, y) for i, x, y in d.steps} if d is not None else {}
+    if k not in lengths or lengths[k][1] is None:
+        return
+    x, y = lengths[k]
+    moved = d.ops.step_moved.get(k, False)
+    add("A's step", Text.assemble(f"{k} took {fmt_ns_short(x)}" if x is not None else f"{k}: not in A",
+                                  f" (A's median {fmt_ns_short(d.a.median_ns)})  ",
+                                  ((f"B {signed_short(y - d.a.median_ns)}: moved beyond ±{fmt_ns_short(d.noise_ns)}"
+                                    if moved else "within the noise"), "bold #ff8c5a" if moved else "")))
+
+
+def _op_in_baseline(add, store: TraceStore, row: int) -> None:
+    """With a baseline: the op of A aligned with event `row` beside it (A's time, its median over A's steps,
+    whether B's moved beyond the noise), and what differs of it."""
+    d = _baseline(store, row)
+    if d is None:
+        return
+    t, a = store.table, d.a_side
+    j = int(d.ops.a_row[row])
+    if j < 0:
+        k = store.analysis.step_of[row] if row < len(store.analysis.step_of) else -1
+        if k in set(d.matched):
+            add("in A", Text("no such op in A's step: added in B", style="bold #ff8c5a"))
+        return
+    ta = a.table
+    dur_a, dur_b = ta.duration_ns(j), t.duration_ns(row)
+    med, noise = int(d.ops.a_median[row]), int(d.ops.noise[row])
+    moved = bool(d.ops.moved[row])
+    took = f"took {fmt_ns_short(dur_a)}" if dur_a is not None else "never finished"
+    add("in A", Text.assemble(f"#{j}, {took}" + (f" (median {fmt_ns_short(med)} over A's steps)" if med >= 0 else ""),
+                              "  ", ((f"B {signed_short((dur_b or 0) - med)}: moved beyond ±{fmt_ns_short(noise)}"
+                                      if moved else "B within the noise") if med >= 0 and dur_b is not None else "",
+                                     "bold #ff8c5a" if moved else "")))
+    if ta.bytes[j] != t.bytes[row] or (ta.dtype[j] or "") != (t.dtype[row] or ""):
+        add("A's bytes", f"{fmt_bytes_short(ta.bytes[j])} ({ta.bytes[j]:,})  {ta.dtype[j] or ''}")
+    if (ta.site[j] or "") != (t.site[row] or ""):
+        add("A's site", ta.site[j] or "—")
+    ga = ta.groups[ta.gid[j]].ranks
+    if tuple(ga) != tuple(t.groups[t.gid[row]].ranks):
+        add("A's group", ",".join(map(str, ga)))
 
 
 def _ranks(rs: list[int]) -> str:

@@ -1,0 +1,163 @@
+"""The diff view (`disttrace view B --baseline A`, issue 42): what changed from run A to the run on screen, B, all
+of it the analysis' (tracer/analysis/diff.py): whether B's step moved beyond the noise, the explanations ranked
+(B's steps replayed with one thing set to A's), the differences in structure, and B's steps and ops that moved beyond
+their noise (enter: show it in the timeline). The detail pane shows A's figures beside B's (detail.py).
+
+The baseline's comparison is made before the viewer starts (tui/cli.py) and handed here with `set_baseline`; it
+is B's only while the store on screen holds the same trace it was made of (`baseline_of`): another run (R) has none.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.widgets import DataTable, Static
+
+from disttrace.tracer.analysis.diff import Diff, signed, verdict
+from disttrace.tracer.analysis.units import fmt_ns_short
+
+from ..model.store import TraceStore
+from .messages import ShowInTimeline
+from .palette import OP_COLORS
+
+__all__ = ["DiffView", "baseline_of", "set_baseline", "signed", "signed_short"]
+
+MAX_ROWS = 2000  # rows of the moved table: the largest moves first
+
+_BASELINE: list[Diff] = []  # the comparison of the trace on screen with its baseline (at most one)
+
+
+def set_baseline(diff: Diff | None) -> None:
+    """The comparison the viewer shows (None: none)."""
+    _BASELINE.clear()
+    if diff is not None:
+        _BASELINE.append(diff)
+
+
+def signed_short(ns: float) -> str:
+    """A difference of times for the viewer's narrow columns: "+99.6ms", "−3ms" (fmt_ns_short's, signed)."""
+    return ("−" if ns < 0 else "+") + fmt_ns_short(abs(ns))
+
+
+def _signature(t) -> tuple:
+    n = len(t)
+    return (n, t.run, t.start_ns[0] if n else 0, t.start_ns[n - 1] if n else 0)
+
+
+def baseline_of(store: TraceStore) -> Diff | None:
+    """The comparison of the store's trace with its baseline, if it is the trace the comparison was made of."""
+    if not _BASELINE:
+        return None
+    d = _BASELINE[0]
+    if d.b_side is None or _signature(d.b_side.table) != _signature(store.table):
+        return None
+    return d
+
+
+class DiffView(Vertical):
+    """The comparison with the baseline: the verdict, the explanations, the structure, what moved."""
+
+    DEFAULT_CSS = """
+    DiffView { height: 1fr; overflow-y: auto; scrollbar-size-vertical: 1; }
+    DiffView > Static { height: auto; padding: 0 1; }
+    DiffView #diff-head { color: $text; }
+    DiffView #diff-moved { height: 1fr; min-height: 5; }
+    """
+
+    def __init__(self, store: TraceStore, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.store = store
+        self._rows: list[int] = []  # the moved table's event rows, by table row
+
+    def compose(self) -> ComposeResult:
+        d = baseline_of(self.store)
+        if d is None:
+            yield Static("No baseline to compare with: `disttrace view B --baseline A` shows here what changed from "
+                         "run A to B and why (`disttrace diff A B` says it as text).", id="diff-head")
+            return
+        style = "bold red" if d.slower else "bold"
+        yield Static(Text.assemble(("Baseline A: ", "bold"), d.a_label, "\n", (verdict(d), style)), id="diff-head")
+        for n in d.notes:
+            yield Static(Text(f"note: {n}", style="yellow"))
+        yield Static(self._why(d), id="diff-why")
+        if d.structure:
+            yield Static(self._structure(d), id="diff-structure")
+        else:
+            yield Static("Structure: the same ops, sizes, groups and order in every step compared.")
+        yield Static("B's steps and ops that moved beyond their noise, the largest first; enter: show it in the "
+                     "timeline", id="diff-moved-title")
+        yield self._moved_table(d)
+
+    @staticmethod
+    def _structure(d: Diff, most: int = 20):
+        """The differences in structure, a row each, a detail that wraps going on under its own start."""
+        from rich.table import Table
+
+        grid = Table.grid(padding=(0, 1))
+        grid.title, grid.title_justify, grid.title_style = "Structure:", "left", "bold"
+        grid.add_column(style="bold #ff8c5a", no_wrap=True)
+        grid.add_column(overflow="fold")
+        for c in d.structure[:most]:
+            grid.add_row(c.kind, c.detail)
+        if len(d.structure) > most:
+            grid.add_row("", f"… and {len(d.structure) - most} more (disttrace diff --json lists all)")
+        return grid
+
+    @staticmethod
+    def _why(d: Diff):
+        """The explanations, ranked, and the unexplained rest, as rows that wrap."""
+        from rich.table import Table
+
+        if not d.matched:
+            return Text("No steps both runs replay: nothing explained.")
+        grid = Table.grid(padding=(0, 2))
+        grid.title = f"Why {signed(d.mean_delta_ns)} a step (the mean): B's steps replayed with one thing set to A's"
+        grid.title_justify, grid.title_style = "left", "bold"
+        grid.add_column(justify="right", no_wrap=True)
+        grid.add_column(overflow="fold")
+        for e in d.explanations:
+            grid.add_row(signed(e.delta_ns), e.what)
+        grid.add_row(signed(d.unexplained_ns), "unexplained")
+        return grid
+
+    def _moved_table(self, d: Diff) -> DataTable:
+        t = DataTable(id="diff-moved", cursor_type="row", zebra_stripes=True)
+        t.add_columns("step", "rank", "what", "A", "B", "B - A")
+        a, table, analysis = d.a_side, self.store.table, self.store.analysis
+        found: list[tuple[int, int, tuple]] = []
+        med_a = d.a.median_ns
+        first_row: dict[int, int] = {}
+        step_of = np.frombuffer(analysis.step_of, np.int32) if len(analysis.step_of) == len(table) else None
+        if step_of is not None:
+            ks, rows = np.unique(step_of, return_index=True)
+            first_row = {int(k): int(r) for k, r in zip(ks, rows) if k >= 0}
+        lengths = {k: y for k, _, y in d.steps if y is not None}
+        for k, moved in sorted(d.ops.step_moved.items()) if d.ops is not None else ():
+            if moved and k in first_row:
+                delta = lengths[k] - med_a
+                found.append((abs(delta), first_row[k], (str(k), "", "the step", fmt_ns_short(med_a) + " med",
+                                                         fmt_ns_short(lengths[k]), signed_short(delta))))
+        if d.ops is not None:
+            for row in np.flatnonzero(d.ops.moved).tolist():
+                med = int(d.ops.a_median[row])
+                dur = table.duration_ns(row) or 0
+                op = table.op[row]
+                k = int(step_of[row]) if step_of is not None else -1
+                site = a.site_of(table.site[row] or "") if a is not None else ""
+                what = Text.assemble((op, OP_COLORS.get(op, "")), f" {site}")
+                found.append((abs(dur - med), row, (str(k), str(table.rank[row]), what, fmt_ns_short(med) + " med",
+                                                    fmt_ns_short(dur), signed_short(dur - med))))
+        found.sort(key=lambda x: -x[0])
+        for _, row, cells in found[:MAX_ROWS]:
+            t.add_row(*cells)
+            self._rows.append(row)
+        if not found:
+            t.add_row("", "", "nothing moved beyond its noise", "", "", "")
+        return t
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        event.stop()
+        if event.data_table.id == "diff-moved" and event.cursor_row < len(self._rows):
+            self.post_message(ShowInTimeline(self._rows[event.cursor_row]))
