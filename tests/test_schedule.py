@@ -54,7 +54,9 @@ def gpipe_sync(p: int, m: int, tf: float, tb: float, iterations: int = 2, late: 
 
 
 def megatron_order(p: int, m: int, rank: int, v: int = 1) -> list[tuple[str, int, int]]:
-    """1F1B's (v = 1) or interleaved 1F1B's order of rank's actions: (kind, virtual stage, micro-batch)."""
+    """1F1B's (v = 1) or interleaved 1F1B's order of rank's actions: (kind, virtual stage, micro-batch). (The demo
+    program's one_f_one_b is the same rule, kept apart on purpose: test_schedule_real checks the order the program
+    ran, read from its trace, against this one.)"""
     total = m * v
 
     def f(k):
