@@ -212,7 +212,7 @@ class _StepPace:
         """Each rank's compute in the step (the sum of its gaps)."""
         ranks, inverse = np.unique(self.rank, return_inverse=True)
         sums = np.bincount(inverse.ravel(), weights=gaps[self.ev], minlength=len(ranks))
-        return dict(zip(ranks.tolist(), sums.astype(np.int64).tolist()))
+        return dict(zip(ranks.tolist(), _ints(sums)))
 
     def stage_paced(self, gaps, roles: Roles, stages) -> np.ndarray:
         """`gaps` with each rank of `stages` computing no longer than the typical other stage: the median over the
@@ -410,7 +410,12 @@ def _stage_ratio(compute: dict[int, float], roles: Roles, s: int) -> float:
 
 def _sum_by(keys, values) -> tuple[list, list]:
     u, inv = np.unique(keys, return_inverse=True)
-    return u.tolist(), np.bincount(inv.ravel(), weights=values, minlength=len(u)).astype(np.int64).tolist()
+    return u.tolist(), _ints(np.bincount(inv.ravel(), weights=values, minlength=len(u)))
+
+
+def _ints(sums) -> list[int]:
+    """Float sums of nanoseconds as ints: a damaged trace's clamped times add up past int64 (and to inf)."""
+    return np.nan_to_num(np.clip(sums, -2.0 ** 62, 2.0 ** 62)).astype(np.int64).tolist()
 
 
 def _mean_compute(pacing: Pacing, ks: list[int], paced: bool) -> dict[int, float]:
