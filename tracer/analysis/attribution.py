@@ -332,10 +332,8 @@ def attribute(t: EventTable, replay, pipeline: PipelineStats | None, steps: list
                for name, ids in spans}
     out.spans = {name: round(share(v), 4) for name, v in by_span.items()}
 
-    # the verdict: a candidate must save MIN_SAVING of the mean step and more than the steps' own spread (ANALYSIS.md)
-    lengths = np.array([measured[k] for k in k_used], dtype=np.float64)
-    step_spread = float(np.median(np.abs(lengths - np.median(lengths)))) * 1.4826
-    threshold = max(MIN_SAVING * mean, step_spread)
+    # the verdict
+    threshold = MIN_SAVING * mean
 
     def saving(after: dict[int, int]) -> float:
         return mean - sum(after[k] for k in k_used) / len(k_used)
@@ -380,7 +378,7 @@ def attribute(t: EventTable, replay, pipeline: PipelineStats | None, steps: list
                           f"is {_ms(save)} shorter")
     else:
         late_ranks = _outlier_ranks(units, max(floor, SPREAD * med_step))
-        if gain >= MIN_SAVING * mean and len(late_ranks) >= 2:
+        if gain >= threshold and len(late_ranks) >= 2:
             out.kind = "spread"
             out.reason = (f"the ideal step is {_ms(gain)} shorter ({gain / mean:.0%}), but no rank nor stage "
                           f"stands out: ranks {', '.join(map(str, sorted(late_ranks)))} are each late in some "
