@@ -130,16 +130,7 @@ def _approx(value, want) -> bool:
     return value == want
 
 
-# An open finding (issue 37 stays open for it): in a balanced 2-rank DDP job the job's own jitter can make one rank
-# save 0.7-0.9 ms of an ~11 ms step at its peer's pace (6-9%, past MIN_SAVING), and it is named. ANALYSIS.md asks
-# for a saving past the steps' own spread too; the MAD of step lengths is the wrong measure of it (a synthetic 3-D
-# job's steps differ by structure: it hid a real straggler), so it waits for a per-step-kind spread. Seen 3 runs
-# of 3 on 2026-11-28 here, none in CI's last run. Not hidden: --runxfail shows it.
-KNOWN_MISSES = {"verdict_balanced": "jitter of a balanced job named as a worker (open finding, issue 37)"}
-
-
-@pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.xfail(reason=KNOWN_MISSES[c], strict=False))
-                                  if c in KNOWN_MISSES else c for c in ALL_CASES])
+@pytest.mark.parametrize("case", ALL_CASES)
 def test_verdict(case, reports):
     d, text, rc_json, rc_text = reports(case)
     want = _expect(case)

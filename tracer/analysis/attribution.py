@@ -15,7 +15,8 @@ slowdown S = measured / ideal, and share(X) = (measured - with X on pace) / (mea
 
 The verdict follows from the candidates' savings (each a mean over the steps replayed):
 - *worker*: a rank whose saving is at least `MIN_SAVING` of the mean step (a single small delay is no straggler)
-  and `DOMINANT` times any other rank's (ranks late by turns, as data-dependent imbalance makes them, are no one
+  and the steps' own spread with it on pace (`_left_spread`: ANALYSIS.md's "beyond noise"), and `DOMINANT` times
+  any other rank's (ranks late by turns, as data-dependent imbalance makes them, are no one
   worker's doing; a span is put on pace only past its own noise, so jitter saves next to nothing);
 - *stage*: a pipeline stage whose every rank, at its peers' pace, computes `SLOW_STAGE` times the typical other
   stage, and whose pace saves as much once every rank is at its peers' pace (a slow worker's own excess is the
@@ -347,7 +348,8 @@ def attribute(t: EventTable, replay, pipeline: PipelineStats | None, steps: list
         late_in = {x: sum(measured[k] - after[k] >= floor for k in k_used) for x, after in by_rank.items()}
         steady = (late_in[r] >= PERSISTENT * len(k_used)
                   and all(DOMINANT * n <= late_in[r] for x, n in late_in.items() if x != r))
-        if save >= threshold and (save >= DOMINANT * max(second, 0.0) or steady):
+        if save >= max(threshold, _left_spread(by_rank[r], ideal, k_used)) and (
+                save >= DOMINANT * max(second, 0.0) or steady):
             found.append((save, "worker", r))
     # a stage's own imbalance: what pacing it saves once every rank is at its peers' pace (a slow worker's excess,
     # which the stage's pace would also remove, is the worker's), if every rank of it computes SLOW_STAGE times
@@ -395,6 +397,17 @@ def attribute(t: EventTable, replay, pipeline: PipelineStats | None, steps: list
         pipeline.slow_factor = (_stage_ratio(compute, roles, out.stage) if out.stage is not None else
                                 max((_stage_ratio(compute, roles, s) for s in stages), default=1.0))
     return out, pacing, verdict
+
+
+def _left_spread(after: dict[int, int], ideal: dict[int, int], ks: list[int]) -> float:
+    """The steps' own spread with a candidate on pace: how much what is left of each step beyond the ideal
+    (after - ideal) varies over the steps (the median absolute deviation, as a standard deviation). A saving below
+    it is the job's jitter: a re-run moves the steps as much (a balanced job's 1 ms, named from one rank's few
+    hiccups, was within a 3 ms spread). Taking the candidate's own saving out first keeps a worker late in some
+    steps from widening it, and the ideal's steps out keeps the steps' structure (a pipeline's, a job whose
+    steps differ by design) from counting as spread."""
+    left = np.array([after[k] - ideal[k] for k in ks], np.float64)
+    return float(np.median(np.abs(left - np.median(left)))) * 1.4826 if len(left) >= 3 else 0.0
 
 
 def _stage_ratio(compute: dict[int, float], roles: Roles, s: int) -> float:

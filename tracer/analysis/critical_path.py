@@ -102,7 +102,12 @@ def reducer_waits(t: EventTable, st, f, is_async) -> tuple:
     shows it) and backward() returns once they are done; on a CPU backend that blocks the host, so a waiting rank's
     `backward()` is a wait, not compute. Each of a backward's buckets (a run of reducer all-reduces on a rank, with
     no other op between them, each issued before the ones before it all ended) is taken as waited from the run's
-    last issue to its end. On NCCL the reducer only makes the stream wait: nothing is added there."""
+    last issue to its end. On NCCL the reducer only makes the stream wait: nothing is added there.
+
+    A bucket's recorded end is its future's callback, which needs the GIL and can come milliseconds after the C++
+    wait returned: after the rank's next backward issued its first bucket (2-rank gloo DDP jobs, a few steps in
+    15; on a busy machine, four backwards in a row). So a run is cut into backwards of the rank's bucket count
+    (`_whole_backwards`), and the wait ends no later than the rank's next op's issue (its host was back by then)."""
     import numpy as np
 
     ws, we = (np.frombuffer(c, np.int64) for c in (t.wait_start_ns, t.wait_end_ns))
@@ -120,12 +125,46 @@ def reducer_waits(t: EventTable, st, f, is_async) -> tuple:
     rows = order[mine]
     # ... and issued before the rank's earlier buckets all ended (else the backward before had returned)
     ended = reach_before(f[rows], run_starts(rank[rows]))
-    first = np.flatnonzero(~after[mine] | (st[rows] >= ended))  # each run's first, among the reducer rows
+    first = _whole_backwards(np.flatnonzero(~after[mine] | (st[rows] >= ended)), rank[rows],
+                             as_int64(t.bytes)[rows])  # each run's first, among the reducer rows
+    counts = np.diff(np.append(first, len(rows)))
     last_issue = np.maximum.reduceat(st[rows], first)
+    # the rank's next op after each run (issue order): its host was back from the wait by its issue
+    at = np.flatnonzero(mine)[first + counts - 1] + 1
+    nxt = np.full(len(first), np.iinfo(np.int64).max)
+    same = at < len(order)
+    same[same] = r[at[same]] == r[at[same] - 1]
+    nxt[same] = st[order[at[same]]]
     ws, we = ws.copy(), we.copy()
-    ws[rows] = repeat_each(last_issue, np.diff(np.append(first, len(rows))))
-    we[rows] = np.maximum(ws[rows], f[rows])
+    ws[rows] = repeat_each(last_issue, counts)
+    we[rows] = np.maximum(ws[rows], np.minimum(f[rows], repeat_each(nxt, counts)))
     return ws, we
+
+
+def _whole_backwards(first, rank, nbytes):
+    """The runs' firsts (indexes into a rank-ordered column of reducer rows), with each run longer than its rank's
+    backward cut into backwards. A backward's bucket count is the period of the rank's bucket sizes after its first
+    backward (DDP rebuilds its buckets once, then all-reduces each once a backward, in one order); where every
+    bucket has one size, the most common run's length."""
+    import numpy as np
+
+    counts = np.diff(np.append(first, len(rank)))
+    cuts = []
+    for r in np.unique(rank[first]).tolist():
+        mine = np.flatnonzero(rank[first] == r)
+        if len(mine) < 2:
+            continue
+        lo, hi = int(first[mine[1]]), int(first[mine[-1]] + counts[mine[-1]])  # (after the first backward)
+        sizes = nbytes[lo:hi]
+        period = next((p for p in range(1, len(sizes) // 2 + 1) if np.array_equal(sizes[:-p], sizes[p:])), 0)
+        if period == 1:
+            lengths, seen = np.unique(counts[mine[1:]], return_counts=True)
+            period = int(lengths[np.argmax(seen)])
+        if period < 1:
+            continue
+        for a, n in zip(first[mine[1:]].tolist(), counts[mine[1:]].tolist()):
+            cuts.extend(range(a + period, a + n, period))
+    return np.union1d(first, np.array(cuts, np.int64)) if cuts else first
 
 
 class _Walker:

@@ -229,8 +229,8 @@ def replayed(time, is_end, slot, h, step_ix, gap, saved, rows, rows_ix, rows_sav
             end = b + (t - ha[hh]) if f == _NO_END else f + (t - fin[i])
         elif f == _NO_END:
             end = b + (t - ha[hh])
-        else:
-            end = max(b, f) + max(0, t - max(ha[hh], fin[i]))
+        else:  # (a wait may have been measured as ending before its op's recorded end: critical_path.reducer_waits)
+            end = max(b, f + min(0, t - fin[i])) + max(0, t - max(ha[hh], fin[i]))
         free[s] = max(free[s], end)
         head[s] = nxt[q]
         left -= 1
