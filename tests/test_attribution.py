@@ -152,10 +152,11 @@ def test_a_persistent_straggler_s_pace_saves_its_whole_delay():
 
 
 def test_a_bucket_end_recorded_late_keeps_each_backward_s_wait_its_own():
-    # 2-rank DDP, two buckets a backward (the second issued before the first ended), steps 9 ms apart. A bucket's end is its future's callback, which needs the
-    # GIL: rank 1's second bucket's end is recorded 7 ms late every third step, after its next backward issued its
-    # first bucket (a 2-rank gloo job showed it). Each backward's buckets are still waited within it, the replay of
-    # the unchanged steps gives back their measured lengths, and nobody is to blame.
+    # 2-rank DDP, two buckets a backward (the second issued before the first ended), steps 9 ms apart. A bucket's
+    # end is its future's callback, which needs the GIL: rank 1's second bucket's end is recorded 7 ms late every
+    # third step, after its next backward issued its first bucket (a 2-rank gloo job showed it). Each backward's
+    # buckets are still waited within it, the replay of the unchanged steps gives back their measured lengths, and
+    # nobody is to blame.
     tr = Trace(2)
     t = 0
     for k in range(12):
