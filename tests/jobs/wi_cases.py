@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from wi_grad_hooks import LATE_STEPS as HOOKS_LATE
+
 STEP_TOLERANCE, SAVING_TOLERANCE, SAVING_FLOOR_NS = 0.15, 0.15, 3e6  # the bounds
 
 
@@ -29,7 +31,7 @@ CASES = {
                            bystanders=(0, 1, 2)),
     "ddp_accumulation": Case("wi_ddp_accum.py", 2, (), ("--no-fault",), "rank:1", "worker", rank=1, bystanders=(0,)),
     "grad_hooks": Case("wi_grad_hooks.py", 2, (), ("--no-fault",), "rank:1", "worker", rank=1,
-                       late_steps=(3, 7, 11, 15)),
+                       late_steps=HOOKS_LATE),
     "pipelining_worker": Case("wi_pp_pipelining.py", fault=("--fault=worker",), change="rank:3", kind="worker",
                               rank=3, bystanders=(0, 1, 2), **PP),
     "pipelining_stage": Case("wi_pp_pipelining.py", fault=("--fault=stage",), change="stage:1", kind="stage",
