@@ -179,3 +179,17 @@ def test_a_bucket_end_recorded_late_keeps_each_backward_s_wait_its_own():
     (w,) = a.what_if
     assert w.step_ns_after == w.step_ns_before, w
     assert a.attribution.kind == "none" and a.straggler is None, a.attribution
+
+
+def test_runs_of_buckets_are_cut_into_backwards_only_where_the_sizes_repeat():
+    from disttrace.tracer.analysis.critical_path import _whole_backwards
+
+    rank = np.zeros(9, np.int64)
+    # a first backward of one bucket (before DDP's rebuild), then [A, B] a backward, the last three joined in one run
+    sizes = np.array([9, 4, 1, 4, 1, 4, 1, 4, 1])
+    assert _whole_backwards(np.array([0, 1, 3]), rank, sizes).tolist() == [0, 1, 3, 5, 7]
+    # one size: the most common run length is a backward
+    assert _whole_backwards(np.array([0, 1, 3, 5]), rank, np.full(9, 4)).tolist() == [0, 1, 3, 5, 7]
+    # sizes that repeat by no run's length (a backward skipped a bucket): left as they are
+    odd = np.array([9, 4, 1, 4, 4, 1, 2, 4, 1])
+    assert _whole_backwards(np.array([0, 1, 3]), rank, odd).tolist() == [0, 1, 3]

@@ -143,26 +143,26 @@ def reducer_waits(t: EventTable, st, f, is_async) -> tuple:
 
 def _whole_backwards(first, rank, nbytes):
     """The runs' firsts (indexes into a rank-ordered column of reducer rows), with each run longer than its rank's
-    backward cut into backwards. A backward's bucket count is the period of the rank's bucket sizes after its first
-    backward (DDP rebuilds its buckets once, then all-reduces each once a backward, in one order); where every
-    bucket has one size, the most common run's length."""
+    backward cut into backwards. A backward's bucket count is the shortest of the rank's run lengths (after its first
+    backward: DDP rebuilds its buckets once, then all-reduces each once a backward, in one order) by which its
+    bucket sizes repeat; where every bucket has one size, the most common run length. Sizes that repeat by none
+    (a backward that skipped a bucket) leave the runs as they are."""
     import numpy as np
 
     counts = np.diff(np.append(first, len(rank)))
     cuts = []
     for r in np.unique(rank[first]).tolist():
-        mine = np.flatnonzero(rank[first] == r)
-        if len(mine) < 2:
+        mine = np.flatnonzero(rank[first] == r)[1:]  # (after the first backward)
+        if not len(mine):
             continue
-        lo, hi = int(first[mine[1]]), int(first[mine[-1]] + counts[mine[-1]])  # (after the first backward)
-        sizes = nbytes[lo:hi]
-        period = next((p for p in range(1, len(sizes) // 2 + 1) if np.array_equal(sizes[:-p], sizes[p:])), 0)
-        if period == 1:
-            lengths, seen = np.unique(counts[mine[1:]], return_counts=True)
+        sizes = nbytes[int(first[mine[0]]):int(first[mine[-1]] + counts[mine[-1]])]
+        lengths, seen = np.unique(counts[mine], return_counts=True)
+        if (sizes == sizes[0]).all():
             period = int(lengths[np.argmax(seen)])
-        if period < 1:
-            continue
-        for a, n in zip(first[mine[1:]].tolist(), counts[mine[1:]].tolist()):
+        else:
+            period = next((p for p in lengths.tolist()[:16] if np.array_equal(sizes[:-p], sizes[p:])), 0)
+        long = mine[counts[mine] > period] if period else mine[:0]
+        for a, n in zip(first[long].tolist(), counts[long].tolist()):
             cuts.extend(range(a + period, a + n, period))
     return np.union1d(first, np.array(cuts, np.int64)) if cuts else first
 
