@@ -38,7 +38,7 @@ import numpy as np
 from ..data.columns import dense_ids
 from ..data.events import NONE, EventTable
 from .model import Attribution, PipelineStats, Step, StragglerVerdict, Straggler
-from .peers import Roles, identities, occurrences, others_median, roles_of
+from .peers import Roles, identities, occurrences, others_median, roles_of, spread
 
 MIN_SAVING = 0.02   # of the mean step: what putting a candidate on pace must save to name it
 DOMINANT = 2.0      # times any other rank's saving: a worker's (ranks late by turns are no one worker)
@@ -261,14 +261,10 @@ def _flag_past_noise(steps: list[_StepPace]) -> None:
     order = np.argsort(which, kind="stable")
     first = np.flatnonzero(np.diff(which[order], prepend=-1))
     counts = np.diff(np.append(first, len(order)))
-    spread = np.zeros(len(first))
-    for j, (a, c) in enumerate(zip(first.tolist(), counts.tolist())):
-        if c >= 3:
-            x = gaps[order[a:a + c]]
-            spread[j] = np.median(np.abs(x - np.median(x))) * 1.4826
-    typical_spread = float(np.median(spread[counts >= 3])) if (counts >= 3).any() else 0.0
+    spreads = np.array([spread(gaps[order[a:a + c]]) for a, c in zip(first.tolist(), counts.tolist())])
+    typical_spread = float(np.median(spreads[counts >= 3])) if (counts >= 3).any() else 0.0
     noise_of = np.empty(len(which))
-    noise_of[order] = np.repeat(NOISE * np.maximum(spread, typical_spread), counts)
+    noise_of[order] = np.repeat(NOISE * np.maximum(spreads, typical_spread), counts)
     at = 0
     for sp in steps:
         n = len(sp.ev)
@@ -406,8 +402,7 @@ def _left_spread(after: dict[int, int], ideal: dict[int, int], ks: list[int]) ->
     hiccups, was within a 3 ms spread). Taking the candidate's own saving out first keeps a worker late in some
     steps from widening it, and the ideal's steps out keeps the steps' structure (a pipeline's, a job whose
     steps differ by design) from counting as spread."""
-    left = np.array([after[k] - ideal[k] for k in ks], np.float64)
-    return float(np.median(np.abs(left - np.median(left)))) * 1.4826 if len(left) >= 3 else 0.0
+    return spread([after[k] - ideal[k] for k in ks])
 
 
 def _stage_ratio(compute: dict[int, float], roles: Roles, s: int) -> float:

@@ -19,19 +19,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .peers import spread
+
 NOISE = 3.0                # spreads (their root mean square): a difference of medians is a change only past this
 #                            (2 called 1 no-change pair in 7 slower on this shared 2-core machine: its pace moved 24%
 #                            between two runs while each run's steps spread 3-6%)
 MIN_NOISE_NS = 50_000      # ... and past this (a span of a few µs jitters by its whole length)
 MIN_NOISE_FRACTION = 0.02  # ... and past this fraction of A's median
-
-
-def spread(xs) -> float:
-    """The spread of a run's values over its steps: 1.4826 median absolute deviations (0 below 3 values)."""
-    x = np.asarray(xs, np.float64)
-    if len(x) < 3:
-        return 0.0
-    return float(np.median(np.abs(x - np.median(x)))) * 1.4826
 
 
 def noise_ns(xa, xb) -> int:
