@@ -1,6 +1,6 @@
 """Benchmark: how often the blame-and-what-if verdicts hold, over many runs of each ground-truth job.
 
-    python benchmarks/bench_verdict_rates.py [--runs 10] [--case NAME ...]
+    python benchmarks/bench_verdict_rates.py [--runs 10] [--case NAME ...] [--keep DIR]
 
 tests/test_attribution_truth.py checks one run of each job of tests/jobs/wi_cases.py; this runs each --runs times,
 each time a pair made as the test makes it (tests/pairs.py: a faulty run and a run without its fault, one after the
@@ -42,6 +42,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--case", action="append", choices=sorted(CASES), help="only these jobs (repeatable)")
+    ap.add_argument("--keep", type=Path, help="move the traces of a run that missed anything here, to study")
     ns = ap.parse_args()
     names = ns.case or sorted(CASES)
     tally = {n: [0, 0, 0, []] for n in names}  # verdict right, prediction right, clean quiet, misses
@@ -73,6 +74,11 @@ def main() -> None:
                 print(f"run {run + 1}/{ns.runs} {n}: verdict {'right' if right else 'WRONG'}, prediction "
                       f"{'within' if miss is None else 'off: ' + miss}, without the fault "
                       f"{'quiet' if quiet else b.attribution.kind}", flush=True)
+                if ns.keep and not (right and miss is None and quiet):
+                    ns.keep.mkdir(parents=True, exist_ok=True)
+                    for p in made:
+                        subprocess.run(["mv", str(p), str(ns.keep / p.name)], check=False)
+                    print(f"    kept {', '.join(p.name for p in made)} in {ns.keep}", flush=True)
                 for p in made:
                     subprocess.run(["rm", "-rf", str(p)], check=False)
     print(f"\n{'job':<20} {'verdict':>8} {'predicted':>10} {'quiet':>6}   (of {ns.runs}; goal: 9 of 10 each)")
