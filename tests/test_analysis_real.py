@@ -237,7 +237,8 @@ def two_nodes(tmp_path_factory):
     for node in (0, 1):
         env = {**os.environ}
         if node == 1:
-            env.update(LD_PRELOAD=FAKETIME_LIB, FAKETIME="+5s", FAKETIME_NO_CACHE="1")
+            # (the same kernel's boot id: the clock is measured as another node's would be)
+            env.update(LD_PRELOAD=FAKETIME_LIB, FAKETIME="+5s", FAKETIME_NO_CACHE="1", DISTTRACE_CLOCK_MEASURE="1")
         cmd = [sys.executable, "-m", "disttrace", "run", "--out", str(out / f"node{node}"), "--",
                *torchrun_cmd("an_twonode.py", nproc=1, nnodes=2, node_rank=node, port=port)]
         procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))

@@ -201,9 +201,17 @@ def _clock(rf: _RankFile) -> tuple | None:
     if o0 is None:
         return None
     o1, t0, t1 = _ns(end, "offset_ns"), _ns(start, "mono_ns"), _ns(end, "mono_ns")
-    if o1 is not None and t0 is not None and t1 is not None and t1 > t0:
+    if o1 is not None and t0 is not None and t1 is not None and t1 > t0 and _drifted(start, end):
         return o0, t0, t1, (o1 - o0) / (t1 - t0)
     return o0, t0, t1, None
+
+
+def _drifted(start: dict, end: dict) -> bool:
+    """Whether the two measurements tell a drift: the offset moved by more than their uncertainties together. (A
+    loaded node's round trips took tens of ms: a "drift" of 13 ms measured within 22 ms, on ranks of one machine,
+    moved one rank's events past its peers'.)"""
+    moved = abs(_ns(end, "offset_ns") - _ns(start, "offset_ns"))
+    return moved > (_ns(start, "uncertainty_ns") or 0) + (_ns(end, "uncertainty_ns") or 0)
 
 
 def _offset_fn(rf: _RankFile):
@@ -213,11 +221,14 @@ def _offset_fn(rf: _RankFile):
         return (lambda t: t), 0, 0, None
     o0, t0, t1, slope = clock
     unc = _ns(rf.clock.get("start"), "uncertainty_ns") or 0
-    if slope is not None:
-        end = rf.clock["end"]
+    end = rf.clock.get("end")
+    drift = None
+    if _ns(end, "offset_ns") is not None:  # measured again: its uncertainty counts, the drift is told if not applied
         unc = max(unc, _ns(end, "uncertainty_ns") or 0)
-        return (lambda t: t + o0 + round((min(max(t, t0), t1) - t0) * slope)), o0, unc, _ns(end, "offset_ns") - o0
-    return (lambda t: t + o0), o0, unc, None
+        drift = _ns(end, "offset_ns") - o0
+    if slope is not None:
+        return (lambda t: t + o0 + round((min(max(t, t0), t1) - t0) * slope)), o0, unc, drift
+    return (lambda t: t + o0), o0, unc, drift
 
 
 def _aligned(raw, clock):

@@ -12,6 +12,12 @@ Each rank measures right after init_process_group ("start") and again now and th
 the latest one wins): the difference is the drift. destroy_process_group waits for nothing but, briefly, a
 measurement under way. Where the store has no clone() or queue (torch < 2.6), `exchange` runs in line, as
 it did: once after init_process_group and once before destroy_process_group.
+
+A rank that reads the same monotonic clock as rank 0 (the same kernel: its boot id, and the same time namespace)
+measures nothing: its offset is 0, exactly. Measured instead, a loaded node's round trips made offsets and drifts
+of milliseconds out of nothing (a drift measured under a delay of tens of ms), which moved one rank's events past
+its peers' on a single machine and took the analysis' waits and steps with them. (`DISTTRACE_CLOCK_MEASURE=1`
+measures anyway.)
 """
 
 from __future__ import annotations
@@ -91,6 +97,27 @@ REMEASURE_S = (1.0, 10.0, 60.0, 300.0)  # after the start, when every rank measu
 WINDOW_S = 10.0                     # the longest one measurement may take (a rank gone without a word)
 POLL_S = 0.0002                     # both sides look at the store this often during a measurement (its precision)
 ENV_EVERY = "DISTTRACE_CLOCK_EVERY"  # another schedule, as "1,10,60" (seconds): for tests of short jobs
+ENV_MEASURE = "DISTTRACE_CLOCK_MEASURE"  # set: measure even a clock that rank 0 shares
+CLOCK_ID = f"{PREFIX}/id"  # rank 0's clock_id(), for the others to compare with theirs
+
+
+def clock_id() -> str | None:
+    """What names this process's monotonic clock: the kernel's boot id (containers on one kernel share it) and the
+    time namespace's offsets (a namespace can shift CLOCK_MONOTONIC); None where there is nothing to read (not
+    Linux) or where ENV_MEASURE asks for a measurement."""
+    if os.environ.get(ENV_MEASURE):
+        return None
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+    except OSError:
+        return None
+    try:
+        with open("/proc/self/timens_offsets") as f:  # (no file: a kernel without time namespaces)
+            offsets = " ".join(f.read().split())
+    except OSError:
+        offsets = ""
+    return f"{boot} {offsets}" if boot else None
 
 
 def _schedule() -> list[float]:
@@ -135,25 +162,19 @@ class Sync(threading.Thread):
         try:
             if self.rank == 0:
                 live = set(range(1, self.world_size))
+                self.store.set(CLOCK_ID, clock_id() or "")
 
                 def step(window: int, phase: str) -> None:
                     self.write(offset_record(phase, 0, 0, window))  # rank 0: the reference
                     self._serve(window, live)
+            elif self._shares_rank0_clock():
+                self.write(offset_record("start", 0, 0, 0))  # exact: nothing to measure, nor any drift
+                self.store.queue_push(QUEUE, f"{self.rank}/gone/0")  # rank 0 waits for no rounds of ours
+                step = None
             else:
                 step = self._measure
-            step(0, "start")
-            waits = _schedule()
-            begun = time.monotonic()
-            due = 0.0
-            window = 0
-            while True:
-                due += waits.pop(0) if len(waits) > 1 else waits[0]
-                window += 1
-                self.idle.set()
-                if self._stop.wait(max(0.0, begun + due - time.monotonic())):
-                    break
-                self.idle.clear()
-                step(window, "end")
+            if step is not None:
+                self._measure_all(step)
         except Exception:  # noqa: BLE001 - a rank gone, a store gone at the job's end: no alignment, no harm
             pass
         self.store = None  # the connection ends with the job's process group
@@ -162,6 +183,34 @@ class Sync(threading.Thread):
         # The thread itself lives on, idle, to the interpreter's exit (as the watchdog's does): ending at
         # destroy_process_group, it would be one more thread that the destroy ends than untraced.
         threading.Event().wait()
+
+    def _shares_rank0_clock(self) -> bool:
+        """Whether this rank reads rank 0's clock (the same clock_id), once rank 0 has said which it reads."""
+        mine = clock_id()
+        if mine is None:
+            return False
+        deadline = time.monotonic() + WINDOW_S
+        while not self.store.check([CLOCK_ID]):
+            if self._stop.is_set() or time.monotonic() > deadline:
+                return False
+            time.sleep(POLL_S * 10)
+        return self.store.get(CLOCK_ID).decode() == mine
+
+    def _measure_all(self, step) -> None:
+        """step(window, phase) at the start, then on the schedule until stop()."""
+        step(0, "start")
+        waits = _schedule()
+        begun = time.monotonic()
+        due = 0.0
+        window = 0
+        while True:
+            due += waits.pop(0) if len(waits) > 1 else waits[0]
+            window += 1
+            self.idle.set()
+            if self._stop.wait(max(0.0, begun + due - time.monotonic())):
+                break
+            self.idle.clear()
+            step(window, "end")
 
     def _serve(self, window: int, live: set[int]) -> None:
         """Rank 0: answer one window's queries, each with its clock as it comes, until every rank still in the job
