@@ -2,8 +2,8 @@
 
 While a compiled function runs, TorchDynamo evaluates every Python frame that starts under it, and the dispatcher
 starts ours (the c10d kernels, the fastpath's wrappers, Work.wait's) from the job's own ops: Dynamo would try to
-compile the tracer's frames, break graphs on them and recompile (a compiled DDP job got 8 graph breaks more and ran
-1.38x slower). The compiler's own mechanism for code it must not trace is a code object's execution strategy: SKIP
+compile the tracer's frames, break graphs on them and recompile (a compiled DDP job got more graph breaks and ran
+slower). The compiler's own mechanism for code it must not trace is a code object's execution strategy: SKIP
 for the frame itself and for every frame it calls (what the recording calls into, torch included, ran untraced
 with no Python frame at all). It is a flag on the code object, checked in C: nothing is added to the hot path.
 
