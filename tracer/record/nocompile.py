@@ -10,7 +10,7 @@ with no Python frame at all). It is a flag on the code object, checked in C: not
 `hide(modules)` sets it on every code object written in the modules' files (functions, methods, nested functions
 and lambdas): never on a decorator's wrapper that lives elsewhere (contextlib's `helper` serves every
 @contextmanager of the job: skipping it changed how the job's own code compiled).
-The C-level API needs no import of torch._dynamo (a second of start-up); where it is missing (torch < 2.6) this
+The C-level API needs no import of torch._dynamo (slow to import at start-up); where it is missing (torch < 2.6) this
 does nothing and says so in the return value.
 """
 
