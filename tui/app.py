@@ -35,7 +35,7 @@ NO_TERMINAL_HINT = "; `disttrace report TRACE` writes the analysis as text"
 PRELOAD_BYTES = 8 << 20  # inputs smaller than this are read before the app starts
 FIRST_FRAME_WAIT_S = 2.0  # the loading worker waits at most this for the first frame before it analyses
 LOADING_SCREEN_AFTER_S = 0.5  # the progress bar shows only for a load that takes longer (a trace's store opens
-#                               faster: drawing the bar meanwhile held the GIL from the reader, ~0.08 s a re-open)
+#                               faster: drawing the bar meanwhile would hold the GIL from the reader)
 
 
 class _Quit(Exception):
@@ -215,8 +215,8 @@ class DisttraceApp(App[int]):
 
         def going_on(fraction: float, label: str) -> None:
             # quitting cancels the worker: the read (its worker processes killed) or the analysis stops at its next
-            # step rather than holding the exit until it ends (the interpreter waits for this thread; at 1M events
-            # a "q" took 5-6 s to exit)
+            # step rather than holding the exit until it ends (the interpreter waits for this thread: on a large
+            # trace a "q" would wait for the whole analysis)
             if worker.is_cancelled:
                 raise _Quit
             progress(fraction, label)
@@ -251,15 +251,15 @@ class DisttraceApp(App[int]):
         if head_screen:
             screen = self.call_from_thread(self._replace_head, head_screen[0], bare)
             # the head's store object now holds the whole: the analysis is made from it and adopted into it, so
-            # that the first frame's lanes go with the adoption (kept in `bare` too, they stayed until this
-            # worker's end: 9 MB more resident at 1M events once analysed)
+            # that the first frame's lanes go with the adoption (kept in `bare` too, they would stay
+            # resident until this worker's end)
             bare = screen.store
         else:
             screen = self.call_from_thread(self._show, bare, narration)
         target[0] = screen
         last[0] = -1.0
-        # the analysis starts once the timeline is on screen: begun at once, it held the GIL while the screen was
-        # being laid out, and the first frame of a re-opened 1M-event trace came ~0.2 s later
+        # the analysis starts once the timeline is on screen: begun at once, it would hold the GIL while the screen
+        # is being laid out, and the first frame would come later
         screen.shown.wait(FIRST_FRAME_WAIT_S)
         try:
             with loading.background_work():
@@ -267,8 +267,8 @@ class DisttraceApp(App[int]):
         except _Quit:
             return
         self.call_from_thread(screen.adopt_analysis, full)
-        # the lanes built for the first frame, dropped by the adoption now that the store holds the kept ones (~90 MB
-        # at 1M events). A second trim, not a moved one: analysed_store's, before, gave back ~4 MB more at 1M
+        # the lanes built for the first frame, dropped by the adoption now that the store holds the kept ones. A
+        # second trim, not a moved one: analysed_store's, before, gives back memory this one would not
         give_back_freed_memory()
 
     def _fail(self, message: str) -> None:

@@ -66,8 +66,8 @@ def bare_store(table: EventTable) -> TraceStore:
 
 class background_work:
     """While a worker thread computes, let the UI thread take the GIL back within 0.5 ms rather than the default
-    5 ms: every turn of the UI's event loop waits that long for it, and a key takes dozens of turns (a key pressed
-    during the analysis of a million events took 2 s)."""
+    5 ms: every turn of the UI's event loop waits that long for it, and a key takes dozens of turns
+    (benchmarks/bench_tui.py times keys while analysing)."""
 
     INTERVAL_S = 0.0005
 
@@ -95,14 +95,14 @@ def build_store(table: EventTable, progress: Progress | None = None) -> TraceSto
     analysis = analyze_apart(table, progress=part_of(progress, 0.0, 0.8))
     store = TraceStore(table, analysis, progress=part_of(progress, 0.8, 1.0))
     settle()
-    give_back_freed_memory()  # (what building the lanes freed: ~40 MB at 1M events, kept by the allocator)
+    give_back_freed_memory()  # (what building the lanes freed, kept by the allocator)
     return store
 
 
 class EarlyAnalysis:
     """A large trace's first analysis, its child process (analysis/apart.py) begun as soon as the store is written,
-    so that the child's start and imports overlap drawing the whole trace (1M events: it begins 0.4-0.5 s sooner); on
-    leaving, the child is killed if it still runs (the app quit before its analysis was wanted)."""
+    so that the child's start and imports overlap drawing the whole trace; on leaving, the child is killed if it
+    still runs (the app quit before its analysis was wanted)."""
 
     child = None
 
@@ -128,12 +128,12 @@ def analysed_store(bare: TraceStore, progress: Progress | None = None, early: Ea
     re-open's memory."""
     from disttrace.tracer.analysis.apart import analyze_apart
 
-    bare.keep_lanes()  # (~0.1 s at 1M events: after the first frame, before the analysis)
+    bare.keep_lanes()  # (after the first frame, before the analysis)
     child = early.child if early is not None else None
     store = bare.with_analysis(analyze_apart(bare.table, progress=progress, child=child))
     settle()
-    # what building the lanes and their waits freed (~40 MB at 1M events, kept by the allocator); here, off the
-    # first frame's path (a trim takes ~20 ms; ctypes lets the UI thread run meanwhile)
+    # what building the lanes and their waits freed (kept by the allocator); here, off the first frame's path (a
+    # trim takes a while; ctypes lets the UI thread run meanwhile)
     give_back_freed_memory()
     return store
 

@@ -1,13 +1,13 @@
 """The analysis of a large stored trace, computed in a child process that saves it beside the store (saved.py),
 then mapped here as a re-open maps it: what the viewer does on a trace's first open.
 
-Computed in the viewer's own process, a 1M-event analysis left it ~370 MB larger than a re-open of the same trace
-(one more event cost 531 bytes against 140): the store's pages the analysis read stay resident in the mapping
-(~190 MB: every column and the summaries' NaN/Inf scan), numba's compiler is loaded (~60 MB of code), and the
-computed arrays live on the heap where a re-open maps the saved ones. A child gives all of that back when it
-exits, and its GIL is not the UI's. It costs a process start and the saved analysis' read (~0.5 s), so it is used
-only from APART_FROM events. `start` begins it before its analysis is wanted: the viewer starts it as soon as the
-store is written, so that its start and imports overlap the whole trace's first frame.
+Computed in the viewer's own process, an analysis leaves it much larger than a re-open of the same trace (what an
+event costs is measured by benchmarks/bench_tui.py): the store's pages the analysis read stay resident in the
+mapping (every column and the summaries' NaN/Inf scan), numba's compiler is loaded, and the computed arrays live on
+the heap where a re-open maps the saved ones. A child gives all of that back when it exits, and its GIL is not the
+UI's. It costs a process start and the saved analysis' read, so it is used only from APART_FROM events. `start`
+begins it before its analysis is wanted: the viewer starts it as soon as the store is written, so that its start and
+imports overlap the whole trace's first frame.
 
 Never a new way to fail: a child that cannot run, dies or saves nothing leaves the analysis to this process (the
 child's own errors are the in-process analysis' too). A progress callback that raises (the viewer quitting) kills

@@ -398,8 +398,8 @@ def attribute(t: EventTable, replay, pipeline: PipelineStats | None, steps: list
 def _left_spread(after: dict[int, int], ideal: dict[int, int], ks: list[int]) -> float:
     """The steps' own spread with a candidate on pace: how much what is left of each step beyond the ideal
     (after - ideal) varies over the steps (the median absolute deviation, as a standard deviation). A saving below
-    it is the job's jitter: a re-run moves the steps as much (a balanced job's 1 ms, named from one rank's few
-    hiccups, was within a 3 ms spread). Taking the candidate's own saving out first keeps a worker late in some
+    it is the job's jitter: a re-run moves the steps as much (a balanced job's few hiccups on one rank would
+    otherwise name it). Taking the candidate's own saving out first keeps a worker late in some
     steps from widening it, and the ideal's steps out keeps the steps' structure (a pipeline's, a job whose
     steps differ by design) from counting as spread."""
     return spread([after[k] - ideal[k] for k in ks])

@@ -3,7 +3,8 @@ over integer columns that numba compiles for large traces (jit.py).
 
 While rank a waited for rank b, if b was itself waiting for c, that stretch of a's wait was caused by c, and so on
 back: a wait is cut into stretches, each with the rank at the end of its chain. Following a chain is a walk, one
-stretch at a time (a 1M-event trace: ~270k steps, ~1 s as Python), so it is written as numba compiles it: one
+stretch at a time (a large trace's waits make hundreds of thousands of steps, slow as Python), so it is written as
+numba compiles it: one
 function, no helpers, its recursion an explicit stack of at most MAX_CHAIN frames."""
 
 from __future__ import annotations

@@ -6,10 +6,10 @@ absolute deviation, as a standard deviation); a difference of its medians is a *
 two runs' spreads (their root mean square), and never below `MIN_NOISE_NS` nor `MIN_NOISE_FRACTION` of A's median (a
 quantity that every step measures alike still moves that much between two runs of a shared machine). The longer
 run's spread counts at the shorter run's scale (times the ratio of their medians): a change that makes the step
-longer makes its jitter larger with it (an added 16 MiB all_reduce on 2 busy cores doubled the step and spread it
-7 times as wide), and what the change added must not hide the change; a quantity one run does not have in most
-steps (an op added) is a change past MIN_NOISE_NS, whatever the other run's spread. One rule, `noise_ns`, for every
-quantity the diff compares.
+longer makes its jitter larger with it (on a busy machine an added large all_reduce lengthens the step and widens
+its spread more than in proportion), and what the change added must not hide the change; a quantity one run does not
+have in most steps (an op added) is a change past MIN_NOISE_NS, whatever the other run's spread. One rule,
+`noise_ns`, for every quantity the diff compares.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ import numpy as np
 from .peers import spread
 
 NOISE = 3.0                # spreads (their root mean square): a difference of medians is a change only past this
-#                            (2 called 1 no-change pair in 7 slower on this shared 2-core machine: its pace moved 24%
-#                            between two runs while each run's steps spread 3-6%)
+#                            (on a shared machine a job's pace moves between two runs by far more than each
+#                            run's steps spread, so a smaller cut calls unchanged pairs slower)
 MIN_NOISE_NS = 50_000      # ... and past this (a span of a few µs jitters by its whole length)
 MIN_NOISE_FRACTION = 0.02  # ... and past this fraction of A's median
 

@@ -101,7 +101,7 @@ STAGES: tuple[Stage, ...] = (
     Stage(build_steps, ("table", "step_of"), ("steps",)),
     Stage(event_waits, ("table", "collectives", "p2p"), ("event_wait_ns",)),
     Stage(step_windows, ("table", "steps", "step_of"), ("windows",)),
-    # the critical path (a compiled walk, ~15% of the analysis at 1M events) beside the waits and the problems
+    # the critical path (a compiled walk, a large share of the analysis) beside the waits and the problems
     Stage(critical_paths, ("table", "collectives", "instance_of", "culprits", "p2p", "p2p_of", "event_wait_ns",
                            "windows"), ("critical_path", "causes", "walker"), "critical path", 0.84, beside=True),
     Stage(pipeline_stats, ("table", "p2p", "collectives", "steps", "step_of"), ("pipeline",), "pipeline", 0.85),
@@ -161,8 +161,8 @@ _STRETCH = _check(STAGES)
 
 def _dropped_after(stages: tuple[Stage, ...]) -> list[tuple[str, ...]]:
     """Per stage, the intermediate results (not fields of Analysis) that no later stage reads: dropped once it
-    ran, so that the analysis' peak memory holds only what is still to be read (at 10M events, the instances'
-    rows by bucket and the wait records add ~1 GB to the resident memory)."""
+    ran, so that the analysis' peak memory holds only what is still to be read (the instances' rows by bucket
+    and the wait records are large next to the table's own columns)."""
     kept = {f.name for f in fields(Analysis)} | {"table", "progress", "changes"}
     last = {name: k for k, s in enumerate(stages) for name in s.reads}
     return [tuple(name for name, at in last.items() if at == k and name not in kept) for k in range(len(stages))]
@@ -184,7 +184,7 @@ def analyze(table: EventTable, progress=None, changes: tuple[ChangeSpec, ...] = 
             progress(1.0, "opened the saved analysis")
         return a
     # The analysis makes ~10^5-10^6 small acyclic objects; the cyclic collector would rescan the whole table
-    # again and again while they are made (half the time on a 1M-event trace), so it pauses meanwhile.
+    # again and again while they are made (much of a large trace's analysis), so it pauses meanwhile.
     with gc_paused(), ends_kept(table):
         jit.warm(len(table))  # numba starts beside the first stages (its loops come later: the critical path)
         a = _analyze(table, progress, tuple(changes), timings)
@@ -193,7 +193,7 @@ def analyze(table: EventTable, progress=None, changes: tuple[ChangeSpec, ...] = 
     if keep:
         saved.save(a)
     if len(table) >= 100_000:
-        give_back_freed_memory()  # (its intermediate results, and the saved one's encoding: ~160 MB at 1M events)
+        give_back_freed_memory()  # (its intermediate results, and the saved one's encoding)
     return a
 
 

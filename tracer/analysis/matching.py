@@ -12,8 +12,8 @@ from ..data.events import COLLECTIVE_OPS, NONE, EventTable
 
 class Instances:
     """Each collective instance's rows in table order, instances ordered by (group, group_seq): instance k's are
-    rows[offsets[k]:offsets[k + 1]] (numpy int64 columns: a list per instance was ~180k lists at 1M events, built
-    and then flattened again). Indexing or iterating gives an instance's rows as a list."""
+    rows[offsets[k]:offsets[k + 1]] (numpy int64 columns: a list per instance would be a list
+    of every instance, built and then flattened again). Indexing or iterating gives an instance's rows as a list."""
 
     __slots__ = ("rows", "offsets")
 
@@ -96,7 +96,7 @@ _KEPT_ENDS: dict[int, tuple] = {}  # id(table) -> (table, its finished_column or
 @contextmanager
 def ends_kept(t: EventTable):
     """Within it, finished_column(t) is made once: an analysis reads the ends of every row ~7 times, each a copy of
-    the end column (80 MB at 10M events, a copy that held the GIL 30-40 ms as its array grew)."""
+    the end column (8 bytes a row, a copy that holds the GIL as its array grows)."""
     _KEPT_ENDS[id(t)] = (t, None)
     try:
         yield
@@ -121,7 +121,7 @@ def finished_column(t: EventTable):
 def finished(t: EventTable, rows=None) -> array:
     """finished_at of each of rows (every row of the table by default), as an array of "q". The end column is copied
     in C and only the rows without an end go through finished_at (few: async ops whose completion is unknown, hangs),
-    found in numpy (array.index makes an int of every row it passes: 40 ms a million)."""
+    found in numpy (array.index makes a Python int of every row it passes)."""
     if rows is None:
         import numpy as np
 

@@ -33,8 +33,8 @@ if TYPE_CHECKING:
 
 def _pair_counts(p2p: P2PTable) -> dict[tuple[int, int], int]:
     """(src, dst) -> its matched messages (both sides seen, src != dst), in the order each pair first occurs (the
-    order _paths' walk meets them in). In numpy, GIL_ROWS messages at a time (a loop over 2M messages at 10M events
-    took ~1 s; one np.unique of them all would hold the GIL through its sort)."""
+    order _paths' walk meets them in). In numpy, GIL_ROWS messages at a time (a Python loop over every message
+    is slow at 10M events; one np.unique of them all would hold the GIL through its sort)."""
     src, dst = np.frombuffer(p2p.src, np.int32).astype(np.int64), np.frombuffer(p2p.dst, np.int32).astype(np.int64)
     ok = (np.frombuffer(p2p.send, np.int32) != NONE) & (np.frombuffer(p2p.recv, np.int32) != NONE) & (src != dst)
     count: dict[tuple[int, int], int] = {}

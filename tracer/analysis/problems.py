@@ -159,7 +159,7 @@ class _Reach:
     def __init__(self, t: EventTable):
         import numpy as np
 
-        # (in numpy: a loop over every row took ~1 s at 1M events, and a hung job's trace is what this is for)
+        # (in numpy: a Python loop over every row is slow on a large trace, and a hung job's trace is what this is for)
         rank, gid = (np.frombuffer(c, np.int32).astype(np.int64) for c in (t.rank, t.gid))
         seq, start = np.frombuffer(t.group_seq, np.int64), np.frombuffer(t.start_ns, np.int64)
         end = finished_column(t)

@@ -1,5 +1,5 @@
 """Scans of the trace's JSON texts (the tensor summaries) as loops over their bytes, compiled by numba for large
-traces (jit.py): where a regular expression would hold the GIL over all of them (~0.3 s at 1M events), the
+traces (jit.py): where a regular expression would hold the GIL over all of them, the
 compiled scan lets the other stages run beside it (engine.py).
 
 Written as numba compiles them (jit.py): one function each, no helpers, arrays that never grow (walks.py)."""

@@ -145,8 +145,8 @@ def _extend(rec: WaitRecord, waiter, culprit, a, w, row, culprit_row, unit, coun
 def _stretches(rec: WaitRecord):
     """Every waiting rank's counted waits as disjoint stretches in time order: (slot, off, start, end, culprit,
     culprit row), rank r's at [off[slot[r]], off[slot[r] + 1]) (slot -1: it never waited), a wait overlapping
-    the rank's earlier ones keeping only what lies past them. In numpy (a tuple per wait took ~150 bytes, ~1 GB
-    at 10M events)."""
+    the rank's earlier ones keeping only what lies past them. In numpy (a tuple per wait would make
+    an object of every wait, too many at 10M events)."""
     counted = np.flatnonzero(rec.view("counts"))  # (a pipeline's bubble: nothing to carry)
     waiter = rec.view("waiter")[counted]
     a = rec.view("a")[counted]
@@ -188,7 +188,7 @@ def propagated(rec: WaitRecord) -> WaitRecord:
     where = repeat_each(at[chained] - (np.cumsum(counts) - counts), counts) + np.arange(len(parts))
     del at
     out = WaitRecord()
-    # a column at a time (at 10M events all of them at once held ~400 MB more at the analysis' peak)
+    # a column at a time (all of them at once would raise the analysis' peak memory by their size)
     for name in ("waiter", "culprit", "a", "b", "row", "culprit_row", "unit", "counts"):
         col = repeat_each(rec.view(name), times)
         if name in _FROM_PARTS:
@@ -323,8 +323,8 @@ def verdict(t: EventTable, rec: WaitRecord, steps: list[Step], step_of: array) -
     ordinary = total
     if len(clean) * 2 > len(tops):
         # the ranks' costs that the persistent rule compares: those of the units of ordinary size. A start-up
-        # hiccup is no measure of the jitter: with rank 0 71 ms late in step 0 of an FSDP job, rank 1, 20 ms late
-        # in each of the other 11 steps, caused under 3 times rank 0's total, and no straggler was named
+        # hiccup is no measure of the jitter: one rank's large delay in the first step would outweigh a rank
+        # late in every other step, and no straggler would be named
         ordinary = {}
         for u, top in zip(units, tops):
             if top <= ordinary_top:
@@ -372,8 +372,8 @@ def _jitter_cost(total: dict[int, int], rank: int, ranks) -> float:
     """What the jitter made the others cost, for comparing `rank`'s cost with: in a world of fewer than
     `MEDIAN_WORLD` ranks, all the others' cost together; in a larger one, the cost of the median other rank.
     There, the others' total grows with the ranks the jitter strikes (a thousand ranks' hiccups) while a slow
-    rank only delays the groups it is in: against the sum, the steady straggler of a 1,024-rank job (late in 9
-    of 10 steps, 950x the median rank's cost, 5x the next) was named by no rule."""
+    rank only delays the groups it is in: against the sum, the
+    steady straggler of a thousand-rank job, far above the median rank's cost, would be named by no rule."""
     others = [total.get(r, 0) for r in ranks if r != rank]  # (a rank that caused no waiting counts, as 0)
     if len(others) + 1 < MEDIAN_WORLD:
         return sum(others)

@@ -1,9 +1,9 @@
 """The analysis' collectives and messages as columns, read like lists of CollectiveInstance / P2PMatch.
 
-A million-event trace has ~10^5 collectives and ~10^5 messages; an object for each, with its numbers boxed and
-its per-rank data, cost ~150 MB. Here each field is one typed array; `table[k]` and iteration make the object
-on demand (a CollectiveInstance is a view that reads and writes these columns, a P2PMatch a small copy). Loops
-over every instance or message inside the analysis read the columns directly.
+A million-event trace has ~10^5 collectives and ~10^5 messages; an object for each, with its numbers boxed and its
+per-rank data, would cost many times the columns' memory. Here each field is one typed array; `table[k]` and
+iteration make the object on demand (a CollectiveInstance is a view that reads and writes these columns, a P2PMatch
+a small copy). Loops over every instance or message inside the analysis read the columns directly.
 """
 
 from __future__ import annotations
@@ -190,7 +190,7 @@ class CollectiveTable:
 
     def wait_totals(self) -> "object":
         """Each instance's total wait (the sum of its ranks' waits; 0 without rows), in numpy: one pass over the
-        waits, where summing each instance's would make ~10^5 views at 1M events (~1.4 s)."""
+        waits, where summing each instance's would make a view of each (~10^5 at 1M events)."""
         import numpy as np
 
         totals = np.zeros(len(self.gid), np.int64)

@@ -301,7 +301,7 @@ class _Args:
                      ("out", t.out))
         self.n_inst, self.n_p2p = len(a.instance_of), len(a.p2p_of)
         # a collective's row's numbers from the instances' columns, where a view of its instance for each of a
-        # million rows made a third of the export's time: each row's own wait (its instance's wait of its rank)
+        # million rows was a large share of the export's time: each row's own wait (its instance's wait of its rank)
         import numpy as np
 
         ct = a.collectives

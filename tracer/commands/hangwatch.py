@@ -24,7 +24,8 @@ from ..data.events import stacks_site
 from ..data.reader import find_rank_files
 from ..format import META, STACKS, kind_marker
 
-GRACE_S = 3.0  # how long to wait for the other ranks' stacks after the first report (they look every 1.5 s)
+GRACE_S = 3.0  # how long to wait for the other ranks' stacks after the first report (they look every
+#                record/watchdog.py's FLAG_EVERY ticks)
 
 _STACKS, _META = kind_marker(STACKS), kind_marker(META)  # only these records matter here: found unparsed
 

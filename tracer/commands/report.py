@@ -341,8 +341,8 @@ def _critical_path(console, a: Analysis, top: int, asked: bool) -> None:
 
 
 def _collectives(console, a: Analysis, top: int) -> None:
-    """The collectives' tables and chart, from the instances' columns (a view of each of the ~10^5 collectives of a
-    million events made this section take 4.3 s): the groups by op, group and size, the instances that made ranks
+    """The collectives' tables and chart, from the instances' columns (not a view of each of the ~10^5 collectives of a
+    million events): the groups by op, group and size, the instances that made ranks
     wait most, those far slower than the model, and the bandwidth by size."""
     import numpy as np
 

@@ -143,16 +143,16 @@ def main(args) -> int:
     return rc
 
 
-# Below this much JSON the run's end leaves the store to the first reader: reading 16 MB (~40k events) takes it
-# ~0.7 s more than opening a store would, and the imports and writing cost the run ~0.4 s however small the trace
-# (a short job's whole-process overhead: benchmarks/bench_wholejob.py)
+# Below this much JSON the run's end leaves the store to the first reader: a small trace is read about as quickly
+# as a store is opened, while the imports and the writing cost the run as much however small the trace (a short
+# job's whole-process overhead: benchmarks/bench_wholejob.py; docs/PERFORMANCE.md, "Storing the trace")
 STORE_AT_END_BYTES = 16 << 20
 
 
 def _write_store(out: str, files: list[str], always: bool = False) -> None:
     """Read the trace once, now that the job is over, write its store (data/store.py) and analyse it (the analysis
     is saved beside the store: analysis/saved.py), so that the first view or report opens both rather than parsing
-    the JSON and analysing (a million events: the analysis on screen in ~1 s instead of ~12); only from
+    the JSON and analysing (benchmarks/bench_tui.py: "analysis views ready", first open and re-open); only from
     STORE_AT_END_BYTES unless `always`. Never fails the run: a damaged trace is the reader's to report when it is
     opened."""
     size = sum(os.path.getsize(f) for f in files)

@@ -47,9 +47,9 @@ _GENERIC = frozenset({"<listcomp>", "<genexpr>", "<dictcomp>", "<lambda>", "wrap
 # A tensor subclass's or mode's handler passes the op on; the line that called the collective is further out
 _HANDLERS = frozenset({"__torch_dispatch__", "__torch_function__"})
 # id(code object) -> (kind, name, sites, code): the api a C10D frame names, the origin a component's frame names,
-# and for the user's code its call sites by instruction offset ("file:line in function"). Keyed by id because a
-# code object's own hash is recomputed on every lookup from its name, constants and names (a third of the walk's
-# cost); the entry holds the code, so that no other code object can take its id while the entry exists.
+# and for the user's code its call sites by instruction offset ("file:line in function"). Keyed by id because a code
+# object's own hash is recomputed on every lookup from its name, constants and names (a cost the walk would pay on
+# every frame); the entry holds the code, so that no other code object can take its id while the entry exists.
 _cache: dict = {}
 _SITES_LIMIT = 2000  # call sites kept per code object; a generated-code pathology is cut
 

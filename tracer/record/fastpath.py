@@ -1,11 +1,12 @@
 """The fast path: Python-API collectives on CPU tensors in a gloo group, recorded at a fraction of the kernel's cost.
 
-hooks.py's BackendSelect kernel sees every c10d op, whoever issued it, but a Python kernel in the dispatcher
-boxes the op's arguments into Python objects and back again (about 20 µs per op on a small VM, as much as a
-4 KiB gloo all_reduce takes). Most ops of a job that calls torch.distributed itself come through the Python
-methods of ProcessGroup (`group.allreduce([t], opts)` in distributed_c10d, or the user's own call), so these
-methods are wrapped: the wrapper records the op from the method's arguments, then hands the same arguments to
-the same-named method of the group's gloo backend, which is where the dispatcher would have taken them.
+hooks.py's BackendSelect kernel sees every c10d op, whoever issued it, but a Python kernel in the dispatcher boxes
+the op's arguments into Python objects and back again (on a small VM, as much per op as a small gloo all_reduce
+takes: benchmarks/bench_recorder.py measures the recorder's cost per op). Most ops of a job that calls
+torch.distributed itself come through the Python methods of ProcessGroup (`group.allreduce([t], opts)` in
+distributed_c10d, or the user's own call), so these methods are wrapped: the wrapper records the op from the
+method's arguments, then hands the same arguments to the same-named method of the group's gloo backend, which is
+where the dispatcher would have taken them.
 
 What the ProcessGroup method does besides, and so what the wrapper must not skip (ProcessGroup.hpp, Ops.cpp):
 - it calls the c10d operator through the dispatcher, whose CPU kernel unpacks the options and calls

@@ -59,7 +59,7 @@ class DeviceEnds:
     """One group's CUDA collectives waiting for the hook's device duration: seq -> Event.
 
     The hook does not say when an op ended: ProcessGroupNCCL's watchdog finds Works done every 100 ms or so and
-    its time_finished is that moment (an H100's DDP trace: 10 µs all_reduces ended 35-60 ms late). So the end
+    its time_finished is that moment (a short all_reduce's then reads as ending long after it did). So the end
     time is the CUDA watcher's (background.py: Work.is_completed() polled every half millisecond), and the hook
     adds the NCCL kernel's duration: the end record is written once both are known (Completion.device_done);
     an op the hook never reports is ended by flush() when its group goes or tracing ends. Touched by the

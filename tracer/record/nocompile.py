@@ -2,15 +2,15 @@
 
 While a compiled function runs, TorchDynamo evaluates every Python frame that starts under it, and the dispatcher
 starts ours (the c10d kernels, the fastpath's wrappers, Work.wait's) from the job's own ops: Dynamo would try to
-compile the tracer's frames, break graphs on them and recompile (a compiled DDP job got 8 graph breaks more and ran
-1.38x slower). The compiler's own mechanism for code it must not trace is a code object's execution strategy: SKIP
+compile the tracer's frames, break graphs on them and recompile (a compiled DDP job got more graph breaks and ran
+slower). The compiler's own mechanism for code it must not trace is a code object's execution strategy: SKIP
 for the frame itself and for every frame it calls (what the recording calls into, torch included, ran untraced
 with no Python frame at all). It is a flag on the code object, checked in C: nothing is added to the hot path.
 
 `hide(modules)` sets it on every code object written in the modules' files (functions, methods, nested functions
 and lambdas): never on a decorator's wrapper that lives elsewhere (contextlib's `helper` serves every
 @contextmanager of the job: skipping it changed how the job's own code compiled).
-The C-level API needs no import of torch._dynamo (a second of start-up); where it is missing (torch < 2.6) this
+The C-level API needs no import of torch._dynamo (slow to import at start-up); where it is missing (torch < 2.6) this
 does nothing and says so in the return value.
 """
 

@@ -1,7 +1,7 @@
 """An op's records as bytes: "b" (begin), "e" (end) and "w" (the user's wait), formatted by hand on the hot path.
 
 The templates are built here once, at import, from the format's record kinds (format.py), and filled in with
-`%` per op: a third of the cost of a dict through orjson. Records are compact JSON with "k" first, as orjson
+`%` per op: cheaper than a dict through orjson. Records are compact JSON with "k" first, as orjson
 writes them, so that a record is the same bytes whichever way it was written.
 """
 
@@ -75,7 +75,7 @@ class BeginHeads(dict):
     """Tracer.begin_fields() key -> (the begin record up to its id, is it a collective, does it need _special).
 
     Everything but the op's id, group_seq and time repeats from one call of a line to the next: that part of the
-    record is formatted once per distinct key (a third of the cost of formatting it each time). The key:
+    record is formatted once per distinct key (cheaper than formatting it each time). The key:
     (spec, api, origin, site, group, root, peer, tag, dtype, shape, is_cuda, is_async, thread id[, bytes]), root
     and peer group-local; bytes only where they do not follow from dtype and shape."""
 

@@ -55,7 +55,7 @@ def _flat(t: torch.Tensor) -> torch.Tensor:
 
 def _words_sum(flat: torch.Tensor) -> torch.Tensor:
     """The sum (mod 2**64) of flat's bytes read as 64-bit words, or as words of its element size when they do
-    not divide into 64-bit ones. Widening smaller words to int64 is some 20x slower on CPU than this."""
+    not divide into 64-bit ones. Widening smaller words to int64 is much slower on CPU than this."""
     try:
         if (flat.numel() * flat.element_size()) % 8 == 0:
             return flat.view(torch.int64).sum()
@@ -228,9 +228,9 @@ WARM_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64, torc
 
 def warm_up() -> None:
     """Load the summary kernels on the current CUDA device now, when tracing starts (init_process_group), if the
-    job already uses CUDA. With CUDA's lazy loading a kernel is loaded at its first launch, and that waited for
-    the device to go idle: on an H200 the first traced op with summaries returned only when a 0.5 s kernel queued
-    before it was done (later ops at once), and a device hang hid behind it. Never creates a CUDA context."""
+    job already uses CUDA. With CUDA's lazy loading a kernel is loaded at its first launch, and that waits for
+    the device to go idle: the first traced op with summaries returned only once the kernels queued before it were
+    done (later ops at once), and a device hang hid behind it. Never creates a CUDA context."""
     try:
         if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
             return

@@ -18,7 +18,7 @@ import traceback
 from ..format import STACKS
 
 FLAG = "disttrace/hang"
-FLAG_EVERY = 3  # ticks of 0.5 s between looks at the store's flag (1,000 ranks: ~700 small requests a second)
+FLAG_EVERY = 3  # ticks of 0.5 s between looks at the store's flag (each look, of every rank, is a request to one store)
 
 
 def thread_stacks(skip: int | None = None) -> list[dict]:

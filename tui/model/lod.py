@@ -77,7 +77,7 @@ class Lane:
         present = np.flatnonzero(counts)
         counts = counts[present]
         bounds = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
-        # (np.take with intp indices: fancy indexing with int32 ones took twice as long)
+        # (np.take with intp indices: fancy indexing with int32 ones converts them first)
         starts, ends = (np.take(np.frombuffer(c, np.int64), order) for c in (table.start_ns, table.end_ns))
         if (unfinished := ends == NONE).any():  # never finished: it occupies the rest of the trace (the hang)
             ends[unfinished] = np.maximum(t_end, starts[unfinished])
@@ -161,7 +161,7 @@ class Lane:
         repeats them), the first event at or after each, and the prefix sums (waiting, collective, barrier, p2p)
         there, as int64 arrays; where a boundary falls inside an earlier event still running, that event's part
         after it is taken off (before()'s look-back, for every boundary at once: this is the hot part of drawing
-        a lane; in numpy, a frame's lane of 160 cells is ~3x quicker than the maps of C functions it replaced)."""
+        a lane; in numpy, quicker than the maps of C functions it replaced)."""
         starts, ends = np.frombuffer(self.starts, np.int64), np.frombuffer(self.ends, np.int64)
         maxend, cum = np.frombuffer(self.maxend, np.int64), [np.frombuffer(c, np.int64) for c in self.cum]
         bounds = origin + (np.arange(first_cell, first_cell + width + 1) * ns_per_cell).astype(np.int64)

@@ -1,9 +1,10 @@
-"""The timeline's lanes kept beside their trace: the columns `Lane.columns_all` makes (every rank's events in
-start order, their categories and prefix sums: ~60 bytes an event) written to the trace store (data/store.py,
+"""The timeline's lanes kept beside their trace: the columns `Lane.columns_all` makes (every rank's events in start
+order, their categories and prefix sums: ~60 bytes an event) written to the trace store (data/store.py,
 `write_arrays`) once, and read in place on the next open (mapped: only the pages a frame reads come into memory).
-Building them took 0.14-0.18 s of a million-event trace's re-open, a third of its first frame (read: ~0.03 s),
-and held them in the process's own memory. Kept without the analysis' waits (the lanes of the bare store, which the analysis' waits
-then replace), under the events' fingerprint and this folder's code.
+Building them was a large share of a large trace's re-open (reading them back is far quicker: see
+benchmarks/bench_tui.py, "first frame, re-open"), and held them in the process's own memory. Kept without the
+analysis' waits (the lanes of the bare store, which the analysis' waits then replace), under the events' fingerprint
+and this folder's code.
 
 No Textual here.
 """

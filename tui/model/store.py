@@ -70,8 +70,8 @@ class TraceStore:
 
     def keep_lanes(self) -> None:
         """Keep the bare store's lanes beside the trace's store for the next open (model/saved_lanes.py), and
-        read them back mapped, as a re-open does, for the analysed store (with_analysis): built, they are ~90 MB
-        of this process's memory at 1M events; mapped, only the pages a frame reads come in."""
+        read them back mapped, as a re-open does, for the analysed store (with_analysis): built, they are
+        all in this process's memory; mapped, only the pages a frame reads come in."""
         if not self.analysed and not self.lanes_kept:
             saved_lanes.save(self.table, self.t1, self.lane_columns)
             self.kept_columns = saved_lanes.load(self.table, self.t1)

@@ -244,8 +244,8 @@ class ViewerScreen(Screen):
 
     def take_whole(self, whole: TraceStore) -> None:
         """The whole trace in place of its head, in this screen (its store object takes the whole's): on the event,
-        the tab and the stretch of time the user was on. A new screen for it held the UI thread 120-140 ms at 1M
-        events (composing, styling and laying out every widget again): the worst key of a first open."""
+        the tab and the stretch of time the user was on. A new screen for it held the UI thread (composing,
+        styling and laying out every widget again): the worst key of a first open."""
         row = self.row_in(whole)
         window = self.time_window() if self.zoom else None  # (unzoomed, the whole trace is shown whole)
         self.store.adopt(whole)
@@ -282,8 +282,8 @@ class ViewerScreen(Screen):
     @on(AnalysisReady)
     async def _analysis_ready(self, event: AnalysisReady) -> None:
         # only the tab on screen gets its view now, the others when first shown: building them all at once (the
-        # waits table of a 1M-event trace measures thousands of rows) held the UI for a third of a second, in
-        # the middle of whatever key came next
+        # waits table of a 1M-event trace measures thousands of rows) would hold the UI in the middle of whatever
+        # key came next
         active = self.query_one(TabbedContent).active
         if active != "timeline":
             await self._mount_view(active)
@@ -319,8 +319,8 @@ class ViewerScreen(Screen):
         if self.initial_view != "timeline":  # a --follow reload keeps the view the user was on
             self.call_after_refresh(self.action_view, self.initial_view)
         self._tell_damage()
-        # its widgets, styles and first frame's caches (~100k objects) out of the collector's sight: else each full
-        # collection walked them, 25-56 ms that a key pressed meanwhile waited (keys on a head, or while analysing)
+        # its widgets, styles and first frame's caches (many objects) out of the collector's sight: else each full
+        # collection walks them while a key pressed meanwhile waits (keys on a head, or while analysing)
         self.call_after_refresh(settle)
         self.call_after_refresh(self.shown.set)
 

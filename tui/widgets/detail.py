@@ -192,7 +192,7 @@ class DetailPane(ScrollView, can_focus=False):
     """Shows the selected event. Line API: the fields are rendered once per selection into strips, so a new
     selection scrolls and repaints this pane alone instead of laying out the screen again. The strips are
     made after the frame that the key which changed the selection causes (rendering the Rich table takes
-    8-16 ms: the timeline shows the key's effect first), and kept for the last few selections (j/k back and
+    a while: the timeline shows the key's effect first), and kept for the last few selections (j/k back and
     forth)."""
 
     # the scrollbar's column is kept whether it shows or not: the fields are rendered at the width they are shown in

@@ -61,7 +61,7 @@ def _glyph(op: str, waiting: bool, level: int) -> tuple[str, Style]:
 class _Palette:
     """The styles a lane is drawn with, each known by one character (chr of its index): a lane's looks are then
     two strings, its characters and its styles, which the garbage collector never walks (a list of Styles a
-    chunk, 8k chunks cached, made every full collection walk ~30k more objects: 15-60 ms in the middle of a key)
+    chunk, for every chunk cached, made every full collection walk many more objects in the middle of a key)
     and which join, slice and split into runs in C."""
 
     def __init__(self) -> None:
@@ -144,8 +144,8 @@ class Timeline(ScrollView, can_focus=False):
         self.rank_indices = list(range(len(store.rows))) if rank_indices is None else rank_indices
         self.label_w = label_width(store)
         # What a frame makes lives here only as strings, shared styles and segments, and few of the latter: every
-        # object held is one more that each full garbage collection walks (the Cells, 100k of them in a cache,
-        # made those take 40-80 ms, a stall every few keys). Drawn chunks are strs (see _Palette), nothing else.
+        # object held is one more that each full garbage collection walks (the Cells of a cache made those
+        # long, a stall every few keys). Drawn chunks are strs (see _Palette), nothing else.
         self._chunks = _Chunks(8192)  # (rank index, zoom, width, chunk) -> (chars, style characters), two strs
         self._segments: LRUCache = LRUCache(256)
         self._palette = _Palette()
@@ -453,8 +453,8 @@ class Timeline(ScrollView, can_focus=False):
             f = round(off / (viewport.window_ns(span, nz) / width))
             ranges.append((nz, f, f + width))
         # n / p: where the window goes when the playhead steps to an event outside it, and the lanes on screen
-        # once the timeline scrolls to the event's rank (drawn cold, the lanes of a screen took a key 50-75 ms at
-        # 10M events)
+        # once the timeline scrolls to the event's rank (so that a key need not wait for a
+        # screen of lanes drawn cold)
         height = self.scrollable_content_region.height
 
         def chunks(ranges_: list, lanes_: list) -> list:  # (lane, zoom, width, first chunk, last chunk)
