@@ -1,7 +1,15 @@
 """Benchmark: analysis of a large synthetic trace, as a ratio to merely parsing its JSON with orjson.
 
     python benchmarks/bench_analysis.py [--events 1000000] [--ranks 64] [--file PATH] [--rank-files | --no-rank-files]
-                                        [--against COMMIT|none]
+                                        [--against COMMIT|none] [--jit-events 70000 ...] [--jit-rounds 1]
+                                        [--jit-only]
+
+First (issue 43: numba stays only if it pays), the analysis in a new process three ways, side by side, for this
+trace and for each --jit-events size (default 70,000): its loops (jit.py) compiled by numba from a cold cache (an
+empty NUMBA_CACHE_DIR, DISTTRACE_JIT=1: the first compile, paid where it is made), compiled from the warm cache,
+and as Python (DISTTRACE_JIT=0: the loops on lists; the critical path's walk is a memoised walk along data-dependent
+moves, which no numpy operation expresses), in wall and CPU time, and the ratios: Python / warm (numba's gain;
+the rule is >= 2x at 1M events) and cold - warm (its first compile). The rest of the run uses that warm cache.
 
 Prints parse (orjson.loads of every line), load (JSON -> EventTable, the reader's cost), analyze, to_json,
 each measured in this run, and the ratio analyze / yardstick (goal: <= 2), measured as the median of --rounds
@@ -53,9 +61,25 @@ def main() -> None:
     ap.add_argument("--against", metavar="COMMIT", default="6af5261",
                     help="also time the analysis of this commit's code, round by round beside this one's (default: "
                          "6af5261, before issue 37's attribution; 'none': skip)")
+    ap.add_argument("--jit-events", type=int, nargs="*", default=[70_000],
+                    help="also compare numba and Python on synthetic traces of these sizes (default: 70000)")
+    ap.add_argument("--jit-rounds", type=int, default=1, help="rounds of the numba/Python comparison (default: 1; "
+                    "0: none, the first analysis below then compiles)")
+    ap.add_argument("--jit-only", action="store_true", help="only the numba/Python comparison")
     ns = ap.parse_args()
     path = ns.file or os.path.join(tempfile.gettempdir(), f"disttrace_synth_v3_{ns.events}_{ns.ranks}.jsonl")
     ensure_synthetic(path, ns.events, ns.ranks)
+    # numba's cache for this run: empty at first (the first compile measured), then warm for the rest
+    os.environ["NUMBA_CACHE_DIR"] = tempfile.mkdtemp(prefix="disttrace-bench-numba-")
+    smaller = []
+    for k in ns.jit_events if ns.jit_rounds else ():
+        p = os.path.join(tempfile.gettempdir(), f"disttrace_synth_v3_{k}_{ns.ranks}.jsonl")
+        ensure_synthetic(p, k, ns.ranks)
+        smaller.append(p)
+    if ns.jit_rounds:
+        _numba_or_python([path] + smaller, ns.jit_rounds)
+    if ns.jit_only:
+        return
     parse, n = time_parse(path)
     yards = [time_yardstick(path)]  # measured three times, between the runs: this machine's speed drifts
     store = fresh_store(path)
@@ -91,11 +115,14 @@ def main() -> None:
     waits = _beside_a_ui(table)
     n_rounds = ns.rounds or (3 if len(table) <= 2_000_000 else 1)
     base_py = _baseline_python(ns.against) if ns.against != "none" else None
+    if base_py:  # (once, unmeasured: its loops compiled into its cache, as this code's are by now)
+        _fresh_analysis(path, base_py, {"NUMBA_CACHE_DIR": None})
     rounds, base_rounds = [], []
     for _ in range(n_rounds):  # (alternating: the two codes meet the machine in the same state)
         rounds += paired_rounds(lambda: _fresh_analysis(path), path, 1)
         if base_py:
-            base_rounds += paired_rounds(lambda: _fresh_analysis(path, base_py), path, 1)
+            # (its numba cache beside its source, as it kept it)
+            base_rounds += paired_rounds(lambda: _fresh_analysis(path, base_py, {"NUMBA_CACHE_DIR": None}), path, 1)
     ratio = statistics.median(r[1] for r in rounds)
 
     yards.append(time_yardstick(path))
@@ -164,10 +191,38 @@ def _baseline_python(commit: str) -> str:
     return str(py)
 
 
-def _fresh_analysis(path: str, python: str = sys.executable) -> tuple[float, float]:
+def _numba_or_python(paths: list[str], rounds: int) -> None:
+    """The analysis of each trace in a new process: compiled from a cold cache, from the warm one, and as Python,
+    round by round side by side (their ratios within a round), in wall and CPU time."""
+    cold_dir = os.environ["NUMBA_CACHE_DIR"]
+    for path in paths:
+        load_trace([path])  # (the store written, as every analysis here opens it)
+        rows = []
+        for k in range(rounds):
+            cold = tempfile.mkdtemp(prefix="disttrace-bench-numba-cold-") if k or path != paths[0] else cold_dir
+            first = _fresh_analysis(path, env={"NUMBA_CACHE_DIR": cold, "DISTTRACE_JIT": "1"})
+            warm = _fresh_analysis(path, env={"NUMBA_CACHE_DIR": cold})
+            py = _fresh_analysis(path, env={"DISTTRACE_JIT": "0"})
+            rows.append((first, warm, py))
+        n = len(load_trace([path]))
+        print(f"numba or Python, {n:,} events (a new process each; wall s / CPU s):")
+        for first, warm, py in rows:
+            print(f"  numba, cold cache {first[0]:7.2f} / {first[1]:6.2f}   numba, warm {warm[0]:7.2f} / {warm[1]:6.2f}"
+                  f"   Python {py[0]:7.2f} / {py[1]:6.2f}   Python / warm numba {py[0] / warm[0]:.2f}x wall, "
+                  f"{py[1] / warm[1]:.2f}x CPU; the first compile {first[0] - warm[0]:.1f} s wall, "
+                  f"{first[1] - warm[1]:.1f} s CPU")
+        if len(rows) > 1:
+            med = statistics.median
+            print(f"  median: Python / warm numba {med(p[0] / w[0] for _, w, p in rows):.2f}x wall, "
+                  f"{med(p[1] / w[1] for _, w, p in rows):.2f}x CPU; the first compile "
+                  f"{med(f[1] - w[1] for f, w, _ in rows):.1f} s CPU")
+    sys.stdout.flush()
+
+
+def _fresh_analysis(path: str, python: str = sys.executable, env: dict | None = None) -> tuple[float, float]:
     """analyze() of the stored trace in a new process, as the viewer's and `report`'s first analysis is (numba
     loaded meanwhile, nothing warm): its (wall s, CPU s), the store's opening left out. `python`: an interpreter
-    that imports another commit's code (_baseline_python)."""
+    that imports another commit's code (_baseline_python); env: what to change in its environment (None: unset)."""
     import json
     import subprocess
 
@@ -175,7 +230,8 @@ def _fresh_analysis(path: str, python: str = sys.executable) -> tuple[float, flo
             "from disttrace.tracer.data.load import load_trace; t = load_trace([sys.argv[1]]); "
             "c, w = time.process_time(), time.perf_counter(); analyze(t, timings={}); "
             "print(json.dumps([time.perf_counter() - w, time.process_time() - c]))")
-    out = subprocess.run([python, "-c", code, path], capture_output=True, text=True, check=True)
+    out = subprocess.run([python, "-c", code, path], capture_output=True, text=True, check=True,
+                         env={k: v for k, v in {**os.environ, **(env or {})}.items() if v is not None})
     wall, cpu = json.loads(out.stdout.strip().splitlines()[-1])
     return wall, cpu
 

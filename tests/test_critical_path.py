@@ -14,6 +14,10 @@ The walk's rules, and the replay of an unchanged step, are checked on hand-timed
 
 from __future__ import annotations
 
+import glob
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -420,6 +424,76 @@ def test_a_walk_given_too_little_room_runs_again_with_more_and_finds_the_same(mo
     assert len(walked) > 3 and walked[0] == [1, 1, 1] and min(walked[-1]) > 1, walked  # (each room grew)
     assert squeezed["critical_path"] == enough["critical_path"] and squeezed["causes"] == enough["causes"]
     assert enough["critical_path"] and enough["causes"]
+
+
+def test_the_loops_as_python_find_the_same_on_lists_as_on_arrays(monkeypatch):
+    """Run as Python, the loops read their columns as lists (jit.lists: several times faster than an array's
+    items): the same paths, causes and what-ifs as the same loops over the arrays."""
+    from disttrace.tracer.analysis import jit
+
+    monkeypatch.setenv("DISTTRACE_JIT", "0")
+    seen = []
+    for as_lists in (True, False):
+        if not as_lists:
+            monkeypatch.setattr(jit, "lists", list)
+        for t in _ring_and_replay_tables():
+            a = analyze(t, timings={})
+            asked = analyze(t, changes=(parse_change("rank:1"), parse_change("bandwidth:all_reduce=3x")))
+            seen.append((to_json(a)["critical_path"], to_json(a)["causes"], to_json(a)["what_if"],
+                         to_json(asked)["what_if"]))
+    assert seen[0] == seen[1] and seen[0][0] and seen[0][1] and seen[0][3]
+
+
+def test_the_loops_are_compiled_ahead_for_the_types_an_analysis_calls_them_with(monkeypatch):
+    """jit.LOOPS names every compiled loop and the types of its arguments, which `disttrace run` has compiled
+    ahead (jit.compile_ahead): an analysis that calls each (hand-timed traces, a what-if asked for, a wait chain)
+    calls it with those types, or it would compile again in the first report. (numba stood in for: nothing
+    compiled.)"""
+    from disttrace.tracer.analysis import jit
+    from test_analysis import ddp_like
+
+    calls: dict = {}
+
+    def njit(**_):
+        def wrap(fn):
+            def called(*args):
+                calls.setdefault(f"{fn.__module__}.{fn.__qualname__}", set()).add(jit.types_of(args))
+                return fn(*args)
+            return called
+        return wrap
+
+    monkeypatch.setenv("DISTTRACE_JIT", "1")
+    monkeypatch.setattr(jit, "_njit", njit)
+    monkeypatch.setattr(jit, "_compiled", {})
+    monkeypatch.setattr(jit, "_mark_ready", lambda fn: None)
+    for t in _ring_and_replay_tables():
+        analyze(t, changes=(parse_change("rank:1"), parse_change("bandwidth:all_reduce=3x")))
+    ddp_like(12, dict.fromkeys(range(12), 20), world=4).analyze()
+    assert calls == {name: {types} for name, types in jit.LOOPS.items() if name in calls}, calls
+    assert set(calls) >= set(jit.LOOPS) - {"disttrace.tracer.analysis.scans.nonfinite_at"}, calls
+
+
+@pytest.mark.slow
+def test_compiled_ahead_the_loops_are_in_the_users_cache(tmp_path):
+    """jit.compile_ahead (what `disttrace run` starts beside the job, at the lowest priority) compiles every loop
+    into the user's cache, none beside the source, and marks each ready; a second start finds nothing to do."""
+    pytest.importorskip("numba")
+    import disttrace.tracer.analysis as pkg
+    from disttrace.tracer.analysis import jit
+    from disttrace.tracer.commands import run as run_command
+
+    env = {k: v for k, v in os.environ.items() if k not in ("NUMBA_CACHE_DIR", "DISTTRACE_JIT")}
+    env["XDG_CACHE_HOME"] = str(tmp_path)
+    beside = {p for p in glob.glob(os.path.join(os.path.dirname(pkg.__file__), "**", "*.nb*"), recursive=True)}
+    for _ in range(2):
+        out = subprocess.run([sys.executable, "-c", run_command._COMPILE_AHEAD], env=env, capture_output=True,
+                             text=True, timeout=900)
+        assert out.returncode == 0, out.stderr[-2000:]
+    cache = tmp_path / "disttrace" / "numba"
+    assert len(list((cache / "ready").iterdir())) == len(jit.LOOPS)
+    assert {p.name.split(".")[0] for p in cache.rglob("*.nbi")} >= {"walks", "chains", "replays", "scans"}
+    assert {p for p in glob.glob(os.path.join(os.path.dirname(pkg.__file__), "**", "*.nb*"),
+                                 recursive=True)} == beside
 
 
 @pytest.mark.slow

@@ -3,8 +3,7 @@ over integer columns that numba compiles for large traces (jit.py).
 
 While rank a waited for rank b, if b was itself waiting for c, that stretch of a's wait was caused by c, and so on
 back: a wait is cut into stretches, each with the rank at the end of its chain. Following a chain is a walk, one
-stretch at a time (a large trace's waits make hundreds of thousands of steps, slow as Python), so it is written as
-numba compiles it: one
+stretch at a time, each found from where the last ended, so it is written as numba compiles it: one
 function, no helpers, its recursion an explicit stack of at most MAX_CHAIN frames."""
 
 from __future__ import annotations
@@ -18,6 +17,8 @@ MAX_CHAIN = 16  # ranks followed back along one chain of waits
 
 def follow(n_events: int, *args):
     """follow_all(*args), compiled for large traces, given room enough for its parts (jit.run_in_room)."""
+    if not jit.compiled(follow_all, n_events):
+        args = jit.lists(args)
     return jit.run_in_room(follow_all, n_events, [_first_room(len(args[0]))], *args)
 
 

@@ -1,15 +1,24 @@
 """Loops that no array operation expresses (a walk, a chain followed back), compiled by numba for large traces.
 
 Such a loop is written once, as one function over integer columns in the Python that numba compiles (no helpers:
-compiled code calls only compiled functions, and closures are not cached), and `run` calls it compiled from
-JIT_FROM events on, else as Python: numba compiles a function once (seconds, then cached beside its module or in
-the user's cache) and loads it in ~0.02 s, after its own start (~0.5 s: its import and its compiler's first load),
-longer than a small trace's whole loop. `warm` starts that in a thread as an analysis begins, beside its first
-stages. DISTTRACE_JIT=0 never compiles, =1 always does (the tests compare both ways). Without numba (a platform
-without its wheels) the same function runs as Python."""
+compiled code calls only compiled functions, and closures are not cached). `run` calls it compiled from JIT_FROM
+events on, else as Python, its columns as lists (`lists`: Python reads a list's item several times faster than an
+array's). numba stays while it pays: benchmarks/bench_analysis.py prints the analysis compiled and as Python side
+by side, and its first compile (docs/ARCHITECTURE.md, "Reading and analysis", says why numpy cannot take these
+loops over).
+
+The first compile is kept out of the first report: numba caches the compiled loops in the user's cache
+(`cache_dir`), never beside the installed source, and `disttrace run` has them compiled beside the job, at the
+lowest priority, by `compile_ahead`, for the argument types an analysis calls them with (LOOPS); a loop compiled
+there is marked ready (a file named by its source and numba's version). Where the cache lacks one (a trace that did
+not come through `disttrace run`), the first large analysis compiles it. `warm` starts numba in a thread as an
+analysis begins, beside its first stages. DISTTRACE_JIT=0 never compiles, =1 always does (the tests compare both
+ways). Without numba (a platform without its wheels) the same functions run as Python."""
 
 from __future__ import annotations
 
+import hashlib
+import inspect
 import os
 import sys
 import threading
@@ -35,15 +44,30 @@ def warm(n_events: int) -> None:
         threading.Thread(target=_start, name="disttrace-jit-start", daemon=True).start()
 
 
+def compiled(fn, n_events: int) -> bool:
+    """Whether fn runs compiled for a trace of n_events: wanted, and numba there."""
+    return wanted(n_events) and bool(_start())
+
+
 def run(fn, n_events: int, *args):
-    """fn(*args), compiled when the trace (n_events) is large and numba is there."""
-    if not wanted(n_events):
+    """fn(*args), compiled when the trace (n_events) is large and numba is there (compiled here and now where the
+    cache lacks it: `compile_ahead` does that beforehand); else as Python, where a caller passes its columns as
+    `lists`."""
+    if not compiled(fn, n_events):
         return fn(*args)
-    compiled = _compiled.get(fn)
-    if compiled is None:
-        njit = _start()
-        compiled = _compiled[fn] = njit(cache=True, nogil=True)(fn) if njit else fn
-    return compiled(*map(_read_only, args))
+    c = _compiled.get(fn)
+    if c is None:
+        with _lock:
+            c = _compiled[fn] = _compiled.get(fn) or _njit(cache=True, nogil=True)(fn)
+    out = c(*map(_read_only, args))
+    _mark_ready(fn)
+    return out
+
+
+def lists(columns) -> list:
+    """The columns as a loop run as Python reads them best: each array a list (Python reads a list's item several
+    times faster than an array's)."""
+    return [c.tolist() if isinstance(c, np.ndarray) else c for c in columns]
 
 
 def run_in_room(fn, n_events: int, room, *args, grow: int = 2):
@@ -58,20 +82,126 @@ def run_in_room(fn, n_events: int, room, *args, grow: int = 2):
         room[full] *= grow
 
 
+def cache_dir() -> str:
+    """Where numba keeps the compiled loops: NUMBA_CACHE_DIR where the user set it, else the user's cache
+    (XDG_CACHE_HOME, ~/.cache)/disttrace/numba: never beside the installed source."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.environ.get("NUMBA_CACHE_DIR") or os.path.join(base, "disttrace", "numba")
+
+
+_markers: dict = {}  # fn -> its marker's path
+_seen: dict = {}  # fn -> whether it was ready when this process first asked (it keeps that answer)
+
+
+def _marker(fn) -> str:
+    """The file that says fn is compiled in the cache: named by its module, name, source and numba's version."""
+    if fn in _markers:
+        return _markers[fn]
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        numba_version = version("numba")
+    except PackageNotFoundError:
+        numba_version = ""
+    src = inspect.getsource(fn).encode()
+    key = hashlib.sha1(src + numba_version.encode() + sys.version.encode()).hexdigest()[:16]
+    _markers[fn] = os.path.join(cache_dir(), "ready", f"{fn.__module__}.{fn.__qualname__}-{key}")
+    return _markers[fn]
+
+
+def _ready(fn) -> bool:
+    if fn not in _seen:
+        _seen[fn] = os.path.exists(_marker(fn))
+    return _seen[fn]
+
+
+def _mark_ready(fn) -> None:
+    if _seen.get(fn):
+        return
+    _seen[fn] = True
+    try:
+        os.makedirs(os.path.dirname(_marker(fn)), exist_ok=True)
+        open(_marker(fn), "a").close()
+    except OSError:  # (a cache we cannot write: compiled again next time, as numba would)
+        pass
+
+
+# The loops and the types of their arguments as an analysis calls them (types_of), for `compile_ahead`
+# (tests/test_critical_path.py checks them against an analysis' calls)
+LOOPS = {
+    "disttrace.tracer.analysis.walks.walk_all":
+        "i8 i8 i8 u1 i4 i8 i4 i8 i4 i4 i4 i8 i8 i8 i8 i8 int i8 i8 i8 i8 i8 i8 i8 i8 i8 i8 i8 i8 int i8",
+    "disttrace.tracer.analysis.chains.follow_all": "i4 i4 i8 i8 i8 i8 i8 i8 i8 i4 i8 int i8",
+    "disttrace.tracer.analysis.replays.measured": "i8 i8 i8 i8 i8 u1 i8 i8",
+    "disttrace.tracer.analysis.replays.replayed":
+        "i8 i8 i8 i8 i8 i8 i8 i8 i8 i8 i8 int i8 i8 u1 i8 i8 i8 i4 i8 i4 i4 i4 i4 i8",
+    "disttrace.tracer.analysis.scans.nonfinite_at": "u1 i8",
+}
+
+
+def types_of(args) -> str:
+    """The types of a call's arguments, as LOOPS writes them: a read-only array's dtype ("i8": int64), with its
+    dimensions where not 1 (":2d") and ":A" where it is not contiguous; "int" for a scalar (numba's int64)."""
+    return " ".join(a.dtype.str[1:] + (f":{a.ndim}d" if a.ndim != 1 else "") + ("" if a.flags.c_contiguous else ":A")
+                    if isinstance(a, np.ndarray) else "int" for a in args)
+
+
+def specimens(types: str) -> list:
+    """An argument of each of these types (types_of's): a read-only array, empty where contiguous; or an int."""
+    out = []
+    for t in types.split():
+        if t == "int":
+            out.append(0)
+            continue
+        dtype, *more = t.split(":")
+        ndim = int(more[0][:-1]) if more and more[0].endswith("d") else 1
+        a = np.empty((0 if "A" not in more else 4,) * ndim, dtype)
+        out.append(_read_only(a if "A" not in more else a[(slice(None, None, 2),) * ndim]))
+    return out
+
+
+def compile_ahead() -> None:
+    """Compile each of LOOPS that is not ready in the cache, and mark it ready. `disttrace run` runs it in a
+    child process beside the job, at the lowest priority (the analysis at the run's end, and the first report,
+    then load the loops from the cache); by hand: python -c "from disttrace.tracer.analysis import jit;
+    jit.compile_ahead()"."""
+    import importlib
+
+    if os.environ.get("DISTTRACE_JIT") == "0":
+        return
+    todo = []
+    for name, types in LOOPS.items():
+        module, fn_name = name.rsplit(".", 1)
+        fn = getattr(importlib.import_module(module), fn_name)
+        if not _ready(fn):
+            todo.append((fn, types))
+    njit = _start() if todo else None
+    if not njit:
+        return
+    import numba
+
+    for fn, types in todo:
+        njit(cache=True, nogil=True)(fn).compile(tuple(numba.typeof(a) for a in specimens(types)))
+        _mark_ready(fn)
+
+
 def _first(a):
     return a[0]
 
 
 def _start():
-    """numba.njit, started: imported and its compiler loaded, by loading a trivial function from its cache (the
-    loops then load in ~0.02 s each). False without numba."""
+    """numba.njit, started: imported, its cache set to `cache_dir`, and its compiler loaded by loading a trivial
+    function from the cache. False without numba."""
     global _njit
     with _lock:
         if _njit is None:
             try:
                 with _without_scipy():
                     from numba import njit
+                    from numba.core import config
 
+                    if not os.environ.get("NUMBA_CACHE_DIR"):
+                        config.CACHE_DIR = cache_dir()
                     njit(cache=True, nogil=True)(_first)(np.zeros(1, np.int64))
             except ImportError:
                 njit = False
@@ -80,8 +210,8 @@ def _start():
 
 
 class _without_scipy:
-    """numba's first load imports its array-math registry, which imports scipy.linalg (~0.4 s) only to learn
-    whether np.dot may call BLAS; no loop here does linear algebra. Where scipy is not imported yet, it is hidden
+    """numba's first load imports its array-math registry, which imports scipy.linalg only to learn whether
+    np.dot may call BLAS; no loop here does linear algebra. Where scipy is not imported yet, it is hidden
     meanwhile: its import fails, and numba goes without BLAS in this process (disttrace's own, never the traced
     job's)."""
 
@@ -105,4 +235,5 @@ def _read_only(a):
     return a
 
 
-__all__ = ["JIT_FROM", "run", "run_in_room", "wanted", "warm"]
+__all__ = ["JIT_FROM", "LOOPS", "cache_dir", "compile_ahead", "compiled", "lists", "run", "run_in_room",
+           "types_of", "wanted", "warm"]

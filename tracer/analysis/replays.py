@@ -1,7 +1,7 @@
 """The what-if replay of a step (what_if.py holds its rules) as loops over integer columns, compiled by numba for
 large traces (jit.py): one pass over the step's host intervals measures what no change alters (each compute gap and
-the row before it), and one pass per change re-times them. As Python objects a change's replay costs the same
-at any size (its budget of host intervals), and many times more than compiled (benchmarks/bench_analysis.py).
+the row before it), and one pass per change re-times them, each event's time found from those before it (as
+Python, on lists, below jit.JIT_FROM events).
 
 Written as numba compiles them (jit.py): one function each, no helpers, every container typed by its first use and
 never replaced (walks.py says why).
@@ -30,11 +30,11 @@ def replay(n_events: int, *args):
 
 
 def read_as(n_events: int, columns) -> list:
-    """The columns as the replay of a trace of n_events reads them best: numpy's compiled, else lists (Python reads
-    a list's item much faster than a numpy array's, which makes a Python scalar of each)."""
-    if jit.wanted(n_events):
+    """The columns as the replay of a trace of n_events reads them best: numpy's compiled, else lists
+    (jit.lists)."""
+    if jit.compiled(replayed, n_events):
         return list(columns)
-    return [c.tolist() if isinstance(c, np.ndarray) else c for c in columns]
+    return jit.lists(columns)
 
 
 def measured(time, is_end, slot, h, hrow, hkind, free0, prev0):

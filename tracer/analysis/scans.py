@@ -1,6 +1,6 @@
 """Scans of the trace's JSON texts (the tensor summaries) as loops over their bytes, compiled by numba for large
-traces (jit.py): where a regular expression would hold the GIL over all of them, the
-compiled scan lets the other stages run beside it (engine.py).
+traces (jit.py): where a regular expression would hold the GIL over all of them (the viewer's keys waiting
+meanwhile), the compiled scan lets the other stages run beside it (engine.py).
 
 Written as numba compiles them (jit.py): one function each, no helpers, arrays that never grow (walks.py)."""
 
@@ -23,7 +23,7 @@ FIRST_ROOM = 1024  # places the scan makes room for first (eight times more each
 def nonfinite(n_events: int):
     """What finds the summaries that may count a NaN or an Inf in a trace of n_events (JsonColumn.rows_with's
     `maybe`): the compiled scan, or for small traces the regular expression."""
-    if not jit.wanted(n_events):
+    if not jit.compiled(nonfinite_at, n_events):  # (as Python, the scan is the regular expression)
         return NONFINITE_TEXT
     return lambda text: jit.run_in_room(nonfinite_at, n_events, [FIRST_ROOM], text, grow=8)[0]
 

@@ -2,9 +2,10 @@
 
 critical_path.py holds the definitions (its docstring) and prepares the columns; this holds the walk itself: the
 steps' critical paths and every wait's root causes, in one function, `walk_all`, that numba compiles for large
-traces (`run`, jit.py). A walk is a chain of dependent moves, one state at a time, which no array operation
-expresses; compiled, a 1M-event trace's ~1M parts take ~0.7 s, against ~14 s as Python objects. Small traces run
-the same function as Python (numba takes ~13 s to compile it once, ~1 s to load it).
+traces (`run`, jit.py). A walk is a chain of dependent moves, one state at a time, each found from the instant
+the walk reached (a binary search of a host's intervals, the arrival an op waited for), which no array operation
+expresses: a batch of walks advanced together by numpy would take a round per part of the longest walk. Small
+traces run the same function as Python, on lists (benchmarks/bench_analysis.py times both ways).
 
 `walk_all` is written in the Python numba compiles (jit.py): one function, no helpers, every container typed by
 its first use.
@@ -31,6 +32,8 @@ _NONE = -1  # data.events.NONE
 
 def run(n_events: int, *args):
     """walk_all(*args), compiled for large traces, given room enough (jit.run_in_room)."""
+    if not jit.compiled(walk_all, n_events):
+        args = jit.lists(args)
     return jit.run_in_room(walk_all, n_events, _first_room(len(args[0])), *args)
 
 
@@ -64,8 +67,8 @@ def walk_all(start, wait, fin, async_op, rank, hid, instance_of, culprit_row, p2
     waits g0s..g1s).
 
     room: how many nodes, parts and causes its arrays hold. They are made once and never grow: numba keeps an
-    array that a loop may replace alive by atomic reference counts at each of the loop's turns (twice the walk's
-    time at 1M events). Where one would overflow, the walk stops, returning the index of the room it lacked.
+    array that a loop may replace alive by atomic reference counts at each of the loop's turns (the walk's
+    dearest cost, once). Where one would overflow, the walk stops, returning the index of the room it lacked.
 
     Returns (-1, parts, part_off, keys, sums, bits): step i's parts (rank, kind, start, ns, x, y), latest first, are
     parts[part_off[i]:part_off[i + 1]]; cause k is keys[k] (rank, kind, a, b: a compute span's sites' codes, -1

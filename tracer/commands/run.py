@@ -96,6 +96,7 @@ def main(args) -> int:
     except OSError as e:
         sys.stderr.write(f"disttrace run: cannot start {command[0]}: {e.strerror or e}\n")
         return 127
+    _compile_ahead()
 
     def forward(signum, _frame):
         try:
@@ -141,6 +142,22 @@ def main(args) -> int:
         sys.stderr.write(f"disttrace: no rank was traced (no process group was initialized under {command[0]})"
                          f"; {where}/ is empty\n")
     return rc
+
+
+_COMPILE_AHEAD = "import os; os.nice(19); from disttrace.tracer.analysis import jit; jit.compile_ahead()"
+
+
+def _compile_ahead() -> None:
+    """Start the compile of the analysis' loops beside the job (numba, into the user's cache; at the lowest
+    priority, and only those not compiled yet: analysis/jit.py's compile_ahead), so that neither the analysis at
+    the run's end nor the first report compiles them."""
+    if os.environ.get("DISTTRACE_JIT") == "0":
+        return
+    try:
+        subprocess.Popen([sys.executable, "-c", _COMPILE_AHEAD], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, start_new_session=True)
+    except OSError:
+        pass
 
 
 # Below this much JSON the run's end leaves the store to the first reader: a small trace is read about as quickly
