@@ -175,7 +175,9 @@ def compile_ahead() -> None:
         fn = getattr(importlib.import_module(module), fn_name)
         if not _ready(fn):
             todo.append((fn, types))
-    njit = _start() if todo else None
+    if not todo or not _compiling_alone():
+        return
+    njit = _start()
     if not njit:
         return
     import numba
@@ -183,6 +185,28 @@ def compile_ahead() -> None:
     for fn, types in todo:
         njit(cache=True, nogil=True)(fn).compile(tuple(numba.typeof(a) for a in specimens(types)))
         _mark_ready(fn)
+
+
+_held = []  # the lock's file, open for as long as this process compiles
+
+
+def _compiling_alone() -> bool:
+    """Whether this process holds the cache's compile lock (taken, never waited for): jobs started together
+    (a sweep, parallel tests) each start a compile_ahead, and one of them compiles; the others leave it."""
+    try:
+        import fcntl
+
+        os.makedirs(cache_dir(), exist_ok=True)
+        f = open(os.path.join(cache_dir(), "compile-ahead.lock"), "a")
+    except (ImportError, OSError):  # (no flock, a cache we cannot write: compile, as numba would)
+        return True
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        f.close()
+        return False
+    _held.append(f)
+    return True
 
 
 def _first(a):
