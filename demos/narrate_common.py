@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-from disttrace.tracer.data.events import EventTable
+from disttrace.tracer.data.table import EventTable
 
 
 @dataclass

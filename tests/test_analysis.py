@@ -268,7 +268,7 @@ def test_synthetic_large_trace_generator(tmp_path):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
     from synth import write_synthetic
 
-    from disttrace.tracer.data.events import read_jsonl
+    from disttrace.tracer.data.importers.events_files import read_jsonl
 
     path = tmp_path / "syn.jsonl"
     n = write_synthetic(path, n_events=20_000, n_ranks=64, seed=1)
@@ -294,7 +294,7 @@ def test_the_collectives_built_in_numpy_are_what_the_rules_make_of_each_instance
 
     from disttrace.tracer.analysis.collectives import _instance, build_collectives
     from disttrace.tracer.analysis.matching import group_collectives
-    from disttrace.tracer.data.events import read_jsonl
+    from disttrace.tracer.data.importers.events_files import read_jsonl
 
     write_synthetic(tmp_path / "syn.jsonl", n_events=5_000, n_ranks=16, seed=3)
     tr = Trace(3)
@@ -334,7 +334,7 @@ def test_a_steady_straggler_is_named_in_a_large_world_and_a_balanced_one_names_n
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
     from synth import write_synthetic
 
-    from disttrace.tracer.data.events import read_jsonl
+    from disttrace.tracer.data.importers.events_files import read_jsonl
 
     late, balanced = tmp_path / "late.jsonl", tmp_path / "balanced.jsonl"
     write_synthetic(late, n_events=events, n_ranks=ranks)

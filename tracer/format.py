@@ -53,7 +53,7 @@ def is_rank_file(name: str) -> bool:
 
 # -- whose frame is it -----------------------------------------------------------------------------
 # One rule for the recorder's call sites (record/callsite.py), the stacks a hung rank's watchdog wrote
-# (data/events.stacks_site, read by the live hang diagnosis and the analysis) and Flight Recorder's frames.
+# (data/table/stacks.stacks_site, read by the live hang diagnosis and the analysis) and Flight Recorder's frames.
 USER, OWN, TORCH, GENERATED, SYSTEM = "user", "disttrace", "torch", "generated", "system"
 
 OWN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep  # disttrace's tracer: its hooks sit in the stack

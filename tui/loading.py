@@ -9,7 +9,8 @@ import gc
 import os
 import sys
 
-from disttrace.tracer.data.events import EventTable, Progress, TraceError, give_back_freed_memory, part_of
+from disttrace.tracer.data.table import EventTable, Progress, give_back_freed_memory, part_of
+from disttrace.tracer.errors import TraceError
 
 from .model.narration import Narration, load_narration
 from .model.store import TraceStore
@@ -29,7 +30,7 @@ def read_table(paths: list[str], progress: Progress | None = None, run: int | No
         load_trace = None
     if load_trace is not None:
         return load_trace(list(paths), progress=progress, run=run, cache=cache, preview=preview)
-    from disttrace.tracer.data.events import read_jsonl
+    from disttrace.tracer.data.load import read_jsonl
 
     table = EventTable()
     for p in paths:
@@ -47,7 +48,7 @@ def row_of(table: EventTable, rank: int, ident: int) -> int:
     table (the whole trace after its head, a followed trace that grew)."""
     import numpy as np
 
-    from disttrace.tracer.data.columns import typecode
+    from disttrace.tracer.data.table.columns import typecode
 
     ranks = np.frombuffer(table.rank, dtype=typecode(table.rank))
     ids = np.frombuffer(table.id, dtype=typecode(table.id))

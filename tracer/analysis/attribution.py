@@ -35,8 +35,8 @@ from statistics import median
 
 import numpy as np
 
-from ..data.columns import dense_ids
-from ..data.events import NONE, EventTable
+from ..data.table.columns import dense_ids
+from ..data.table import NONE, EventTable
 from .model import Attribution, PipelineStats, Step, StragglerVerdict, Straggler
 from .peers import Roles, identities, occurrences, others_median, roles_of, spread
 

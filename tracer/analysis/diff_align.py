@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..data.columns import dense_ids
-from ..data.events import NONE
+from ..data.table.columns import dense_ids
+from ..data.table import NONE
 from .peers import occurrences
 from .units import fmt_bytes, fmt_list, fmt_ordinal
 

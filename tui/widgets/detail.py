@@ -13,7 +13,7 @@ from textual.strip import Strip
 from textual.widgets import Static
 
 from disttrace.tracer.analysis.units import fmt_bytes_short, fmt_gbps, fmt_ns_short
-from disttrace.tracer.data.events import NONE
+from disttrace.tracer.data.table import NONE
 
 from ..model.store import TraceStore
 from .diff import baseline_of, signed_short

@@ -39,9 +39,11 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from ..format import is_user_file
+from ...errors import TraceError
+from ...format import is_user_file
 from .clockfit import ClockFit, fit_clock_offsets
-from .events import EventTable, RankInfo, TraceError, extend
+from ..table.event_table import EventTable, RankInfo
+from ..table.rows import extend
 from .kineto_device import COMM_KERNEL, GRAPH_LAUNCH, RUNTIME_CATS, Linked, Op, kernel_kind, link_kernels
 
 _SNIFF = 4096

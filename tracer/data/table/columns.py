@@ -41,7 +41,7 @@ class CodedColumn:
     @classmethod
     def from_codes(cls, values: list, codes, key: Callable[[Any], Any] | None = None) -> "CodedColumn":
         """A column of these distinct `values` and rows `codes` (an integer column of typecode B, H or i; each
-        code < len(values), the caller's to check), as stored (data/store.py)."""
+        code < len(values), the caller's to check), as stored (data/store/)."""
         out = cls(key=key)
         out.values = values
         out._index = {(v if key is None else out._safe_key(v)): i for i, v in enumerate(values)}
@@ -344,7 +344,7 @@ class JsonTexts:
 
 def typecode(col) -> str:
     """An integer column's typecode ("q", "i", "H", "B"): an array.array's, or the format of a memoryview (a column
-    mapped from the trace store, read-only: data/store.py)."""
+    mapped from the trace store, read-only: data/store/)."""
     return col.typecode if type(col) is array else col.format
 
 

@@ -23,11 +23,15 @@ from operator import attrgetter
 
 import orjson
 
-from ..format import (BEGIN, CLOCK, END, FORMAT_VERSION, GROUP, LEFT, META, STACKS, STEP, SUMMARY, WAIT,
+from ...format import (BEGIN, CLOCK, END, FORMAT_VERSION, GROUP, LEFT, META, STACKS, STEP, SUMMARY, WAIT,
                       is_rank_file, says_left)
 from . import rank_batches
-from .events import NONE, OPS, EventTable, Progress, RankInfo, TraceError, gc_paused, text_column, text_field
-from .runs import find_runs, pick, unreadable, written
+from ...errors import TraceError
+from ..table.event_table import NONE, OPS, EventTable, RankInfo, text_field
+from ..table.memory import gc_paused
+from ..table.progress import Progress
+from ..table.rows import text_column
+from .runs import find_runs, pick_run, unreadable, written
 
 _INT = int
 
@@ -48,7 +52,7 @@ def load_trace_dirs(paths: list[str], table: EventTable, progress: Progress | No
                     run: int | None = None) -> None:
     """Load disttrace trace dirs (one per node: their rank files make one trace) into `table`.
 
-    They may hold several runs (process-group worlds: restarts, successive jobs; data/runs.py): `run` picks one by
+    They may hold several runs (process-group worlds: restarts, successive jobs; data/importers/runs.py): `run` picks one by
     its number; by default the only one, else the last, with a note that there are others."""
     files = run_files(paths, table, run)
     with gc_paused():
@@ -65,7 +69,7 @@ def run_files(paths: list[str], table: EventTable, run: int | None = None) -> li
         table.warnings.append(unreadable(path))
     if not runs:
         raise TraceError(f"{os.path.dirname(rank_files[0]) or '.'}: no readable rank files in this trace")
-    chosen = pick(runs, run, table.warnings, " ".join(paths))
+    chosen = pick_run(runs, run, table.warnings, " ".join(paths))
     table.runs, table.run = runs, chosen.number
     return [f.path for f in chosen.files]
 
