@@ -23,14 +23,14 @@ from operator import attrgetter
 
 import orjson
 
-from ...format import (BEGIN, CLOCK, END, FORMAT_VERSION, GROUP, LEFT, META, STACKS, STEP, SUMMARY, WAIT,
-                      is_rank_file, says_left)
-from . import rank_batches
+from ...format import (BEGIN, BEGIN_EXTRA, CLOCK, END, FORMAT_VERSION, GROUP, LEFT, META, STACKS, STEP, SUMMARY,
+                       WAIT, is_rank_file, says_left)
 from ...errors import TraceError
 from ..table.event_table import NONE, OPS, EventTable, RankInfo, text_field
 from ..table.memory import gc_paused
 from ..table.progress import Progress
 from ..table.rows import text_column
+from . import rank_batches
 from .runs import find_runs, pick_run, unreadable, written
 
 _INT = int
@@ -421,14 +421,14 @@ _OP_SET = frozenset(OPS)
 
 
 def _has_extra(b: dict, e: dict | None) -> bool:
-    return "origin" in b or "th" in b or (e is not None and ("bound" in e or "dev" in e))
+    return any(k in b for k in BEGIN_EXTRA) or (e is not None and ("bound" in e or "dev" in e))
 
 
 def _extra(b: dict, e: dict | None) -> dict | None:
     """The event's keys that have no column of their own (docs/FORMAT.md), or None."""
     extra = None
-    if "origin" in b or "th" in b:
-        extra = {k: b[k] for k in ("origin", "th") if k in b}
+    if any(k in b for k in BEGIN_EXTRA):
+        extra = {k: b[k] for k in BEGIN_EXTRA if k in b}
     if e and e.get("bound"):
         extra = dict(extra or (), end_is_bound=True)
     if e and type(e.get("dev")) is int and 0 <= e["dev"] < 2 ** 63:  # NCCL's completion hook (CUDA events)

@@ -16,7 +16,7 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from ...format import EVENTS_VERSION
+from ...format import EVENT_FIELDS, EVENTS_VERSION
 from .columns import CodedColumn, JsonColumn, SparseColumn, json_key, permuted, typecode, writable
 
 
@@ -263,11 +263,7 @@ class EventTable:
 # The columns that hold one value per row (EventTable.add_rows appends to all of them at once)
 ROW_COLUMNS = _INT_COLUMNS + _STR_COLUMNS + _OBJ_COLUMNS + ("async_op",)
 
-_KNOWN_KEYS = frozenset({
-    "v", "run", "rank", "host", "op", "api", "group", "group_ranks", "group_seq", "seq", "peer", "root", "tag",
-    "bytes", "dtype", "shape", "async_op", "start_ns", "end_ns", "wait_start_ns", "wait_end_ns", "status", "error",
-    "in", "out", "site", "id", "step",
-})
+_KNOWN_KEYS = frozenset(EVENT_FIELDS)  # (the others are kept in `extra`)
 
 
 def _default_group_name(ranks) -> str:
