@@ -513,7 +513,7 @@ def _worker_verdict(t: EventTable, rank: int, candidate: StragglerVerdict | None
 
 
 def _ms(ns: float) -> str:
-    from .units import fmt_ns
+    from ..units import fmt_ns
 
     return fmt_ns(ns)
 

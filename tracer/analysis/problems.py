@@ -24,7 +24,7 @@ from ..data.table import NONE, EventTable, stacks_site
 from .matching import finished_at, finished_column, last_event_of_rank
 from . import scans
 from .model import CollectiveInstance, P2PMatch, Problem
-from .units import fmt_bytes, fmt_ns, fmt_ranks
+from ..units import fmt_bytes, fmt_ns, fmt_ranks
 
 if TYPE_CHECKING:
     from .tables import CollectiveTable, P2PTable

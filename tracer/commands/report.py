@@ -23,7 +23,7 @@ from ..analysis.describe import attribution_lines, micro_batches, straggler_verd
 from ..analysis.model import NULL, Analysis
 from ..analysis.theory import typical_spread
 from ..analysis.what_if import ChangeSpec, parse_change
-from ..analysis.units import fmt_bytes, fmt_gbps, fmt_list, fmt_ns, fmt_ranks, gbps_unit, in_unit, ns_unit
+from ..units import fmt_bytes, fmt_gbps, fmt_list, fmt_ns, fmt_ranks, gbps_unit, in_unit, ns_unit
 from ..data.table.columns import typecode
 from ..errors import TraceError
 from ..data.load import load_trace, trace_size

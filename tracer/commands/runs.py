@@ -8,7 +8,7 @@ from datetime import datetime
 
 import orjson
 
-from ..analysis.units import fmt_ns
+from ..units import fmt_ns
 from ..data.load import find_rank_files, find_runs, unreadable
 from ..errors import TraceError
 
