@@ -1,8 +1,8 @@
 """A batch of an events file's lines decoded straight into the table's columns, by msgspec against the events
 format's schema: no dict per event, the tensor summaries kept as the JSON text they are in the file (never
-parsed), the types checked in C. About 3x faster than orjson's dicts made into columns (table/rows.py
-`_columns`, which it mirrors value for value), which made the first read of a large trace 7x slower than merely
-parsing its JSON.
+parsed), the types checked in C: faster than orjson's dicts made into columns (table/rows.py `_columns`, which it
+mirrors value for value), which made the first read of a large trace several times slower than merely parsing its
+JSON (docs/PERFORMANCE.md).
 
 It takes the common case only: a batch with a malformed line, an unknown key (kept in `extra` by the careful
 path), or a value of another type than the format's (a string for a number, `true` for an integer) returns None,

@@ -218,8 +218,7 @@ def _check_version(path: str, versions: list) -> None:
 
 
 # Lines are parsed a batch of _BATCH at a time and made into columns at once, while the batch's dicts are still
-# in the CPU's caches: parsing thousands ahead costs half as much again per line (measured: orjson 1.0 us a line
-# kept 256 at a time, 1.5 us kept 8,192 at a time, against 1.05 us keeping nothing).
+# in the CPU's caches: parsing thousands ahead costs more per line than parsing a few hundred (docs/PERFORMANCE.md).
 _BATCH = 256
 _CHUNK_BYTES = 4 << 20
 _PROGRESS_BYTES = 16 << 20

@@ -52,7 +52,7 @@ def load_trace_dirs(paths: list[str], table: EventTable, progress: Progress | No
                     run: int | None = None) -> None:
     """Load disttrace trace dirs (one per node: their rank files make one trace) into `table`.
 
-    They may hold several runs (process-group worlds: restarts, successive jobs; data/importers/runs.py): `run` picks one by
+    They may hold several runs (process-group worlds: restarts, successive jobs; runs.py): `run` picks one by
     its number; by default the only one, else the last, with a note that there are others."""
     files = run_files(paths, table, run)
     with gc_paused():
@@ -311,7 +311,7 @@ def _columns(rf: _RankFile, table: EventTable, rank: int, host: str, gids: dict,
              clock) -> dict | None:
     """The columns of the rank's ops at once, for a file whose every begin is well-formed: each field taken from
     all the begins by one map() of dict.get (or of an attribute of rank_batches' records), the times aligned in
-    numpy (1M events: ~2.5x faster than event by event, and ~2x more from the typed records). Raises on the
+    numpy (faster than event by event, and faster again from the typed records). Raises on the
     first odd value, before changing anything (the caller goes event by event then, _rows, whose checks these
     mirror); of typed records, returns None instead (the caller reads the file again, the careful way)."""
     if type(rank) is not int or not 0 <= rank < 2 ** 31:
@@ -337,8 +337,8 @@ def _columns(rf: _RankFile, table: EventTable, rank: int, host: str, gids: dict,
 def _batch(begins: list, rf: _RankFile, rank: int, host: str, gids: dict, step_ends: list, clock,
            peer_at_end: bool, errors: bool) -> dict:
     """_columns of the rank's `begins` ("gid" as a list, None for an unknown group). (Taking them a few hundred
-    at a time, while their dicts are in the CPU's caches, measured no faster here: unlike the events reader's,
-    they were all parsed before.)"""
+    at a time, while their dicts are in the CPU's caches, gains nothing here: unlike the events reader's, they
+    were all parsed before.)"""
     import numpy as np
 
     ends, waits, late = rf.ends, rf.waits, rf.late

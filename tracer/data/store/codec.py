@@ -126,7 +126,7 @@ def _meta(table: EventTable, fingerprint: dict) -> dict:
 def write_store(table: EventTable, path: str, fingerprint: dict | None = None, part: dict | None = None) -> None:
     """Write `table` to the store file `path` (through a temp file in its dir and os.replace). Raises OSError, or
     TypeError/ValueError/orjson errors on a value that cannot be stored; `path` is then left as it was. `part`:
-    this is a worker's share of a parallel read (data/store/parallel.py), what it says of its share (in the metadata)."""
+    this is a worker's share of a parallel read (store/parallel.py), what it says of its share (in the metadata)."""
     import pyarrow as pa
 
     names, arrays = [], []
@@ -231,8 +231,8 @@ def _np_type(a):
 
 def _digest(arrays, meta: bytes) -> int:
     """The XXH3-64 digest of the metadata and of every byte the reader uses (the logical extent of each buffer,
-    in order). XXH3 rather than CRC-32: it reads at memory speed (1M events, a 246 MB store: 0.06 s against
-    zlib.crc32's 0.16 s, most of a re-open's budget)."""
+    in order). XXH3 rather than CRC-32: it reads at memory speed, where zlib.crc32 would take most of a re-open's
+    budget."""
     h = xxhash.xxh3_64(meta)
     for a in arrays:
         for view in _used_bytes(a):
@@ -240,7 +240,7 @@ def _digest(arrays, meta: bytes) -> int:
     return h.intdigest()
 
 
-_READ_CHUNK = 64 << 10  # bytes read at a time: a buffer that stays in the CPU's cache (4 MB ones read 3x slower)
+_READ_CHUNK = 64 << 10  # bytes read at a time: a buffer that stays in the CPU's cache (MB-sized ones read slower)
 
 
 def _digest_read(path: str, base: int, arrays, meta: bytes) -> int:
@@ -343,7 +343,7 @@ def read_store(path: str, fingerprint: dict | None = None) -> EventTable:
 
 
 def _extent(col: array) -> tuple[int, int]:
-    """(min, max) of a non-empty column, in numpy (Python's min/max take 15 ms a million rows, each)."""
+    """(min, max) of a non-empty column, in numpy (Python's min/max loop over every row, each)."""
     import numpy as np
 
     a = np.frombuffer(col, np.dtype(typecode(col)))

@@ -1,6 +1,6 @@
 """The head of a large trace: its first few megabytes, read in process while the whole is read in parallel, so
 that the viewer shows the trace's beginning in a fraction of a second rather than after the whole first read
-(seconds at 1M events, minutes at 10M), as a log viewer shows a file's first page before it has indexed the rest.
+(which grows with the trace), as a log viewer shows a file's first page before it has indexed the rest.
 
 The head is the whole truth of a stretch of time, never a sample: every event that starts before its end time
 `t_cut` is in it and nothing after. Of a trace dir, each rank file's first bytes are read (its lines are in the
@@ -21,7 +21,7 @@ from ..table.columns import typecode
 from ..table.event_table import EventTable
 from ..table.memory import gc_paused
 
-HEAD_BYTES = 8 << 20        # what the head reads in all (1M events: ~20k of them, ~0.3 s), or
+HEAD_BYTES = 8 << 20        # what the head reads in all, or
 HEAD_SHARE = 128            # 1/128th of a larger trace (10M events of 1,024 ranks: 40 MB, its first step)
 MAX_HEAD_BYTES = 64 << 20   # up to this
 FILE_HEAD_BYTES = 16 << 10  # and at least this of each rank file

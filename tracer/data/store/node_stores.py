@@ -2,9 +2,9 @@
 
 Each node's launcher stores its dir when its job ends (commands/run.py). The nodes' dirs opened together are a
 trace of their own (its store in the first dir, named by a hash of them all), whose first read parsed every rank
-file again: a million events, ~7 s on two CPUs. Where each dir's store is valid and holds exactly what a read of
+file again. Where each dir's store is valid and holds exactly what a read of
 the whole takes from that dir, those stores are the whole's parts, merged as a parallel read's are
-(merge_parts: groups and dictionaries made one, the rows sorted): ~1 s.
+(merge_parts: groups and dictionaries made one, the rows sorted), in a fraction of a parse's time.
 
 Exactly what a read takes: the whole trace is one run with no warning of finding it (no unreadable file, no other
 run), every dir's store holds one run, and the whole's rank files are those runs' files, dir after dir. Anything else

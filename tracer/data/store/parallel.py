@@ -8,7 +8,7 @@ groups and the text columns' dictionaries made one, the rows sorted as EventTabl
 records (ranks, warnings, notes, stacks) joined in order, and writes the trace store. The shares are contiguous and
 merged in file order, so the table is the one the in-process reader makes (tests/test_store.py compares them).
 A share is at most MAX_SHARE_BYTES and at most workers() run at once, so that what the workers hold together stays
-bounded whatever the trace's size (a 10M-event trace: 20 shares, ~300 MB a worker).
+bounded whatever the trace's size.
 
 Used where it pays (data/load.py): a first read that writes the store, of a trace of at least PARALLEL_BYTES, with
 more than one CPU. Anything odd in the machinery (a worker killed, a value the store cannot hold) makes the caller
@@ -37,7 +37,7 @@ from .cache import PartsFailed
 from .codec import StoreError, write_store
 from .merge import merge_parts
 
-PARALLEL_BYTES = 48 << 20  # smaller traces are read in process: two interpreters' start costs ~0.3 s
+PARALLEL_BYTES = 48 << 20  # smaller traces are read in process: the workers' start costs more than they save
 SHARE_BYTES = 24 << 20     # no worker gets less than this
 MAX_SHARE_BYTES = 256 << 20  # nor more: a worker holds its share as a table (~500 bytes an event, ~250 MB here)
 MAX_WORKERS = 8            # at once; a large trace has more shares than workers, read a few at a time

@@ -173,7 +173,7 @@ class EventTable:
 
     def sort(self) -> None:
         """Sort rows by (start_ns, rank, id) in place. In numpy: a key tuple per row would cost ~150 bytes and a
-        Python call each (1.5 GB and ~10 s at 10M rows); rank files are concatenated, so every trace dir sorts."""
+        Python call each (gigabytes at 10M rows); rank files are concatenated, so every trace dir sorts."""
         import numpy as np
 
         n = len(self)

@@ -22,7 +22,7 @@ class gc_paused:
 def give_back_freed_memory() -> None:
     """Return the heap pages that freed objects held to the system. C's allocator keeps freed memory for reuse, so
     a process that made and dropped millions of objects (a parse, an analysis) keeps its peak resident: a viewer
-    that read 1M events with summaries and opened the store it wrote kept ~600 MB it no longer used. glibc's
+    that read a large trace with summaries and opened the store it wrote kept hundreds of MB it no longer used. glibc's
     malloc_trim; elsewhere (macOS, musl) the allocator decides."""
     import ctypes
     import sys

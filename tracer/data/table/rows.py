@@ -147,6 +147,7 @@ _ZEROS = bytes.maketrans(b"123456789E", b"000000000e")
 def _huge(text: bytes) -> bool:
     """Whether text may hold an exponent that overflows a double (orjson rejects those): the regular expression
     [eE]\\+?[0-9]{3}, found by one search for "e000" once every digit is a 0, every E an e and every + gone (one
-    C pass, where the regular expression's scan, or a search for each of its shapes, is several). Deleting every + may find what the expression would not ("e++100"): such a
-    batch is read by the careful path, which says what it holds."""
+    C pass, where the regular expression's scan, or a search for each of its shapes, is several). Deleting every +
+    may find what the expression would not ("e++100"): such a batch is read by the careful path, which says what it
+    holds."""
     return b"e000" in text.translate(_ZEROS, b"+")
