@@ -1,7 +1,7 @@
 """A rank file's begin, end and wait records decoded straight into typed records by msgspec, and the rank's columns
 made from them: no dict per record, the tensor summaries kept as the JSON text they are in the file, the types
-checked in C. It mirrors data/importers/rank_files.py's `_batch` (the column path over orjson's dicts) value for value, as
-data/importers/event_batches.py mirrors the events reader, and takes the common case only: a record of another type than the
+checked in C. It mirrors rank_files.py's `_batch` (the column path over orjson's dicts) value for value, as
+event_batches.py mirrors the events reader, and takes the common case only: a record of another type than the
 format's, an unknown key, a torn file, or a value out of its column's range gives None, and the caller reads the
 file the careful way (reader._parse_file's orjson path, then `_columns` or event by event).
 

@@ -101,7 +101,7 @@ class EventTable:
     notes: list = field(default_factory=list)
     # rank -> the hang watchdog's "stacks" records (docs/FORMAT.md), in file order, "t" aligned like the events
     stacks: dict = field(default_factory=dict)
-    # the runs (process-group worlds, data/importers/runs.py) of the trace dirs read, and the number of the one in the table
+    # the runs (process-group worlds, importers/runs.py) of the trace dirs read, and the number of the one in the table
     # (0: not read from rank files)
     runs: list = field(default_factory=list)
     run: int = 0
