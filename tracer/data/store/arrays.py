@@ -51,3 +51,6 @@ def read_arrays(path: str, fingerprint: dict) -> tuple[dict, dict]:
         raise
     except (pa.ArrowException, OSError, orjson.JSONDecodeError, KeyError, TypeError, ValueError, IndexError) as e:
         raise StoreError(f"damaged store: {type(e).__name__}: {e}"[:300]) from None
+
+
+__all__ = ["read_arrays", "write_arrays"]

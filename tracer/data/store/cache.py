@@ -193,3 +193,7 @@ def _built(build: Callable[[str, dict], None], target: str, is_dir: bool, fp: di
             except OSError:
                 pass
     return None
+
+
+__all__ = ["CACHE_DIR", "ENV", "FILE_SUFFIX", "RACY_NS", "PartsFailed", "StoreOrigin", "cache_path", "cached_load", "enabled",
+           "fingerprint", "source_digest"]

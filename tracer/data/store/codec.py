@@ -386,3 +386,6 @@ def _table(arrays, meta: dict, n: int) -> EventTable:
     t.runs = [Run(r["number"], [RankFile(f["path"], f["meta"], Ending(*f["ending"]) if f["ending"] else None)
                                 for f in r["files"]]) for r in meta["runs"]]
     return t
+
+
+__all__ = ["STORE_VERSION", "StoreError", "read_store", "write_store"]

@@ -186,3 +186,6 @@ def _joined_texts(pa, np, chunks: list, order, n: int, scratch: _Scratch):
             data[offsets[a]:offsets[b]] = np.frombuffer(used[1], np.uint8)
 
     return texts(lengths[order], valid[order], taken)
+
+
+__all__ = ["merge_parts"]

@@ -151,3 +151,6 @@ def _huge(text: bytes) -> bool:
     may find what the expression would not ("e++100"): such a batch is read by the careful path, which says what it
     holds."""
     return b"e000" in text.translate(_ZEROS, b"+")
+
+
+__all__ = ["extend", "text_column"]
