@@ -7,7 +7,7 @@ Measured side by side in one run:
 - first frame: from starting the app (headless, loading in its worker behind the progress bar: reader, analysis,
   store) to the first full frame of the timeline; goal: <= 1x the yardstick on a first open, <= 0.5 s on a
   re-open (the median of three). On a first open that is the trace's head (its first seconds, read while the rest
-  is: data/head.py), and the whole trace's first frame is timed too, as are keys on the head meanwhile (from 0.5 s
+  is: data/store/head.py), and the whole trace's first frame is timed too, as are keys on the head meanwhile (from 0.5 s
   after its first frame, as after loading);
 - analysis views ready (goal: <= 2x the yardstick): on the first open, and on a re-open, which opens the saved
   analysis as the first view of a trace that `disttrace run` stored does (its end stores and analyses it). The split
@@ -163,7 +163,7 @@ async def _app_run(path: str, size: tuple[int, int]) -> dict:
     app = DisttraceApp([path])
     # the first frame: the first one written to the terminal after the timeline drew its lines (waiting for the
     # app to be idle would wait for the analysis worker too, which holds the GIL now and then); on a first open of
-    # a large trace that is its head's (data/head.py), and the whole trace's comes later: both timed
+    # a large trace that is its head's (data/store/head.py), and the whole trace's comes later: both timed
     drawn: set[str] = set()
     written, whole = [], []
     render_lines = Timeline.render_lines

@@ -102,7 +102,7 @@ def write_synthetic(path, n_events: int = 1_000_000, n_ranks: int = 64, seed: in
         events.append((rcv, dst, er))
 
     # written in order of start, as `disttrace events` writes (the viewer shows a file's head while it reads
-    # the rest only when it is: data/head.py), and step by step: at 10M events a list of every event's dict would
+    # the rest only when it is: data/store/head.py), and step by step: at 10M events a list of every event's dict would
     # take ~10 GB. An event starts at or after its rank's clock when it is made, and the clocks only move on, so
     # once a step is made, the events that start before the earliest clock are final: written, the rest kept
     dumps = orjson.dumps

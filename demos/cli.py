@@ -7,7 +7,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from disttrace.tracer.data.events import TraceError
+from disttrace.tracer.errors import TraceError
 
 from .registry import DEMOS, START_HERE
 

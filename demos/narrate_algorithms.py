@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from disttrace.tracer.analysis.units import fmt_bytes_si, fmt_in, fmt_ns_prose
+from disttrace.tracer.units import fmt_bytes_si, fmt_in, fmt_ns_prose
 
 from .narrate_common import DemoRun, Narration, add, chunks, duration, show, show_summary, values
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from disttrace.tracer.analysis.units import fmt_ns_prose
+from disttrace.tracer.units import fmt_ns_prose
 
 from .narrate_common import DemoRun, Narration, chunks, duration, flat, show, values
 

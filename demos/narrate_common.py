@@ -1,5 +1,5 @@
 """What every narration needs: the recorded run, value formatting, and the narration being written (times and
-sizes are written by disttrace.tracer.analysis.units, as everywhere else).
+sizes are written by disttrace.tracer.units, as everywhere else).
 
 A narration is written after the demo ran, from the trace: every number it quotes is a recorded one (the
 values of small tensors, the bytes, the times), so that the text and the viewer never disagree. Imports
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-from disttrace.tracer.data.events import EventTable
+from disttrace.tracer.data.table import EventTable
 
 
 @dataclass

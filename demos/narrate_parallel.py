@@ -3,7 +3,7 @@ What a learner reads names no seed nor lecture: those are where the programs com
 
 from __future__ import annotations
 
-from disttrace.tracer.analysis.units import fmt_bytes_si, fmt_in, fmt_ns_prose
+from disttrace.tracer.units import fmt_bytes_si, fmt_in, fmt_ns_prose
 
 from .narrate_common import DemoRun, Narration, duration, show, values
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from disttrace.tracer.analysis.units import fmt_ns_prose
+from disttrace.tracer.units import fmt_ns_prose
 
 from .narrate_common import DemoRun, Narration, duration
 

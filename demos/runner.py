@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from disttrace.tracer.data.events import TraceError
+from disttrace.tracer.errors import TraceError
 
 from .narrate_common import DemoRun
 from .progress import OUTPUT_DIR, RankOutput, say

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from disttrace.tracer.analysis import analyze
-from disttrace.tracer.data.events import EventTable
+from disttrace.tracer.data.table import EventTable
 
 MS = 1_000_000
 

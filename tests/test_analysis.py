@@ -268,7 +268,7 @@ def test_synthetic_large_trace_generator(tmp_path):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
     from synth import write_synthetic
 
-    from disttrace.tracer.data.events import read_jsonl
+    from disttrace.tracer.data.importers.events_files import read_jsonl
 
     path = tmp_path / "syn.jsonl"
     n = write_synthetic(path, n_events=20_000, n_ranks=64, seed=1)
@@ -294,7 +294,7 @@ def test_the_collectives_built_in_numpy_are_what_the_rules_make_of_each_instance
 
     from disttrace.tracer.analysis.collectives import _instance, build_collectives
     from disttrace.tracer.analysis.matching import group_collectives
-    from disttrace.tracer.data.events import read_jsonl
+    from disttrace.tracer.data.importers.events_files import read_jsonl
 
     write_synthetic(tmp_path / "syn.jsonl", n_events=5_000, n_ranks=16, seed=3)
     tr = Trace(3)
@@ -334,7 +334,7 @@ def test_a_steady_straggler_is_named_in_a_large_world_and_a_balanced_one_names_n
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
     from synth import write_synthetic
 
-    from disttrace.tracer.data.events import read_jsonl
+    from disttrace.tracer.data.importers.events_files import read_jsonl
 
     late, balanced = tmp_path / "late.jsonl", tmp_path / "balanced.jsonl"
     write_synthetic(late, n_events=events, n_ranks=ranks)
@@ -349,7 +349,7 @@ def test_a_steady_straggler_is_named_in_a_large_world_and_a_balanced_one_names_n
 
 
 def test_bandwidths_are_shown_in_a_unit_that_reads():
-    from disttrace.tracer.analysis.units import fmt_gbps, gbps_unit
+    from disttrace.tracer.units import fmt_gbps, gbps_unit
     assert [fmt_gbps(g) for g in (12.3, 0.5, 3e-4, 1e-4, 3.34e-5, 5e-7, None)] == \
         ["12.30 GB/s", "500.0 MB/s", "0.3 MB/s", "0.1 MB/s", "33.4 kB/s", "500 B/s", "-"]
     assert gbps_unit(0.188e-3) == ("MB/s", 1e3)  # one unit for a whole chart, from its largest value
@@ -357,7 +357,7 @@ def test_bandwidths_are_shown_in_a_unit_that_reads():
 
 def test_a_value_that_rounds_up_to_the_next_unit_is_written_in_it():
     """The viewer's columns showed a wait of 999.6 µs as "1e+03µs" (three significant digits)."""
-    from disttrace.tracer.analysis.units import fmt_bytes, fmt_bytes_short, fmt_ns, fmt_ns_prose, fmt_ns_short
+    from disttrace.tracer.units import fmt_bytes, fmt_bytes_short, fmt_ns, fmt_ns_prose, fmt_ns_short
     assert [fmt_ns_short(v) for v in (999_400, 999_600, 999.6, 999_999_600, 12_300, -999_600)] == \
         ["999µs", "1ms", "1µs", "1s", "12.3µs", "-1ms"]
     assert [fmt_bytes_short(b) for b in (1023.6, 1_048_575, 1_024_000, 1536)] == ["1KiB", "1MiB", "0.977MiB", "1.5KiB"]

@@ -14,7 +14,7 @@ from array import array
 import numpy as np
 import pytest
 
-from disttrace.tracer.data import columns
+from disttrace.tracer.data.table import columns
 
 
 def test_a_column_cut_into_slices_is_the_column(monkeypatch):

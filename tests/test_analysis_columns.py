@@ -12,7 +12,7 @@ import pytest
 from disttrace.tracer.analysis.matching import finished_at, match_p2p
 from disttrace.tracer.analysis.p2p import build_p2p
 from disttrace.tracer.analysis.waits import p2p_waits
-from disttrace.tracer.data.events import NONE, EventTable
+from disttrace.tracer.data.table import NONE, EventTable
 
 
 def random_table(seed: int) -> EventTable:
@@ -70,7 +70,7 @@ def test_the_rows_a_pattern_may_match_are_found_across_the_scans_slices(monkeypa
     every row with a match is found, wherever the slices fall, as a test of each row would find it."""
     import re
 
-    from disttrace.tracer.data import columns
+    from disttrace.tracer.data.table import columns
 
     rnd = random.Random(3)
     rows = [None if rnd.random() < 0.2 else {"numel": rnd.randrange(9), "nan": rnd.choice([0, 0, 0, 2])}
@@ -209,7 +209,7 @@ def test_order_by_packed_keys_is_lexsort_s_order(seed, monkeypatch):
     columns.stable_order np.argsort's stable order of each."""
     import numpy as np
 
-    from disttrace.tracer.data import columns
+    from disttrace.tracer.data.table import columns
 
     monkeypatch.setattr(columns, "_PACK_FROM", 2)  # (packed from two rows, not only on large tables)
     rng = np.random.default_rng(seed)
@@ -230,7 +230,7 @@ def test_run_starts_are_the_rows_whose_keys_differ_from_the_row_before(seed):
     against its rule row by row: empty and one-row columns, one key or several, runs that one key alone ends."""
     import numpy as np
 
-    from disttrace.tracer.data.columns import run_starts
+    from disttrace.tracer.data.table.columns import run_starts
 
     rng = np.random.default_rng(seed)
     for n in (0, 1, 2, 7, 60):

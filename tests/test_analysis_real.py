@@ -18,7 +18,7 @@ import pytest
 
 from harness import free_port, job, run_disttrace, torchrun_cmd
 from disttrace.tracer.analysis import analyze, describe, to_json
-from disttrace.tracer.analysis.units import fmt_ns
+from disttrace.tracer.units import fmt_ns
 from disttrace.tracer.data.load import load_trace
 
 pytestmark = pytest.mark.slow

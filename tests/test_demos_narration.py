@@ -6,8 +6,8 @@ import json
 
 from disttrace.demos.narrate_collectives import all_reduce, reduce_scatter
 from disttrace.demos.narrate_common import DemoRun, show, show_summary
-from disttrace.tracer.analysis.units import fmt_ns_prose as ms
-from disttrace.tracer.data.events import EventTable
+from disttrace.tracer.units import fmt_ns_prose as ms
+from disttrace.tracer.data.table import EventTable
 from disttrace.tui.model.narration import load_narration
 
 

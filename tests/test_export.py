@@ -14,7 +14,7 @@ import pytest
 
 from harness import job, run_disttrace
 from disttrace.tracer.analysis import analyze
-from disttrace.tracer.data.events import NONE, EventTable
+from disttrace.tracer.data.table import NONE, EventTable
 from disttrace.tracer.commands.export import to_chrome
 from disttrace.tracer.data.load import load_trace
 
@@ -153,7 +153,7 @@ def test_cli_errors_are_one_line(exported, tmp_path):
 
 
 def test_export_and_flight_recorder_import_load_neither_torch_nor_textual():
-    code = ("import sys, disttrace.tracer.commands.export, disttrace.tracer.data.flightrec; "
+    code = ("import sys, disttrace.tracer.commands.export, disttrace.tracer.data.importers.flightrec; "
             "print(sorted(m for m in ('torch', 'textual') if m in sys.modules))")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert p.returncode == 0 and p.stdout.strip() == "[]", p.stdout + p.stderr

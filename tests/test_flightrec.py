@@ -14,9 +14,9 @@ import orjson
 import pytest
 
 from harness import JOBS, job, run_disttrace, traced_fr_run
-from disttrace.tracer.data.events import TraceError
-from disttrace.tracer.data.flightrec import is_fr_dir, load_fr_dir
-from disttrace.tracer.data.events import EventTable
+from disttrace.tracer.errors import TraceError
+from disttrace.tracer.data.importers.flightrec import is_fr_dir, load_fr_dir
+from disttrace.tracer.data.table import EventTable
 from disttrace.tracer.data.load import load_trace
 
 

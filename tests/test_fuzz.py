@@ -2,7 +2,7 @@
 few thousand times (deterministic seed), go through everything that reads them.
 
 In process: load_trace -> analyze -> the report's to_json, the events' JSON Lines and the Chrome export; the only
-accepted failure is events.TraceError (the one-line error the CLI prints). For a sample of the mutations the real
+accepted failure is errors.TraceError (the one-line error the CLI prints). For a sample of the mutations the real
 commands run in subprocesses (`events`, `report --json`, `export`) with an address-space limit and a timeout:
 each answers exit 2 with one line, or 0/1 with valid output and warnings; never a traceback, a hang or a blow-up.
 
@@ -29,7 +29,8 @@ import pytest
 
 from harness import disttrace_cmd
 from disttrace.tracer.analysis import analyze, to_json
-from disttrace.tracer.data.events import TraceError, iter_jsonl
+from disttrace.tracer.data.importers.events_files import iter_jsonl
+from disttrace.tracer.errors import TraceError
 from disttrace.tracer.commands.export import write_chrome
 from disttrace.tracer.data.load import load_trace
 from harness import traced_fr_run
@@ -467,12 +468,14 @@ def _differential(seeds, tmp_path, monkeypatch, kinds: tuple, one: dict, other: 
 
 
 def test_the_column_readers_read_what_the_event_by_event_ones_do(seeds, tmp_path, monkeypatch):
-    """Differential: the readers make an intact file's columns at once (data/reader._columns for rank files,
-    data/events._columns for events files) and fall back to event by event, skipping the bad ones, on anything
+    """Differential: the readers make an intact file's columns at once (data/importers/rank_files._columns for rank
+    files, data/table/rows._columns for events files) and fall back to event by event, skipping the bad ones, on anything
     odd. On every mutated trace dir and events file, both ways must read the same, and the columns' way must
     have run on most cases (else this would compare the fallback with itself). (Rank files by orjson's dicts:
     the typed records are compared with them below.)"""
-    from disttrace.tracer.data import events, rank_batches, reader
+    from disttrace.tracer.data.importers import rank_batches
+    from disttrace.tracer.data.importers import rank_files as reader
+    from disttrace.tracer.data.table import rows
 
     used = {"yes": 0, "no": 0}
 
@@ -491,18 +494,18 @@ def test_the_column_readers_read_what_the_event_by_event_ones_do(seeds, tmp_path
         raise ValueError("event by event")
 
     dicts = {(rank_batches, "decode"): lambda *a: None}
-    at_once = {(reader, "_columns"): counted(reader._columns), (events, "_columns"): counted(events._columns)}
+    at_once = {(reader, "_columns"): counted(reader._columns), (rows, "_columns"): counted(rows._columns)}
     _differential(seeds, tmp_path, monkeypatch, ("trace", "events"), {**dicts, **at_once},
-                  {**dicts, (reader, "_columns"): refuse, (events, "_columns"): refuse})
+                  {**dicts, (reader, "_columns"): refuse, (rows, "_columns"): refuse})
     assert used["yes"] > 2 * used["no"], used
 
 
 def test_the_typed_records_read_what_orjsons_dicts_do(seeds, tmp_path, monkeypatch):
     """Differential: a rank file's begins, ends and waits are decoded by msgspec into typed records and made into
-    columns from them (data/rank_batches.py), or, on anything odd, the file is read again by orjson. On every
+    columns from them (data/importers/rank_batches.py), or, on anything odd, the file is read again by orjson. On every
     mutated trace dir both ways must read the same, and the typed records' way must have made most files'
     columns (else this would compare the careful path with itself)."""
-    from disttrace.tracer.data import rank_batches
+    from disttrace.tracer.data.importers import rank_batches
 
     made = {"yes": 0, "no": 0}
     columns = rank_batches.columns
@@ -522,7 +525,7 @@ def test_the_typed_records_read_every_key_of_the_format_as_orjsons_dicts_do(tmp_
     source (its peer at its end), CUDA summaries resolved after the fact ("s"), the keys kept in `extra`
     (origin, th, bound, dev), an error, a wait, step markers, an unknown group; read through the typed records
     (which must take this file) and through orjson's dicts: the same table."""
-    from disttrace.tracer.data import rank_batches
+    from disttrace.tracer.data.importers import rank_batches
 
     summary = {"numel": 4, "min": -1.5, "max": 2.25, "mean": 0.1, "norm": 3.0, "nan": 0, "inf": 0, "checksum": 7}
     recs = [{"k": "meta", "v": 2, "rank": 0, "world_size": 2, "host": "h", "pid": 1, "mono_ns": 0, "wall_ns": 0},
@@ -558,7 +561,7 @@ def test_times_are_aligned_in_numpy_as_one_at_a_time():
     one time (reader._offset_fn), rounding included, before, between and past the clock's measurements."""
     import numpy as np
 
-    from disttrace.tracer.data import reader
+    from disttrace.tracer.data.importers import rank_files as reader
 
     rng = random.Random(SEED)
     for case in range(300):

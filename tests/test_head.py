@@ -1,4 +1,4 @@
-"""The head of a large trace (tracer/data/head.py), which the viewer shows while the whole is read: every event
+"""The head of a large trace (tracer/data/store/head.py), which the viewer shows while the whole is read: every event
 of the stretch of time it covers, as the whole read has it, and nothing after; none of a file out of time order."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from disttrace.tracer.data import head, parallel
+from disttrace.tracer.data.store import head, parallel
 from disttrace.tracer.data.load import load_trace
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))

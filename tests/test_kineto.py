@@ -1,4 +1,4 @@
-"""Import of PyTorch profiler (Kineto) traces (tracer/data/kineto.py).
+"""Import of PyTorch profiler (Kineto) traces (tracer/data/importers/kineto.py).
 
 Two kinds of input:
 - real traces: tests/jobs/kineto_straggler.py runs a 3-rank gloo job under torch.profiler (CPU activities) and under
@@ -25,9 +25,9 @@ import pytest
 
 from harness import job, run_disttrace, run_traced
 from disttrace.tracer.analysis import analyze
-from disttrace.tracer.data.events import EventTable
-from disttrace.tracer.data.clockfit import fit_clock_offsets
-from disttrace.tracer.data.kineto import claims, comm_op, source_files
+from disttrace.tracer.data.table import EventTable
+from disttrace.tracer.data.importers.clockfit import fit_clock_offsets
+from disttrace.tracer.data.importers.kineto import claims, comm_op, source_files
 from disttrace.tracer.data.load import load_trace
 
 J = job("kineto_straggler")
@@ -395,7 +395,7 @@ async def test_viewer_opens_on_profiler_traces(tmp_path):
 
 def test_a_truncated_group_of_many_ranks_is_rebuilt_or_taken_from_pg_config():
     # record_param_comms writes a group of more than 30 ranks as its first 29, "...", and its last
-    from disttrace.tracer.data.kineto import _group_of
+    from disttrace.tracer.data.importers.kineto import _group_of
 
     class Op:
         exec_args = {}
@@ -448,7 +448,7 @@ def _load(*names: str):
 
 
 def test_times_in_unix_epoch_and_relative_microseconds():
-    from disttrace.tracer.data.kineto import _ns
+    from disttrace.tracer.data.importers.kineto import _ns
 
     assert _ns(1_680_000_000_000_180) == 1_680_000_000_000_180_000  # older Kineto: epoch µs (2023), an int
     assert _ns(1712000000123456.8) == 1_712_000_000_123_456_750  # as a float: its exact value, no float rounding
@@ -667,7 +667,7 @@ def test_real_gloo_traces_of_torch_2_4_and_2_13(torch_version):
 
 
 def test_kernel_names_of_every_vintage():
-    from disttrace.tracer.data.kineto_device import kernel_kind
+    from disttrace.tracer.data.importers.kineto_device import kernel_kind
 
     assert kernel_kind("ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)") == "all_reduce"
     assert kernel_kind("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)") == "all_reduce"

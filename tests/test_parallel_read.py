@@ -1,5 +1,5 @@
-"""The first read of a large trace split across processes (tracer/data/parallel.py), and the typed decoding of an
-events file's lines (tracer/data/event_batches.py): each makes the very table that the in-process, event-by-event
+"""The first read of a large trace split across processes (tracer/data/store/parallel.py), and the typed decoding of an
+events file's lines (tracer/data/importers/event_batches.py): each makes the very table that the in-process, event-by-event
 reader makes, damage, warnings and line numbers included."""
 
 from __future__ import annotations
@@ -11,8 +11,11 @@ from pathlib import Path
 import orjson
 import pytest
 
-from disttrace.tracer.data import event_batches, parallel, store
-from disttrace.tracer.data.events import TraceError, read_jsonl
+from disttrace.tracer.data import store
+from disttrace.tracer.data.importers import event_batches
+from disttrace.tracer.data.store import codec, parallel
+from disttrace.tracer.data.importers.events_files import read_jsonl
+from disttrace.tracer.errors import TraceError
 from disttrace.tracer.data.load import load_trace
 
 from test_store import EVENTS, _copy, age, assert_same, opened_from_store
@@ -194,14 +197,14 @@ def test_workers_that_fail_leave_the_read_to_the_process(tmp_path, split, carefu
 
 def test_a_read_only_trace_dir_is_split_through_the_temp_dir(tmp_path, split, careful, monkeypatch):
     path = damaged_events_file(tmp_path / "events.jsonl")
-    real = store._create_temp
+    real = codec._create_temp
 
     def refuse_beside(folder):
         if os.path.samefile(folder, tmp_path):
             raise PermissionError("read-only")
         return real(folder)
 
-    monkeypatch.setattr(store, "_create_temp", refuse_beside)
+    monkeypatch.setattr(codec, "_create_temp", refuse_beside)
     t = load_trace(path)
     assert split == [3] and t.origin is None and len(t) == len(careful(path))
     assert not os.path.exists(store.cache_path([path], None, False))
@@ -237,7 +240,7 @@ def test_the_parts_of_a_killed_reader_are_removed_by_the_next(tmp_path):
     assert not gone.exists() and mine.exists() and other.exists()
 
 
-# -- a trace of several nodes' dirs, merged from each dir's own store (tracer/data/node_stores.py) -------------
+# -- a trace of several nodes' dirs, merged from each dir's own store (tracer/data/store/node_stores.py) -------------
 
 def _node_dirs(tmp_path: Path, nodes: int = 3, restart_in: int | None = None) -> list[str]:
     """The synthetic job's trace dir cut into `nodes` dirs of consecutive ranks, as `disttrace run` on each node
@@ -267,7 +270,8 @@ def _node_dirs(tmp_path: Path, nodes: int = 3, restart_in: int | None = None) ->
 @pytest.fixture
 def node_reads(monkeypatch):
     """How many rank files were parsed, and whether the nodes' stores were merged."""
-    from disttrace.tracer.data import node_stores, reader
+    from disttrace.tracer.data.store import node_stores
+    from disttrace.tracer.data.importers import rank_files as reader
 
     counts = {"files": 0, "merged": 0}
     real_read, real_merge = reader.read_rank_files, node_stores.merge

@@ -8,7 +8,7 @@ import orjson
 
 from disttrace.tracer.analysis import analyze, to_json
 from disttrace.tracer.analysis.problems import short_error
-from disttrace.tracer.data.events import stacks_site
+from disttrace.tracer.data.table import stacks_site
 from disttrace.tracer.data.load import load_trace
 from synthetic import MS, Trace
 

@@ -205,7 +205,7 @@ def test_two_nodes_each_with_its_own_dir_merge(tmp_path, monkeypatch):
     """Two nodes, each traced into its own dir by its own `disttrace run`, which stores it (--store: the job is
     small) when its job ends: the dirs opened together are one trace, merged from the two stores (no rank file
     parsed again) into the table a read of both makes."""
-    from disttrace.tracer.data import reader
+    from disttrace.tracer.data.importers import rank_files as reader
 
     from test_store import assert_same, opened_from_store
     port = free_port()

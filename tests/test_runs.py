@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 from harness import job, run_disttrace, torchrun_cmd
-from disttrace.tracer.data import runs as runs_mod
+from disttrace.tracer.data.importers import runs as runs_mod
 
 CASES = job("runs_cases")
 

@@ -19,7 +19,7 @@ from disttrace.tracer.analysis import analyze, apart, saved, to_json
 from disttrace.tracer.analysis.model import Analysis
 from disttrace.tracer.analysis.what_if import parse_change
 from disttrace.tracer.data import store
-from disttrace.tracer.data.columns import typecode
+from disttrace.tracer.data.table.columns import typecode
 from disttrace.tracer.data.load import load_trace
 
 from test_store import age

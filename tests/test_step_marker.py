@@ -15,7 +15,7 @@ import pytest
 
 from harness import run_disttrace
 from disttrace.tracer.analysis import analyze
-from disttrace.tracer.data.events import NONE
+from disttrace.tracer.data.table import NONE
 from disttrace.tracer.data.load import load_trace
 
 REC_STEPS_OPS = ["all_reduce"] * 6 + ["barrier"]

@@ -1,4 +1,4 @@
-"""The trace store (tracer/data/store.py): an EventTable written as an Arrow IPC file beside the trace and opened
+"""The trace store (tracer/data/store/): an EventTable written as an Arrow IPC file beside the trace and opened
 instead of parsing. Round trips are exact; a stale or damaged store is never used; writing it never fails a
 command; the README's one-liners (pandas, DuckDB) work as written."""
 
@@ -16,8 +16,11 @@ import orjson
 import pytest
 
 from disttrace.tracer.data import store
-from disttrace.tracer.data.columns import typecode
-from disttrace.tracer.data.events import _INT_COLUMNS, _OBJ_COLUMNS, _STR_COLUMNS, extend, iter_jsonl
+from disttrace.tracer.data.store import codec
+from disttrace.tracer.data.table.columns import typecode
+from disttrace.tracer.data.importers.events_files import iter_jsonl
+from disttrace.tracer.data.table.event_table import _INT_COLUMNS, _OBJ_COLUMNS, _STR_COLUMNS
+from disttrace.tracer.data.table.rows import extend
 from disttrace.tracer.data.load import load_trace
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
@@ -65,14 +68,14 @@ WRITES: list[str] = []  # the stores written in this test (a first read, or one 
 
 @pytest.fixture(autouse=True)
 def _count_writes(monkeypatch):
-    real = store.write_store
+    real = codec.write_store
 
     def counted(table, path, *args, **kwargs):
         WRITES.append(path)
         return real(table, path, *args, **kwargs)
 
     WRITES.clear()
-    monkeypatch.setattr(store, "write_store", counted)
+    monkeypatch.setattr(codec, "write_store", counted)
 
 
 def load_parsing(path, **kwargs):
@@ -180,7 +183,7 @@ def test_a_changed_source_rebuilds_the_store(events_file):
 
 
 def test_profiler_traces_are_stored_too(tmp_path):
-    from disttrace.tracer.data.kineto import source_files
+    from disttrace.tracer.data.importers.kineto import source_files
     from test_kineto import write_gpu_traces
 
     # a directory of Kineto traces (one gzipped per odd rank), and one file of them named on its own
@@ -291,7 +294,7 @@ def test_garbled_bytes_anywhere_never_pass(events_file, position):
 def test_writing_never_fails_the_command(events_file, monkeypatch, error):
     def refuse(*a, **k):
         raise error
-    monkeypatch.setattr(store, "_create_temp", refuse)
+    monkeypatch.setattr(codec, "_create_temp", refuse)
     assert_same(load_trace(events_file, cache=False), load_trace(events_file))
     assert not os.path.exists(store.cache_path([events_file], None, False))
 
@@ -380,7 +383,7 @@ def test_round_trip_of_real_traces(traced, tmp_path):
 @pytest.mark.slow
 def test_reading_a_trace_never_imports_pandas(traced, tmp_path):
     """pyarrow imports pandas at its first `pa.array` where pandas is installed: 0.3 s of every read, and of the end
-    of `disttrace run`, for nothing. The store's arrays are built over buffers (data/arrow_arrays.py). A first read
+    of `disttrace run`, for nothing. The store's arrays are built over buffers (data/table/arrow_arrays.py). A first read
     (the rank files' rows sorted, the store written), a re-open and the analysis, in a fresh interpreter."""
     pytest.importorskip("pandas")  # (a test extra: where it is missing there is nothing to import)
     t = _copy(traced("rec_ops.py", nproc=4), tmp_path)
@@ -464,7 +467,7 @@ def test_a_gzipped_trace_counts_the_json_it_holds(tmp_path):
     terminal blank for ~10 s. A gzip's trailer says what it holds."""
     import gzip
 
-    from disttrace.tracer.data.kineto import source_files
+    from disttrace.tracer.data.importers.kineto import source_files
     from disttrace.tracer.data.load import trace_size
     from test_kineto import write_gpu_traces
 
@@ -533,7 +536,7 @@ def test_summaries_are_kept_as_json_text_and_survive_appends_and_sorting():
     appends after a store open (mapped buffers copied), and take() in a new order all read back as the values."""
     import random
 
-    from disttrace.tracer.data.columns import JsonColumn
+    from disttrace.tracer.data.table.columns import JsonColumn
 
     rng = random.Random(3)
     deep: list = []

@@ -25,6 +25,24 @@ STEP, CLOCK, LEFT, STACKS = "step", "clock", "left", "stacks"  # a step marker; 
 #                                                                  all threads' stacks (the watchdog, on a hang)
 
 
+# -- the op records' fields ------------------------------------------------------------------------
+# Every key an op's records may hold (docs/FORMAT.md), "k" first. The one list of each: the writer's templates
+# (record/op_records.py) write only these, the careful reader (data/importers/rank_files.py) and the fast one's
+# structs (data/importers/rank_batches.py) read exactly these; tests/test_format_fields.py holds them to it.
+BEGIN_FIELDS = ("k", "i", "op", "t", "api", "g", "gs", "root", "peer", "tag", "bytes", "dtype", "shape", "async",
+                "site", "origin", "th", "in")
+END_FIELDS = ("k", "i", "t", "seq", "st", "err", "peer", "out", "bound", "dev")
+WAIT_FIELDS = ("k", "i", "t0", "t1")
+# A begin record's keys that no column holds: kept in the event's `extra` as they are
+BEGIN_EXTRA = ("origin", "th")
+
+# The normalized events' fields: a line of `disttrace events` (docs/FORMAT.md), what EventTable.row gives; the
+# events-file readers (data/importers/events_files.py, event_batches.py) read these, and keep any other in `extra`.
+EVENT_FIELDS = ("v", "run", "rank", "host", "op", "api", "group", "group_ranks", "group_seq", "seq", "peer", "root",
+                "tag", "bytes", "dtype", "shape", "async_op", "start_ns", "end_ns", "wait_start_ns", "wait_end_ns",
+                "status", "error", "in", "out", "site", "id", "step")
+
+
 def says_left(rec: dict) -> bool:
     """Whether a record says that its rank left the job alive (destroy_process_group, a clean exit): a "left"
     record, or in traces from before it, the one clock "end" measurement, taken at destroy_process_group."""
@@ -36,6 +54,11 @@ def kind_marker(kind: str) -> bytes:
     """The bytes that every record of this kind holds (records are written compact, "k" first): for finding
     records in raw bytes without parsing every line."""
     return b'"k":"%s"' % kind.encode()
+
+
+def record_prefix(kind: str) -> bytes:
+    """The bytes every record of this kind starts with (compact, "k" first): `{"k":"b",`."""
+    return b"{" + kind_marker(kind) + b","
 
 
 # -- rank files ----------------------------------------------------------------------------------
@@ -53,7 +76,7 @@ def is_rank_file(name: str) -> bool:
 
 # -- whose frame is it -----------------------------------------------------------------------------
 # One rule for the recorder's call sites (record/callsite.py), the stacks a hung rank's watchdog wrote
-# (data/events.stacks_site, read by the live hang diagnosis and the analysis) and Flight Recorder's frames.
+# (data/table/stacks.stacks_site, read by the live hang diagnosis and the analysis) and Flight Recorder's frames.
 USER, OWN, TORCH, GENERATED, SYSTEM = "user", "disttrace", "torch", "generated", "system"
 
 OWN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep  # disttrace's tracer: its hooks sit in the stack

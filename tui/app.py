@@ -21,7 +21,8 @@ from textual.screen import Screen
 from textual.widgets import Label, ProgressBar, TabbedContent
 from textual.worker import get_current_worker
 
-from disttrace.tracer.data.events import EventTable, TraceError, give_back_freed_memory
+from disttrace.tracer.data.table import EventTable, give_back_freed_memory
+from disttrace.tracer.errors import TraceError
 from disttrace.tracer.data.load import trace_size
 
 from . import loading

@@ -1,4 +1,4 @@
-"""Reading a trace for the viewer: the reader (or the .jsonl events file), the analysis, and the store.
+"""Reading a trace for the viewer (through data/load.py, as every command does), the analysis, and the store.
 
 No Textual here: `load_store` runs in the app's worker thread and reports progress through a callback.
 """
@@ -6,14 +6,14 @@ No Textual here: `load_store` runs in the app's worker thread and reports progre
 from __future__ import annotations
 
 import gc
-import os
 import sys
 
-from disttrace.tracer.data.events import EventTable, Progress, TraceError, give_back_freed_memory, part_of
+from disttrace.tracer.data.load import load_trace
+from disttrace.tracer.data.table import EventTable, Progress, give_back_freed_memory, part_of
+from disttrace.tracer.errors import TraceError
 
 from .model.narration import Narration, load_narration
 from .model.store import TraceStore
-
 
 
 def read_table(paths: list[str], progress: Progress | None = None, run: int | None = None,
@@ -23,23 +23,7 @@ def read_table(paths: list[str], progress: Progress | None = None, run: int | No
     the whole is read, where that takes long (data/load.py)."""
     if not paths:
         raise TraceError("no trace given")
-    try:
-        from disttrace.tracer.data.load import load_trace
-    except ImportError:  # the reader of trace dirs is not there: events files still open
-        load_trace = None
-    if load_trace is not None:
-        return load_trace(list(paths), progress=progress, run=run, cache=cache, preview=preview)
-    from disttrace.tracer.data.events import read_jsonl
-
-    table = EventTable()
-    for p in paths:
-        if not os.path.exists(p):
-            raise TraceError(f"{p}: no such file or directory")
-        if os.path.isdir(p):
-            raise TraceError(f"{p}: reading trace directories needs disttrace.tracer.data.load")
-        read_jsonl(p, table, run=run)
-    table.sort()
-    return table
+    return load_trace(list(paths), progress=progress, run=run, cache=cache, preview=preview)
 
 
 def row_of(table: EventTable, rank: int, ident: int) -> int:
@@ -47,7 +31,7 @@ def row_of(table: EventTable, rank: int, ident: int) -> int:
     table (the whole trace after its head, a followed trace that grew)."""
     import numpy as np
 
-    from disttrace.tracer.data.columns import typecode
+    from disttrace.tracer.data.table.columns import typecode
 
     ranks = np.frombuffer(table.rank, dtype=typecode(table.rank))
     ids = np.frombuffer(table.id, dtype=typecode(table.id))

@@ -607,7 +607,7 @@ async def test_at_80x24_the_path_view_shows_its_root_causes():
         await pilot.pause()
         cause = v.store.analysis.causes[0]
         lines = screen_text(pilot.app)
-        from disttrace.tracer.analysis.units import fmt_ns_short
+        from disttrace.tracer.units import fmt_ns_short
 
         caused = fmt_ns_short(cause.caused_wait_ns)
         assert any(line.split()[:2] == [f"r{cause.rank}", cause.kind] and caused in line for line in lines), lines

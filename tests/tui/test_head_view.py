@@ -1,5 +1,5 @@
 """The first open of a large trace: the viewer shows the trace's head while the whole is read in parallel
-(data/head.py), then the whole trace on the event and view the user was on, then its analysis, made in a child
+(data/store/head.py), then the whole trace on the event and view the user was on, then its analysis, made in a child
 process as a large trace's is (analysis/apart.py); quitting meanwhile stops the read."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from textual.css.query import NoMatches
 from textual.widgets import TabbedContent
 
 from disttrace.tracer.analysis import apart
-from disttrace.tracer.data import head, parallel
+from disttrace.tracer.data.store import head, parallel
 from disttrace.tui.app import DisttraceApp
 from disttrace.tui.screens.viewer import PlayheadLine, ViewerScreen
 from disttrace.tui.widgets.event_list import EventList

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from disttrace.tracer.analysis import describe
-from disttrace.tracer.data.events import TraceError
+from disttrace.tracer.errors import TraceError
 from disttrace.tui.model import viewport
 from disttrace.tui.model.narration import load_narration
 from disttrace.tui.model.replay import parse_goto, row_at_time, search, step_collective, step_event
@@ -269,7 +269,7 @@ def test_every_lane_built_at_once_is_its_rank_s_events_by_definition(seed):
 def test_running_max_by_starts_again_at_each_segment_even_where_lifting_would_overflow():
     import numpy as np
 
-    from disttrace.tracer.data.columns import running_max_by
+    from disttrace.tracer.data.table.columns import running_max_by
 
     rng = np.random.default_rng(0)
     for base, spread in ((0, 10**6), (1_764_000_000_000_000_000, 10**6), (-(1 << 62), 1 << 63)):

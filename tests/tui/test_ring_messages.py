@@ -19,6 +19,6 @@ def test_recorded_values_are_shown_compactly():
 
 
 def test_steps_are_named_with_english_ordinals():
-    from disttrace.tracer.analysis.units import fmt_ordinal
+    from disttrace.tracer.units import fmt_ordinal
     assert [fmt_ordinal(n) for n in (1, 2, 3, 4, 11, 12, 13, 21, 22, 102, 111, 113)] == \
         ["1st", "2nd", "3rd", "4th", "11th", "12th", "13th", "21st", "22nd", "102nd", "111th", "113th"]

@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from disttrace.tracer.analysis import analyze
-from disttrace.tracer.data.events import EventTable, read_jsonl
+from disttrace.tracer.data.importers.events_files import read_jsonl
+from disttrace.tracer.data.table import EventTable
 from disttrace.tui.model.store import TraceStore
 
 DATA = Path(__file__).parent / "data"

@@ -26,7 +26,7 @@ import sys
 import orjson
 
 from ..data import store
-from ..data.events import EventTable, Progress
+from ..data.table import EventTable, Progress
 from . import saved
 from .engine import analyze
 from .model import Analysis

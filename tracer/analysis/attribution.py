@@ -35,8 +35,8 @@ from statistics import median
 
 import numpy as np
 
-from ..data.columns import dense_ids
-from ..data.events import NONE, EventTable
+from ..data.table.columns import dense_ids
+from ..data.table import NONE, EventTable
 from .model import Attribution, PipelineStats, Step, StragglerVerdict, Straggler
 from .peers import Roles, identities, occurrences, others_median, roles_of, spread
 
@@ -513,7 +513,7 @@ def _worker_verdict(t: EventTable, rank: int, candidate: StragglerVerdict | None
 
 
 def _ms(ns: float) -> str:
-    from .units import fmt_ns
+    from ..units import fmt_ns
 
     return fmt_ns(ns)
 

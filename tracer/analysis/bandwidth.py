@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..data.columns import order_by, run_starts
-from ..data.events import NONE
+from ..data.table.columns import order_by, run_starts
+from ..data.table import NONE
 from .model import Link
 
 if TYPE_CHECKING:

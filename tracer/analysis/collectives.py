@@ -10,8 +10,8 @@ from array import array
 from collections import Counter
 from math import nan
 
-from ..data.columns import as_int64, filled, order_by, repeat_each
-from ..data.events import NONE, EventTable
+from ..data.table.columns import as_int64, filled, order_by, repeat_each
+from ..data.table import NONE, EventTable
 from .bandwidth import busbw_factor, size_s
 from .matching import Instances, finished, finished_column
 from .model import NULL, WAIT_BARRIER, WAIT_NXN

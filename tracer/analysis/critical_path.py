@@ -27,8 +27,8 @@ from __future__ import annotations
 
 from bisect import bisect_left
 
-from ..data.columns import as_int64, groups_of, order_by, repeat_each, run_starts, stable_order, unique_inverse
-from ..data.events import NONE, EventTable
+from ..data.table.columns import as_int64, groups_of, order_by, repeat_each, run_starts, stable_order, unique_inverse
+from ..data.table import NONE, EventTable
 from .matching import finished
 from .model import CriticalPath, DelayCause, PathPart, Step
 from .tables import CollectiveTable, P2PTable

@@ -7,10 +7,10 @@ Plain text: each renderer styles it."""
 
 from __future__ import annotations
 
-from ..data.events import NONE
+from ..data.table import NONE
 from .model import EARLY_REDUCE, LATE_BROADCAST, Analysis, PipelineStats, WhatIf
 from .problems import where
-from .units import fmt_bytes, fmt_gbps, fmt_list, fmt_ns, fmt_ordinal, fmt_ranks
+from ..units import fmt_bytes, fmt_gbps, fmt_list, fmt_ns, fmt_ordinal, fmt_ranks
 
 
 def describe(a: Analysis, row: int) -> str:

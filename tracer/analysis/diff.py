@@ -26,7 +26,7 @@ from .diff_explain import Explanation, explain, short_span
 from .diff_side import Side, analysed
 from .diff_timing import StepStats, TimingRow, median_ns, noise_ns, per_step_sums, row_of
 from .matching import finished
-from .units import fmt_ns_prose
+from ..units import fmt_ns_prose
 
 
 @dataclass

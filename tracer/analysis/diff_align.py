@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..data.columns import dense_ids
-from ..data.events import NONE
+from ..data.table.columns import dense_ids
+from ..data.table import NONE
 from .peers import occurrences
-from .units import fmt_bytes, fmt_list, fmt_ordinal
+from ..units import fmt_bytes, fmt_list, fmt_ordinal
 
 KINDS = ("added", "removed", "size", "dtype", "order", "group")  # a Change's kind (the diff's JSON contract)
 

@@ -33,7 +33,7 @@ import numpy as np
 from .diff_align import Identities, Ops, join_keys
 from .diff_side import Side, StepSpans
 from .diff_timing import median_ns, noise_ns, per_step_sums
-from .units import fmt_bytes, fmt_list, fmt_ns_prose
+from ..units import fmt_bytes, fmt_list, fmt_ns_prose
 
 MAX_UNITS = 48   # units replayed one by one (the others together, last)
 LISTED = 0.01    # of A's mean step: the least an explanation explains to be listed on its own

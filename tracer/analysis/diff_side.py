@@ -14,7 +14,7 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from ..data.events import EventTable, gc_paused
+from ..data.table import EventTable, gc_paused
 from . import engine, jit, saved
 from .diff_align import Identities, Ops, ops_of
 from .diff_timing import per_step_unions

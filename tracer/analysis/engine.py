@@ -20,8 +20,8 @@ from typing import Callable
 
 import numpy as np
 
-from ..data.columns import as_int64, distinct, release
-from ..data.events import NONE, EventTable, gc_paused, give_back_freed_memory, part_of
+from ..data.table.columns import as_int64, distinct, release
+from ..data.table import NONE, EventTable, gc_paused, give_back_freed_memory, part_of
 from . import jit, saved
 from .attribution import attribute
 from .bandwidth import links_of

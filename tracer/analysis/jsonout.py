@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import fields, is_dataclass
 from math import isnan
 
-from ..data.events import NONE
+from ..data.table import NONE
 from .model import JSON_IF_SET, NOT_IN_JSON, NULL, Analysis
 from .tables import CollectiveTable, P2PTable
 

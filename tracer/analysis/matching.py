@@ -6,8 +6,8 @@ from __future__ import annotations
 from array import array
 from contextlib import contextmanager
 
-from ..data.columns import as_int64, copy_of
-from ..data.events import COLLECTIVE_OPS, NONE, EventTable
+from ..data.table.columns import as_int64, copy_of
+from ..data.table import COLLECTIVE_OPS, NONE, EventTable
 
 
 class Instances:

@@ -18,7 +18,7 @@ from types import MappingProxyType
 from math import isnan, nan
 from typing import TYPE_CHECKING
 
-from ..data.events import NONE, EventTable
+from ..data.table import NONE, EventTable
 
 if TYPE_CHECKING:
     from .tables import CollectiveTable, P2PTable

@@ -15,8 +15,8 @@ from array import array
 
 import numpy as np
 
-from ..data.columns import filled, order_by
-from ..data.events import NONE, EventTable
+from ..data.table.columns import filled, order_by
+from ..data.table import NONE, EventTable
 from .critical_path import ISSUE, WAIT
 from .model import Overlap
 

@@ -10,8 +10,8 @@ from array import array
 
 import numpy as np
 
-from ..data.columns import extend_from_numpy, filled, order_by, run_starts, running_count, typecode
-from ..data.events import NONE, EventTable
+from ..data.table.columns import extend_from_numpy, filled, order_by, run_starts, running_count, typecode
+from ..data.table import NONE, EventTable
 from .matching import finished_column
 from .tables import P2PTable
 

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..data.columns import dense_ids, order_by
-from ..data.events import NONE, EventTable
+from ..data.table.columns import dense_ids, order_by
+from ..data.table import NONE, EventTable
 from .model import PipelineStats
 
 

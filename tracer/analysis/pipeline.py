@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..data.columns import GIL_ROWS, groups_of, link_in, order_by, repeat_each
-from ..data.events import NONE, EventTable
+from ..data.table.columns import GIL_ROWS, groups_of, link_in, order_by, repeat_each
+from ..data.table import NONE, EventTable
 from .matching import finished_column
 from .model import WAIT_BARRIER, WAIT_NXN, CollectiveInstance, PipelineStats, StageStats, Step
 from .schedule import read_schedule

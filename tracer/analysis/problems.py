@@ -19,12 +19,12 @@ import re
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from ..data.columns import as_int64, order_by, repeat_each, run_starts
-from ..data.events import NONE, EventTable, stacks_site
+from ..data.table.columns import as_int64, order_by, repeat_each, run_starts
+from ..data.table import NONE, EventTable, stacks_site
 from .matching import finished_at, finished_column, last_event_of_rank
 from . import scans
 from .model import CollectiveInstance, P2PMatch, Problem
-from .units import fmt_bytes, fmt_ns, fmt_ranks
+from ..units import fmt_bytes, fmt_ns, fmt_ranks
 
 if TYPE_CHECKING:
     from .tables import CollectiveTable, P2PTable

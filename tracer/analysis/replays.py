@@ -194,7 +194,7 @@ def replayed(time, is_end, slot, h, step_ix, gap, saved, rows, rows_ix, rows_sav
             forced = -1
         if i in done:
             f = done[i]
-        elif fin[i] == -1:  # (data.events.NONE: it never ended)
+        elif fin[i] == -1:  # (data.table.NONE: it never ended)
             f = done[i] = _NO_END
         else:
             a_new = arrival[i] if i in arrival else start[i]

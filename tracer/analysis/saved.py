@@ -1,4 +1,4 @@
-"""The analysis kept beside its trace: an Analysis written to the trace store (data/store.py, `write_arrays`) after
+"""The analysis kept beside its trace: an Analysis written to the trace store (data/store/, `write_arrays`) after
 it is computed, and read back instead of analysing again when the same trace is opened with the same code.
 
 An Analysis is columns and a small tree of dataclasses. The columns (the arrays indexed by event row, and the
@@ -23,8 +23,8 @@ from math import nan
 import orjson
 
 from ..data import store
-from ..data.columns import CodedColumn, typecode
-from ..data.events import EventTable
+from ..data.table.columns import CodedColumn, typecode
+from ..data.table import EventTable
 from .model import Analysis
 from .tables import CollectiveTable, P2PTable
 

@@ -51,7 +51,7 @@ from statistics import median
 
 import numpy as np
 
-from ..data.events import NONE, EventTable
+from ..data.table import NONE, EventTable
 
 F, B = "F", "B"
 MIN_GAP = 0.1          # an input-only action's gap: at least this share of the pipeline's median output gap

@@ -29,8 +29,8 @@ from collections import Counter, deque
 from statistics import median
 from typing import TYPE_CHECKING
 
-from ..data.columns import dense_ids, filled, groups_of, order_by, repeat_each, run_starts, stable_order
-from ..data.events import NONE, EventTable
+from ..data.table.columns import dense_ids, filled, groups_of, order_by, repeat_each, run_starts, stable_order
+from ..data.table import NONE, EventTable
 from .matching import finished_column
 from .model import Step
 from .waits import reach_before

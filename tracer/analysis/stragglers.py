@@ -32,8 +32,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..data.columns import extend_from_numpy, groups_of, link_in, order_by, repeat_each, run_starts, to_list
-from ..data.events import NONE, EventTable
+from ..data.table.columns import extend_from_numpy, groups_of, link_in, order_by, repeat_each, run_starts, to_list
+from ..data.table import NONE, EventTable
 from . import chains
 from .model import PipelineStats, Step, Straggler, StragglerVerdict
 from .waits import reach_before, union_by

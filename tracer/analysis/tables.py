@@ -14,9 +14,9 @@ from math import nan
 from typing import Iterator
 from weakref import WeakValueDictionary
 
-from ..data.columns import (CodedColumn, copy_of, extend_from_numpy, filled, from_numpy, order_by, repeat_each,
+from ..data.table.columns import (CodedColumn, copy_of, extend_from_numpy, filled, from_numpy, order_by, repeat_each,
                             run_starts, typecode)
-from ..data.events import NONE, EventTable
+from ..data.table import NONE, EventTable
 from .matching import finished, finished_column
 from .model import NULL, CollectiveInstance, P2PMatch
 

@@ -9,8 +9,8 @@ instance far above it, and beyond the job's own spread of that op and size, is f
 
 from __future__ import annotations
 
-from ..data.columns import order_by, run_starts, typecode
-from ..data.events import NONE
+from ..data.table.columns import order_by, run_starts, typecode
+from ..data.table import NONE
 from .model import NULL, AlphaBeta
 from .tables import CollectiveTable, P2PTable
 

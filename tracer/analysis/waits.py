@@ -24,8 +24,8 @@ from __future__ import annotations
 from array import array
 from typing import TYPE_CHECKING
 
-from ..data.columns import filled, order_by, packed_keys, repeat_each, run_starts, running_count, running_max_by
-from ..data.events import NONE, EventTable
+from ..data.table.columns import filled, order_by, packed_keys, repeat_each, run_starts, running_count, running_max_by
+from ..data.table import NONE, EventTable
 from .matching import finished_at
 from .model import EARLY_REDUCE, LATE_BROADCAST, WAIT_BARRIER, WAIT_NXN
 

@@ -28,7 +28,7 @@ COMPUTE, COMM, WAIT = range(3)
 RANK, KIND, LO, END, X, Y, AFTER, PNOW, PKEY = range(9)
 _PENDING = -2
 _MAX_MOVES = 1_000_000  # a bound on one part's moves: a damaged trace must not make it loop
-_NONE = -1  # data.events.NONE
+_NONE = -1  # data.table.NONE
 
 def run(n_events: int, *args):
     """walk_all(*args), compiled for large traces, given room enough (jit.run_in_room)."""

@@ -42,8 +42,8 @@ from typing import Callable
 
 import numpy as np
 
-from ..data.columns import groups_of, order_by, to_list
-from ..data.events import NONE, EventTable
+from ..data.table.columns import groups_of, order_by, to_list
+from ..data.table import NONE, EventTable
 from . import replays
 from .critical_path import ISSUE, SPAN_ARROW, WAIT
 from .attribution import P2P

@@ -15,7 +15,7 @@ import orjson
 
 from ..analysis.diff import Diff, compare, headline, signed, to_json, verdict
 from ..analysis.diff_side import analysed
-from ..analysis.units import fmt_ns
+from ..units import fmt_ns
 from ..errors import TraceError
 from .report import _console, _progress, _table
 from .sides import SIDE_HELP, load_side, parse_side

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from ..data.events import iter_jsonl
+from ..data.load import iter_jsonl
 from ..data.load import load_trace
 from .run_choice import add_run_argument, chosen_runs
 from .trace_help import TRACE_HELP

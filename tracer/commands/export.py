@@ -21,7 +21,8 @@ import orjson
 from ..analysis import analyze
 from ..analysis.matching import finished, finished_at
 from ..analysis.model import NULL, Analysis
-from ..data.events import NONE, P2P_OPS, TraceError
+from ..data.table import NONE, P2P_OPS
+from ..errors import TraceError
 from ..data.load import load_trace
 from .run_choice import add_run_argument, chosen_runs
 from .trace_help import TRACE_HELP

@@ -20,8 +20,8 @@ import time
 
 import orjson
 
-from ..data.events import stacks_site
-from ..data.reader import find_rank_files
+from ..data.table import stacks_site
+from ..data.load import find_rank_files
 from ..format import META, STACKS, kind_marker
 
 GRACE_S = 3.0  # how long to wait for the other ranks' stacks after the first report (they look every

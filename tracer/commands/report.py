@@ -23,11 +23,11 @@ from ..analysis.describe import attribution_lines, micro_batches, straggler_verd
 from ..analysis.model import NULL, Analysis
 from ..analysis.theory import typical_spread
 from ..analysis.what_if import ChangeSpec, parse_change
-from ..analysis.units import fmt_bytes, fmt_gbps, fmt_list, fmt_ns, fmt_ranks, gbps_unit, in_unit, ns_unit
-from ..data.columns import typecode
-from ..data.events import TraceError
+from ..units import fmt_bytes, fmt_gbps, fmt_list, fmt_ns, fmt_ranks, gbps_unit, in_unit, ns_unit
+from ..data.table.columns import typecode
+from ..errors import TraceError
 from ..data.load import load_trace, trace_size
-from ..data.reader import run_info
+from ..data.load import run_info
 from .run_choice import add_run_argument, chosen_runs
 from .trace_help import TRACE_HELP
 

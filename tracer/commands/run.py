@@ -167,7 +167,7 @@ STORE_AT_END_BYTES = 16 << 20
 
 
 def _write_store(out: str, files: list[str], always: bool = False) -> None:
-    """Read the trace once, now that the job is over, write its store (data/store.py) and analyse it (the analysis
+    """Read the trace once, now that the job is over, write its store (data/store/) and analyse it (the analysis
     is saved beside the store: analysis/saved.py), so that the first view or report opens both rather than parsing
     the JSON and analysing (benchmarks/bench_tui.py: "analysis views ready", first open and re-open); only from
     STORE_AT_END_BYTES unless `always`. Never fails the run: a damaged trace is the reader's to report when it is
@@ -175,17 +175,15 @@ def _write_store(out: str, files: list[str], always: bool = False) -> None:
     size = sum(os.path.getsize(f) for f in files)
     if size < STORE_AT_END_BYTES and not always:
         return  # (before any import: a short job's end pays nothing)
-    from ..data import store
-    from ..data.load import load_trace
-    from ..data.parallel import PARALLEL_BYTES
+    from ..data.load import PARALLEL_BYTES, StoreOrigin, load_trace, store_enabled
 
-    if not store.enabled():
+    if not store_enabled():
         return
     if size >= PARALLEL_BYTES:
         sys.stderr.write(f"disttrace: storing and analysing the trace ({size >> 20} MB of JSON) for the viewer…\n")
     try:
         table = load_trace([out], settled=True)
-        if isinstance(table.origin, store.StoreOrigin):  # (else nothing would keep the analysis)
+        if isinstance(table.origin, StoreOrigin):  # (else nothing would keep the analysis)
             from ..analysis.engine import analyze
 
             analyze(table)
@@ -208,7 +206,7 @@ def _write_run_info(out: str, command: list, started: float, rc: int) -> None:
 
 
 def _runs(files: list[str]) -> list:
-    from ..data.runs import find_runs  # (after the job: the launcher imports as little as it can before)
+    from ..data.load import find_runs  # (after the job: the launcher imports as little as it can before)
 
     try:
         return find_runs(files)[0]

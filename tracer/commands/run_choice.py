@@ -5,8 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from ..data.reader import find_rank_files
-from ..data.runs import find_runs
+from ..data.load import find_rank_files, find_runs
 from ..errors import TraceError
 
 

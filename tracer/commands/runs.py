@@ -8,9 +8,8 @@ from datetime import datetime
 
 import orjson
 
-from ..analysis.units import fmt_ns
-from ..data.reader import find_rank_files
-from ..data.runs import find_runs, unreadable
+from ..units import fmt_ns
+from ..data.load import find_rank_files, find_runs, unreadable
 from ..errors import TraceError
 
 

@@ -3,7 +3,11 @@
 An importer says which paths it reads (`claims`) and loads all of those at once (`load`): the trace dirs of one
 job's nodes make one trace. Each path goes to the first importer in IMPORTERS that claims it, so the more
 particular formats come first and the events file, which claims any file, last. Another trace format is its
-module in this folder, filling the table through EventTable.add_rows / append / extend, and one line here.
+module in importers/, filling the table through EventTable.add_rows / append / table/rows.extend, and one line
+here.
+
+The door of data/ for commands/ and tui/ (with the table package, data/table/, for the table's types): what they
+use of the importers and the store is imported from here (pyproject.toml's import contracts).
 
 Imports neither torch nor textual.
 """
@@ -14,9 +18,18 @@ import os
 from dataclasses import dataclass
 from typing import Callable
 
-from . import flightrec, head, kineto, node_stores, parallel, store
-from .events import EventTable, Progress, TraceError, no_events, read_jsonl
-from .reader import find_rank_files, is_trace_dir, load_trace_dirs, written_size
+from ..errors import TraceError
+from .importers import flightrec, kineto
+from .importers.events_files import iter_jsonl, no_events, read_jsonl
+from .importers.rank_files import find_rank_files, is_trace_dir, load_trace_dirs, run_info, written_size
+from .importers.runs import find_runs, unreadable
+from .store import head, node_stores, parallel
+from .store.parallel import PARALLEL_BYTES
+from .store.arrays import read_arrays, write_arrays
+from .store.cache import FILE_SUFFIX, PartsFailed, StoreOrigin, cached_load, enabled as store_enabled, source_digest
+from .store.codec import StoreError, read_store
+from .table.event_table import EventTable
+from .table.progress import Progress
 
 
 @dataclass(frozen=True)
@@ -29,10 +42,10 @@ class Importer:
     sources: Callable[[str], list[str]] | None = None
     """The files a path's events come from, watched by the trace store (None: not kept in the store)."""
     plan: Callable[[list[str], "int | None"], "parallel.Plan | None"] | None = None
-    """How a first read of the paths splits across processes (data/parallel.py); None: it does not."""
+    """How a first read of the paths splits across processes (store/parallel.py); None: it does not."""
     merge: Callable[[list[str], "int | None", str, dict], bool] | None = None
     """Writes the store of several paths from each one's own store, if it can: (paths, run, target, fingerprint)
-    -> whether it did (data/node_stores.py); None: it never can."""
+    -> whether it did (store/node_stores.py); None: it never can."""
 
 
 def _load_fr_dirs(paths: list[str], table: EventTable, progress, run) -> None:
@@ -49,8 +62,8 @@ def _load_store_files(paths: list[str], table: EventTable, progress, run) -> Non
     if len(paths) > 1 or len(table):
         raise TraceError("a trace store file opens on its own")
     try:
-        loaded = store.read_store(paths[0])
-    except (store.StoreError, OSError, ImportError) as e:
+        loaded = read_store(paths[0])
+    except (StoreError, OSError, ImportError) as e:
         raise TraceError(f"{paths[0]}: cannot open this trace store ({e})") from None
     table.__dict__.update(loaded.__dict__)
 
@@ -68,15 +81,15 @@ IMPORTERS: tuple[Importer, ...] = (
 
 
 Preview = Callable[[EventTable, float], None]
-"""Takes a large trace's head (data/head.py) and the fraction of the trace it holds, before the whole is read."""
+"""Takes a large trace's head (store/head.py) and the fraction of the trace it holds, before the whole is read."""
 
 
 def load_trace(paths: list[str] | str, progress: Progress | None = None, run: int | None = None,
                cache: bool | None = None, settled: bool = False, preview: Preview | None = None) -> EventTable:
     """Load trace dirs (one per node), Flight Recorder dumps or events files into one sorted EventTable; `run`
-    picks one run of a trace that holds several (data/runs.py).
+    picks one run of a trace that holds several (data/importers/runs.py).
 
-    Every format but the store itself is read through the trace store (data/store.py): its valid copy beside
+    Every format but the store itself is read through the trace store (store/): its valid copy beside
     the trace is opened instead of parsing, else the trace is parsed and the store written. `cache`: False never
     reads nor writes it (a live trace: --follow); None: as DISTTRACE_CACHE says (on unless "0"). `settled`: no
     process writes the trace any more (its job exited), so that files written just now may be stored.
@@ -102,14 +115,14 @@ def load_trace(paths: list[str] | str, progress: Progress | None = None, run: in
         return table
 
     if cache is None:
-        cache = store.enabled()
+        cache = store_enabled()
     importer = next(iter(claimed)) if len(claimed) == 1 else None
     # through the store: directories (any number: one job's nodes), or one file (its store is named after it)
     dirs = all(os.path.isdir(p) for p in paths)
     if cache and importer is not None and importer.sources is not None and (dirs or len(paths) == 1):
         sources = [f for p in paths for f in importer.sources(p)]
         build = _builder(importer, paths, run, sources, progress, preview)
-        return store.cached_load(paths, run, sources, dirs, parse, progress, build, settled)
+        return cached_load(paths, run, sources, dirs, parse, progress, build, settled)
     return parse()
 
 
@@ -128,7 +141,7 @@ def _builder(importer: Importer, paths: list[str], run: int | None, sources: lis
         if importer.merge(paths, run, target, fingerprint):
             return
         if parallel_build is None:
-            raise parallel.PartsFailed("no stores to merge; too small to split")
+            raise PartsFailed("no stores to merge; too small to split")
         parallel_build(target, fingerprint)
 
     return build
@@ -150,7 +163,7 @@ def _parallel_builder(importer: Importer, paths: list[str], run: int | None, sou
     def build(target: str, fingerprint: dict) -> None:
         plan = importer.plan(paths, run)
         if plan is None:
-            raise parallel.PartsFailed("too small to split")
+            raise PartsFailed("too small to split")
         if preview is not None:
             try:
                 found = head.read_head(plan)
@@ -164,7 +177,7 @@ def _parallel_builder(importer: Importer, paths: list[str], run: int | None, sou
 
 
 def _is_store_file(path: str) -> bool:
-    return path.endswith(store.FILE_SUFFIX)
+    return path.endswith(FILE_SUFFIX)
 
 
 def _unclaimed(path: str) -> str:
@@ -204,4 +217,8 @@ def _size(path: str) -> int:
         return 0
 
 
-__all__ = ["IMPORTERS", "Importer", "load_trace", "trace_size"]
+# what commands/ and tui/ use of the importers and the store (they import nothing else of data/ but data/table/)
+__all__ = ["IMPORTERS", "Importer", "load_trace", "trace_size",
+           "find_rank_files", "find_runs", "run_info", "unreadable", "iter_jsonl", "read_jsonl",
+           "PARALLEL_BYTES", "StoreError", "StoreOrigin", "read_arrays", "source_digest", "store_enabled",
+           "write_arrays"]

@@ -234,7 +234,7 @@ class Tracer:
 
 def _world_identity(init: int) -> dict:
     """What the ranks of one process-group world share, for the reader to tell the runs in a trace dir apart
-    (format.py, data/runs.py): this process's init number (the n-th init_process_group it traced), the rendezvous
+    (format.py, data/importers/runs.py): this process's init number (the n-th init_process_group it traced), the rendezvous
     (torchrun's run id, fixed across its restarts, and the store's address) where the environment names them."""
     out = {"init": init}
     run_id = os.environ.get("TORCHELASTIC_RUN_ID")

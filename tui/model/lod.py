@@ -17,8 +17,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from disttrace.tracer.data.columns import running_max_by, stable_order, typecode
-from disttrace.tracer.data.events import NONE, EventTable
+from disttrace.tracer.data.table.columns import running_max_by, stable_order, typecode
+from disttrace.tracer.data.table import NONE, EventTable
 
 N_CATS = 4  # index 0: waiting; 1 collective, 2 barrier, 3 p2p (no event: compute)
 LANE_COLUMNS = ("present", "bounds", "rows", "starts", "ends", "cats", "maxend", "cum0", "cum1", "cum2", "cum3")

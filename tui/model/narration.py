@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from disttrace.tracer.data.events import EventTable, TraceError
+from disttrace.tracer.data.table import EventTable
+from disttrace.tracer.errors import TraceError
 
 
 @dataclass

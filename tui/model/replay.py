@@ -6,7 +6,7 @@ before the first event. Stepping by collective uses the analysis' matched instan
 
 from __future__ import annotations
 
-from disttrace.tracer.analysis.units import parse_ns
+from disttrace.tracer.units import parse_ns
 
 from .store import TraceStore
 

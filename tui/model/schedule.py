@@ -12,7 +12,7 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 
-from disttrace.tracer.data.events import NONE
+from disttrace.tracer.data.table import NONE
 
 from .store import TraceStore
 

@@ -15,8 +15,8 @@ import numpy as np
 
 from disttrace.tracer.analysis.engine import pending_analysis
 from disttrace.tracer.analysis.model import Analysis
-from disttrace.tracer.data.columns import typecode
-from disttrace.tracer.data.events import NONE, P2P_OPS, EventTable, gc_paused
+from disttrace.tracer.data.table.columns import typecode
+from disttrace.tracer.data.table import NONE, P2P_OPS, EventTable, gc_paused
 
 from . import saved_lanes
 from .lod import Lane

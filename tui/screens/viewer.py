@@ -17,7 +17,7 @@ from textual.widget import Widget
 from textual.widgets import Footer, Static, TabbedContent, TabPane
 
 from disttrace.tracer.analysis import describe
-from disttrace.tracer.analysis.units import fmt_ns_short
+from disttrace.tracer.units import fmt_ns_short
 
 from ..loading import row_of, settle
 from ..model import viewport

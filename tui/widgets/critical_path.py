@@ -12,7 +12,7 @@ from textual.widgets import DataTable, Static
 
 from disttrace.tracer.analysis.describe import attribution_summary, what_if_sentence
 from disttrace.tracer.analysis.model import CriticalPath, PathPart
-from disttrace.tracer.analysis.units import fmt_ns, fmt_ns_short
+from disttrace.tracer.units import fmt_list, fmt_ns, fmt_ns_short
 
 from ..model.critical import step_paths
 from ..model.store import TraceStore
@@ -26,8 +26,7 @@ KIND_STYLES = {"compute": "#c0c0c0", "wait": "#8a8a8a"}
 
 
 def _ranks(ranks: list[int]) -> str:
-    shown = ", ".join(map(str, ranks[:8]))
-    return shown + (f" … ({len(ranks)})" if len(ranks) > 8 else "")
+    return fmt_list(ranks, 8, more=" … ({n})")
 
 
 def _hops(parts: list[PathPart]) -> str:

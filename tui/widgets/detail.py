@@ -12,8 +12,8 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 from textual.widgets import Static
 
-from disttrace.tracer.analysis.units import fmt_bytes_short, fmt_gbps, fmt_ns_short
-from disttrace.tracer.data.events import NONE
+from disttrace.tracer.units import fmt_bytes_short, fmt_gbps, fmt_list, fmt_ns_short
+from disttrace.tracer.data.table import NONE
 
 from ..model.store import TraceStore
 from .diff import baseline_of, signed_short
@@ -57,7 +57,7 @@ def detail_table(store: TraceStore, row: int) -> Table:
         + (f", id {t.id[row]}" if t.id[row] != NONE else ""))
     add("op", Text(op, style=f"bold {OP_COLORS[op]}") + Text(f"  api {t.api[row]}" if t.api[row] != op else ""))
     _op_in_baseline(add, store, row)  # (high up: at 80x24 the pane shows a dozen lines, and it does not scroll by key)
-    ranks = ",".join(map(str, g.ranks)) if len(g.ranks) <= 16 else f"{len(g.ranks)} ranks"
+    ranks = fmt_list(g.ranks, 16, ",", "{n} ranks", first=0)
     add("group", f"{g.name} [{ranks}]")
     # the two sequence numbers under the event format's names for them, which the event list's column and the
     # waits view use too
@@ -181,11 +181,11 @@ def _op_in_baseline(add, store: TraceStore, row: int) -> None:
         add("A's site", ta.site[j] or "—")
     ga = ta.groups[ta.gid[j]].ranks
     if tuple(ga) != tuple(t.groups[t.gid[row]].ranks):
-        add("A's group", ",".join(map(str, ga)))
+        add("A's group", fmt_list(ga, None, ","))
 
 
 def _ranks(rs: list[int]) -> str:
-    return ",".join(map(str, rs)) if len(rs) <= 12 else f"{rs[0]}…{rs[-1]} ({len(rs)})"
+    return fmt_list(rs, 12, ",", "…{last} ({n})", first=1)
 
 
 class DetailPane(ScrollView, can_focus=False):

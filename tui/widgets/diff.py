@@ -16,7 +16,7 @@ from textual.containers import Vertical
 from textual.widgets import DataTable, Static
 
 from disttrace.tracer.analysis.diff import Diff, signed, verdict
-from disttrace.tracer.analysis.units import fmt_ns_short
+from disttrace.tracer.units import fmt_ns_short
 
 from ..model.store import TraceStore
 from .messages import ShowInTimeline

@@ -15,7 +15,7 @@ from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from disttrace.tracer.analysis.units import fmt_bytes_short, fmt_ns_short
+from disttrace.tracer.units import fmt_bytes_short, fmt_ns_short
 
 from ..model.store import TraceStore
 from .messages import EventPicked

@@ -10,7 +10,7 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
 
-from disttrace.tracer.analysis.units import fmt_bytes_short, fmt_ordinal
+from disttrace.tracer.units import fmt_bytes_short, fmt_ordinal
 
 from ..model.ring import RING_OPS, RingPlan, RingStep, p2p_steps, ring_plan
 from ..model.store import TraceStore

@@ -13,7 +13,7 @@ from textual.reactive import reactive
 from textual.strip import Strip
 from textual.widget import Widget
 
-from disttrace.tracer.analysis.units import fmt_ns_short
+from disttrace.tracer.units import fmt_ns_short
 
 from ..model.schedule import BLANK, CUT, IDLE, Cell, Row, ScheduleModel
 

@@ -22,7 +22,7 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 from textual.widget import Widget
 
-from disttrace.tracer.analysis.units import fmt_ns_short
+from disttrace.tracer.units import fmt_ns_short
 
 from ..model import viewport
 from ..model.critical import step_paths

@@ -15,7 +15,7 @@ from textual.widgets import DataTable, OptionList, Static
 
 from disttrace.tracer.analysis.describe import attribution_summary, micro_batches, straggler_verdict
 from disttrace.tracer.analysis.model import NULL
-from disttrace.tracer.analysis.units import fmt_bytes_short, fmt_gbps, fmt_ns_short, gbps_unit, ns_unit
+from disttrace.tracer.units import fmt_bytes_short, fmt_gbps, fmt_ns_short, gbps_unit, ns_unit
 
 from ..model.replay import row_at_time
 from ..model.schedule import ScheduleModel

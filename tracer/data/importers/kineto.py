@@ -39,9 +39,12 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from ..format import is_user_file
+from ...errors import TraceError
+from ...format import is_user_file
+from ...units import fmt_in, fmt_list
 from .clockfit import ClockFit, fit_clock_offsets
-from .events import EventTable, RankInfo, TraceError, extend
+from ..table.event_table import EventTable, RankInfo
+from ..table.rows import extend
 from .kineto_device import COMM_KERNEL, GRAPH_LAUNCH, RUNTIME_CATS, Linked, Op, kernel_kind, link_kernels
 
 _SNIFF = 4096
@@ -762,14 +765,8 @@ def _align(events: list[dict], table: EventTable, traces: list[_RankTrace]) -> d
 # -- loading ----------------------------------------------------------------------------------------------------
 
 def _fmt_ranks(ranks: list[int]) -> str:
-    parts, k = [], 0
-    while k < len(ranks):
-        j = k
-        while j + 1 < len(ranks) and ranks[j + 1] == ranks[j] + 1:
-            j += 1
-        parts.append(str(ranks[k]) if j == k else f"{ranks[k]}-{ranks[j]}")
-        k = j + 1
-    return ", ".join(parts)
+    """'0-3, 5': the ranks, each run of consecutive ones as its first and last (units.fmt_list)."""
+    return fmt_list(ranks, None, spans=True)
 
 
 def load_kineto(paths: list[str], table: EventTable, progress=None, run=None) -> None:
@@ -985,9 +982,9 @@ def _say(table, traces, fits, world, present, guessed, events, sources) -> None:
     if aligned:
         worst = max(f.uncertainty_ns for f in aligned.values())
         drift = [r for r, f in aligned.items() if f.drift]
-        offs = ", ".join(f"rank {r} {f.offset_ns / 1e3:+.1f} us" for r, f in sorted(aligned.items())[:8])
+        offs = ", ".join(f"rank {r} {fmt_in(f.offset_ns, 'µs', '+.1f')}" for r, f in sorted(aligned.items())[:8])
         notes.append(f"clocks aligned on the collectives' exits to rank {min(fits)}'s: {offs}"
-                     f"{' ...' if len(aligned) > 8 else ''}; uncertainty up to {worst / 1e3:.1f} us"
+                     f"{' ...' if len(aligned) > 8 else ''}; uncertainty up to {fmt_in(worst, 'µs', '.1f')}"
                      + (f", drift fitted for ranks {_fmt_ranks(sorted(drift))}" if drift else ""))
     left = sorted(set(present) - set(fits))
     if left:

@@ -41,7 +41,7 @@ class CodedColumn:
     @classmethod
     def from_codes(cls, values: list, codes, key: Callable[[Any], Any] | None = None) -> "CodedColumn":
         """A column of these distinct `values` and rows `codes` (an integer column of typecode B, H or i; each
-        code < len(values), the caller's to check), as stored (data/store.py)."""
+        code < len(values), the caller's to check), as stored (data/store/)."""
         out = cls(key=key)
         out.values = values
         out._index = {(v if key is None else out._safe_key(v)): i for i, v in enumerate(values)}
@@ -73,7 +73,7 @@ class CodedColumn:
         if None in codes:
             # the values not seen before, each added once in the order of its first row with that row's value,
             # then every row mapped again: passes at C speed (a new column's rows are all new, and a loop over
-            # them took 0.1 s a 175k rows)
+            # them is far slower)
             new = list(map(is_, codes, repeat(None)))
             new_keys, new_vs = list(compress(keys, new)), list(compress(vs, new))
             first_v = dict(zip(reversed(new_keys), reversed(new_vs)))
@@ -270,7 +270,7 @@ class JsonColumn(SparseColumn):
         import pyarrow as pa
 
         # Arrow's take over the texts as one binary array (the buffers as they are, no copy): a row's slice
-        # taken in Python cost ~1.6 s at 1M rows, every trace dir's read sorting its rank files' rows
+        # taken in Python is a Python call per row, and every trace dir's read sorts its rank files' rows
         n = self._n
         texts = pa.LargeBinaryArray.from_buffers(pa.large_binary(), n, [
             None, pa.py_buffer(np.frombuffer(self._offsets, np.int64)[:n + 1]), pa.py_buffer(self._data)])
@@ -316,7 +316,7 @@ class JsonColumn(SparseColumn):
             at = maybe(np.frombuffer(self._data, np.uint8)[lo:hi]) + lo
             rows = np.unique(np.searchsorted(starts, at, side="right") - 1)
         else:  # the rows holding a match: one regex pass over the whole text, no row decoded for it, a few MB at a
-            # time (a match is inside a row; one pass over 1M events' summaries held the GIL ~300 ms, a frozen UI)
+            # time (a match is inside a row; one pass over a large trace's summaries would hold the GIL: a frozen UI)
             cuts = starts[::_SCAN_ROWS].tolist() + [int(starts[-1])]
             at = np.fromiter((m.start() for lo, hi in zip(cuts, cuts[1:]) for m in maybe.finditer(self._data, lo, hi)),
                              np.int64)
@@ -326,7 +326,7 @@ class JsonColumn(SparseColumn):
         return rows
 
 
-_SCAN_ROWS = 1 << 12  # rows of JSON text a regex scans between two chances for other threads to run (~1 ms)
+_SCAN_ROWS = 1 << 12  # rows of JSON text a regex scans between two chances for other threads to run
 
 
 class JsonTexts:
@@ -344,7 +344,7 @@ class JsonTexts:
 
 def typecode(col) -> str:
     """An integer column's typecode ("q", "i", "H", "B"): an array.array's, or the format of a memoryview (a column
-    mapped from the trace store, read-only: data/store.py)."""
+    mapped from the trace store, read-only: data/store/)."""
     return col.typecode if type(col) is array else col.format
 
 
@@ -356,8 +356,8 @@ def writable(col):
 
 # Rows per call of a C loop over a whole column (tolist, fromiter, np.repeat, a copy into an array.array) in the
 # analysis: such a call holds the GIL throughout (most numpy operations let it go; these do not), and one over a
-# million rows (25-40 ms; 10x that at 10M) is a key's whole budget in the viewer, whose UI thread waits for it. A
-# slice of 64k rows takes ~2 ms, and the GIL can change hands between slices.
+# million rows is a key's whole budget in the viewer, whose UI thread waits for it. A slice of 64k rows is short,
+# and the GIL can change hands between slices.
 GIL_ROWS = 1 << 16
 
 
@@ -372,7 +372,7 @@ def copy_of(col) -> array:
 
 
 def filled(tc: str, n: int, value=0) -> array:
-    """array(tc, [value]) * n, GIL_ROWS rows at a time (the one call holds the GIL: 40-90 ms for 10M rows)."""
+    """array(tc, [value]) * n, GIL_ROWS rows at a time (the one call holds the GIL throughout)."""
     chunk = array(tc, [value]) * min(n, GIL_ROWS)
     out = array(tc)
     for k in range(0, n - GIL_ROWS + 1, GIL_ROWS):
@@ -389,7 +389,7 @@ def from_numpy(values, tc: str = "q") -> array:
 
 def extend_from_numpy(out: array, values) -> array:
     """out with a numpy integer column's values appended, converted to its typecode, GIL_ROWS rows at a time
-    (tobytes and frombytes hold the GIL: ~85 ms each over 10M rows). Returns out."""
+    (tobytes and frombytes hold the GIL). Returns out."""
     import numpy as np
 
     values = np.asarray(values)
@@ -419,13 +419,13 @@ def to_list(a) -> list:
 
 def release(items: list) -> None:
     """Empty a list GIL_ROWS items at a time, from its end: freeing millions of objects at once is one C loop under
-    the GIL (a 10M-event trace's instances' rows, a list of lists: ~190 ms)."""
+    the GIL (a 10M-event trace's instances' rows, a list of lists)."""
     while items:
         del items[-GIL_ROWS:]
 
 
 def repeat_each(values, counts):
-    """np.repeat(values, counts) for a numpy column and its counts. np.repeat holds the GIL (~55 ms for 10M rows
+    """np.repeat(values, counts) for a numpy column and its counts. np.repeat holds the GIL (over all the rows
     out), so past GIL_ROWS rows out the output is filled in slices of about GIL_ROWS rows, and a value repeated more
     (a running maximum's few long segments) by a fill, which lets the GIL go; no more memory than the output's."""
     import numpy as np
@@ -448,7 +448,7 @@ def repeat_each(values, counts):
 
 def running_count(mask):
     """np.cumsum of a numpy boolean column, as int64: how many are set up to each row. np.cumsum casts the
-    booleans as it goes and holds the GIL meanwhile (160 ms over 10M rows), so it runs on slices of 4 GIL_ROWS rows,
+    booleans as it goes and holds the GIL meanwhile, so it runs on slices of 4 GIL_ROWS rows,
     each carried on from the last (a copy of the column as int64 first let it go, but cost 8 bytes a row more)."""
     import numpy as np
 
@@ -464,7 +464,7 @@ def running_count(mask):
 
 def unique_inverse(keys):
     """np.unique(keys, return_inverse=True) for a numpy integer column: (its distinct values ascending, each row's
-    index among them). That holds the GIL for long stretches (~160 ms over 10M rows); small non-negative keys (ranks)
+    index among them). That holds the GIL for long stretches; small non-negative keys (ranks)
     are counted instead (np.bincount, which lets it go)."""
     import numpy as np
 
@@ -476,7 +476,7 @@ def unique_inverse(keys):
 
 def distinct(keys):
     """np.unique(keys): the distinct values of a numpy integer column, ascending; small non-negative keys (ranks)
-    counted (np.bincount), not sorted (np.unique holds the GIL through its sort: ~60 ms over 10M rows)."""
+    counted (np.bincount), not sorted (np.unique holds the GIL through its sort)."""
     import numpy as np
 
     if _countable(keys):
@@ -491,7 +491,7 @@ def _countable(keys) -> bool:
 
 def link_in(src, dst, pairs) -> "object":
     """Per row, whether (src, dst) (numpy integer columns, non-negative) is one of `pairs`: as one integer key each,
-    in numpy (a Python test of each pair held the GIL ~40 ms over the 2M messages of a 10M-event trace)."""
+    in numpy (a Python test of each pair holds the GIL over all of a large trace's messages)."""
     import numpy as np
 
     if not pairs or not len(src):
@@ -502,7 +502,7 @@ def link_in(src, dst, pairs) -> "object":
 
 def stable_order(keys):
     """np.argsort(keys, kind="stable") of an integer column, as a radix sort where its values span under 2^16 (the
-    ranks: 8x faster at 1M rows than numpy's merge sort, which it picks for wider types)."""
+    ranks: faster than numpy's merge sort, which it picks for wider types)."""
     import numpy as np
 
     if len(keys) > 1 and keys.dtype.kind in "iu":
@@ -541,7 +541,7 @@ def order_by(*keys):
     """The order of rows by `keys` (numpy columns, the first most significant), equal rows in table order: what
     np.lexsort(keys[::-1]) gives, faster. Integer keys are packed into one int64: all of them and the row's index
     where they fit together, and then one sort of it (np.argsort's introsort: no two rows alike, so stable without
-    being asked; 2-4x faster than np.lexsort at 1M rows); else the leading keys that fit, sorted so, and the rows
+    being asked; faster than np.lexsort on many rows); else the leading keys that fit, sorted so, and the rows
     alike in them (seldom many) put in order by the others with np.lexsort. Few rows: np.lexsort."""
     import numpy as np
 
@@ -655,7 +655,7 @@ def running_max_by(values, starts):
 
 def running_max(values) -> None:
     """np.maximum.accumulate(values, out=values) for a numpy column, GIL_ROWS rows at a time, each slice's first
-    value raised to the maximum before it (a ufunc's accumulate holds the GIL: ~40 ms over 10M rows)."""
+    value raised to the maximum before it (a ufunc's accumulate holds the GIL throughout)."""
     import numpy as np
 
     for k in range(0, len(values), GIL_ROWS):

@@ -1,6 +1,6 @@
 """The head of a large trace: its first few megabytes, read in process while the whole is read in parallel, so
 that the viewer shows the trace's beginning in a fraction of a second rather than after the whole first read
-(seconds at 1M events, minutes at 10M), as a log viewer shows a file's first page before it has indexed the rest.
+(which grows with the trace), as a log viewer shows a file's first page before it has indexed the rest.
 
 The head is the whole truth of a stretch of time, never a sample: every event that starts before its end time
 `t_cut` is in it and nothing after. Of a trace dir, each rank file's first bytes are read (its lines are in the
@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import os
 
-from . import events as events_mod
-from . import reader
-from .columns import typecode
-from .events import EventTable
+from ..importers import events_files, rank_files
+from ..table.columns import typecode
+from ..table.event_table import EventTable
+from ..table.memory import gc_paused
 
-HEAD_BYTES = 8 << 20        # what the head reads in all (1M events: ~20k of them, ~0.3 s), or
+HEAD_BYTES = 8 << 20        # what the head reads in all, or
 HEAD_SHARE = 128            # 1/128th of a larger trace (10M events of 1,024 ranks: 40 MB, its first step)
 MAX_HEAD_BYTES = 64 << 20   # up to this
 FILE_HEAD_BYTES = 16 << 10  # and at least this of each rank file
@@ -33,7 +33,7 @@ def head_bytes(total: int) -> int:
 
 
 def read_head(plan) -> tuple[EventTable, float] | None:
-    """The head of the trace a parallel first read is about to read by `plan` (data/parallel.py's Plan), and the
+    """The head of the trace a parallel first read is about to read by `plan` (data/store/parallel.py's Plan), and the
     fraction of its bytes that it read; None where it has none (events out of time order, nothing read)."""
     table = EventTable()
     table.runs, table.run = plan.head.runs, plan.head.run  # (which run of the trace: the plan found it)
@@ -41,8 +41,8 @@ def read_head(plan) -> tuple[EventTable, float] | None:
         files = [f for share in plan.shares for f in share["files"]]
         sizes = {f: _size(f) for f in files}
         limit = max(head_bytes(sum(sizes.values())) // max(len(files), 1), FILE_HEAD_BYTES)
-        with events_mod.gc_paused():
-            reader.read_rank_files(files, table, limit=limit)
+        with gc_paused():
+            rank_files.read_rank_files(files, table, limit=limit)
         if not len(table):
             return None
         table.sort()
@@ -56,7 +56,7 @@ def read_head(plan) -> tuple[EventTable, float] | None:
             fh.seek(min(head_bytes(total), total))
             fh.readline()  # on to the next line's start
             done = fh.tell()
-        events_mod.read_range(path, 0, done, table, run)
+        events_files.read_range(path, 0, done, table, run)
         if not len(table) or not _in_time_order(table):
             return None
         table.sort()

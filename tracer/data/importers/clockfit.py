@@ -1,5 +1,5 @@
 """Clock offsets between ranks fitted from the collectives themselves, for traces whose times are each host's own
-(PyTorch profiler traces: data/kineto.py). disttrace's own recorder aligns clocks by ping-pong through the store
+(PyTorch profiler traces: kineto.py). disttrace's own recorder aligns clocks by ping-pong through the store
 instead (record/clock.py); this is for evidence recorded without it."""
 
 from __future__ import annotations

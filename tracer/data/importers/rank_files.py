@@ -23,11 +23,15 @@ from operator import attrgetter
 
 import orjson
 
-from ..format import (BEGIN, CLOCK, END, FORMAT_VERSION, GROUP, LEFT, META, STACKS, STEP, SUMMARY, WAIT,
-                      is_rank_file, says_left)
+from ...format import (BEGIN, BEGIN_EXTRA, CLOCK, END, FORMAT_VERSION, GROUP, LEFT, META, STACKS, STEP, SUMMARY,
+                       WAIT, is_rank_file, says_left)
+from ...errors import TraceError
+from ..table.event_table import NONE, OPS, EventTable, RankInfo, text_field
+from ..table.memory import gc_paused
+from ..table.progress import Progress
+from ..table.rows import text_column
 from . import rank_batches
-from .events import NONE, OPS, EventTable, Progress, RankInfo, TraceError, gc_paused, text_column, text_field
-from .runs import find_runs, pick, unreadable, written
+from .runs import find_runs, pick_run, unreadable, written
 
 _INT = int
 
@@ -48,7 +52,7 @@ def load_trace_dirs(paths: list[str], table: EventTable, progress: Progress | No
                     run: int | None = None) -> None:
     """Load disttrace trace dirs (one per node: their rank files make one trace) into `table`.
 
-    They may hold several runs (process-group worlds: restarts, successive jobs; data/runs.py): `run` picks one by
+    They may hold several runs (process-group worlds: restarts, successive jobs; runs.py): `run` picks one by
     its number; by default the only one, else the last, with a note that there are others."""
     files = run_files(paths, table, run)
     with gc_paused():
@@ -65,7 +69,7 @@ def run_files(paths: list[str], table: EventTable, run: int | None = None) -> li
         table.warnings.append(unreadable(path))
     if not runs:
         raise TraceError(f"{os.path.dirname(rank_files[0]) or '.'}: no readable rank files in this trace")
-    chosen = pick(runs, run, table.warnings, " ".join(paths))
+    chosen = pick_run(runs, run, table.warnings, " ".join(paths))
     table.runs, table.run = runs, chosen.number
     return [f.path for f in chosen.files]
 
@@ -318,7 +322,7 @@ def _columns(rf: _RankFile, table: EventTable, rank: int, host: str, gids: dict,
              clock) -> dict | None:
     """The columns of the rank's ops at once, for a file whose every begin is well-formed: each field taken from
     all the begins by one map() of dict.get (or of an attribute of rank_batches' records), the times aligned in
-    numpy (1M events: ~2.5x faster than event by event, and ~2x more from the typed records). Raises on the
+    numpy (faster than event by event, and faster again from the typed records). Raises on the
     first odd value, before changing anything (the caller goes event by event then, _rows, whose checks these
     mirror); of typed records, returns None instead (the caller reads the file again, the careful way)."""
     if type(rank) is not int or not 0 <= rank < 2 ** 31:
@@ -344,8 +348,8 @@ def _columns(rf: _RankFile, table: EventTable, rank: int, host: str, gids: dict,
 def _batch(begins: list, rf: _RankFile, rank: int, host: str, gids: dict, step_ends: list, clock,
            peer_at_end: bool, errors: bool) -> dict:
     """_columns of the rank's `begins` ("gid" as a list, None for an unknown group). (Taking them a few hundred
-    at a time, while their dicts are in the CPU's caches, measured no faster here: unlike the events reader's,
-    they were all parsed before.)"""
+    at a time, while their dicts are in the CPU's caches, gains nothing here: unlike the events reader's, they
+    were all parsed before.)"""
     import numpy as np
 
     ends, waits, late = rf.ends, rf.waits, rf.late
@@ -428,14 +432,14 @@ _OP_SET = frozenset(OPS)
 
 
 def _has_extra(b: dict, e: dict | None) -> bool:
-    return "origin" in b or "th" in b or (e is not None and ("bound" in e or "dev" in e))
+    return any(k in b for k in BEGIN_EXTRA) or (e is not None and ("bound" in e or "dev" in e))
 
 
 def _extra(b: dict, e: dict | None) -> dict | None:
     """The event's keys that have no column of their own (docs/FORMAT.md), or None."""
     extra = None
-    if "origin" in b or "th" in b:
-        extra = {k: b[k] for k in ("origin", "th") if k in b}
+    if any(k in b for k in BEGIN_EXTRA):
+        extra = {k: b[k] for k in BEGIN_EXTRA if k in b}
     if e and e.get("bound"):
         extra = dict(extra or (), end_is_bound=True)
     if e and type(e.get("dev")) is int and 0 <= e["dev"] < 2 ** 63:  # NCCL's completion hook (CUDA events)

@@ -1,5 +1,6 @@
-"""Human-readable numbers: the one home of how disttrace writes times, sizes and bandwidths, for the report, the
-analysis' sentences (describe, problems), the viewer and the demos' narrations.
+"""Human-readable numbers: the one home of how disttrace writes times, sizes, bandwidths and lists of ranks, for the
+report, the analysis' sentences (describe, problems), the importers' notes, the viewer and the demos' narrations.
+Beside format.py, below data/: it imports nothing of disttrace's, nor numpy, so that every layer may write a number.
 
 One vocabulary: every text names its units from the tables below and takes the largest unit the value reaches. What
 differs with the room a text has is only a Style: how many digits, whether a space stands before the unit, how
@@ -163,12 +164,11 @@ def parse_ns(text: str) -> int | None:
 
 
 def fmt_ranks(ranks) -> str:
+    """'rank 3', 'ranks 0, 1, 2', or the first 8 and how many: the ranks a sentence names."""
     ranks = sorted(ranks)
     if len(ranks) == 1:
         return f"rank {ranks[0]}"
-    if len(ranks) > 8:
-        return f"ranks {', '.join(map(str, ranks[:8]))} … ({len(ranks)} ranks)"
-    return "ranks " + ", ".join(map(str, ranks))
+    return "ranks " + fmt_list(ranks, 8, more=" … ({n} ranks)")
 
 
 def fmt_ordinal(n: int) -> str:
@@ -177,8 +177,25 @@ def fmt_ordinal(n: int) -> str:
     return f"{n}{suffix}"
 
 
-def fmt_list(xs, most: int = 12) -> str:
-    """'4, 9, 14, 19', or the first `most` and how many in all."""
+def fmt_list(xs, most: int | None = 12, sep: str = ", ", more: str = ", … ({n} in all)", spans: bool = False,
+             first: int | None = None) -> str:
+    """The one writer of a list of numbers (ranks, steps): '4, 9, 14, 19'. Past `most` of them (None: no limit),
+    the first `first` (default `most`) and then `more`, where {n} is how many in all and {last} the last one
+    ('0…31 (32)': first=1, more="…{last} ({n})"). `spans`: a run of consecutive numbers as one item, '0-3, 5'."""
     xs = list(xs)
-    shown = ", ".join(map(str, xs[:most]))
-    return shown + (f", … ({len(xs)} in all)" if len(xs) > most else "")
+    items = _spans(xs) if spans else list(map(str, xs))
+    if most is None or len(items) <= most:
+        return sep.join(items)
+    return sep.join(items[:most if first is None else first]) + more.format(n=len(xs), last=xs[-1])
+
+
+def _spans(xs: list[int]) -> list[str]:
+    """'3', '5-8', ... of sorted numbers: each run of consecutive ones as its first and last."""
+    parts, k = [], 0
+    while k < len(xs):
+        j = k
+        while j + 1 < len(xs) and xs[j + 1] == xs[j] + 1:
+            j += 1
+        parts.append(str(xs[k]) if j == k else f"{xs[k]}-{xs[j]}")
+        k = j + 1
+    return parts

@@ -2,9 +2,9 @@
 
 Each node's launcher stores its dir when its job ends (commands/run.py). The nodes' dirs opened together are a
 trace of their own (its store in the first dir, named by a hash of them all), whose first read parsed every rank
-file again: a million events, ~7 s on two CPUs. Where each dir's store is valid and holds exactly what a read of
+file again. Where each dir's store is valid and holds exactly what a read of
 the whole takes from that dir, those stores are the whole's parts, merged as a parallel read's are
-(store.merge_parts: groups and dictionaries made one, the rows sorted): ~1 s.
+(merge_parts: groups and dictionaries made one, the rows sorted), in a fraction of a parse's time.
 
 Exactly what a read takes: the whole trace is one run with no warning of finding it (no unreadable file, no other
 run), every dir's store holds one run, and the whole's rank files are those runs' files, dir after dir. Anything else
@@ -19,15 +19,18 @@ from __future__ import annotations
 
 import os
 
-from . import store
-from .events import EventTable, TraceError
-from .reader import find_rank_files, run_files
+from ...errors import TraceError
+from ..importers.rank_files import find_rank_files, run_files
+from ..table.event_table import EventTable
+from . import cache
+from .codec import StoreError, read_store
+from .merge import merge_parts
 
 
 def merge(paths: list[str], run: int | None, target: str, fingerprint: dict) -> bool:
     """Write the store of the trace dirs `paths` (run `run`) to `target` from the dirs' own stores; False (nothing
     written) where those are not exactly the whole's parts."""
-    parts = [store.cache_path([p], None, True) for p in paths]
+    parts = [cache.cache_path([p], None, True) for p in paths]
     if len(paths) < 2 or not all(map(os.path.isfile, parts)):
         return False  # (before the runs are found, which reads every rank file's first line: the read does it again)
     head = EventTable()
@@ -40,9 +43,9 @@ def merge(paths: list[str], run: int | None, target: str, fingerprint: dict) -> 
     at = 0
     for p, part in zip(paths, parts):
         try:
-            fp, _ = store.fingerprint([p], None, find_rank_files(p))
-            table = store.read_store(part, fp)  # (valid: the same files, undamaged)
-        except (TraceError, store.StoreError, OSError):
+            fp, _ = cache.fingerprint([p], None, find_rank_files(p))
+            table = read_store(part, fp)  # (valid: the same files, undamaged)
+        except (TraceError, StoreError, OSError):
             return False
         if len(table.runs) != 1 or table.run != table.runs[0].number:
             return False
@@ -55,11 +58,11 @@ def merge(paths: list[str], run: int | None, target: str, fingerprint: dict) -> 
 
     def finish(whole: EventTable, n: int, records: list) -> None:
         if not n:  # (no events: the read says so, in the reader's words)
-            raise store.StoreError("no events")
+            raise StoreError("no events")
 
     try:
-        store.merge_parts(parts, head, target, fingerprint, finish, whole_stores=True)
-    except store.StoreError:
+        merge_parts(parts, head, target, fingerprint, finish, whole_stores=True)
+    except StoreError:
         return False
     return True
 

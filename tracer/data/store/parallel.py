@@ -3,12 +3,12 @@
 Parsing JSON is CPU-bound Python, so threads would not help: each worker is a process (`python -m` this module)
 that reads a share of the trace (whole rank files of a trace dir, or a byte range of an events file, cut at line
 starts) with the in-process readers into an EventTable of its own, and writes it as a store part (an Arrow IPC
-file like the store, data/store.py). The parent then merges the parts in Arrow (no per-event Python object): the
+file like the store, data/store/). The parent then merges the parts in Arrow (no per-event Python object): the
 groups and the text columns' dictionaries made one, the rows sorted as EventTable.sort sorts them, the table-level
 records (ranks, warnings, notes, stacks) joined in order, and writes the trace store. The shares are contiguous and
 merged in file order, so the table is the one the in-process reader makes (tests/test_store.py compares them).
 A share is at most MAX_SHARE_BYTES and at most workers() run at once, so that what the workers hold together stays
-bounded whatever the trace's size (a 10M-event trace: 20 shares, ~300 MB a worker).
+bounded whatever the trace's size.
 
 Used where it pays (data/load.py): a first read that writes the store, of a trace of at least PARALLEL_BYTES, with
 more than one CPU. Anything odd in the machinery (a worker killed, a value the store cannot hold) makes the caller
@@ -28,19 +28,20 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from . import events as events_mod
-from . import reader
-from .events import EventTable, Progress, TraceError, part_of
+from ...errors import TraceError
+from ..importers import events_files, rank_files
+from ..table.event_table import EventTable
+from ..table.memory import gc_paused
+from ..table.progress import Progress, part_of
+from .cache import PartsFailed
+from .codec import StoreError, write_store
+from .merge import merge_parts
 
-PARALLEL_BYTES = 48 << 20  # smaller traces are read in process: two interpreters' start costs ~0.3 s
+PARALLEL_BYTES = 48 << 20  # smaller traces are read in process: the workers' start costs more than they save
 SHARE_BYTES = 24 << 20     # no worker gets less than this
 MAX_SHARE_BYTES = 256 << 20  # nor more: a worker holds its share as a table (~500 bytes an event, ~250 MB here)
 MAX_WORKERS = 8            # at once; a large trace has more shares than workers, read a few at a time
 ENV = "DISTTRACE_WORKERS"  # how many workers to use ("1": read in process); default: the CPUs
-
-
-class PartsFailed(Exception):
-    """The parallel read could not be done (not the trace's fault): read it in process."""
 
 
 @dataclass
@@ -79,7 +80,7 @@ def plan_trace_dirs(paths: list[str], run: int | None) -> Plan | None:
     """The shares of a trace dir read: its run's rank files in contiguous runs of about equal bytes. None: too
     small (or one file) to split."""
     head = EventTable()
-    files = reader.run_files(paths, head, run)
+    files = rank_files.run_files(paths, head, run)
     sizes = [max(_file_size(f), 1) for f in files]
     k = min(_how_many(sum(sizes)), len(files))
     if k < 2:
@@ -105,7 +106,7 @@ def plan_events_file(path: str, run: int | None) -> Plan | None:
         return None
     head = EventTable()
     with open(path, "rb") as fh:
-        keep = events_mod.run_to_keep(path, fh, run, head)
+        keep = events_files.run_to_keep(path, fh, run, head)
         cuts = [0]
         for j in range(1, k):
             fh.seek(max(size * j // k - 1, cuts[-1]))
@@ -236,8 +237,6 @@ def build(plan: Plan, target: str, fingerprint: dict, progress: Progress | None 
     """Read the trace by `plan` in worker processes and write its trace store to `target` (store.write_store's
     file: what read_store opens). Raises TraceError (the trace cannot be read: the reader's message) or PartsFailed
     (read it in process)."""
-    from . import store
-
     folder = os.path.dirname(target) or "."
     try:
         parts = read_parts(plan, folder, part_of(progress, 0.0, 0.9))
@@ -246,8 +245,8 @@ def build(plan: Plan, target: str, fingerprint: dict, progress: Progress | None 
     try:
         if progress is not None:
             progress(0.9, "merging")
-        store.merge_parts(parts, plan.head, target, fingerprint, _finish(plan))
-    except store.StoreError as e:
+        merge_parts(parts, plan.head, target, fingerprint, _finish(plan))
+    except StoreError as e:
         raise PartsFailed(f"cannot merge the parts: {e}") from None
     finally:
         _remove(parts)
@@ -260,12 +259,12 @@ def _finish(plan: Plan):
     def finish(table: EventTable, n: int, parts: list[dict]) -> None:
         if plan.kind == "dirs":
             if not sum(p["read"] for p in parts):
-                raise TraceError(reader.no_readable([f for s in plan.shares for f in s["files"]]))
+                raise TraceError(rank_files.no_readable([f for s in plan.shares for f in s["files"]]))
         else:
-            events_mod.events_read(plan.paths[0], table, n, sum(p["bad"] for p in parts),
+            events_files.events_read(plan.paths[0], table, n, sum(p["bad"] for p in parts),
                                    next((p["first_bad"] for p in parts if p["first_bad"]), ""))
         if not n:
-            raise TraceError(events_mod.no_events(plan.paths))
+            raise TraceError(events_files.no_events(plan.paths))
     return finish
 
 
@@ -275,8 +274,6 @@ _TRACE_ERROR = 3
 
 
 def _work(spec: dict) -> int:
-    from . import store
-
     table = EventTable()
     last = [0.0]
 
@@ -289,26 +286,26 @@ def _work(spec: dict) -> int:
 
     try:
         if spec["kind"] == "dirs":
-            with events_mod.gc_paused():
-                part = {"read": reader.read_rank_files(spec["files"], table, progress)}
+            with gc_paused():
+                part = {"read": rank_files.read_rank_files(spec["files"], table, progress)}
         else:
             a, b = spec["range"]
-            bad, first_bad = events_mod.read_range(spec["path"], a, b, table, spec["run"], progress)
+            bad, first_bad = events_files.read_range(spec["path"], a, b, table, spec["run"], progress)
             part = {"bad": bad, "first_bad": first_bad}
     except TraceError as e:
         sys.stderr.write(str(e))
         return _TRACE_ERROR
-    store.write_store(table, spec["out"], {}, part=part)
+    write_store(table, spec["out"], {}, part=part)
     return 0
 
 
 if __name__ == "__main__":
-    try:  # batch work: a viewer showing the trace's head meanwhile answers its keys first (data/head.py)
+    try:  # batch work: a viewer showing the trace's head meanwhile answers its keys first (data/store/head.py)
         os.nice(10)
     except OSError:
         pass
     sys.exit(_work(orjson.loads(sys.stdin.buffer.read())))
 
 
-__all__ = ["ENV", "PARALLEL_BYTES", "PartsFailed", "Plan", "build", "plan_events_file", "plan_trace_dirs",
+__all__ = ["ENV", "PARALLEL_BYTES", "Plan", "build", "plan_events_file", "plan_trace_dirs",
            "read_parts", "workers"]

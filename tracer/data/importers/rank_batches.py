@@ -1,7 +1,7 @@
 """A rank file's begin, end and wait records decoded straight into typed records by msgspec, and the rank's columns
 made from them: no dict per record, the tensor summaries kept as the JSON text they are in the file, the types
-checked in C. It mirrors data/reader.py's `_batch` (the column path over orjson's dicts) value for value, as
-data/event_batches.py mirrors the events reader, and takes the common case only: a record of another type than the
+checked in C. It mirrors rank_files.py's `_batch` (the column path over orjson's dicts) value for value, as
+event_batches.py mirrors the events reader, and takes the common case only: a record of another type than the
 format's, an unknown key, a torn file, or a value out of its column's range gives None, and the caller reads the
 file the careful way (reader._parse_file's orjson path, then `_columns` or event by event).
 
@@ -17,16 +17,19 @@ from typing import Any, Optional, Union
 import msgspec
 import orjson
 
-from .event_batches import _text, _texts
-from .events import NONE, OPS, text_field
+from ...format import BEGIN, BEGIN_EXTRA, END, WAIT, record_prefix
+from ..table.event_table import NONE, OPS, text_field
+from ..table.rows import _text, _texts
 
 _NO = msgspec.Raw(b"")
 UNSET = msgspec.UNSET
-_PREFIX = {b'{"k":"b",': 0, b'{"k":"e",': 1, b'{"k":"w",': 2}  # (records are written compact, "k" first)
+_PREFIX = {record_prefix(kind): n for n, kind in enumerate((BEGIN, END, WAIT))}  # (written compact, "k" first)
+_PREFIX_LEN = len(record_prefix(BEGIN))  # (every kind's: one letter)
 
 
 class _Begin(msgspec.Struct, forbid_unknown_fields=True, gc=False):
-    """A "b" record (docs/FORMAT.md), typed as reader._batch requires; what it keeps as it is, raw."""
+    """A "b" record: format.BEGIN_FIELDS (in_: "in", async_: "async"), typed as rank_files._batch requires; what
+    it keeps as it is, raw."""
 
     k: str
     i: int
@@ -49,7 +52,7 @@ class _Begin(msgspec.Struct, forbid_unknown_fields=True, gc=False):
 
 
 class _End(msgspec.Struct, forbid_unknown_fields=True, gc=False):
-    """An "e" record."""
+    """An "e" record: format.END_FIELDS."""
 
     k: str
     i: int
@@ -64,7 +67,7 @@ class _End(msgspec.Struct, forbid_unknown_fields=True, gc=False):
 
 
 class _Wait(msgspec.Struct, forbid_unknown_fields=True, gc=False):
-    """A "w" record."""
+    """A "w" record: format.WAIT_FIELDS."""
 
     k: str
     i: int
@@ -82,7 +85,7 @@ def split(lines: list) -> tuple[list, list, list, list]:
     out: tuple[list, list, list, list] = ([], [], [], [])
     get = _PREFIX.get
     for line in lines:
-        out[get(line[:9], 3)].append(line)
+        out[get(line[:_PREFIX_LEN], 3)].append(line)
     return out
 
 
@@ -212,7 +215,7 @@ def _extra(b: _Begin, e: _End | None) -> dict | None:
     """reader._extra of the records: the event's keys that have no column of their own, or None."""
     extra = None
     if b.origin or b.th:
-        extra = {k: orjson.loads(bytes(raw)) for k, raw in (("origin", b.origin), ("th", b.th)) if raw}
+        extra = {k: orjson.loads(bytes(raw)) for k in BEGIN_EXTRA if (raw := getattr(b, k))}
     if e is not None and e.bound:
         extra = dict(extra or (), end_is_bound=True)
     if e is not None and type(e.dev) is int and 0 <= e.dev < 2 ** 63:

@@ -1,4 +1,4 @@
-"""The device side of a profiler (Kineto) trace, for data/kineto.py: which kernels are communication, and which
+"""The device side of a profiler (Kineto) trace, for kineto.py: which kernels are communication, and which
 host op each one ran for.
 
 A kernel is communication by what launched it, its name only when nothing else says:

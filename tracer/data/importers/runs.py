@@ -16,12 +16,12 @@ without parsing its events, by `disttrace runs`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import orjson
 
-from ..errors import TraceError
-from ..format import BEGIN, CLOCK, LEFT, META, kind_marker, says_left
+from ...errors import TraceError
+from ...format import BEGIN, CLOCK, LEFT, META, kind_marker, says_left
 
 _BEGIN, _LEFT, _CLOCK = kind_marker(BEGIN), kind_marker(LEFT), kind_marker(CLOCK)
 
@@ -134,7 +134,7 @@ class Run:
 
 def written(path: str, limit: int | None = None) -> bytes:
     """The bytes a rank file holds: what its recorder wrote (one that died leaves its preallocated tail zeroed);
-    with `limit`, its whole lines among the first `limit` bytes (a trace's head, data/head.py)."""
+    with `limit`, its whole lines among the first `limit` bytes (a trace's head, data/store/head.py)."""
     try:
         with open(path, "rb") as f:
             data = f.read() if limit is None else f.read(limit)
@@ -223,19 +223,29 @@ def group(files: list[RankFile]) -> list[Run]:
     return [Run(n, sorted(fs, key=lambda f: f.rank)) for n, fs in enumerate(runs, 1)]
 
 
-def pick(runs: list[Run], which: int | None, warnings: list[str], trace: str = "TRACE") -> Run:
-    """The run asked for (its number), or the only one, or the last, with a note that says there are others."""
+def pick(numbers: list[int], which: int | None, warnings: list[str], others: Callable[[list[int]], str],
+         missing: Callable[[list[int]], str]) -> int:
+    """The default-run rule, one for every kind of trace (a trace dir's runs, an events file's): the run asked for
+    (its number), or the only one, or the last, with the note `others(numbers)` that says there are others;
+    TraceError(missing(numbers)) where the run asked for is not there."""
     if which is None:
-        if len(runs) > 1:
-            warnings.append(f"this trace holds {len(runs)} runs (process-group worlds, e.g. restarts or successive "
-                            f"jobs); showing the last, run {runs[-1].number}: list them with `disttrace runs "
-                            f"{trace}`, pick one with --run N")
-        return runs[-1]
-    for run in runs:
-        if run.number == which:
-            return run
-    raise TraceError(f"no run {which} in this trace: it holds run{'s' if len(runs) > 1 else ''} "
-                     f"{_list([r.number for r in runs])} (see `disttrace runs {trace}`)")
+        if len(numbers) > 1:
+            warnings.append(others(numbers))
+        return numbers[-1]
+    if which not in numbers:
+        raise TraceError(missing(numbers))
+    return which
+
+
+def pick_run(runs: list[Run], which: int | None, warnings: list[str], trace: str = "TRACE") -> Run:
+    """The run of a trace dir to read, by `pick`."""
+    number = pick([r.number for r in runs], which, warnings,
+                  lambda ns: f"this trace holds {len(ns)} runs (process-group worlds, e.g. restarts or successive "
+                             f"jobs); showing the last, run {ns[-1]}: list them with `disttrace runs "
+                             f"{trace}`, pick one with --run N",
+                  lambda ns: f"no run {which} in this trace: it holds run{'s' if len(ns) > 1 else ''} "
+                             f"{_list(ns)} (see `disttrace runs {trace}`)")
+    return next(r for r in runs if r.number == number)
 
 
 def _int(v) -> int:
@@ -261,4 +271,4 @@ def find_runs(files: list[str]) -> tuple[list[Run], list[str]]:
     return group(scanned), unreadable
 
 
-__all__ = ["Ending", "RankFile", "Run", "find_runs", "group", "pick", "scan", "unreadable", "written"]
+__all__ = ["Ending", "RankFile", "Run", "find_runs", "group", "pick", "pick_run", "scan", "unreadable", "written"]

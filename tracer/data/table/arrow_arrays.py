@@ -1,6 +1,6 @@
 """Arrow arrays built over buffers, never by `pa.array`: pyarrow (26) imports pandas at its first `pa.array` call
-where pandas is installed, 0.3 s of every read of a trace (and of the end of `disttrace run`) for nothing disttrace
-uses. pyarrow is passed in, as store.py imports it on first use."""
+where pandas is installed, a cost to every read of a trace (and to the end of `disttrace run`) for nothing
+disttrace uses. pyarrow is passed in, as the store (data/store/) imports it on first use."""
 
 from __future__ import annotations
 

@@ -28,8 +28,9 @@ import re
 
 import orjson
 
-from ..format import is_user_file
-from .events import OPS, EventTable, RankInfo, TraceError
+from ...errors import TraceError
+from ...format import is_user_file
+from ..table.event_table import OPS, EventTable, RankInfo
 
 FR_MAJOR = 2            # newest Flight Recorder dump format this was written against ("version": "2.10")
 MAX_DUMP_BYTES = 1 << 30

@@ -1,12 +1,12 @@
 """A batch of an events file's lines decoded straight into the table's columns, by msgspec against the events
 format's schema: no dict per event, the tensor summaries kept as the JSON text they are in the file (never
-parsed), the types checked in C. About 3x faster than orjson's dicts made into columns (data/events.py
-`_columns`, which it mirrors value for value), which made the first read of a large trace 7x slower than merely
-parsing its JSON.
+parsed), the types checked in C: faster than orjson's dicts made into columns (table/rows.py `_columns`, which it
+mirrors value for value), which made the first read of a large trace several times slower than merely parsing its
+JSON (docs/PERFORMANCE.md).
 
 It takes the common case only: a batch with a malformed line, an unknown key (kept in `extra` by the careful
 path), or a value of another type than the format's (a string for a number, `true` for an integer) returns None,
-and the caller reads that batch the careful way, event by event where it must (events.extend).
+and the caller reads that batch the careful way, event by event where it must (table/rows.extend).
 
 Imports neither torch nor textual.
 """
@@ -20,7 +20,7 @@ from typing import Any, Optional
 import msgspec
 import orjson
 
-from .columns import JsonTexts
+from ..table.rows import _text, _texts
 
 
 class _Event(msgspec.Struct, forbid_unknown_fields=True, gc=False):
@@ -134,40 +134,6 @@ def columns(table, evs: list, ops: frozenset, group_name) -> dict | None:
         "async_op": bytearray(1 if a else 0 for a in get("async_op")),
     })
     return cols
-
-
-def _text(values: list) -> list:
-    """text_field of an optional string: None is ""."""
-    return list(map({None: ""}.get, values, values)) if None in values else values
-
-
-def _texts(raws: list) -> JsonTexts | None:
-    """The summaries' JSON texts; a missing one or a null: b"". None: a text that orjson would not read back (the
-    decoder checks a raw value's syntax but not its UTF-8, nor numbers past a double's range)."""
-    lens = list(map(len, raws))
-    if 4 in lens:  # (a null: the only value of 4 bytes a summary may be)
-        raws = [b"" if k == 4 and bytes(r) == b"null" else r for r, k in zip(raws, lens)]
-        lens = list(map(len, raws))
-    joined = b"".join(raws)
-    try:
-        joined.decode()
-    except UnicodeDecodeError:
-        return None
-    if _huge(joined):
-        return None
-    return JsonTexts(raws, lens)
-
-
-_ZEROS = bytes.maketrans(b"123456789E", b"000000000e")
-
-
-def _huge(text: bytes) -> bool:
-    """Whether text may hold an exponent that overflows a double (orjson rejects those): the regular expression
-    [eE]\\+?[0-9]{3}, found by one search for "e000" once every digit is a 0, every E an e and every + gone (the
-    regular expression's scan took ~1 s over a million events' summaries, four searches for its shapes 0.3 s a
-    quarter of them, this 0.09 s). Deleting every + may find what the expression would not ("e++100"): such a
-    batch is read by the careful path, which says what it holds."""
-    return b"e000" in text.translate(_ZEROS, b"+")
 
 
 def _groups(table, names: list, rankss: list, group_name) -> array | None:
