@@ -6,11 +6,20 @@ factory for a trace of a job script in tests/jobs/; the same (script, nproc, arg
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
 
 from harness import aborted_at_exit, run_traced
+
+# The tests lie in folders that mirror the code (record/, data/, analysis/, commands/, tui/, demos/). pytest imports
+# each test module by its file name (no __init__.py: names are unique across the folders), and a few import helpers
+# from another folder's module (test_store's `age`, test_schedule's `gpipe_sync`): every test folder is on the path,
+# after the one pytest puts first for the module it imports.
+for _folder in sorted(p for p in Path(__file__).parent.iterdir() if p.is_dir() and any(p.glob("test_*.py"))):
+    if str(_folder) not in sys.path:
+        sys.path.append(str(_folder))
 
 
 @pytest.fixture(scope="session")

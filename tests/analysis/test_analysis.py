@@ -265,7 +265,7 @@ def test_to_json_has_the_documented_keys():
 
 
 def test_synthetic_large_trace_generator(tmp_path):
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
     from synth import write_synthetic
 
     from disttrace.tracer.data.events import read_jsonl
@@ -289,7 +289,7 @@ def test_the_collectives_built_in_numpy_are_what_the_rules_make_of_each_instance
     (one instance from its rows). Each instance of the table is what _instance makes of it: on the synthetic 3-D
     job (async all_reduces, broadcasts, barriers) and on hand-made damage (a mismatch, a rank missing, a rank
     twice, an op that never ended)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
     from synth import write_synthetic
 
     from disttrace.tracer.analysis.collectives import _instance, build_collectives
@@ -331,7 +331,7 @@ def test_a_steady_straggler_is_named_in_a_large_world_and_a_balanced_one_names_n
     one slow rank delays only its own groups, so the verdict compares it with the median rank (stragglers.py,
     MEDIAN_WORLD); its late steps are measured against its typical late step, not the one with a world barrier.
     Before, no rank was named. The same job with no late rank names none."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
     from synth import write_synthetic
 
     from disttrace.tracer.data.events import read_jsonl

@@ -155,7 +155,7 @@ def test_other_analysis_code_or_a_changed_trace_reads_nothing(jobs, monkeypatch)
 
 def test_a_damaged_saved_analysis_is_never_read(tmp_path):
     """Every byte of a saved analysis flipped in turn (a stride of them): it is read as it was, or not at all."""
-    src = os.path.join(os.path.dirname(__file__), "tui", "data", "pipeline_job.jsonl")
+    src = os.path.join(os.path.dirname(__file__), "..", "tui", "data", "pipeline_job.jsonl")
     path = str(tmp_path / "pipeline_job.jsonl")
     shutil.copy(src, path)
     age(path)
@@ -182,7 +182,7 @@ def test_a_damaged_saved_analysis_is_never_read(tmp_path):
 
 
 def test_nothing_is_saved_without_a_store(tmp_path, monkeypatch):
-    src = os.path.join(os.path.dirname(__file__), "tui", "data", "tui_job.jsonl")
+    src = os.path.join(os.path.dirname(__file__), "..", "tui", "data", "tui_job.jsonl")
     path = str(tmp_path / "tui_job.jsonl")
     shutil.copy(src, path)
     age(path)

@@ -12,7 +12,7 @@ import pytest
 
 from harness import run_disttrace
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from synth import write_synthetic  # noqa: E402
 
 

@@ -77,7 +77,7 @@ def test_the_error_names_the_subcommand_that_says_it(args, starts):
 def test_a_reader_that_closes_the_pipe_is_not_a_finding(command, tmp_path):
     # `disttrace report T | head -1`: the reader went away; the command ends as one killed by SIGPIPE would (141,
     # what the shell shows for `yes | head -1`), silently, not with 1 ("problems found") or a traceback
-    trace = Path(__file__).parent / "tui" / "data" / "tui_job.jsonl"  # no problem in it: report alone exits 0
+    trace = Path(__file__).parents[1] / "tui" / "data" / "tui_job.jsonl"  # no problem in it: report alone exits 0
     line = " ".join(disttrace_cmd(command, trace))
     proc = subprocess.run(f"{line} | true; exit ${{PIPESTATUS[0]}}", shell=True, executable="/bin/bash",
                           capture_output=True, text=True)

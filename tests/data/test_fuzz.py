@@ -431,7 +431,7 @@ def test_trace_files_are_private(seeds):
         assert stat.S_IMODE(p.stat().st_mode) == 0o600, p
 
 
-if __name__ == "__main__":  # pragma: no cover - `python tests/test_fuzz.py CASE_DIR`: replay one saved case
+if __name__ == "__main__":  # pragma: no cover - `PYTHONPATH=tests python tests/data/test_fuzz.py CASE_DIR`: replay one saved case
     print(read_everything(sys.argv[1]))
 
 

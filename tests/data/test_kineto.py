@@ -423,7 +423,7 @@ def test_a_real_h100_trace_of_nccl_ops_reads_each_op_and_step_once():
     world of one on NCCL (torch 2.11, an H100, 2026-11-26), 4 of them active: 4 matmuls, all_reduce,
     all_gather_into_tensor and barrier a step. Its device-side annotations (gpu_user_annotation: one per nccl:*
     and per ProfilerStep#N) were read as host ops: 16 collectives and 7 steps, every other one empty."""
-    path = os.path.join(os.path.dirname(__file__), "data", "h100-nccl-world1.pt.trace.json.gz")
+    path = os.path.join(os.path.dirname(__file__), "h100-nccl-world1.pt.trace.json.gz")
     t = load_trace([path])
     rows = [t.row(i) for i in range(len(t))]
     assert [(r["op"], r["step"]) for r in rows] == [(op, s) for s in range(4)
@@ -439,7 +439,7 @@ def test_a_real_h100_trace_of_nccl_ops_reads_each_op_and_step_once():
 
 # -- every vintage: fixtures of our own (tests/data/kineto/README.md says which script wrote each, from what) -------
 
-KDATA = os.path.join(os.path.dirname(__file__), "data", "kineto")
+KDATA = os.path.join(os.path.dirname(__file__), "kineto")
 
 
 def _load(*names: str):

@@ -17,7 +17,7 @@ from disttrace.tracer.data.load import load_trace
 
 from test_store import EVENTS, _copy, age, assert_same, opened_from_store
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from synth import write_synthetic  # noqa: E402
 
 

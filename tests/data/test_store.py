@@ -20,7 +20,7 @@ from disttrace.tracer.data.columns import typecode
 from disttrace.tracer.data.events import _INT_COLUMNS, _OBJ_COLUMNS, _STR_COLUMNS, extend, iter_jsonl
 from disttrace.tracer.data.load import load_trace
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from synth import write_synthetic  # noqa: E402
 
 HOUR = 3600 * 10**9

@@ -45,7 +45,7 @@ def test_every_rank_and_op_recorded_in_order(table):
             if nbytes is not None:
                 assert e["bytes"] == nbytes, e
             assert e["status"] == "ok" and e["end_ns"] >= e["start_ns"]
-            assert e["site"].startswith(str(__import__("pathlib").Path(__file__).parent / "jobs" / "rec_ops.py"))
+            assert e["site"].startswith(str(__import__("pathlib").Path(__file__).parents[1] / "jobs" / "rec_ops.py"))
         scatter = evs[6]
         assert scatter["bytes"] == (32 if rank == 0 else 0)
         apis = [e["api"] for e in evs]
