@@ -67,7 +67,7 @@ def assert_same_analysis(a: Analysis, b: Analysis) -> None:
 @pytest.fixture(scope="module")
 def jobs(traced, tmp_path_factory):
     """A DDP job with a straggler (steps, waits, causes, a verdict) and a 3-stage pipeline (its stats), each a
-    copy old enough to be stored; the traces are shared with tests/test_critical_path.py."""
+    copy old enough to be stored; the traces are shared with tests/analysis/test_critical_path.py."""
     base = tmp_path_factory.mktemp("saved")
     return [_copy(traced(script, nproc=n, summaries="off"), base, script[:-3]) for script, n in
             (("cp_ddp_straggler.py", 2), ("cp_pipeline_slow_stage.py", 3))]

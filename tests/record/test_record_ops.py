@@ -119,4 +119,4 @@ def test_clock_alignment_recorded(table):
         assert info.host and info.pid > 0 and info.world_size == 4 and info.backend == "gloo"
         # one machine: every rank reads the same monotonic clock, so the measured offset is small
         assert abs(info.clock_offset_ns) <= max(5 * info.clock_uncertainty_ns, 2_000_000)
-        # measured once more a second after the start (tests/test_clock.py): this job is shorter
+        # measured once more a second after the start (tests/record/test_clock.py): this job is shorter
