@@ -45,3 +45,136 @@ def traced(tmp_path_factory):
         return cache[key][0]
 
     return make
+
+
+# -- the fast loop starts no process ----------------------------------------------------------------------------
+# `pytest -m "not slow"` is the contributors' loop: a test that starts torchrun, tmux or any child process
+# (subprocess, multiprocessing, `python -m disttrace` as a process) is marked `slow`. Outside `slow` tests every way
+# of starting one fails the test, in its fixtures too (a session fixture that runs a job is set up inside the first
+# test that asks for it).
+import _posixsubprocess  # noqa: E402
+import os  # noqa: E402
+import subprocess  # noqa: E402
+
+_STARTERS = [(subprocess, "_fork_exec"), (_posixsubprocess, "fork_exec"), (os, "fork"), (os, "forkpty"), (os, "posix_spawn"),
+             (os, "posix_spawnp"), (os, "system")]
+
+
+def _process_started(what: str, started: list):
+    def refuse(*args, **kwargs):
+        started.append(what)
+        raise pytest.fail.Exception(f"a test not marked slow started a process ({what}): mark it "
+                                    "@pytest.mark.slow, or give it what the process made (tests/data, tests/tui/data)")
+    return refuse
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    if item.get_closest_marker("slow") is not None:
+        yield
+        return
+    started: list = []
+    saved = [(mod, name, getattr(mod, name)) for mod, name in _STARTERS if hasattr(mod, name)]
+    for mod, name, _ in saved:
+        setattr(mod, name, _process_started(f"{mod.__name__}.{name}", started))
+    item.stash[_STARTED] = started
+    try:
+        yield
+    finally:
+        for mod, name, fn in saved:
+            setattr(mod, name, fn)
+
+
+_STARTED = pytest.StashKey[list]()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A process refused where the code under test swallowed the failure still fails the test."""
+    outcome = yield
+    started = item.stash.get(_STARTED, None)
+    report = outcome.get_result()
+    if started and report.when == "call" and report.passed:
+        report.outcome = "failed"
+        report.longrepr = f"a test not marked slow started a process: {', '.join(started)}"
+
+
+# -- the viewer driven by keys (Textual's Pilot) ----------------------------------------------------------------
+# Pilot.press waits after each key until the process's CPU time stops advancing (textual._wait.wait_for_idle: a
+# 20 ms sleep at least, twice a key, up to 1 s each while anything runs), and pause() once more. The tests wait for
+# what a key does instead: every message pump of the app (the app, its screens, their widgets) has handled all
+# it was sent, what that posted and the callbacks it scheduled, seen so on a few turns of the event loop in a row;
+# press() then waits for the screen as before (Pilot._wait_for_screen). Work in threads (the app's workers) and
+# timers is not waited for by either: a test that needs it waits for its result (tui_helpers.wait_until).
+# And the timeline draws nothing ahead (Timeline._plan_ahead, on a timer after each change of view) unless a test
+# is marked draws_ahead: drawing ahead changes no cell on screen, only how soon a later key finds its lanes.
+import asyncio  # noqa: E402
+import time  # noqa: E402
+
+SETTLED_TURNS = 3  # turns of the event loop in a row with nothing left to handle
+UPDATES = 10
+
+
+def _pumps(app) -> list:
+    pumps = [app]
+    for screen in app.screen_stack:
+        pumps += list(screen.walk_children(with_self=True))
+    return pumps
+
+
+def _busy(pump) -> bool:
+    """A pump whose task runs is idle when it waits for its next message (textual._queue.Queue.get) with none
+    queued and no callback due; else it is handling one."""
+    task = getattr(pump, "_task", None)
+    if task is None or task.done():
+        return False
+    queue = pump._message_queue
+    return bool(queue.values or not queue.ready_event._waiters or pump._next_callbacks)
+
+
+def _update_due(app) -> bool:
+    """Whether the screen has a refresh waiting for its update timer (layout, repaint, callbacks after refresh)."""
+    try:
+        screen = app.screen
+    except Exception:  # no screen (yet, or any more)
+        return False
+    return not app._batch_count and bool(screen._layout_required or screen._scroll_required or
+                                         screen._repaint_required or screen._dirty_widgets or
+                                         screen._recompose_required or screen._callbacks)
+
+
+async def settled(min_sleep: float = 0.0, max_sleep: float = 5.0) -> None:
+    """textual._wait.wait_for_idle's stand-in: the active app's message pumps have nothing left to handle, and the
+    screen's refresh that its update timer would make is made (at most UPDATES times: a widget may always be dirty)."""
+    from textual._context import active_app
+
+    app = active_app.get(None)
+    deadline = time.monotonic() + max(max_sleep, 5.0)
+    quiet = updates = 0
+    while quiet < SETTLED_TURNS and time.monotonic() < deadline:
+        await asyncio.sleep(0)
+        if app is None:
+            quiet += 1
+        elif any(_busy(p) for p in _pumps(app)):
+            quiet = 0
+        elif updates < UPDATES and _update_due(app):
+            app.screen._on_timer_update()
+            updates += 1
+            quiet = 0
+        else:
+            quiet += 1
+
+
+@pytest.fixture(autouse=True)
+def _pilot_waits_for_the_keys_effect(request, monkeypatch):
+    if "textual.pilot" not in sys.modules:
+        return
+    import textual.app
+    import textual.pilot
+
+    monkeypatch.setattr(textual.app, "wait_for_idle", settled)
+    monkeypatch.setattr(textual.pilot, "wait_for_idle", settled)
+    if request.node.get_closest_marker("draws_ahead") is None and "disttrace.tui.widgets.timeline" in sys.modules:
+        from disttrace.tui.widgets.timeline import Timeline
+
+        monkeypatch.setattr(Timeline, "AHEAD_DELAY_S", 1e6)
