@@ -264,6 +264,7 @@ def test_to_json_has_the_documented_keys():
     assert orjson.loads(orjson.dumps(d)) == d
 
 
+@pytest.mark.slow  # (a large trace: 20,000 events on 64 ranks)
 def test_synthetic_large_trace_generator(tmp_path):
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
     from synth import write_synthetic
@@ -324,6 +325,7 @@ def test_the_collectives_built_in_numpy_are_what_the_rules_make_of_each_instance
         assert all(instance_of[i] == k for k, rows in enumerate(buckets) for i in rows)
 
 
+@pytest.mark.slow  # (large traces: 50,000-60,000 events, the JIT compiles)
 @pytest.mark.parametrize("ranks,events", [(64, 50_000), (256, 60_000)])
 def test_a_steady_straggler_is_named_in_a_large_world_and_a_balanced_one_names_none(tmp_path, ranks, events):
     """The synthetic 3-D job: the last rank arrives 400 µs late at every op (the others within 5–60 µs), so the

@@ -153,6 +153,7 @@ def test_other_analysis_code_or_a_changed_trace_reads_nothing(jobs, monkeypatch)
     age(path)
 
 
+@pytest.mark.slow  # (400 damaged copies, each analysed: a sweep)
 def test_a_damaged_saved_analysis_is_never_read(tmp_path):
     """Every byte of a saved analysis flipped in turn (a stride of them): it is read as it was, or not at all."""
     src = os.path.join(os.path.dirname(__file__), "..", "tui", "data", "pipeline_job.jsonl")

@@ -328,6 +328,7 @@ def test_kernel_without_its_host_op_is_kept(tmp_path, meta_on_kernel):
     assert a.straggler is not None and a.straggler.rank == LATE
 
 
+@pytest.mark.slow
 def test_gpu_report_and_events_cli(tmp_path):
     d = write_gpu_traces(tmp_path / "gpu", ranks=(0, 1), meta_on_kernel=True, seq=True)
     rc, rep = _report(d)
@@ -340,6 +341,7 @@ def test_gpu_report_and_events_cli(tmp_path):
     assert single.returncode == 0, single.stderr
 
 
+@pytest.mark.slow
 def test_damage_is_one_line_and_exit_2(tmp_path):
     d = write_gpu_traces(tmp_path / "gpu", ranks=(0, 1), meta_on_kernel=True, seq=True)
     plain = next(os.path.join(d, n) for n in os.listdir(d) if n.endswith(".json"))
@@ -721,6 +723,7 @@ def test_a_coalesced_block_without_its_ops_is_said(tmp_path):
     assert any("1 coalesced block(s) launched kernels but none of their ops is in the trace" in w for w in t.warnings)
 
 
+@pytest.mark.slow
 def test_no_communication_refused_saying_what_the_trace_holds(tmp_path):
     def edit(doc):
         doc["traceEvents"] = [e for e in doc["traceEvents"] if not (

@@ -111,6 +111,7 @@ def read_jsonl_lines(lines):
         os.unlink(fh.name)
 
 
+@pytest.mark.slow
 def test_a_split_events_file_reads_as_one(tmp_path, split, careful):
     path = damaged_events_file(tmp_path / "events.jsonl")
     first = load_trace(path)
@@ -128,6 +129,7 @@ def test_a_split_events_file_reads_as_one(tmp_path, split, careful):
     assert_same(sorted_ranks(slow), sorted_ranks(again))
 
 
+@pytest.mark.slow
 def test_more_shares_than_workers_are_read_a_few_at_a_time(tmp_path, split, careful, monkeypatch):
     """A trace larger than the workers' shares may be (MAX_SHARE_BYTES) is cut into more shares, which at most
     workers() processes read at once: the table is the same."""
@@ -149,6 +151,7 @@ def test_more_shares_than_workers_are_read_a_few_at_a_time(tmp_path, split, care
     assert_same(sorted_ranks(careful(path)), sorted_ranks(t))
 
 
+@pytest.mark.slow
 def test_a_split_read_of_one_run_of_several(tmp_path, split, careful):
     path = damaged_events_file(tmp_path / "events.jsonl", runs=3)
     for run in (2, None):
@@ -159,6 +162,7 @@ def test_a_split_read_of_one_run_of_several(tmp_path, split, careful):
     assert split == [3, 3]
 
 
+@pytest.mark.slow
 def test_a_newer_format_in_a_later_share_is_the_readers_message(tmp_path, split, careful):
     path = tmp_path / "events.jsonl"
     write_synthetic(str(path), 3000, 16)
@@ -172,6 +176,7 @@ def test_a_newer_format_in_a_later_share_is_the_readers_message(tmp_path, split,
     assert str(fast.value) == str(slow.value) and "newer disttrace" in str(fast.value) and split == [3]
 
 
+@pytest.mark.slow
 def test_a_file_of_no_events_says_so_split_or_not(tmp_path, split, careful):
     path = tmp_path / "events.jsonl"
     path.write_bytes(b"not json\n" * 5000)
@@ -183,6 +188,7 @@ def test_a_file_of_no_events_says_so_split_or_not(tmp_path, split, careful):
     assert str(fast.value) == str(slow.value) == f"{path}: no disttrace events in this file" and split == [3]
 
 
+@pytest.mark.slow
 def test_workers_that_fail_leave_the_read_to_the_process(tmp_path, split, careful, monkeypatch):
     path = damaged_events_file(tmp_path / "events.jsonl")
     monkeypatch.setattr(parallel.sys, "executable", "/bin/false")  # every worker exits 1 at once
@@ -192,6 +198,7 @@ def test_workers_that_fail_leave_the_read_to_the_process(tmp_path, split, carefu
     assert not [f for f in os.listdir(tmp_path) if f.startswith(".")]
 
 
+@pytest.mark.slow
 def test_a_read_only_trace_dir_is_split_through_the_temp_dir(tmp_path, split, careful, monkeypatch):
     path = damaged_events_file(tmp_path / "events.jsonl")
     real = store._create_temp
