@@ -75,8 +75,9 @@ import _posixsubprocess  # noqa: E402
 import os  # noqa: E402
 import subprocess  # noqa: E402
 
-_STARTERS = [(subprocess, "_fork_exec"), (_posixsubprocess, "fork_exec"), (os, "fork"), (os, "forkpty"), (os, "posix_spawn"),
-             (os, "posix_spawnp"), (os, "system")]
+_STARTERS = [(subprocess, "_fork_exec"), (_posixsubprocess, "fork_exec"), (os, "fork"), (os, "forkpty"),
+             (os, "posix_spawn"), (os, "posix_spawnp"), (os, "system")]
+_STARTED = pytest.StashKey[list]()
 
 
 def _process_started(what: str, started: list):
@@ -104,8 +105,6 @@ def pytest_runtest_protocol(item, nextitem):
             setattr(mod, name, fn)
 
 
-_STARTED = pytest.StashKey[list]()
-
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
@@ -131,7 +130,7 @@ import asyncio  # noqa: E402
 import time  # noqa: E402
 
 SETTLED_TURNS = 3  # turns of the event loop in a row with nothing left to handle
-UPDATES = 10
+UPDATES = 10  # screen refreshes made by one wait at most
 
 
 def _pumps(app) -> list:
@@ -162,13 +161,13 @@ def _update_due(app) -> bool:
                                          screen._recompose_required or screen._callbacks)
 
 
-async def settled(min_sleep: float = 0.0, max_sleep: float = 5.0) -> None:
+async def settled(min_sleep: float = 0.0, max_sleep: float = 1.0) -> None:
     """textual._wait.wait_for_idle's stand-in: the active app's message pumps have nothing left to handle, and the
     screen's refresh that its update timer would make is made (at most UPDATES times: a widget may always be dirty)."""
     from textual._context import active_app
 
     app = active_app.get(None)
-    deadline = time.monotonic() + max(max_sleep, 5.0)
+    deadline = time.monotonic() + max_sleep  # (Textual's bound too)
     quiet = updates = 0
     while quiet < SETTLED_TURNS and time.monotonic() < deadline:
         await asyncio.sleep(0)
@@ -186,7 +185,7 @@ async def settled(min_sleep: float = 0.0, max_sleep: float = 5.0) -> None:
 
 @pytest.fixture(autouse=True)
 def _pilot_waits_for_the_keys_effect(request, monkeypatch):
-    if "textual.pilot" not in sys.modules:
+    if "textual.app" not in sys.modules:  # (no test module of this session drives an app)
         return
     import textual.app
     import textual.pilot
