@@ -28,6 +28,7 @@ HEADLESS = modules_under("disttrace.tracer.data", "disttrace.tracer.analysis", "
     "disttrace.tracer.format", "disttrace.tracer.errors", "disttrace.tracer.cli"]
 
 
+@pytest.mark.slow  # (fresh interpreters)
 def test_the_import_contracts_hold():
     """pyproject.toml's [tool.importlinter] contracts, checked statically on every module (import-linter)."""
     proc = subprocess.run([sys.executable, "-c", "from importlinter.cli import lint_imports_command; "
@@ -41,12 +42,14 @@ def loaded_after_import(module: str) -> set[str]:
     return set(out.split())
 
 
+@pytest.mark.slow  # (fresh interpreters)
 @pytest.mark.parametrize("module", HEADLESS)
 def test_readers_and_analysis_import_neither_torch_nor_textual(module):
     mods = loaded_after_import(module)
     assert "torch" not in mods and "textual" not in mods, module
 
 
+@pytest.mark.slow  # (fresh interpreters)
 @pytest.mark.parametrize("module", ["disttrace.tui.app", "disttrace.tui.cli"])
 def test_viewer_never_imports_torch_nor_the_hooks(module):
     mods = loaded_after_import(module)
@@ -54,11 +57,13 @@ def test_viewer_never_imports_torch_nor_the_hooks(module):
     assert not any(m.startswith("disttrace.tracer.record") for m in mods)
 
 
+@pytest.mark.slow  # (fresh interpreters)
 def test_recording_never_imports_the_viewer():
     mods = loaded_after_import("disttrace.tracer.record.hooks")
     assert not any(m.startswith(("disttrace.tui", "textual", "disttrace.tracer.analysis")) for m in mods)
 
 
+@pytest.mark.slow  # (fresh interpreters)
 def test_the_bootstrap_is_inert_without_the_environment():
     from disttrace.tracer.commands.run import BOOTSTRAP_DIR
 

@@ -1,7 +1,7 @@
 """Ground truth for the analysis tests (4 ranks, gloo): known sleeps before collectives and known P2P bytes.
 
 Each phase starts right after a barrier, so a rank that sleeps S seconds arrives S late. The numbers below are
-imported by tests/test_analysis_real.py, which asserts the measured waits and bytes against them."""
+imported by tests/analysis/test_analysis_real.py, which asserts the measured waits and bytes against them."""
 
 import time
 

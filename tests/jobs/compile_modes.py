@@ -1,8 +1,8 @@
-"""Compiled code, traced and untraced: what the compiler did must be the same (tests/test_compile.py).
+"""Compiled code, traced and untraced: what the compiler did must be the same (tests/record/test_compile.py).
 
 Runs, on 2 ranks of gloo with torch.compile's aot_eager backend (AOT autograd: a compiled backward, without the
 cost of generating kernels), or with COMPILE_DEVICE=cuda on NCCL, a GPU per rank, with inductor (the kernels it
-generates call the collectives; tests/test_gpu.py), each of:
+generates call the collectives; tests/record/test_gpu.py), each of:
 - ddp: torch.compile around DDP of an MLP, 4 steps, with a compiled optimizer step;
 - fsdp: FSDP2 (fully_shard) of an MLP under torch.compile, 3 steps;
 - fullgraph: a fullgraph=True step that calls dist.all_reduce (Dynamo turns it into a functional collective);

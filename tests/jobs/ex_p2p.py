@@ -1,4 +1,4 @@
-"""Ground truth for tests/test_export.py (2 ranks, gloo): known blocking point-to-point messages (the first one sent
+"""Ground truth for tests/commands/test_export.py (2 ranks, gloo): known blocking point-to-point messages (the first one sent
 late), isend/irecv pairs in flight together while an async all_reduce runs (overlapping ops: a second p2p track),
 then a broadcast, an all_gather and a barrier."""
 

@@ -1,4 +1,4 @@
-"""A small gloo DDP job that also keeps PyTorch's Flight Recorder, for tests/test_flightrec.py.
+"""A small gloo DDP job that also keeps PyTorch's Flight Recorder, for tests/data/test_flightrec.py.
 
 Usage: fr_ddp.py DUMP_DIR. Each rank writes its Flight Recorder record to DUMP_DIR/json/fr_trace_rank_<rank>.json
 (the JSON dump) and DUMP_DIR/pickle/fr_trace_rank_<rank> (the pickle dump, the format of PyTorch's automatic

@@ -1,4 +1,4 @@
-"""GPU jobs for tests/test_gpu.py (a world of one on one GPU): python gpu_ops.py MODE SIDE_FILE.
+"""GPU jobs for tests/record/test_gpu.py (a world of one on one GPU): python gpu_ops.py MODE SIDE_FILE.
 
 ops:  every collective kind on NCCL (4 MiB), each timed by the job's own CUDA events around it and by the host's
       clock (written to SIDE_FILE: one JSON list of [op, ms, t0, t1] in issue order, see timed()).

@@ -1,4 +1,4 @@
-"""A gloo job under torch.profiler with a periodic straggler, for tests/test_kineto.py.
+"""A gloo job under torch.profiler with a periodic straggler, for tests/data/test_kineto.py.
 
 Usage: kineto_straggler.py PROFILE_DIR. Each rank profiles its whole loop (CPU activities, shapes and Python
 stacks) and writes one Chrome trace into PROFILE_DIR: rank 0 gzipped, the others plain JSON, under names that do

@@ -1,6 +1,6 @@
 """Every op family of torch.distributed's Python API once, with known values and sizes (4 ranks, gloo).
 
-The test (tests/test_record_ops.py) knows what each rank must record, in this order."""
+The test (tests/record/test_record_ops.py) knows what each rank must record, in this order."""
 
 import time
 

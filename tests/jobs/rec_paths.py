@@ -1,6 +1,6 @@
 """The same Python-API ops twice: first as a user calls them (fastpath.py records them in ProcessGroup's
 methods, skipping the dispatcher kernel), then under a pass-through TorchDispatchMode, which sends them the
-kernel's way (hooks.py). tests/test_record_paths.py checks that both ways record the same fields and that
+kernel's way (hooks.py). tests/record/test_record_paths.py checks that both ways record the same fields and that
 the values are right either way; then one all_reduce under the profiler, which must see the c10d op as it does
 untraced, and one under FakeTensorMode, which must record nothing. 2 ranks, gloo."""
 

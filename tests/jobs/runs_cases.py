@@ -1,4 +1,4 @@
-"""Jobs that leave several runs (process-group worlds) in one trace dir (tests/test_runs.py).
+"""Jobs that leave several runs (process-group worlds) in one trace dir (tests/data/test_runs.py).
 
 argv[1] is the case:
 - restart: under torchrun --max-restarts=1, rank 1 dies (os._exit) after 3 all_reduces in the first attempt

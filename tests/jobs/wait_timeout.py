@@ -1,5 +1,5 @@
 """A recv that times out (gloo, 2 s): rank 1 never sends. The traceback the job prints must be the one it prints
-untraced (tests/test_run_cli.py): the user's line and torch's, none of disttrace's frames."""
+untraced (tests/commands/test_run_cli.py): the user's line and torch's, none of disttrace's frames."""
 
 import datetime
 import time

@@ -277,7 +277,8 @@ def run_view(capsys, *args):
     return subprocess.CompletedProcess(args, rc, out, err)
 
 
-@pytest.mark.parametrize("case", ["missing", "not_a_trace", "empty_file", "empty_dir", "newer"])
+@pytest.mark.parametrize("case", [pytest.param("missing", marks=pytest.mark.slow),  # (a real process: `python -m`)
+                                  "not_a_trace", "empty_file", "empty_dir", "newer"])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, case, capsys):
     if case == "missing":
         target = tmp_path / "nope"
@@ -454,6 +455,7 @@ async def test_selection_outside_the_window_is_not_marked():
             assert 0 not in marked_cols(tl, k), f"lane {k}: column 0 marked for a selection left of the window"
 
 
+@pytest.mark.draws_ahead
 async def test_the_lanes_that_n_scrolls_to_are_drawn_ahead():
     """With more ranks than lines, the next event is on a rank off screen: n scrolls the timeline there, and the
     lanes it shows were drawn while the view rested (drawn cold, a screen of them took a key 50-75 ms at 10M

@@ -5,7 +5,10 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 
+
+@pytest.mark.slow  # (a fresh interpreter)
 def test_tui_does_not_import_torch():
     code = ("import sys; import disttrace.tui.app, disttrace.tui.cli, disttrace.tui.loading; "
             "import disttrace.tui.widgets.views; print('torch' in sys.modules)")

@@ -82,6 +82,7 @@ def _playhead_line(screen) -> str:
         return ""
 
 
+@pytest.mark.slow  # (the read's workers and the analysis' child are processes)
 async def test_the_head_is_shown_then_the_whole_trace_on_the_same_event_and_view(held_read, monkeypatch):
     trace, go, ended, started = held_read
     children_at_whole = []  # how many analysis children had begun when the whole trace replaced the head
@@ -122,6 +123,7 @@ async def test_the_head_is_shown_then_the_whole_trace_on_the_same_event_and_view
         assert len(started) == 1 and started[0].returncode == 0  # that child's analysis, no second one
 
 
+@pytest.mark.slow
 async def test_quitting_on_the_head_stops_the_read(held_read):
     trace, go, ended, started = held_read
     app = DisttraceApp([str(trace)])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -15,25 +16,31 @@ pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed (apt-get install tmux)")]
 
 
+# A tmux server of this test process's own (-L): on the default socket, every session of the machine's users
+# shares one server, which exits with its last session; a new session started as another's last one ended found
+# it exiting ("server exited unexpectedly", seen with two workers beside other runs of the suite).
+TMUX = ["tmux", "-L", f"disttrace-tests-{os.getpid()}"]
+
+
 class Tmux:
     def __init__(self, command: str, width: int = 120, height: int = 40):
         self.name = f"disttrace-{uuid.uuid4().hex[:8]}"
         # the pane is made at its size first, then the command started in it: a new session's pane starts at
         # tmux's default size and is resized an instant later, which a busy machine's app can start before and miss
-        subprocess.run(["tmux", "new-session", "-d", "-s", self.name, "-x", str(width), "-y", str(height),
+        subprocess.run([*TMUX, "new-session", "-d", "-s", self.name, "-x", str(width), "-y", str(height),
                         "sleep 600"], check=True)
         # and told its size: on a loaded machine the app's size query (shutil.get_terminal_size, which reads
         # COLUMNS and LINES first) now and then fell back to 80x24 in a 120x40 pane
-        subprocess.run(["tmux", "respawn-pane", "-k", "-t", self.name,
+        subprocess.run([*TMUX, "respawn-pane", "-k", "-t", self.name,
                         f"env COLUMNS={width} LINES={height} {command}"], check=True)
 
     def screen(self) -> str:
-        return subprocess.run(["tmux", "capture-pane", "-p", "-t", self.name], capture_output=True,
+        return subprocess.run([*TMUX, "capture-pane", "-p", "-t", self.name], capture_output=True,
                               text=True).stdout
 
     def keys(self, *keys: str) -> None:
         for k in keys:
-            subprocess.run(["tmux", "send-keys", "-t", self.name, k], check=True)
+            subprocess.run([*TMUX, "send-keys", "-t", self.name, k], check=True)
             time.sleep(0.15)
 
     def wait_for(self, text: str, timeout: float = 30, gone: str | None = None) -> str:
@@ -48,10 +55,10 @@ class Tmux:
             time.sleep(0.2)
 
     def alive(self) -> bool:
-        return subprocess.run(["tmux", "has-session", "-t", self.name], capture_output=True).returncode == 0
+        return subprocess.run([*TMUX, "has-session", "-t", self.name], capture_output=True).returncode == 0
 
     def kill(self) -> None:
-        subprocess.run(["tmux", "kill-session", "-t", self.name], capture_output=True)
+        subprocess.run([*TMUX, "kill-session", "-t", self.name], capture_output=True)
 
 
 def test_view_a_real_trace_in_tmux(traced, tmp_path):

@@ -1,7 +1,7 @@
 """Build one CollectiveInstance per matched (group, group_seq): arrival skew, waits, completion, bandwidth.
 
 The common instances (their ranks agree, the group all there, an all-to-all wait) in numpy over every instance's
-rows at once; the others one at a time by `_instance`, the rules' home (tests/test_analysis.py checks every
+rows at once; the others one at a time by `_instance`, the rules' home (tests/analysis/test_analysis.py checks every
 instance of the table against it): one at a time is several times slower on a large trace."""
 
 from __future__ import annotations

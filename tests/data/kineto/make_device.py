@@ -1,4 +1,4 @@
-"""Write the NCCL/RCCL fixtures of tests/test_kineto.py from real host-side traces.
+"""Write the NCCL/RCCL fixtures of tests/data/test_kineto.py from real host-side traces.
 
 The host side is real: host/torch{2.4,2.13}-gloo-r{0,1}.json.gz, written by host/profile_gloo.py (2 gloo ranks,
 torch.profiler with CPU activities and shapes around all_reduce, all_gather_into_tensor, all_to_all_single,

@@ -1,8 +1,8 @@
-"""Write the single-vintage NCCL fixtures of tests/test_kineto.py, every event from Kineto's published schema.
+"""Write the single-vintage NCCL fixtures of tests/data/test_kineto.py, every event from Kineto's published schema.
 
 No GPU here and no trace of anyone else's: each file is one rank's torch.profiler trace (CPU and CUDA activities)
 laid out as its vintage wrote it, with the markers docs/FORMAT.md's table of vintages lists; the ops, their sizes
-and their device times are the tables below, which is what tests/test_kineto.py asserts.
+and their device times are the tables below, which is what tests/data/test_kineto.py asserts.
 
 - pt2.0-torchrec-8ranks-r3.json.gz: rank 3 of an 8-rank TorchRec-like job, PyTorch 2.0-era Kineto: Unix-epoch µs
   (ints), no baseTimeNanoseconds; distributedInfo with rank and world_size, no pg_config; record_param_comms without

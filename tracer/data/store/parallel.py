@@ -6,7 +6,7 @@ starts) with the in-process readers into an EventTable of its own, and writes it
 file like the store, data/store/). The parent then merges the parts in Arrow (no per-event Python object): the
 groups and the text columns' dictionaries made one, the rows sorted as EventTable.sort sorts them, the table-level
 records (ranks, warnings, notes, stacks) joined in order, and writes the trace store. The shares are contiguous and
-merged in file order, so the table is the one the in-process reader makes (tests/test_store.py compares them).
+merged in file order, so the table is the one the in-process reader makes (tests/data/test_store.py compares them).
 A share is at most MAX_SHARE_BYTES and at most workers() run at once, so that what the workers hold together stays
 bounded whatever the trace's size.
 

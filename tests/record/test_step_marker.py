@@ -99,6 +99,7 @@ def test_a_malformed_step_record_is_skipped_with_a_warning(tmp_path):
 
 
 # -- the marker in the traced process ---------------------------------------------------------------------
+@pytest.mark.slow
 def test_untraced_the_marker_imports_nothing_and_costs_next_to_nothing():
     code = textwrap.dedent("""
         import sys, time
@@ -135,6 +136,7 @@ def test_a_failing_write_disables_tracing_and_never_reaches_the_job(monkeypatch)
     assert isinstance(t.failed, OSError)
 
 
+@pytest.mark.slow
 def test_programmatic_tracing_marks_steps_and_gives_the_profiler_back(tmp_path):
     # a world of one, in a fresh interpreter: trace() wraps profile.step while it runs and unwraps it after
     code = textwrap.dedent(f"""

@@ -23,6 +23,7 @@ def one_line_error(proc):
     return lines[0]
 
 
+@pytest.mark.slow
 def test_exit_code_is_the_jobs(tmp_path):
     proc = run_disttrace("run", "--out", tmp_path / "t", sys.executable, "-c", "import sys; sys.exit(7)")
     assert proc.returncode == 7
@@ -43,6 +44,7 @@ def test_ctrl_c_while_the_trace_is_stored_skips_storing_and_keeps_the_jobs_exit_
     assert capsys.readouterr().err == "disttrace: storing skipped; the first view or report will do it\n"
 
 
+@pytest.mark.slow
 def test_signal_death_maps_to_128_plus_signal(tmp_path):
     proc = run_disttrace("run", "--out", tmp_path / "t", "--", sys.executable, "-c",
                          "import os, signal; os.kill(os.getpid(), signal.SIGKILL)")
@@ -56,6 +58,7 @@ def test_signal_death_maps_to_128_plus_signal(tmp_path):
     (["events", "/nonexistent/trace"], "no such file or directory"),
     (["frobnicate"], "invalid choice"),
 ])
+@pytest.mark.slow
 def test_bad_input_is_one_line_and_exit_2(args, says):
     assert says in one_line_error(run_disttrace(*args))
 
@@ -68,22 +71,25 @@ def test_bad_input_is_one_line_and_exit_2(args, says):
     (["report", "/nonexistent", "--bogus"], "disttrace report: error: unrecognized arguments: --bogus"),
     (["view", "--bogus", "x"], "disttrace view: error: unrecognized arguments: --bogus"),
 ])
+@pytest.mark.slow
 def test_the_error_names_the_subcommand_that_says_it(args, starts):
     # the program name is the subcommand's, never the job's command line as a Python list ("disttrace ['--']")
     assert one_line_error(run_disttrace(*args)).startswith(starts)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", ["events", "report"])
 def test_a_reader_that_closes_the_pipe_is_not_a_finding(command, tmp_path):
     # `disttrace report T | head -1`: the reader went away; the command ends as one killed by SIGPIPE would (141,
     # what the shell shows for `yes | head -1`), silently, not with 1 ("problems found") or a traceback
-    trace = Path(__file__).parent / "tui" / "data" / "tui_job.jsonl"  # no problem in it: report alone exits 0
+    trace = Path(__file__).parents[1] / "tui" / "data" / "tui_job.jsonl"  # no problem in it: report alone exits 0
     line = " ".join(disttrace_cmd(command, trace))
     proc = subprocess.run(f"{line} | true; exit ${{PIPESTATUS[0]}}", shell=True, executable="/bin/bash",
                           capture_output=True, text=True)
     assert (proc.returncode, proc.stderr) == (141, "")
 
 
+@pytest.mark.slow
 def test_a_traced_job_s_traceback_is_the_one_it_prints_untraced(tmp_path):
     # rank 0's recv times out inside gloo: the error passes through the tracer's Work.wait wrapper on its way to
     # the user's line, and must not show it
@@ -98,6 +104,7 @@ def test_a_traced_job_s_traceback_is_the_one_it_prints_untraced(tmp_path):
     assert "tracer/record" not in tb, tb
 
 
+@pytest.mark.slow
 def test_an_error_inside_init_process_group_shows_no_tracer_frame(tmp_path):
     # the rendezvous fails (env:// without MASTER_ADDR) inside the tracer's init_process_group wrapper
     code = ("import os\nos.environ.pop('MASTER_ADDR', None)\nimport torch.distributed as dist\n"
@@ -109,6 +116,7 @@ def test_an_error_inside_init_process_group_shows_no_tracer_frame(tmp_path):
     assert "tracer/record" not in tb and "hooks.py" not in tb, tb
 
 
+@pytest.mark.slow
 def test_unwritable_out_fails_before_the_job_starts(tmp_path):
     # a path below a regular file cannot be created, even by root
     (tmp_path / "file").write_text("x")
@@ -119,6 +127,7 @@ def test_unwritable_out_fails_before_the_job_starts(tmp_path):
     assert not marker.exists()
 
 
+@pytest.mark.slow
 def test_reader_rejects_what_is_not_a_trace(tmp_path):
     (tmp_path / "empty").mkdir()
     assert "not a disttrace trace" in one_line_error(run_disttrace("events", tmp_path / "empty"))
@@ -235,6 +244,7 @@ def test_two_nodes_each_with_its_own_dir_merge(tmp_path, monkeypatch):
     assert starts == sorted(starts) and len(starts) == 6
 
 
+@pytest.mark.slow
 def test_the_users_own_sitecustomize_still_runs(tmp_path):
     """disttrace's bootstrap shadows sitecustomize on PYTHONPATH; it must load the one it shadows."""
     mine = tmp_path / "site"

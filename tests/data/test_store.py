@@ -23,7 +23,7 @@ from disttrace.tracer.data.table.event_table import _INT_COLUMNS, _OBJ_COLUMNS, 
 from disttrace.tracer.data.table.rows import extend
 from disttrace.tracer.data.load import load_trace
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from synth import write_synthetic  # noqa: E402
 
 HOUR = 3600 * 10**9

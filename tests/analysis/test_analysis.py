@@ -264,8 +264,9 @@ def test_to_json_has_the_documented_keys():
     assert orjson.loads(orjson.dumps(d)) == d
 
 
+@pytest.mark.slow  # (a large trace: 20,000 events on 64 ranks)
 def test_synthetic_large_trace_generator(tmp_path):
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
     from synth import write_synthetic
 
     from disttrace.tracer.data.importers.events_files import read_jsonl
@@ -289,7 +290,7 @@ def test_the_collectives_built_in_numpy_are_what_the_rules_make_of_each_instance
     (one instance from its rows). Each instance of the table is what _instance makes of it: on the synthetic 3-D
     job (async all_reduces, broadcasts, barriers) and on hand-made damage (a mismatch, a rank missing, a rank
     twice, an op that never ended)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
     from synth import write_synthetic
 
     from disttrace.tracer.analysis.collectives import _instance, build_collectives
@@ -324,6 +325,7 @@ def test_the_collectives_built_in_numpy_are_what_the_rules_make_of_each_instance
         assert all(instance_of[i] == k for k, rows in enumerate(buckets) for i in rows)
 
 
+@pytest.mark.slow  # (large traces: 50,000-60,000 events, the JIT compiles)
 @pytest.mark.parametrize("ranks,events", [(64, 50_000), (256, 60_000)])
 def test_a_steady_straggler_is_named_in_a_large_world_and_a_balanced_one_names_none(tmp_path, ranks, events):
     """The synthetic 3-D job: the last rank arrives 400 µs late at every op (the others within 5–60 µs), so the
@@ -331,7 +333,7 @@ def test_a_steady_straggler_is_named_in_a_large_world_and_a_balanced_one_names_n
     one slow rank delays only its own groups, so the verdict compares it with the median rank (stragglers.py,
     MEDIAN_WORLD); its late steps are measured against its typical late step, not the one with a world barrier.
     Before, no rank was named. The same job with no late rank names none."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
     from synth import write_synthetic
 
     from disttrace.tracer.data.importers.events_files import read_jsonl

@@ -20,7 +20,7 @@ from disttrace.tracer.data.load import load_trace
 
 from test_store import EVENTS, _copy, age, assert_same, opened_from_store
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from synth import write_synthetic  # noqa: E402
 
 
@@ -114,6 +114,7 @@ def read_jsonl_lines(lines):
         os.unlink(fh.name)
 
 
+@pytest.mark.slow
 def test_a_split_events_file_reads_as_one(tmp_path, split, careful):
     path = damaged_events_file(tmp_path / "events.jsonl")
     first = load_trace(path)
@@ -131,6 +132,7 @@ def test_a_split_events_file_reads_as_one(tmp_path, split, careful):
     assert_same(sorted_ranks(slow), sorted_ranks(again))
 
 
+@pytest.mark.slow
 def test_more_shares_than_workers_are_read_a_few_at_a_time(tmp_path, split, careful, monkeypatch):
     """A trace larger than the workers' shares may be (MAX_SHARE_BYTES) is cut into more shares, which at most
     workers() processes read at once: the table is the same."""
@@ -152,6 +154,7 @@ def test_more_shares_than_workers_are_read_a_few_at_a_time(tmp_path, split, care
     assert_same(sorted_ranks(careful(path)), sorted_ranks(t))
 
 
+@pytest.mark.slow
 def test_a_split_read_of_one_run_of_several(tmp_path, split, careful):
     path = damaged_events_file(tmp_path / "events.jsonl", runs=3)
     for run in (2, None):
@@ -162,6 +165,7 @@ def test_a_split_read_of_one_run_of_several(tmp_path, split, careful):
     assert split == [3, 3]
 
 
+@pytest.mark.slow
 def test_a_newer_format_in_a_later_share_is_the_readers_message(tmp_path, split, careful):
     path = tmp_path / "events.jsonl"
     write_synthetic(str(path), 3000, 16)
@@ -175,6 +179,7 @@ def test_a_newer_format_in_a_later_share_is_the_readers_message(tmp_path, split,
     assert str(fast.value) == str(slow.value) and "newer disttrace" in str(fast.value) and split == [3]
 
 
+@pytest.mark.slow
 def test_a_file_of_no_events_says_so_split_or_not(tmp_path, split, careful):
     path = tmp_path / "events.jsonl"
     path.write_bytes(b"not json\n" * 5000)
@@ -186,6 +191,7 @@ def test_a_file_of_no_events_says_so_split_or_not(tmp_path, split, careful):
     assert str(fast.value) == str(slow.value) == f"{path}: no disttrace events in this file" and split == [3]
 
 
+@pytest.mark.slow
 def test_workers_that_fail_leave_the_read_to_the_process(tmp_path, split, careful, monkeypatch):
     path = damaged_events_file(tmp_path / "events.jsonl")
     monkeypatch.setattr(parallel.sys, "executable", "/bin/false")  # every worker exits 1 at once
@@ -195,6 +201,7 @@ def test_workers_that_fail_leave_the_read_to_the_process(tmp_path, split, carefu
     assert not [f for f in os.listdir(tmp_path) if f.startswith(".")]
 
 
+@pytest.mark.slow
 def test_a_read_only_trace_dir_is_split_through_the_temp_dir(tmp_path, split, careful, monkeypatch):
     path = damaged_events_file(tmp_path / "events.jsonl")
     real = codec._create_temp

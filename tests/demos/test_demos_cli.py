@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ast
 
+import pytest
+
 from harness import run_disttrace
 
 from disttrace.demos.narrate_algorithms import ring_chunks
@@ -23,6 +25,7 @@ def test_registry_has_every_demo_of_the_issue_with_a_program_and_a_narration():
         assert demo.nproc_ok(demo.nproc), demo.name
 
 
+@pytest.mark.slow
 def test_no_argument_prints_a_guide_for_a_newcomer():
     proc = run_disttrace("demo")
     assert proc.returncode == 0, proc.stderr
@@ -40,6 +43,7 @@ def test_the_list_speaks_to_a_newcomer():
         assert not re.search(r"\bseeds?\b|lecture|homework", demo.summary, re.I), (demo.name, demo.summary)
 
 
+@pytest.mark.slow
 def test_list_shows_one_line_per_demo():
     proc = run_disttrace("demo", "--list")
     assert proc.returncode == 0
@@ -47,6 +51,7 @@ def test_list_shows_one_line_per_demo():
     assert lines == list(DEMOS)
 
 
+@pytest.mark.slow
 def test_bad_input_is_one_line_and_exit_code_2():
     for args, words in [
         (("demo", "all-reduse"), "no demo named 'all-reduse'"),

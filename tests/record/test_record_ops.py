@@ -45,7 +45,7 @@ def test_every_rank_and_op_recorded_in_order(table):
             if nbytes is not None:
                 assert e["bytes"] == nbytes, e
             assert e["status"] == "ok" and e["end_ns"] >= e["start_ns"]
-            assert e["site"].startswith(str(__import__("pathlib").Path(__file__).parent / "jobs" / "rec_ops.py"))
+            assert e["site"].startswith(str(__import__("pathlib").Path(__file__).parents[1] / "jobs" / "rec_ops.py"))
         scatter = evs[6]
         assert scatter["bytes"] == (32 if rank == 0 else 0)
         apis = [e["api"] for e in evs]
@@ -119,4 +119,4 @@ def test_clock_alignment_recorded(table):
         assert info.host and info.pid > 0 and info.world_size == 4 and info.backend == "gloo"
         # one machine: every rank reads the same monotonic clock, so the measured offset is small
         assert abs(info.clock_offset_ns) <= max(5 * info.clock_uncertainty_ns, 2_000_000)
-        # measured once more a second after the start (tests/test_clock.py): this job is shorter
+        # measured once more a second after the start (tests/record/test_clock.py): this job is shorter

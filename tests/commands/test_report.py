@@ -12,7 +12,7 @@ import pytest
 
 from harness import run_disttrace
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from synth import write_synthetic  # noqa: E402
 
 
@@ -39,6 +39,7 @@ def hung(tmp_path_factory) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_text_report_of_a_healthy_trace(synthetic):
     proc = run_disttrace("report", synthetic, "--top", "3")
     assert proc.returncode == 0, proc.stderr
@@ -52,6 +53,7 @@ def test_text_report_of_a_healthy_trace(synthetic):
     assert "\x1b[" not in out  # plain text when piped
 
 
+@pytest.mark.slow
 def test_json_report(synthetic):
     proc = run_disttrace("report", synthetic, "--json")
     assert proc.returncode == 0, proc.stderr
@@ -63,6 +65,7 @@ def test_json_report(synthetic):
     assert d["links"] and {"src", "dst", "bytes", "messages", "gbps"} <= set(d["links"][0])
 
 
+@pytest.mark.slow
 def test_problems_give_exit_code_1_and_say_what_to_do(hung):
     proc = run_disttrace("report", hung)
     assert proc.returncode == 1, proc.stderr
@@ -74,6 +77,7 @@ def test_problems_give_exit_code_1_and_say_what_to_do(hung):
     assert d["waits"] == {"0": 50_000_000, "1": 50_000_000, "2": 0}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args", [("/nonexistent/trace",), ("EMPTY",), ("GOOD", "--top", "0")])
 def test_bad_input_is_one_line_and_exit_2(args, tmp_path, hung):
     empty = tmp_path / "empty.jsonl"
@@ -85,6 +89,7 @@ def test_bad_input_is_one_line_and_exit_2(args, tmp_path, hung):
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_report_and_analysis_import_neither_torch_nor_textual():
     code = ("import sys, disttrace.tracer.commands.report, disttrace.tracer.analysis; "
             "print(sorted(m for m in ('torch', 'textual') if m in sys.modules))")
@@ -137,6 +142,7 @@ def test_jitter_within_the_job_s_own_spread_is_not_flagged_slow():
     assert [c.group_seq for c in a.collectives if c.slow] == [30]
 
 
+@pytest.mark.slow
 def test_the_report_says_each_iteration_s_schedule_and_bubble(tmp_path):
     """A pipeline's schedule read from the trace: its kind, the bubble from the first forward to the last backward
     (start-up waits apart) beside the textbook's, iteration by iteration."""

@@ -50,6 +50,7 @@ def test_a_column_cut_into_slices_is_the_column(monkeypatch):
         assert ups.tolist() == np.maximum.accumulate(a).tolist()
 
 
+@pytest.mark.slow
 def test_numba_starts_beside_and_scipy_is_not_left_hidden():
     """In a fresh process (numba not imported yet): warm starts it in a thread, run then calls the compiled loop;
     scipy, hidden while numba started, can be imported after."""
@@ -71,12 +72,13 @@ print("ok")
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
 
 
+@pytest.mark.slow
 def test_a_small_trace_never_starts_numba():
     """Below JIT_FROM events the loops run as Python: analysing a small trace neither imports numba nor starts it
     beside the stages (its start, ~0.5 s, would be longer than the whole analysis)."""
     code = """
 import sys, threading
-sys.path.insert(0, ".")
+sys.path[:0] = [".", ".."]  # test_analysis here, its synthetic.py in tests/
 from test_analysis import ddp_like
 a = ddp_like(12, dict.fromkeys(range(12), 20), world=4).analyze()
 assert a.straggler.rank == 1

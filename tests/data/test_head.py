@@ -11,7 +11,7 @@ import pytest
 from disttrace.tracer.data.store import head, parallel
 from disttrace.tracer.data.load import load_trace
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from synth import write_synthetic, write_trace_dir  # noqa: E402
 
 

@@ -328,6 +328,7 @@ def test_kernel_without_its_host_op_is_kept(tmp_path, meta_on_kernel):
     assert a.straggler is not None and a.straggler.rank == LATE
 
 
+@pytest.mark.slow
 def test_gpu_report_and_events_cli(tmp_path):
     d = write_gpu_traces(tmp_path / "gpu", ranks=(0, 1), meta_on_kernel=True, seq=True)
     rc, rep = _report(d)
@@ -340,6 +341,7 @@ def test_gpu_report_and_events_cli(tmp_path):
     assert single.returncode == 0, single.stderr
 
 
+@pytest.mark.slow
 def test_damage_is_one_line_and_exit_2(tmp_path):
     d = write_gpu_traces(tmp_path / "gpu", ranks=(0, 1), meta_on_kernel=True, seq=True)
     plain = next(os.path.join(d, n) for n in os.listdir(d) if n.endswith(".json"))
@@ -423,7 +425,7 @@ def test_a_real_h100_trace_of_nccl_ops_reads_each_op_and_step_once():
     world of one on NCCL (torch 2.11, an H100, 2026-11-26), 4 of them active: 4 matmuls, all_reduce,
     all_gather_into_tensor and barrier a step. Its device-side annotations (gpu_user_annotation: one per nccl:*
     and per ProfilerStep#N) were read as host ops: 16 collectives and 7 steps, every other one empty."""
-    path = os.path.join(os.path.dirname(__file__), "data", "h100-nccl-world1.pt.trace.json.gz")
+    path = os.path.join(os.path.dirname(__file__), "h100-nccl-world1.pt.trace.json.gz")
     t = load_trace([path])
     rows = [t.row(i) for i in range(len(t))]
     assert [(r["op"], r["step"]) for r in rows] == [(op, s) for s in range(4)
@@ -439,7 +441,7 @@ def test_a_real_h100_trace_of_nccl_ops_reads_each_op_and_step_once():
 
 # -- every vintage: fixtures of our own (tests/data/kineto/README.md says which script wrote each, from what) -------
 
-KDATA = os.path.join(os.path.dirname(__file__), "data", "kineto")
+KDATA = os.path.join(os.path.dirname(__file__), "kineto")
 
 
 def _load(*names: str):
@@ -721,6 +723,7 @@ def test_a_coalesced_block_without_its_ops_is_said(tmp_path):
     assert any("1 coalesced block(s) launched kernels but none of their ops is in the trace" in w for w in t.warnings)
 
 
+@pytest.mark.slow
 def test_no_communication_refused_saying_what_the_trace_holds(tmp_path):
     def edit(doc):
         doc["traceEvents"] = [e for e in doc["traceEvents"] if not (

@@ -176,6 +176,7 @@ def test_a_side_s_spelling(tmp_path):
             parse_side(bad)
 
 
+@pytest.mark.slow
 def test_bad_input_is_one_line_and_exit_2(tmp_path):
     p = run_disttrace("diff", str(tmp_path / "missing"), str(tmp_path))
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "Traceback" not in p.stderr, p.stderr

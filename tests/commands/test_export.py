@@ -152,6 +152,7 @@ def test_cli_errors_are_one_line(exported, tmp_path):
     assert p.returncode == 0 and validate_chrome(json.loads(p.stdout))
 
 
+@pytest.mark.slow
 def test_export_and_flight_recorder_import_load_neither_torch_nor_textual():
     code = ("import sys, disttrace.tracer.commands.export, disttrace.tracer.data.importers.flightrec; "
             "print(sorted(m for m in ('torch', 'textual') if m in sys.modules))")

@@ -392,6 +392,7 @@ class _Evil:
         return (os.mkdir, (self.marker,))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("protocol", [0, 2, 5])
 def test_no_command_runs_code_from_a_pickled_dump(tmp_path, protocol):
     marker = tmp_path / "ran"
@@ -410,6 +411,7 @@ def test_no_command_runs_code_from_a_pickled_dump(tmp_path, protocol):
     assert not marker.exists()
 
 
+@pytest.mark.slow
 def test_a_pickle_memo_bomb_is_refused_before_it_allocates(tmp_path):
     """Ten bytes that name memo index 2**29 would make the C unpickler allocate and clear 4 GiB."""
     d = tmp_path / "fr"
@@ -432,7 +434,7 @@ def test_trace_files_are_private(seeds):
         assert stat.S_IMODE(p.stat().st_mode) == 0o600, p
 
 
-if __name__ == "__main__":  # pragma: no cover - `python tests/test_fuzz.py CASE_DIR`: replay one saved case
+if __name__ == "__main__":  # pragma: no cover - `PYTHONPATH=tests python tests/data/test_fuzz.py CASE_DIR`: replay one saved case
     print(read_everything(sys.argv[1]))
 
 
@@ -467,6 +469,7 @@ def _differential(seeds, tmp_path, monkeypatch, kinds: tuple, one: dict, other: 
     assert not differ, f"cases read differently: {differ[:20]} (the first kept in {tmp_path})"
 
 
+@pytest.mark.slow
 def test_the_column_readers_read_what_the_event_by_event_ones_do(seeds, tmp_path, monkeypatch):
     """Differential: the readers make an intact file's columns at once (data/importers/rank_files._columns for rank
     files, data/table/rows._columns for events files) and fall back to event by event, skipping the bad ones, on anything
@@ -500,6 +503,7 @@ def test_the_column_readers_read_what_the_event_by_event_ones_do(seeds, tmp_path
     assert used["yes"] > 2 * used["no"], used
 
 
+@pytest.mark.slow
 def test_the_typed_records_read_what_orjsons_dicts_do(seeds, tmp_path, monkeypatch):
     """Differential: a rank file's begins, ends and waits are decoded by msgspec into typed records and made into
     columns from them (data/importers/rank_batches.py), or, on anything odd, the file is read again by orjson. On every

@@ -132,6 +132,7 @@ def _entry(name, seq, t, pg=("0", "default_pg"), sizes=((4,),), dtypes=("Float",
     return e
 
 
+@pytest.mark.slow
 def test_a_pickle_that_names_a_class_is_refused_and_never_run(tmp_path):
     marker = tmp_path / "pwned"
     d = tmp_path / "fr"

@@ -12,7 +12,7 @@ from collections import Counter
 import orjson
 import pytest
 
-from harness import job, run_disttrace, torchrun_cmd
+from harness import free_port, job, run_disttrace, torchrun_cmd
 from disttrace.tracer.data.importers import runs as runs_mod
 
 CASES = job("runs_cases")
@@ -27,7 +27,7 @@ def traces(tmp_path_factory):
                          *torchrun_cmd("runs_cases.py", 2, ["restart"])[3:]]),
             ("cycles", torchrun_cmd("runs_cases.py", 2, ["cycles"])),
             ("spawnloop", [torchrun_cmd("runs_cases.py")[0], str(CASES.__file__), "spawnloop"])):
-        proc = run_disttrace("run", "--out", tmp / case, "--", *cmd, timeout=240, env={"RUNS_PORT": "29537"})
+        proc = run_disttrace("run", "--out", tmp / case, "--", *cmd, timeout=240, env={"RUNS_PORT": str(free_port())})
         assert proc.returncode == 0, (case, proc.stderr[-3000:])
         made[case] = tmp / case, proc
     return made

@@ -36,7 +36,9 @@ class _Tracer:  # what the hook reads of the current tracer: its groups and its 
 
 
 @pytest.fixture
-def traced(tmp_path, monkeypatch):
+def with_hook(tmp_path, monkeypatch):
+    """(tracer, group, the group's completion hook, what the CUDA watcher was given): a tracer with one NCCL group
+    whose hook is installed; not conftest's `traced` (a traced torchrun job)."""
     t = _Tracer(tmp_path / "rank.jsonl")
     group = SimpleNamespace(gidx=0, hook=ncclhook.DeviceEnds(), pg=None)
     t.groups[1234] = group
@@ -70,9 +72,9 @@ def _info(kind, seq, dev_us=1500, finished=None):
                            active_duration=timedelta(microseconds=dev_us))
 
 
-def test_the_op_ends_when_the_watcher_saw_it_done_with_the_hook_s_device_duration(traced):
+def test_the_op_ends_when_the_watcher_saw_it_done_with_the_hook_s_device_duration(with_hook):
     # the hook's time_finished is when ProcessGroupNCCL's watchdog looked (every ~100 ms): never the end
-    t, group, hook, watched = traced
+    t, group, hook, watched = with_hook
     ev, _ = _issue(t, group, 7, "all_reduce", 3)
     assert [e for e, _ in watched] == [ev] and 3 in group.hook.table
     done = time.monotonic_ns()
@@ -84,8 +86,8 @@ def test_the_op_ends_when_the_watcher_saw_it_done_with_the_hook_s_device_duratio
     assert e["seq"] == 3 and e["dev"] == 1_234_000 and e["t"] == done
 
 
-def test_a_duration_reported_before_the_watcher_saw_the_op_done_waits_for_it(traced):
-    t, group, hook, _ = traced
+def test_a_duration_reported_before_the_watcher_saw_the_op_done_waits_for_it(with_hook):
+    t, group, hook, _ = with_hook
     ev, _ = _issue(t, group, 8, "broadcast", 4)
     hook(_info(OpType.BROADCAST, 4, dev_us=50))
     assert not ev.ended and 8 in t.completion.in_flight
@@ -94,8 +96,8 @@ def test_a_duration_reported_before_the_watcher_saw_the_op_done_waits_for_it(tra
     assert ev.ended and _ends(t)[8]["t"] == done and _ends(t)[8]["dev"] == 50_000
 
 
-def test_p2p_coalesced_and_unknown_ops_end_without_a_duration(traced):
-    t, group, hook, watched = traced
+def test_p2p_coalesced_and_unknown_ops_end_without_a_duration(with_hook):
+    t, group, hook, watched = with_hook
     send, _ = _issue(t, group, 1, "send", 0)          # a P2P op's Work counts another seq
     first, _ = _issue(t, group, 2, "all_reduce", 1)   # a coalescing block: two ops, one seq
     second, _ = _issue(t, group, 3, "all_reduce", 1)
@@ -110,8 +112,8 @@ def test_p2p_coalesced_and_unknown_ops_end_without_a_duration(traced):
     assert all(ev.ended for ev in (send, first, second, nos)) and not any("dev" in e for e in _ends(t).values())
 
 
-def test_earlier_ops_and_mismatched_kinds_get_no_duration_and_an_early_one_is_kept(traced):
-    t, group, hook, _ = traced
+def test_earlier_ops_and_mismatched_kinds_get_no_duration_and_an_early_one_is_kept(with_hook):
+    t, group, hook, _ = with_hook
     a, _ = _issue(t, group, 1, "broadcast", 5)
     b, _ = _issue(t, group, 2, "all_gather", 6)
     t.completion.device_done(a, 100)
@@ -126,8 +128,8 @@ def test_earlier_ops_and_mismatched_kinds_get_no_duration_and_an_early_one_is_ke
     assert [(ends[i]["t"], ends[i].get("dev")) for i in (1, 2, 3)] == [(100, None), (200, None), (300, 10_000)]
 
 
-def test_barrier_runs_as_an_all_reduce_and_a_raising_hook_never_escapes(traced, monkeypatch):
-    t, group, hook, watched = traced
+def test_barrier_runs_as_an_all_reduce_and_a_raising_hook_never_escapes(with_hook, monkeypatch):
+    t, group, hook, watched = with_hook
     ev, _ = _issue(t, group, 1, "barrier", 2)
     hook(_info(OpType.ALLREDUCE, 2, dev_us=7))
     t.completion.device_done(ev, 50)
@@ -137,8 +139,8 @@ def test_barrier_runs_as_an_all_reduce_and_a_raising_hook_never_escapes(traced, 
     hook(_info(OpType.ALLREDUCE, 3))  # tracing stopped: nothing
 
 
-def test_a_group_that_goes_ends_its_done_ops_without_the_duration_and_leaves_the_rest_to_the_watcher(traced):
-    t, group, hook, _ = traced
+def test_a_group_that_goes_ends_its_done_ops_without_the_duration_and_leaves_the_rest_to_the_watcher(with_hook):
+    t, group, hook, _ = with_hook
     done, _ = _issue(t, group, 1, "all_reduce", 1)
     running, _ = _issue(t, group, 2, "all_reduce", 2)
     t.completion.device_done(done, 123)
@@ -149,9 +151,9 @@ def test_a_group_that_goes_ends_its_done_ops_without_the_duration_and_leaves_the
     assert [(e["t"], e.get("dev")) for e in _ends(t).values()] == [(123, None), (456, None)]
 
 
-def test_a_cuda_op_stays_watched_after_the_job_s_wait_returns(traced):
+def test_a_cuda_op_stays_watched_after_the_job_s_wait_returns(with_hook):
     # NCCL's wait() only makes the job's stream wait: an op stuck on the device must still be seen by the watchdog
-    t, group, _, _ = traced
+    t, group, _, _ = with_hook
     ev, w = _issue(t, group, 1, "all_reduce", 1)
     t.completion.wait_begins(w, 10)
     t.completion.waited(w, 10, 20, None)
@@ -214,12 +216,12 @@ def test_a_job_s_own_hook_on_a_hooked_group_is_called_after_disttrace_s():
         ncclhook._JOB_HOOKS.pop(id(ours), None)
 
 
-def test_a_synchronous_cuda_op_without_a_work_is_followed_to_its_stream_s_end(traced, monkeypatch):
+def test_a_synchronous_cuda_op_without_a_work_is_followed_to_its_stream_s_end(with_hook, monkeypatch):
     # torch 2.11's NCCL runs async_op=False collectives on the job's stream and returns no Work (seen on an H200):
     # ending the op at issue made it 'done' before the device ran it, and hid a device hang from the watchdog
     from disttrace.tracer.record import completion
 
-    t, group, hook, watched = traced
+    t, group, hook, watched = with_hook
     ends_at = completion.StreamEnd(SimpleNamespace(query=lambda: True))  # (a CUDA event on the job's stream)
     monkeypatch.setattr(completion.StreamEnd, "after", staticmethod(lambda ev: ends_at))
     ev = Event(1, True, group)
