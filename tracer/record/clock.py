@@ -167,14 +167,12 @@ class Sync(threading.Thread):
                 def step(window: int, phase: str) -> None:
                     self.write(offset_record(phase, 0, 0, window))  # rank 0: the reference
                     self._serve(window, live)
+                self._measure_all(step)
             elif self._shares_rank0_clock():
                 self.write(offset_record("start", 0, 0, 0))  # exact: nothing to measure, nor any drift
                 self.store.queue_push(QUEUE, f"{self.rank}/gone/0")  # rank 0 waits for no rounds of ours
-                step = None
             else:
-                step = self._measure
-            if step is not None:
-                self._measure_all(step)
+                self._measure_all(self._measure)
         except Exception:  # noqa: BLE001 - a rank gone, a store gone at the job's end: no alignment, no harm
             pass
         self.store = None  # the connection ends with the job's process group
