@@ -36,8 +36,7 @@ def _compare(args: argparse.Namespace) -> None:
     view and the detail pane (widgets/diff.py)."""
     import sys
 
-    from disttrace.tracer.analysis.diff import compare
-    from disttrace.tracer.analysis.diff_side import analysed
+    from disttrace.tracer.analysis import analysed, compare
     from disttrace.tracer.commands.sides import SideSpec, load_side, parse_side
     from disttrace.tracer.errors import TraceError
 

@@ -72,7 +72,7 @@ def settle() -> None:
 
 def build_store(table: EventTable, progress: Progress | None = None) -> TraceStore:
     """The store with its analysis (matching, waits, bandwidth, problems: slower than the bare store)."""
-    from disttrace.tracer.analysis.apart import analyze_apart
+    from disttrace.tracer.analysis import analyze_apart
 
     if not len(table):
         raise TraceError("the trace has no events")
@@ -91,17 +91,17 @@ class EarlyAnalysis:
     child = None
 
     def start(self, table: EventTable) -> None:
-        from disttrace.tracer.analysis import apart
+        from disttrace.tracer.analysis import start_apart
 
-        self.child = apart.start(table)
+        self.child = start_apart(table)
 
     def __enter__(self) -> "EarlyAnalysis":
         return self
 
     def __exit__(self, *exc) -> bool:
-        from disttrace.tracer.analysis import apart
+        from disttrace.tracer.analysis import stop_apart
 
-        apart.stop(self.child)
+        stop_apart(self.child)
         return False
 
 
@@ -110,7 +110,7 @@ def analysed_store(bare: TraceStore, progress: Progress | None = None, early: Ea
     """The bare store with its analysis (the lanes are kept; only their waits change). A large trace's first
     analysis runs in a child process (analysis/apart.py; `early`: the one begun already): this one keeps a
     re-open's memory."""
-    from disttrace.tracer.analysis.apart import analyze_apart
+    from disttrace.tracer.analysis import analyze_apart
 
     bare.keep_lanes()  # (after the first frame, before the analysis)
     child = early.child if early is not None else None

@@ -1,10 +1,37 @@
 """The analysis engine shared by `disttrace report` and the viewer (no torch, no textual).
 
+This package is the door the viewer (tui/) comes through; `model` (the results' dataclasses) is the only module
+it imports by name, and tests/test_import_boundaries.py holds it to that. Commands may reach further in.
+
 analyze(table, progress=None) -> Analysis; to_json(analysis) -> dict (the report's --json);
-describe(analysis, row) -> one sentence on what happened at an event. Results are the dataclasses of model.py."""
+describe(analysis, row) -> one sentence on what happened at an event. The diff's and the analysis-apart's names
+are imported on first use: `disttrace report` never needs them.
+"""
 
-from .describe import describe, straggler_sentence
-from .engine import analyze
+from importlib import import_module
+
+from .sentences import (attribution_summary, describe, micro_batches, straggler_sentence, straggler_verdict,
+                       what_if_sentence)
+from .engine import analyze, pending_analysis
 from .jsonout import to_json
+from .waits import merged
 
-__all__ = ["analyze", "to_json", "describe", "straggler_sentence"]
+# name -> (module, its name there), imported when first asked for
+_ON_USE = {
+    "compare": ("diff", "compare"), "Diff": ("diff", "Diff"), "signed": ("diff", "signed"),
+    "verdict": ("diff", "verdict"), "analysed": ("diff_side", "analysed"),
+    "analyze_apart": ("apart", "analyze_apart"), "start_apart": ("apart", "start"), "stop_apart": ("apart", "stop"),
+}
+
+
+def __getattr__(name: str):
+    if name not in _ON_USE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module, attr = _ON_USE[name]
+    value = getattr(import_module(f".{module}", __name__), attr)
+    globals()[name] = value
+    return value
+
+
+__all__ = ["analyze", "to_json", "describe", "straggler_sentence", "straggler_verdict", "attribution_summary",
+           "micro_batches", "what_if_sentence", "pending_analysis", "merged", *_ON_USE]

@@ -19,7 +19,7 @@ from statistics import median
 import orjson
 
 from ..analysis import analyze, to_json
-from ..analysis.describe import attribution_lines, micro_batches, straggler_verdict, what_if_sentence
+from ..analysis.sentences import attribution_lines, micro_batches, straggler_verdict, what_if_sentence
 from ..analysis.model import NULL, Analysis
 from ..analysis.theory import typical_spread
 from ..analysis.what_if import ChangeSpec, parse_change

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 
+from disttrace.tracer.analysis import merged
 from disttrace.tracer.analysis.model import CriticalPath, PathPart, Step
-from disttrace.tracer.analysis.waits import merged
 
 from .store import TraceStore
 

@@ -33,7 +33,7 @@ def load(table: EventTable, t_end: int) -> dict | None:
         return None
     try:
         arrays, _ = store.read_arrays(table.origin.beside(KIND), _fingerprint(table, t_end))
-    except (store.StoreError, OSError, ImportError):
+    except (store.StoreError, OSError):
         return None
     if list(arrays) != list(LANE_COLUMNS) or any(arrays[k].format != _TYPES.get(k, "q") for k in LANE_COLUMNS):
         return None

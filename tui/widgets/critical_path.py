@@ -10,7 +10,7 @@ from textual.containers import Horizontal, Vertical
 from textual.reactive import reactive
 from textual.widgets import DataTable, Static
 
-from disttrace.tracer.analysis.describe import attribution_summary, what_if_sentence
+from disttrace.tracer.analysis import attribution_summary, what_if_sentence
 from disttrace.tracer.analysis.model import CriticalPath, PathPart
 from disttrace.tracer.units import fmt_list, fmt_ns, fmt_ns_short
 

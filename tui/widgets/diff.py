@@ -15,7 +15,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import DataTable, Static
 
-from disttrace.tracer.analysis.diff import Diff, signed, verdict
+from disttrace.tracer.analysis import Diff, signed, verdict
 from disttrace.tracer.units import fmt_ns_short
 
 from ..model.store import TraceStore

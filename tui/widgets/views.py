@@ -13,7 +13,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.reactive import reactive
 from textual.widgets import DataTable, OptionList, Static
 
-from disttrace.tracer.analysis.describe import attribution_summary, micro_batches, straggler_verdict
+from disttrace.tracer.analysis import attribution_summary, micro_batches, straggler_verdict
 from disttrace.tracer.analysis.model import NULL
 from disttrace.tracer.units import fmt_bytes_short, fmt_gbps, fmt_ns_short, gbps_unit, ns_unit
 
