@@ -13,6 +13,11 @@ import pytest
 
 from harness import aborted_at_exit, run_traced
 
+# The suite keeps its bytecode (__pycache__/, ignored by git) even where PYTHONDONTWRITEBYTECODE is set, as on this
+# project's machines: otherwise every run, and every worker of a parallel run, rewrites the asserts of every test
+# module and compiles the package again (most of collecting the fast loop)
+sys.dont_write_bytecode = False
+
 # The tests lie in folders that mirror the code (record/, data/, analysis/, commands/, tui/, demos/). pytest imports
 # each test module by its file name (no __init__.py: names are unique across the folders), and a few import helpers
 # from another folder's module (test_store's `age`, test_schedule's `gpipe_sync`): every test folder is on the path,
@@ -188,10 +193,14 @@ def _pilot_waits_for_the_keys_effect(request, monkeypatch):
     if "textual.app" not in sys.modules:  # (no test module of this session drives an app)
         return
     import textual.app
+    import textual.constants
     import textual.pilot
 
     monkeypatch.setattr(textual.app, "wait_for_idle", settled)
     monkeypatch.setattr(textual.pilot, "wait_for_idle", settled)
+    # No animations (TEXTUAL_ANIMATIONS=none, as a user may set): a tab's underline slides over ~20 frames, each a
+    # whole screen drawn, and it lands where it would have anyway
+    monkeypatch.setattr(textual.constants, "TEXTUAL_ANIMATIONS", "none")
     if request.node.get_closest_marker("draws_ahead") is None and "disttrace.tui.widgets.timeline" in sys.modules:
         from disttrace.tui.widgets.timeline import Timeline
 

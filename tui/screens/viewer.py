@@ -207,10 +207,8 @@ class ViewerScreen(Screen):
                 with TabPane(f"{view.key} {view.title}", id=view.id):
                     if view.widget is None:
                         yield from self._compose_timeline()
-                    elif s.analysed:
-                        yield self._analysis_view(view)
-                    else:
-                        yield Static("analysing the trace…", classes="pending")
+                    else:  # each analysis view is built when its tab is first shown (_mount_view)
+                        yield Static("" if s.analysed else "analysing the trace…", classes="pending")
         yield PlayheadLine(s).data_bind(ViewerScreen.playhead, ViewerScreen.playing, ViewerScreen.speed,
                                         ViewerScreen.analysis_label)
         yield Footer()
@@ -494,9 +492,10 @@ class ViewerScreen(Screen):
         pending = list(pane.query(".pending"))
         if not pending:
             return False
+        # the view first, then the placeholder out: the pane is never empty (an empty pane draws its own name)
+        await pane.mount(self._analysis_view(VIEW[pane_id]), before=pending[0])
         for p in pending:
             await p.remove()
-        await pane.mount(self._analysis_view(VIEW[pane_id]))
         self.call_after_refresh(settle)  # its widgets and rows stay: out of the collector's sight
         return True
 
