@@ -60,7 +60,7 @@ def main() -> None:
                                      c.clean, c.bystanders or None)
                 at, t = a.attribution, tally[n]
                 right = (at.kind, at.rank, at.stage) == (c.kind, c.rank, c.stage)
-                miss = prediction_error(a.what_if[0], measured_without_fault(a, b, c.late_steps))
+                miss = prediction_error(a.what_if[0], measured_without_fault(a, b, c.late_steps, c.bystanders or None))
                 quiet = b.attribution.kind in ("none", "spread") and b.straggler is None
                 t[0] += right
                 t[1] += miss is None

@@ -80,7 +80,7 @@ def test_the_verdict_names_the_fault(name, pairs):
 def test_the_change_that_undoes_the_fault_predicts_the_run_without_it(name, pairs):
     a, on_time = pairs(name)
     (w,) = a.what_if
-    measured = measured_without_fault(a, on_time, CASES[name].late_steps)
+    measured = measured_without_fault(a, on_time, CASES[name].late_steps, CASES[name].bystanders or None)
     saving, predicted_saving = w.step_ns_before - measured, w.step_ns_before - w.step_ns_after
     print(f"\n{name}: {w.change}: {ms(w.step_ns_before)} -> {ms(w.step_ns_after)} predicted, {ms(measured)} "
           f"measured without the fault (saving {ms(predicted_saving)} predicted, {ms(saving)} measured)")

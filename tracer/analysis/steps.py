@@ -42,8 +42,10 @@ MIN_REPEATS = 2       # a sequence seen once is not a loop
 _CANDIDATES = 16      # the most frequent spacings between repeats of a key tried as the period
 _SAMPLE = 4096        # ops per rank whose spacings propose periods (steps up to half as long are found)
 WARMUP_LONG = 3       # a leading step this many times the median one is warm-up (caches, allocator, compile)
-WARMUP_FIRST = 1.5    # ... the first one, from this many: it sets up every lazy thing (gloo connects each pair of
-#                       ranks on their first op, which makes a pipeline's first step far longer than the others)
+WARMUP_FIRST = 1.3    # ... the first one, from this many: it sets up every lazy thing (gloo connects each pair of
+#                       ranks on their first op, which makes a pipeline's first step far longer than the others,
+#                       or only somewhat longer where the job connected some pairs before it: counted as steady,
+#                       such a step moved a what-if's mean away from the re-run's steady one)
 _VOTES = 4096         # collectives (and messages) sampled to number the steps alike across ranks
 _LAGS = 32            # a key met up to this many times a step still proposes the step's length as a period
 _WARMUP_EXTRA_OPS = 8  # ops a leading iteration may hold beyond two steady ones and still be found as a step
