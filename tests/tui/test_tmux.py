@@ -83,7 +83,10 @@ def test_view_a_real_trace_in_tmux(traced, tmp_path):
         # the ring view of the first all_reduce: 2(N-1) = 6 steps of K/N = 1 KiB (K = 1024 floats)
         term.keys("1", "g")
         term.wait_for("go to: a time")  # the prompt (the footer says "g go to" all along)
-        term.keys("#0", "Enter", "2", "]")
+        term.keys("#0", "Enter")
+        # the prompt gone before the next keys: sent with Enter, a loaded machine let them reach the prompt's input
+        term.wait_for("1 Timeline", gone="go to: a time")
+        term.keys("2", "]")
         screen = term.wait_for("Step 1 of 6")
         assert "K/N = 1KiB" in screen
         term.keys("?")
