@@ -8,7 +8,7 @@ Plain text: each renderer styles it."""
 from __future__ import annotations
 
 from ..data.table import NONE
-from .model import EARLY_REDUCE, LATE_BROADCAST, Analysis, PipelineStats, WhatIf
+from .model import EARLY_REDUCE, LATE_BROADCAST, Analysis, Attribution, PipelineStats, WhatIf
 from .problems import where
 from ..units import fmt_bytes, fmt_gbps, fmt_list, fmt_ns, fmt_ordinal, fmt_ranks
 
@@ -128,6 +128,18 @@ def micro_batches(p: PipelineStats) -> str:
     return f"{its}{p.micro_batches} micro-batches"
 
 
+def _verdict_kind(at: Attribution) -> str:
+    return {"worker": f"one worker, rank {at.rank}", "stage": f"one stage, stage {at.stage}",
+            "spread": "spread across workers", "none": "nothing beyond the noise"}[at.kind]
+
+
+def _largest_shares(at: Attribution, most: int) -> list[tuple[str, float]]:
+    """The `most` largest shares of the slowdown (ranks, stages, ops, spans) from half a percent, largest first."""
+    shares = [(f"rank {r}", x) for r, x in at.ranks.items()] + [(f"stage {s}", x) for s, x in at.stages.items()] \
+        + [(f"{op} ops", x) for op, x in at.ops.items()] + [(f"span {sp}", x) for sp, x in at.spans.items()]
+    return sorted((x for x in shares if x[1] >= 0.005), key=lambda x: -x[1])[:most]
+
+
 def attribution_lines(a: Analysis, per: str = "step") -> list[str]:
     """Why the steps are slow, in a few sentences: the measured and the ideal step, the verdict's kind and why, and
     what putting each candidate on pace removes of the slowdown (the report and the viewer's waits and path views).
@@ -135,15 +147,12 @@ def attribution_lines(a: Analysis, per: str = "step") -> list[str]:
     at = a.attribution
     if not at.steps:
         return []
-    kind = {"worker": f"one worker, rank {at.rank}", "stage": f"one stage, stage {at.stage}",
-            "spread": "spread across workers", "none": "nothing beyond the noise"}[at.kind]
+    kind = _verdict_kind(at)
     out = [f"Slowdown {at.slowdown:.2f}x: {fmt_ns(at.step_ns)} a {per} measured, {fmt_ns(at.ideal_step_ns)} ideal "
            f"(every compute span and op at its peers' typical duration; {at.steps} "
            f"{'step' if at.steps == 1 else 'steps'} replayed). Verdict: {kind} ({at.reason}).",
            f"Each rank is measured against its peers: {at.roles}."]
-    shares = [(f"rank {r}", x) for r, x in at.ranks.items()] + [(f"stage {s}", x) for s, x in at.stages.items()] \
-        + [(f"{op} ops", x) for op, x in at.ops.items()] + [(f"span {sp}", x) for sp, x in at.spans.items()]
-    shares = sorted((x for x in shares if x[1] >= 0.005), key=lambda x: -x[1])[:8]
+    shares = _largest_shares(at, 8)
     if shares:
         out.append("Share of the slowdown each removes, put on pace alone: "
                    + ", ".join(f"{name} {x:.0%}" for name, x in shares) + ".")
@@ -158,13 +167,10 @@ def attribution_summary(a: Analysis, per: str = "step") -> list[str]:
     at = a.attribution
     if not at.steps:
         return []
-    kind = {"worker": f"one worker, rank {at.rank}", "stage": f"one stage, stage {at.stage}",
-            "spread": "spread across workers", "none": "nothing beyond the noise"}[at.kind]
+    kind = _verdict_kind(at)
     out = [f"Verdict: {kind} · {fmt_ns(at.step_ns)} a {per} measured, {fmt_ns(at.ideal_step_ns)} ideal "
            f"({at.slowdown:.2f}x)"]
-    shares = [(f"rank {r}", x) for r, x in at.ranks.items()] + [(f"stage {s}", x) for s, x in at.stages.items()] \
-        + [(f"{op} ops", x) for op, x in at.ops.items()] + [(f"span {sp}", x) for sp, x in at.spans.items()]
-    shares = sorted((x for x in shares if x[1] >= 0.005), key=lambda x: -x[1])[:5]
+    shares = _largest_shares(at, 5)
     if shares:
         out.append("On pace alone, each removes of the slowdown: " + " · ".join(f"{n} {x:.0%}" for n, x in shares))
     return out
