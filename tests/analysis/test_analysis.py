@@ -412,6 +412,28 @@ def test_steps_are_found_in_a_ddp_loop_with_its_warm_up():
     assert [s["index"] for s in d] == list(range(20)) and {"start_ns", "end_ns", "wait_ns", "late_rank"} <= set(d[0])
 
 
+def loop_with_a_first_step(first: float, spread: float):
+    """Two ranks: a barrier after the set-up, then 12 steps of compute and one all_reduce; step k lasts 100 ms times
+    1 - spread, 1 or 1 + spread in turn, the first step `first` times 100 ms."""
+    tr, t = Trace(2), MS
+    tr.coll("barrier", dict.fromkeys(range(2), 0), t, site="train.py:5 in <module>")
+    for k in range(12):
+        t += int((first if k == 0 else 1 + (k % 3 - 1) * spread) * 100 * MS) - MS
+        tr.coll("all_reduce", dict.fromkeys(range(2), t), t + MS, nbytes=4096, site="train.py:9 in <module>")
+        t += MS
+    return tr.analyze()
+
+
+@pytest.mark.parametrize("first, spread, warm", [(1.2, 0.01, True), (1.05, 0.0, False), (1.2, 0.1, False),
+                                                 (1.4, 0.1, True)])
+def test_a_first_step_longer_than_the_steps_spread_is_warm_up(first, spread, warm):
+    # the first step holds the job's lazy set-up (gloo connects each pair of ranks on its first op): a fifth longer
+    # than steady steps that differ by 1% is set-up, not a steady step; among steps 10% apart it is one of them
+    # (up to 1.3 times the median step)
+    a = loop_with_a_first_step(first, spread)
+    assert len(a.steps) == 12 and [s.index for s in a.steps if s.warmup] == ([0] if warm else [])
+
+
 def test_a_periodic_straggler_is_named_with_its_steps_period_cost_and_site():
     a = ddp_like(20, {4: 50, 9: 50, 14: 50, 19: 50}).analyze()
     v = a.straggler

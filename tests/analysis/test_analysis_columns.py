@@ -107,11 +107,12 @@ def windows_row_by_row(t: EventTable, step_of) -> list[tuple[int, int]]:
 def warmup_row_by_row(t: EventTable, step_of, windows) -> list[bool]:
     """Which leading steps are warm-up, as _mark_warmup's rule says it: on a sample of ranks, a step whose
     sequence of (op, api, group, site, peer, bytes) is not the rank's most common one, or one over WARMUP_LONG times
-    the median length (the first step: WARMUP_FIRST times), until the first step that is neither."""
+    the median length (the first step: WARMUP_FIRST times, or WARMUP_FIRST_QUIET times where that is more than
+    WARMUP_SPREAD median absolute deviations above the median), until the first step that is neither."""
     from collections import Counter
     from statistics import median
 
-    from disttrace.tracer.analysis.steps import WARMUP_FIRST, WARMUP_LONG
+    from disttrace.tracer.analysis.steps import WARMUP_FIRST, WARMUP_FIRST_QUIET, WARMUP_LONG, WARMUP_SPREAD
 
     warm = [False] * len(windows)
     if len(windows) < 3:
@@ -128,9 +129,13 @@ def warmup_row_by_row(t: EventTable, step_of, windows) -> list[bool]:
         by_rank.setdefault(r, Counter())[tuple(sig)] += 1
     usual = {r: c.most_common(1)[0][0] for r, c in by_rank.items()}
     typical = median(b - a for a, b in windows)
+    spread = median(abs(b - a - typical) for a, b in windows)
     for k in range(len(windows) // 2):
         odd = any(tuple(sigs[(r, k)]) != usual[r] for r in usual if (r, k) in sigs)
-        if not odd and windows[k][1] - windows[k][0] <= (WARMUP_FIRST if k == 0 else WARMUP_LONG) * typical:
+        bound = WARMUP_LONG * typical
+        if k == 0:
+            bound = min(WARMUP_FIRST * typical, max(WARMUP_FIRST_QUIET * typical, typical + WARMUP_SPREAD * spread))
+        if not odd and windows[k][1] - windows[k][0] <= bound:
             break
         warm[k] = True
     return warm

@@ -18,8 +18,8 @@ to no step (-1).
 
 Steps are found per rank, then numbered alike across ranks: the ops of one collective, or the two sides of one
 message, are in the same step on every rank. Leading steps unlike the steady ones (another signature, or more than
-three times the median duration: a step or two of jitter on a busy machine is not warm-up; the first step from 1.5
-times) are marked warm-up.
+three times the median duration: a step or two of jitter on a busy machine is not warm-up; the first step from 1.3
+times, or 1.1 times where that is beyond the steps' own spread) are marked warm-up.
 """
 
 from __future__ import annotations
@@ -42,10 +42,12 @@ MIN_REPEATS = 2       # a sequence seen once is not a loop
 _CANDIDATES = 16      # the most frequent spacings between repeats of a key tried as the period
 _SAMPLE = 4096        # ops per rank whose spacings propose periods (steps up to half as long are found)
 WARMUP_LONG = 3       # a leading step this many times the median one is warm-up (caches, allocator, compile)
-WARMUP_FIRST = 1.3    # ... the first one, from this many: it sets up every lazy thing (gloo connects each pair of
-#                       ranks on their first op, which makes a pipeline's first step far longer than the others,
-#                       or only somewhat longer where the job connected some pairs before it: counted as steady,
-#                       such a step moved a what-if's mean away from the re-run's steady one)
+WARMUP_FIRST = 1.3    # ... the first one, from this many; and from WARMUP_FIRST_QUIET times where that is beyond
+WARMUP_FIRST_QUIET = 1.1  # WARMUP_SPREAD times the steps' own spread (their median absolute deviation) above the
+WARMUP_SPREAD = 3     # median: the first step sets up every lazy thing (gloo connects each pair of ranks on its
+#                       first op), from far longer than the others to only a fifth longer where the job connected
+#                       some pairs before it; counted as steady, such a step moved a what-if's or its re-run's mean
+#                       by a tenth of the saving
 _VOTES = 4096         # collectives (and messages) sampled to number the steps alike across ranks
 _LAGS = 32            # a key met up to this many times a step still proposes the step's length as a period
 _WARMUP_EXTRA_OPS = 8  # ops a leading iteration may hold beyond two steady ones and still be found as a step
@@ -295,7 +297,8 @@ def build_steps(t: EventTable, step_of: array) -> list[Step]:
 
 def _mark_warmup(t: EventTable, step_of: array, steps: list[Step]) -> None:
     """Leading steps unlike the steady ones: another sequence of ops (on any of a sample of ranks), or over
-    `WARMUP_LONG` times the median length (the first from `WARMUP_FIRST`)."""
+    `WARMUP_LONG` times the median length (the first from `WARMUP_FIRST` times, or from `WARMUP_FIRST_QUIET` times
+    where the steps' spread is narrower)."""
     if len(steps) < 3:
         return
     import numpy as np
@@ -310,11 +313,13 @@ def _mark_warmup(t: EventTable, step_of: array, steps: list[Step]) -> None:
     for (r, _), sig in sigs.items():
         by_rank.setdefault(r, Counter())[sig] += 1
     usual = {r: c.most_common(1)[0][0] for r, c in by_rank.items()}
-    typical = median(s.end_ns - s.start_ns for s in steps)
+    lengths = [s.end_ns - s.start_ns for s in steps]
+    typical = median(lengths)
+    spread = median(abs(n - typical) for n in lengths)
+    first = min(WARMUP_FIRST * typical, max(WARMUP_FIRST_QUIET * typical, typical + WARMUP_SPREAD * spread))
     for s in steps[: len(steps) // 2]:
         odd = any(sigs[(r, s.index)] != usual[r] for r in usual if (r, s.index) in sigs)
-        long = WARMUP_FIRST if s is steps[0] else WARMUP_LONG
-        if not odd and s.end_ns - s.start_ns <= long * typical:
+        if not odd and s.end_ns - s.start_ns <= (first if s is steps[0] else WARMUP_LONG * typical):
             break
         s.warmup = True
 
