@@ -216,6 +216,19 @@ async def test_ring_view_steps():
         assert v.ring_step == -1  # a new playhead starts the ring from the beginning
 
 
+async def test_a_key_right_after_a_view_s_key_reaches_the_view():
+    # as typed fast, or read together on a loaded machine: "2" then "]" before the ring view was built (each
+    # analysis view is built when its tab is first shown) must still step the ring
+    from textual import events
+
+    async with app_on().run_test(size=SIZE) as pilot:
+        v = await viewer(pilot)
+        for key, char in (("2", "2"), ("right_square_bracket", "]")):
+            pilot.app.post_message(events.Key(key, char))
+        await pilot.pause()
+        assert v.query_one(TabbedContent).active == "ring" and v.ring_step == 0
+
+
 async def test_click_on_timeline_picks_the_event_there():
     async with app_on().run_test(size=SIZE) as pilot:
         v = await viewer(pilot)

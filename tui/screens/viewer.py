@@ -470,9 +470,11 @@ class ViewerScreen(Screen):
         if self.selection >= 0:
             self.playhead = self.selection
 
-    def action_view(self, name: str) -> None:
+    async def action_view(self, name: str) -> None:
         tc = self.query_one(TabbedContent)
         tc.active = name
+        # the view built now, not when TabActivated comes: a key read right after this one ("2" then "]") finds it
+        await self._mount_view(name)
         self.call_after_refresh(self._focus_view, name)
 
     def _focus_view(self, name: str) -> None:
@@ -492,8 +494,14 @@ class ViewerScreen(Screen):
         pending = list(pane.query(".pending"))
         if not pending:
             return False
-        # the view first, then the placeholder out: the pane is never empty (an empty pane draws its own name)
-        await pane.mount(self._analysis_view(VIEW[pane_id]), before=pending[0])
+        for p in pending:  # claimed: the key's action and the tab's TabActivated may both come here, one awaiting
+            p.remove_class("pending")
+        # the view first, then the placeholder out: the pane is never empty (an empty pane draws its own name).
+        # Made in this screen's context, as its compose would: a key's action runs in the app's, where data_bind
+        # cannot find the screen's reactives
+        with self._context():
+            view = self._analysis_view(VIEW[pane_id])
+        await pane.mount(view, before=pending[0])
         for p in pending:
             await p.remove()
         self.call_after_refresh(settle)  # its widgets and rows stay: out of the collector's sight
@@ -644,7 +652,7 @@ class ViewerScreen(Screen):
         self.zoom, self.offset_ns = event.zoom, event.offset_ns
 
     @on(ShowInTimeline)
-    def _show_in_timeline(self, event: ShowInTimeline) -> None:
+    async def _show_in_timeline(self, event: ShowInTimeline) -> None:
         event.stop()
         self.playhead = event.row
-        self.action_view("timeline")
+        await self.action_view("timeline")
