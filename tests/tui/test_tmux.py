@@ -27,8 +27,15 @@ class Tmux:
         self.name = f"disttrace-{uuid.uuid4().hex[:8]}"
         # the pane is made at its size first, then the command started in it: a new session's pane starts at
         # tmux's default size and is resized an instant later, which a busy machine's app can start before and miss
-        subprocess.run([*TMUX, "new-session", "-d", "-s", self.name, "-x", str(width), "-y", str(height),
-                        "sleep 600"], check=True)
+        new = [*TMUX, "new-session", "-d", "-s", self.name, "-x", str(width), "-y", str(height), "sleep 600"]
+        for _ in range(20):
+            # the last test's kill-session ended the server's last session: the server exits, and a session asked
+            # of it meanwhile fails (a fresh clone's loaded run): asked again once it is gone
+            if subprocess.run(new, capture_output=True).returncode == 0:
+                break
+            time.sleep(0.25)
+        else:
+            subprocess.run(new, check=True)
         # and told its size: on a loaded machine the app's size query (shutil.get_terminal_size, which reads
         # COLUMNS and LINES first) now and then fell back to 80x24 in a 120x40 pane
         subprocess.run([*TMUX, "respawn-pane", "-k", "-t", self.name,
