@@ -28,6 +28,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 
 FR_ENV = {"TORCH_FR_BUFFER_SIZE": "2000", "TORCH_NCCL_ENABLE_TIMING": "1"}
 
@@ -144,6 +145,7 @@ def flight_recorder(n: int) -> None:
     if dump is None:
         print("  no _dump_nccl_trace")
         return
+
     def dump_once(only_active: bool) -> bytes:
         try:
             return dump(includeCollectives=True, includeStackTraces=False, onlyActive=only_active)
@@ -168,9 +170,9 @@ def flight_recorder(n: int) -> None:
     for _ in range(200):
         dist.all_reduce(t)
     d = pickle.loads(dump_once(True))
-    states = [e.get("state") for e in d.get("entries", [])]
-    print(f"  right after 200 ops issued back to back, the active ones: {len(states)}, states "
-          f"{dict((s, states.count(s)) for s in set(states))}")
+    states = Counter(e.get("state") for e in d.get("entries", []))
+    print(f"  right after 200 ops issued back to back, the active ones: {sum(states.values())}, states "
+          f"{dict(states)}")
     torch.cuda.synchronize()
 
 
