@@ -459,6 +459,22 @@ def test_a_stray_late_step_does_not_hide_the_period():
     assert ddp_like(20, {3: 50, 7: 50, 8: 50, 15: 50}).analyze().straggler.period is None
 
 
+@pytest.mark.parametrize("small", [1.0, 3.0])
+def test_a_small_lateness_in_every_step_does_not_hide_a_periodic_straggler(small):
+    # as in verdict_manual_dp on a quiet machine: rank 0 30 ms late every 3rd step, and ~1.2 ms late in every other
+    # step (past the 0.36 ms floor). Its late steps were every step (period 1, 12.6 ms a step): they are the 50 ms
+    # ones, every 5th, and the rest are said apart. Late by 5 ms in every step and 50 ms every 5th: every step
+    a = ddp_like(20, {**dict.fromkeys(range(1, 20), small), 4: 50, 9: 50, 14: 50, 19: 50}, jitter_ms=0.2).analyze()
+    v = a.straggler
+    assert v.rank == 1 and v.steps == [4, 9, 14, 19] and v.period == 5, v
+    assert v.minor_steps == [k for k in range(1, 20) if k % 5 != 4]
+    assert v.per_step_ns == pytest.approx(50 * MS, abs=MS) and v.minor_ns == pytest.approx(small * MS, abs=0.4 * MS)
+    assert "every 5th step), and by less in every other step" in describe_straggler(a)
+    assert [s.index for s in a.steps if s.late_rank == 1] == list(range(1, 20))  # (the steps' table: it was late)
+    v = ddp_like(20, {**dict.fromkeys(range(1, 20), 5), 4: 50, 9: 50, 14: 50, 19: 50}, jitter_ms=0.2).analyze().straggler
+    assert v.steps == list(range(1, 20)) and v.period == 1 and v.minor_steps == [], v
+
+
 def test_a_start_up_hiccup_of_another_rank_does_not_hide_a_steady_straggler():
     # as in an FSDP job on CI: rank 1 20 ms late in every step, and rank 0 71 ms late once, in the first steady
     # step (its start-up). Rank 1 caused under 3 times rank 0's waiting in all: no straggler was named, and the

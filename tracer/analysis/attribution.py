@@ -480,7 +480,7 @@ def _worker_verdict(t: EventTable, rank: int, candidate: StragglerVerdict | None
     waits it also caused)."""
     from dataclasses import replace
 
-    from .stragglers import _period  # (the one rule for a period)
+    from .stragglers import _period, split_minor  # (the one rule for a period, and for minor late steps)
 
     # (site code before, site code, its n-th such span in a step) -> its excess over the steps
     excess: dict[tuple[int, int, int], int] = {}
@@ -504,12 +504,15 @@ def _worker_verdict(t: EventTable, rank: int, candidate: StragglerVerdict | None
     saved = {k: measured[k] - on_pace[k] for k in ks}
     big = [v for v in saved.values() if v > floor]
     cut = max(floor, MINOR * median(big)) if big else floor
-    late = sorted(k for k, v in saved.items() if v >= cut)
+    late, minor = split_minor(sorted(k for k, v in saved.items() if v >= cut), saved)
     cost = {s.rank: s.delay_cost_ns for s in stragglers}
     mine = cost.get(rank, 0)
+    # its cost shared between its late and minor steps as the saving is
+    part = sum(saved[k] for k in late) / (sum(saved[k] for k in late + minor) or 1)
     return StragglerVerdict(rank=rank, delay_cost_ns=mine, steps=late, period=_period(late), **where,
-                            per_step_ns=mine // max(1, len(late)), noise_ns=int(cut), late_count=len(late),
-                            share=mine / (sum(cost.values()) or 1))
+                            per_step_ns=int(mine * part) // max(1, len(late)), noise_ns=int(cut),
+                            late_count=len(late), share=mine / (sum(cost.values()) or 1), minor_steps=minor,
+                            minor_ns=int(mine * (1 - part)) // len(minor) if minor else 0)
 
 
 def _ms(ns: float) -> str:

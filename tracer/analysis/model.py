@@ -428,6 +428,10 @@ class StragglerVerdict:
     # which of its spans between those two sites a step it was (0: the first): where one line issues several ops a
     # step (a gradient hook's all-reduce per bucket), the span before the first is not the one between two of them
     site_nth: int | None = None
+    # the steps it was late in by far less than in those (under MINOR of the next larger, and together under
+    # MINOR_SHARE of its cost: stragglers.split_minor), and its cost per such step: said apart, not in `steps`
+    minor_steps: list[int] = field(default_factory=list)
+    minor_ns: int = 0
 
 
 @dataclass

@@ -104,6 +104,11 @@ def straggler_verdict(a: Analysis) -> tuple[str, str]:
             when = f"in step{'s' if len(v.steps) > 1 else ''} {fmt_list(v.steps)}"
             if v.period:
                 when += f" (every {fmt_ordinal(v.period)} step)" if v.period > 1 else " (every step)"
+        if v.minor_steps:
+            n = len(v.minor_steps)
+            others = ("every other step" if n + len(v.steps) == sum(not s.warmup for s in a.steps) else
+                      f"step{'s' if n > 1 else ''} {fmt_list(v.minor_steps, spans=True)}")
+            when += f", and by less in {others} ({fmt_ns(v.minor_ns)} a step)"
         per = f"{fmt_ns(v.per_step_ns)} a late step"
     elif v.late_count == 1:
         when, per = "once", "at one collective or message"
