@@ -156,6 +156,19 @@ def test_gpipe_s_computations_are_where_they_ran_and_its_bubble_is_the_textbook_
     assert idle[(0, 1)] == (10 * MS, 20 * MS, 0, 0, 0, 4)
 
 
+@pytest.mark.parametrize("lag", [0.15, 15])
+def test_gpipe_stays_gpipe_when_its_last_forward_s_input_reads_late(lag):
+    # as in a loaded run of pipelining's ScheduleGPipe: the last stage's wait for its last forward's input read as
+    # ending after its first backward's send was issued (lag ms after), so its last forward was placed after that
+    # backward and the iteration was named 1F1B. The messages' issue order says the forward came first
+    tr, _ = gpipe_sync(2, 4, tf=10, tb=20)
+    mine = [e for e in tr.events if e["rank"] == 1 and e.get("step") == 0]
+    f3 = [e for e in mine if e["op"] == "recv"][3]
+    b0_send = [e for e in mine if e["op"] == "send"][0]
+    f3.update(async_op=True, wait_start_ns=f3["start_ns"], wait_end_ns=b0_send["start_ns"] + int(lag * MS))
+    assert [it[2] for it in tr.analyze().pipeline.schedule_iterations] == ["GPipe", "GPipe"]
+
+
 def test_a_stage_that_starts_late_makes_no_bubble():
     """Rank 1 posts its first recv 100 ms late (a process still importing torch): rank 0 waits in its first send.
     That wait is left out of the bubble, which stays the textbook's; the blocked-time bubble counts it."""

@@ -617,16 +617,25 @@ def _kind(acts: list[_Action], v: int) -> str:
         return "forward only"
     if v > 1:
         return "interleaved 1F1B"
-    last_f: dict[int, int] = {}
-    first_b: dict[int, int] = {}
+    # a rank ran a backward before its last forward where both the placed times and the issue order of the actions'
+    # messages (each one's output, else its input: a send is issued when its computation ends) say so. The times
+    # alone rest on estimates (a gap shared by two actions; an input-only action put in the first long gap after its
+    # recv completed), and a loaded GPipe run's last stage read its last forward after its first backward's send
+    last_f: dict[int, tuple[int, int]] = {}
+    first_b: dict[int, tuple[int, int]] = {}
     for a in acts:
+        row = a.out if a.out >= 0 else a.inp
         if a.kind == F:
-            last_f[a.rank] = max(last_f.get(a.rank, -_INF), a.start)
+            was = last_f.get(a.rank, (-_INF, -_INF))
+            last_f[a.rank] = (max(was[0], a.start), max(was[1], row))
         else:
-            first_b[a.rank] = min(first_b.get(a.rank, _INF), a.start)
-    if all(last_f.get(r, -_INF) <= first_b.get(r, _INF) for r in last_f):
-        return "GPipe"
-    return "1F1B"
+            was = first_b.get(a.rank, (_INF, _INF))
+            first_b[a.rank] = (min(was[0], a.start), min(was[1], row if row >= 0 else _INF))
+    for r, (f_at, f_row) in last_f.items():
+        b_at, b_row = first_b.get(r, (_INF, _INF))
+        if b_at < f_at and (f_row < 0 or b_row == _INF or b_row < f_row):
+            return "1F1B"
+    return "GPipe"
 
 
 def _length(gap: tuple[int, int]) -> int:
