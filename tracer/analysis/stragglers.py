@@ -401,15 +401,15 @@ def _named(t: EventTable, rec: WaitRecord, steps: list[Step], step_of: array, co
     cut = max(threshold, MINOR * median(cost[u][rank] for u in late))
     late = [u for u in late if cost[u][rank] >= cut]
     _set_late_ranks(steps, per_step, cut)
-    late, minor = split_minor(late, {u: cost[u][rank] for u in late})
+    # (steps only: a minor late collective would leave the count of "late N times" unsaid)
+    late, minor = split_minor(late, {u: cost[u][rank] for u in late}) if by_step else (late, [])
     late_cost = sum(cost[u][rank] for u in late)
     before, here = _sites(t, rec, rank, worst, step_of if by_step else None)
     return StragglerVerdict(
         rank=rank, delay_cost_ns=total[rank], steps=late if by_step else [], period=_period(late) if by_step else None,
         site=f"{before} → {here}" if here else None, from_site=before, to_site=here,
         per_step_ns=late_cost // len(late), noise_ns=int(threshold), late_count=len(late), share=total[rank] / everyone,
-        minor_steps=minor if by_step else [],
-        minor_ns=sum(cost[u][rank] for u in minor) // len(minor) if by_step and minor else 0)
+        minor_steps=minor, minor_ns=sum(cost[u][rank] for u in minor) // len(minor) if minor else 0)
 
 
 def split_minor(late: list[int], cost: dict[int, int]) -> tuple[list[int], list[int]]:
