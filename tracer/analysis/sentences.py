@@ -98,7 +98,8 @@ def straggler_verdict(a: Analysis) -> tuple[str, str]:
         return ("No straggler:", f" no rank's late arrivals stand out from the job's own jitter (the most: rank "
                 f"{worst.rank} made the others wait {fmt_ns(worst.delay_cost_ns)} in all).")
     if v.steps:
-        if v.period == 1 and len(v.steps) == sum(not s.warmup for s in a.steps):
+        steady = sum(not s.warmup for s in a.steps)
+        if v.period == 1 and len(v.steps) == steady:
             when = "in every step"
         else:
             when = f"in step{'s' if len(v.steps) > 1 else ''} {fmt_list(v.steps)}"
@@ -106,7 +107,7 @@ def straggler_verdict(a: Analysis) -> tuple[str, str]:
                 when += f" (every {fmt_ordinal(v.period)} step)" if v.period > 1 else " (every step)"
         if v.minor_steps:
             n = len(v.minor_steps)
-            others = ("every other step" if n + len(v.steps) == sum(not s.warmup for s in a.steps) else
+            others = ("every other step" if n + len(v.steps) == steady else
                       f"step{'s' if n > 1 else ''} {fmt_list(v.minor_steps, spans=True)}")
             when += f", and by less in {others} ({fmt_ns(v.minor_ns)} a step)"
         per = f"{fmt_ns(v.per_step_ns)} a late step"
