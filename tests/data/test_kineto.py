@@ -380,6 +380,20 @@ def test_fit_clock_offsets_recovers_offset_and_drift():
     assert few[1].drift == 0 and few[1].offset_ns in (-20, -21)
 
 
+def test_a_fit_that_puts_an_exit_before_a_start_is_moved_by_causality():
+    # one clock (true offset 0). Rank 1 leaves 1 ms before rank 0 in two collectives (a stagger the same each time)
+    # and arrives last, 0.1 ms before rank 0 leaves, in a third: the exits' median (+1 ms) would have rank 0 leave
+    # before rank 1 began. Moved the least that honours it: +0.1 ms, uncertain by at least the 0.9 ms moved
+    ms = 1_000_000
+    exits = {0: {0: 10 * ms, 1: 10 * ms}, 1: {0: 21 * ms, 1: 20 * ms}, 2: {0: 31 * ms, 1: 30 * ms}}
+    starts = {0: {0: 5 * ms, 1: int(9.9 * ms)}, 1: {0: 15 * ms, 1: 15 * ms}, 2: {0: 25 * ms, 1: 25 * ms}}
+    assert fit_clock_offsets(exits, [0, 1])[1].offset_ns == ms  # (the exits alone)
+    f = fit_clock_offsets(exits, [0, 1], starts)[1]
+    assert f.offset_ns == ms // 10 and f.uncertainty_ns >= 9 * ms // 10
+    for k, ends in exits.items():
+        assert f.apply(ends[1]) >= starts[k][0] and ends[0] >= f.apply(starts[k][1])
+
+
 def test_names_map_to_ops():
     assert comm_op("c10d::_allgather_base_") == "all_gather"
     assert comm_op("_reduce_scatter_base") == "reduce_scatter"

@@ -22,7 +22,8 @@ class ClockFit:
         return t + self.offset_ns + int(self.drift * (t - self.t0_ns))
 
 
-def fit_clock_offsets(exits: dict[tuple, dict[int, int]], ranks: list[int]) -> dict[int, ClockFit]:
+def fit_clock_offsets(exits: dict[tuple, dict[int, int]], ranks: list[int],
+                      starts: dict[tuple, dict[int, int]] | None = None) -> dict[int, ClockFit]:
     """Each rank's clock offset to the lowest rank's, from the collectives' exits.
 
     `exits`: per collective (any hashable key), {rank: its end on that rank's own clock}, only for ops whose
@@ -32,7 +33,13 @@ def fit_clock_offsets(exits: dict[tuple, dict[int, int]], ranks: list[int]) -> d
     median when there are few, else a line d = offset + drift * (t - t0) by least squares (once more without the
     points beyond three times the median residual), when at least MIN_DRIFT_POINTS exits span MIN_DRIFT_SPAN_NS.
     The uncertainty is the largest residual kept. Ranks that share no collective with an aligned rank are left
-    out (their events keep their own clock)."""
+    out (their events keep their own clock).
+
+    `starts` (the same keys: each rank's start of those collectives) bounds each fit by causality: no rank leaves
+    before every rank has begun. The residuals measure the exits' scatter, not a stagger that is the same every
+    time (a loaded ring's ranks leave a hop or more apart): a fit that would put a rank's exit before an aligned
+    peer's start, or a peer's exit before its start, is moved the least that honours every collective, and its
+    uncertainty is at least that move."""
     if not ranks:
         return {}
     ref = min(ranks)
@@ -50,6 +57,8 @@ def fit_clock_offsets(exits: dict[tuple, dict[int, int]], ranks: list[int]) -> d
             if not pts:
                 continue
             fits[r] = _fit(pts)
+            if starts:
+                fits[r] = _causal(fits[r], r, exits, starts, fits)
             pending.remove(r)
             progressed = True
         if not progressed:
@@ -83,5 +92,29 @@ def _fit(pts: list[tuple[int, int]]) -> ClockFit:
         use = kept
     return ClockFit(int(round(icpt)), slope, t0, int(max(resid)) + 2, len(pts))  # + the rounding of apply()
 
+
+def _causal(f: ClockFit, r: int, exits: dict, starts: dict, fits: dict[int, ClockFit]) -> ClockFit:
+    """f moved by the least shift that puts no exit before a start across r and its aligned peers (none where
+    the collectives bound it from both sides inconsistently: a trace whose times are not what they say)."""
+    lo, hi = -_UNBOUNDED, _UNBOUNDED  # the shift's bounds
+    for key, ends in exits.items():
+        begun = starts.get(key, {})
+        if r not in ends or r not in begun:
+            continue
+        for a in ends:
+            if a == r or a not in fits or a not in begun:
+                continue
+            # r's exit, shifted, not before a's start; a's exit not before r's start, shifted
+            lo = max(lo, fits[a].apply(begun[a]) - f.apply(ends[r]))
+            hi = min(hi, fits[a].apply(ends[a]) - f.apply(begun[r]))
+    if lo > hi:
+        return f
+    shift = lo if lo > 0 else hi if hi < 0 else 0
+    if not shift:
+        return f
+    return ClockFit(f.offset_ns + shift, f.drift, f.t0_ns, max(f.uncertainty_ns, abs(shift)), f.points)
+
+
+_UNBOUNDED = 1 << 62
 
 __all__ = ["ClockFit", "fit_clock_offsets"]

@@ -746,12 +746,15 @@ def _issue(ev: dict) -> tuple:
 
 def _align(events: list[dict], table: EventTable, traces: list[_RankTrace]) -> dict[int, ClockFit]:
     exits: dict = {}
+    starts: dict = {}
     for ev in events:
         if ev["op"] in _SYMMETRIC and ev.get("group_seq") is not None and ev["end_ns"] is not None \
                 and len(ev["group_ranks"]) > 1:
-            exits.setdefault((ev["group"], ev["group_seq"]), {})[ev["rank"]] = ev["end_ns"]
+            key = (ev["group"], ev["group_seq"])
+            exits.setdefault(key, {})[ev["rank"]] = ev["end_ns"]
+            starts.setdefault(key, {})[ev["rank"]] = ev["start_ns"]
     ranks = sorted({rt.rank for rt in traces})
-    fits = fit_clock_offsets(exits, ranks)
+    fits = fit_clock_offsets(exits, ranks, starts)
     for ev in events:
         f = fits.get(ev["rank"])
         if f is None:
