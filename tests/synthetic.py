@@ -103,3 +103,27 @@ def pipeline_3d(dp: int, pp: int, tp: int, micro: int, iterations: int, forward_
         for r in range(world):
             compute(r, 0, forward_ms)  # the optimizer
     return tr
+
+
+def back_to_back(steps: int, compute_ms: dict, overlapping=None, world: int = 4, jitter_ms: float = 10.0,
+                 seed: int = 0) -> Trace:
+    """Pure data parallelism, two synchronous all-reduces a step, one right after the other: each rank computes
+    compute_ms[r] ms (1000 where not given; plus up to jitter_ms, seeded), then all-reduce A (ending 0.5 ms after
+    its last arrival: the others wait in it for the slowest), then all-reduce B, started 50 µs after A's end; on the
+    ranks that overlapping(step, rng) names, B's recorded start comes 20 µs *before* A's recorded end (each is its
+    own clock read: a reduce-scatter's end and the next all-reduce's start, in a 16-rank job)."""
+    import random
+
+    rng = random.Random(seed)
+    tr = Trace(world)
+    clock = [0] * world
+    for k in range(steps):
+        arrive = {r: clock[r] + int((compute_ms.get(r, 1000) + rng.uniform(0, jitter_ms)) * MS) for r in range(world)}
+        end_a = max(arrive.values()) + MS // 2
+        tr.coll("all_reduce", arrive, end_a, nbytes=1 << 20, site="train.py:20 in main")
+        early = overlapping(k, rng) if overlapping else set()
+        b_start = {r: end_a + (-20_000 if r in early else 50_000) for r in range(world)}
+        end_b = max(b_start.values()) + MS // 2
+        tr.coll("all_reduce", b_start, end_b, nbytes=1 << 10, site="train.py:21 in main")
+        clock = [end_b] * world
+    return tr

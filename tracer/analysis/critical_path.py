@@ -86,11 +86,31 @@ def _hosts(t: EventTable, fin):
     hid = hid.astype(np.int64).ravel()
     order = order_by(hid[row], a, b, row, kind)
     a, b, row, kind = a[order], b[order], row[order], kind[order]
+    a, b = _after_blocking(hid[row], a, b, kind)
     off = np.searchsorted(hid[row], np.arange(len(ranks) + 1))
     maxb = np.empty_like(b)
     for h in range(len(ranks)):
         maxb[off[h]:off[h + 1]] = np.maximum.accumulate(b[off[h]:off[h + 1]])
     return (a, b, row, kind, maxb), ranks, off, hid
+
+
+def _after_blocking(host, a, b, kind) -> tuple:
+    """The intervals (each host's sorted by start) with each start no earlier than the end of the host's blocking
+    intervals (sync ops, wait() calls) that started before it: its op was issued once the host was back. A
+    synchronous op's start recorded a few µs before the previous one's end (each is its own clock read: a
+    reduce-scatter's end and the next all-reduce's start) is a clock read order, not an overlap; left as read, the
+    compute before it would be measured from the op before the previous one, and that whole op, its wait included,
+    read as compute. Intervals that start together (DDP's reducer waits for its buckets at once) are not pushed
+    after one another; an async op's issue is not blocking, so its end after the next issue stays an overlap. The
+    order stays the same (each start moves no further than the ends before it)."""
+    import numpy as np
+
+    low = np.iinfo(np.int64).min
+    reach = reach_before(np.where(kind != ISSUE, b, low), run_starts(host))
+    first = np.flatnonzero(run_starts(host, a))  # (intervals that start together share the ends before them)
+    reach = repeat_each(reach[first], np.diff(np.append(first, len(a))))
+    a = np.maximum(a, reach)
+    return a, np.maximum(b, a)
 
 
 REDUCER_API = "ddp.reducer_allreduce"  # DDP's gradient all-reduces (record/capture.py names them so)
@@ -181,6 +201,10 @@ class _Walker:
         self.columns, ranks, self.off, self.hid = _hosts(t, self.fin)
         self.hosts = {int(r): _Host(*(c[self.off[h]:self.off[h + 1]] for c in self.columns))
                       for h, r in enumerate(ranks.tolist())}
+        a, _, row, kind, _ = self.columns
+        issued = kind != WAIT
+        self.arrival = np.frombuffer(t.start_ns, np.int64).copy()  # each op's issue as its host ran it (_hosts)
+        self.arrival[row[issued]] = a[issued]
         self._sites: dict[str, str] = {}
         self._spans: dict[tuple[int, int], str] = {}
         self.floor = int(np.frombuffer(t.start_ns, np.int64).min()) if len(t) else 0  # (no walk goes before it)

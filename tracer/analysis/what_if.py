@@ -141,7 +141,9 @@ class _Replay:
         # what replays.replayed reads, as the columns are (no copy)
         i32, i64 = (lambda c: np.frombuffer(c, np.int32)), (lambda c: np.frombuffer(c, np.int64))
         # each op row's end, start, wait, instance and message as numpy columns (the bandwidth change reads them)
-        self.ops = (i64(walker.fin), i64(t.start_ns), i64(event_wait_ns), i32(instance_of), i32(p2p_of))
+        # (an op's start as its host issued it: no earlier than the end of the op it was blocked in before, however
+        # the clocks' reads interleave: critical_path._after_blocking)
+        self.ops = (i64(walker.fin), walker.arrival, i64(event_wait_ns), i32(instance_of), i32(p2p_of))
         fin, start, wait, inst, msg = self.ops
         a, _, hrow, hkind, _ = walker.columns
         # the ops whose end is their wait()'s return (gloo's send and recv have no completion of their own): the
