@@ -7,7 +7,7 @@ each time a pair made as the test makes it (tests/pairs.py: a faulty run and a r
 other, made again up to 3 times where their pace on what the fault leaves alone is more than 6% apart) and prints, per job: how often the verdict's kind and its rank or stage were right, how often the
 change that undoes the fault predicted the run without it within the issue's bounds (the step within 15%, the
 saving within 15% or 3 ms), and how often the run without the fault named nothing (none or a spread, no
-straggler). The goal is 9 of 10 of each. A run takes 20-60 s on 2 cores: 10 runs of the 9 jobs, about 2 hours.
+straggler). The goal is 9 of 10 of each. A run takes 20-60 s on 2 cores: 10 runs of the 10 jobs, about 2 hours.
 """
 
 from __future__ import annotations
