@@ -15,6 +15,7 @@ import random
 import re
 import shutil
 
+import numpy as np
 import pytest
 
 import harness  # noqa: F401 (puts tests/jobs on the path)
@@ -23,26 +24,30 @@ from synthetic import MS, Trace
 
 from disttrace.tracer.analysis.diff import compare, to_json
 from disttrace.tracer.analysis.diff_side import analysed
-from disttrace.tracer.analysis.diff_timing import noise_ns, per_step_unions, spread
+from disttrace.tracer.analysis.diff_timing import (MIN_NOISE_NS, left_out_ns, noise_ns, per_step_unions, shifts,
+                                                   spread, stat_noise_ns)
 from disttrace.tracer.commands.sides import parse_side
 from disttrace.tracer.errors import TraceError
 
 STEPS = 12
 
 
-def dp_trace(seed: int, late: dict | None = None, extra_ms: float = 0.0, nbytes: int = 4096, pair_groups=None):
-    """3 ranks (4 with pair_groups), STEPS steps: compute ~10 ms (±0.3 ms of jitter), an all_reduce at train.py:40
+def dp_trace(seed: int, late: dict | None = None, extra_ms: float = 0.0, nbytes: int = 4096, pair_groups=None,
+             every: int = 1, steps: int = STEPS, stall: tuple | None = None):
+    """3 ranks (4 with pair_groups), `steps` steps: compute ~10 ms (±0.3 ms of jitter), an all_reduce at train.py:40
     that ends 2 ms after its last arrival, compute 3 ms, an all_gather at train.py:52 (0.5 ms after its last
-    arrival). late: rank -> ms more of compute before the all_reduce; extra_ms: an all_reduce at train.py:46, 1 ms
-    after the first one, taking that long after its last arrival; pair_groups: a small all_reduce at train.py:44 in
-    these groups."""
+    arrival). late: rank -> ms more of compute before the all_reduce, in every `every`-th step (the last of each
+    `every`); extra_ms: an all_reduce at train.py:46, 1 ms after the first one, taking that long after its last
+    arrival; pair_groups: a small all_reduce at train.py:44 in these groups; stall: (step, ms): the all_reduce of
+    that step ends that much later (a send stalled)."""
     rng = random.Random(seed)
     world = 4 if pair_groups else 3
     tr = Trace(world)
     t = 0
-    for _ in range(STEPS):
-        starts = {r: t + int((10 + rng.uniform(-0.3, 0.3) + (late or {}).get(r, 0)) * MS) for r in range(world)}
-        end = max(starts.values()) + 2 * MS
+    for i in range(steps):
+        slow = late if (i % every == every - 1) else None
+        starts = {r: t + int((10 + rng.uniform(-0.3, 0.3) + (slow or {}).get(r, 0)) * MS) for r in range(world)}
+        end = max(starts.values()) + 2 * MS + (int(stall[1] * MS) if stall and stall[0] == i else 0)
         tr.coll("all_reduce", starts, end, nbytes=nbytes, site="train.py:40 in step")
         if pair_groups:
             for g in pair_groups:
@@ -138,6 +143,61 @@ def test_an_op_moved_to_another_line_still_aligns():
     moved, first = d.structure
     assert "all_gather in group [0, 1, 2] moved: at train.py:52 in A, at train.py:53 in B" in moved.detail
     assert "first differs in step" in first.detail and "all_gather at train.py:52 in A" in first.detail
+
+
+def test_a_span_slow_in_every_fifth_step_is_a_change_and_explained_first():
+    # issue 53: rank 1 computes 50 ms more in every 5th step of 20; the median step does not move, the mean does
+    # (+10 ms a step), and rank 1's span is the explanation, ~10 ms a step
+    d = diff_of(dp_trace(1, steps=20), dp_trace(2, late={1: 50}, every=5, steps=20))
+    assert d.slower and d.changed and d.structure == [], d.shifts
+    assert "mean" in [x.stat for x in d.moved] and not d.shifts["median"].moved, d.shifts
+    top = d.explanations[0]
+    assert (top.rank, top.span) == (1, "train.py:52 → train.py:40"), d.explanations
+    assert 7 * MS <= top.delta_ns <= 13 * MS, top
+    assert adds_up(d)
+    (row,) = [r for r in d.timing if r.what == "span" and r.changed]
+    assert (row.rank, row.shown.stat) == (1, "mean"), row
+    j = to_json(d)
+    assert "mean" in j["moved"] and j["shifts"]["mean"]["moved"] and not j["shifts"]["median"]["moved"], j["shifts"]
+
+
+def test_one_stalled_step_is_no_change():
+    # issue 53: the same job run twice, one all_reduce stalled 100-160 ms in one step of B (or of A): the mean moves
+    # by as much as a recurring delay's, but one step carries all of it
+    # (the step lengths' rule over 100-160 ms: test_the_mean_s_and_the_p90_s_noise)
+    for a, b in ((dp_trace(1, steps=20), dp_trace(2, steps=20, stall=(9, 130))),
+                 (dp_trace(1, steps=20, stall=(9, 160)), dp_trace(2, steps=20))):
+        d = diff_of(a, b)
+        assert not d.changed and not d.slower and not d.moved, d.shifts
+        assert all(e.what.startswith("everything else") for e in d.explanations), d.explanations
+
+
+def test_the_mean_s_and_the_p90_s_noise():
+    # issue 53's shape, as step lengths: A's 20 steps 8-13 ms; B's the same with 4 at 55-60 ms (every 5th)
+    rng = random.Random(3)
+    a = [int(rng.uniform(8, 13) * MS) for _ in range(20)]
+    b = [int(rng.uniform(8, 13) * MS) if k % 5 != 4 else int(rng.uniform(55, 60) * MS) for k in range(20)]
+    got = shifts(a, b)
+    assert got["mean"].moved and got["p90"].moved and not got["median"].moved, got
+    # A against A run again, one step stalled 100-160 ms: nothing moved beyond its noise, either way
+    for stall in (100, 130, 160):
+        a2 = [int(rng.uniform(8, 13) * MS) for _ in range(20)]
+        a2[rng.randrange(20)] = stall * MS
+        for x, y in ((a, a2), (a2, a)):
+            assert not [s.stat for s in shifts(x, y).values() if s.moved], shifts(x, y)
+    # one step: the most that leaving a step out moves the statistic
+    xs = [10, 10, 10, 10, 110]
+    assert left_out_ns(xs, np.mean) == pytest.approx(20)  # (mean 30, 10 without the 110)
+    # the mean's noise: the pace (the medians' difference, at the mean's scale) + the jitter averaged + one step
+    assert stat_noise_ns("mean", [MS] * 20, [MS] * 20) == MIN_NOISE_NS  # (all alike: the floor)
+    wide = [10 * MS + d for d in (-MS, 0, MS) * 6] + [12 * MS, 16 * MS]
+    jitter = 3 * (2 * spread(wide) ** 2 / 20) ** 0.5  # (the same medians: no pace)
+    assert stat_noise_ns("mean", wide, wide) == int(jitter + left_out_ns(wide, np.mean))
+    assert stat_noise_ns("p90", wide, wide) == int(1.71 * jitter + left_out_ns(wide, lambda x: np.percentile(x, 90)))
+    # a pace: B's steps 5% longer (within the median's noise): the mean's noise grows by the medians' difference at
+    # the mean's scale
+    slow = [x * 1.05 for x in wide]
+    assert noise_ns(wide, slow) > 0.5 * MS and stat_noise_ns("mean", wide, slow) > stat_noise_ns("mean", wide, wide)
 
 
 # -- the noise, the spelling ----------------------------------------------------------------------------------

@@ -32,7 +32,7 @@ import numpy as np
 
 from .diff_align import Identities, Ops, join_keys
 from .diff_side import Side, StepSpans
-from .diff_timing import median_ns, noise_ns, per_step_sums
+from .diff_timing import moved, per_step_sums
 from ..units import fmt_bytes, fmt_list, fmt_ns_prose
 
 MAX_UNITS = 48   # units replayed one by one (the others together, last)
@@ -224,14 +224,17 @@ def _noise(units: _Units, ks, sa_of, sb_of, span_names, a: tuple[Side, Ops], b: 
 
 
 def _moved(unit: _Unit, ranks, per_a: dict, per_b: dict, key_of, n: int) -> None:
-    moved, noise = [], 0
+    """The unit's ranks, those on which its time a step moved beyond the noise (its mean, median or p90, each
+    against its own: diff_timing.moved; a span slow in one step of five moves the mean and the p90, not the median)
+    and the largest noise of the statistics that moved (the mean's first)."""
+    moved_on, noise = [], 0
     for r in sorted(ranks):
         xa, xb = per_a.get(key_of(r), np.zeros(n)), per_b.get(key_of(r), np.zeros(n))
-        nz = noise_ns(xa, xb)
-        if abs(median_ns(xb) - median_ns(xa)) > nz:
-            moved.append(r)
-            noise = max(noise, nz)
-    unit.ranks, unit.moved, unit.noise = tuple(sorted(ranks)), tuple(moved), noise
+        got = {x.stat: x for x in moved(xa, xb)}
+        if got:
+            moved_on.append(r)
+            noise = max(noise, next(got[k] for k in ("mean", "median", "p90") if k in got).noise_ns)
+    unit.ranks, unit.moved, unit.noise = tuple(sorted(ranks)), tuple(moved_on), noise
 
 
 def _comm_text(op: str, site: str, ranks, comm: dict) -> str:

@@ -15,7 +15,7 @@ have in most steps (an op added) is a change past MIN_NOISE_NS, whatever the oth
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -33,6 +33,13 @@ def noise_ns(xa, xb) -> int:
     NOISE times the two spreads' root mean square, the longer run's spread scaled to the shorter's median (a run
     made longer and so noisier by the change does not hide it), at least MIN_NOISE_NS and MIN_NOISE_FRACTION of
     A's median."""
+    sa, sb, med_a, _ = _scaled_spreads(xa, xb)
+    both = ((sa ** 2 + sb ** 2) / 2) ** 0.5
+    return int(max(NOISE * both, MIN_NOISE_NS, MIN_NOISE_FRACTION * abs(med_a)))
+
+
+def _scaled_spreads(xa, xb) -> tuple[float, float, float, float]:
+    """Each run's spread at the shorter median's scale, and the two medians."""
     med_a = float(np.median(xa)) if len(xa) else 0.0
     med_b = float(np.median(xb)) if len(xb) else 0.0
     sa, sb = spread(xa), spread(xb)
@@ -40,8 +47,105 @@ def noise_ns(xa, xb) -> int:
     if lo >= 0:  # each spread at the shorter median's scale (0: the quantity is not there in most steps of one run,
         #          an op added in the other: the other's spread counts for nothing)
         sa, sb = (s * (lo / m if m else 1.0) for s, m in ((sa, med_a), (sb, med_b)))
-    both = ((sa ** 2 + sb ** 2) / 2) ** 0.5
-    return int(max(NOISE * both, MIN_NOISE_NS, MIN_NOISE_FRACTION * abs(med_a)))
+    return sa, sb, med_a, med_b
+
+
+# -- the mean's and the p90's noise (issue 53) ------------------------------------------------------------------
+# The mean is what the user pays (a step slow every 5th step costs as much as every step a fifth as slow), but the
+# median cannot see a delay that recurs in fewer than half the steps; the mean and the p90 see it. Their noise is
+# the sum of three, each a source of difference between two runs of an unchanged job:
+# - the pace: the runs' typical steps (their medians) differ as far as the median's own noise lets them (beyond it
+#   the median has moved: a change), and a pace moves every step in proportion: the medians' relative difference,
+#   up to noise_ns, times the statistic (the smaller run's, so that a tail B added does not widen it);
+# - the jitter, averaged: NOISE standard errors of the difference of the statistic, a normal jitter's (its σ the
+#   steps' spread, a robust one that a few slow steps do not widen: those are what is being tested) over the steps
+#   each run has: sqrt(sa²/na + sb²/nb), times 1.71 for the p90 (a normal sample's 90th percentile: √(0.9·0.1)/φ(z₀.₉));
+# - one step: the most that leaving one step out of either run moves the statistic (the jackknife's leave-one-out):
+#   a stalled send, a page-fault storm, a neighbour's burst on a shared machine is an event of that run, not a
+#   change of the job, and a difference beyond this term survives dropping any single step: more than one step
+#   carries it.
+# A recurring delay (4 steps of 20 at 55-60 ms where A's are under 13 ms) moves the mean by a fifth of its size and
+# the p90 to its height, each slow step carrying ~1/19 of the mean's move; a stall in one step carries all of its
+# move alone, and the one-step term is that move. At least MIN_NOISE_NS and MIN_NOISE_FRACTION of A's statistic.
+
+P90_ERROR = 1.71  # a normal sample's 90th percentile's standard error, in σ/√n
+
+
+def left_out_ns(xs, stat) -> float:
+    """The most that leaving one value of xs out moves stat(xs) (0 below 3 values). stat is an order statistic or
+    the mean: the value left out matters only through its rank, so the lowest, the highest and those around the
+    90th percentile's place are all that need trying."""
+    s = np.sort(np.asarray(xs, np.float64))
+    n = len(s)
+    if n < 3:
+        return 0.0
+    whole = stat(s)
+    k = int(0.9 * (n - 1))
+    tried = {0, n - 1, *range(max(k - 1, 0), min(k + 3, n))}
+    return max(abs(stat(np.delete(s, j)) - whole) for j in tried)
+
+
+def _p90(xs) -> float:
+    return float(np.percentile(xs, 90))
+
+
+def _mean(xs) -> float:
+    return float(np.mean(xs))
+
+
+STATS = {"median": None, "mean": _mean, "p90": _p90}  # the statistics of a quantity a step the diff compares
+_ERROR = {"mean": 1.0, "p90": P90_ERROR}
+
+
+def stat_noise_ns(stat: str, xa, xb) -> int:
+    """What a difference of `stat` ("median", "mean", "p90") of xa (A's values, a step each) and xb (B's) must
+    pass to be a change: for the median noise_ns; for the mean and the p90 the pace, the jitter averaged and one
+    step (this module's "the mean's and the p90's noise")."""
+    f = STATS[stat]
+    if f is None:
+        return noise_ns(xa, xb)
+    if not (len(xa) and len(xb)):
+        return MIN_NOISE_NS
+    sa, sb, med_a, med_b = _scaled_spreads(xa, xb)
+    va, vb = f(np.asarray(xa, np.float64)), f(np.asarray(xb, np.float64))
+    lo = min(med_a, med_b)
+    pace = min(abs(med_b - med_a), noise_ns(xa, xb)) * (min(va, vb) / lo if lo > 0 else 1.0)
+    jitter = NOISE * _ERROR[stat] * (sa ** 2 / len(xa) + sb ** 2 / len(xb)) ** 0.5
+    one = max(left_out_ns(xa, f), left_out_ns(xb, f))
+    return int(max(pace + jitter + one, MIN_NOISE_NS, MIN_NOISE_FRACTION * abs(va)))
+
+
+@dataclass(frozen=True)
+class Shift:
+    """One statistic of a quantity a step in both runs: A's and B's values, B's less A's, and its noise."""
+
+    stat: str
+    a_ns: int
+    b_ns: int
+    noise_ns: int
+
+    @property
+    def delta_ns(self) -> int:
+        return self.b_ns - self.a_ns
+
+    @property
+    def moved(self) -> bool:
+        return abs(self.delta_ns) > self.noise_ns
+
+
+def shifts(xa, xb) -> dict[str, Shift]:
+    """The quantity's median, mean and p90 in each run (values a step; both non-empty), each against its noise."""
+    out = {}
+    for stat, f in STATS.items():
+        a, b = (float(np.median(x)) if f is None else f(x) for x in (xa, xb))
+        a, b = (int(round(x)) if stat == "mean" else int(x) for x in (a, b))  # (as StepStats rounds them)
+        out[stat] = Shift(stat, a, b, stat_noise_ns(stat, xa, xb))
+    return out
+
+
+def moved(xa, xb) -> list[Shift]:
+    """The statistics (median, mean, p90) of a quantity a step that moved beyond their noise."""
+    return [s for s in shifts(xa, xb).values() if s.moved]
 
 
 def median_ns(xs) -> int:
@@ -72,7 +176,8 @@ class TimingRow:
     """One quantity measured a step in both runs: `what` is "op" (an op kind's communication a step, the mean over
     its ranks), "group" (the same, per group), "compute" or "wait" (a rank's), or "span" (a rank's compute span);
     `a_ns`, `b_ns` its medians a step (None: the run has none), `delta_ns` B's less A's, `noise_ns` what the delta
-    must pass, `changed` whether it does."""
+    must pass; `shifts` its median, mean and p90 each against its noise (empty where a run has none), `changed`
+    whether any of them moved beyond it (a span slow in one step of five moves its mean and p90, not its median)."""
 
     what: str
     name: str
@@ -82,6 +187,13 @@ class TimingRow:
     delta_ns: int
     noise_ns: int
     changed: bool
+    shifts: dict[str, Shift] = field(default_factory=dict)
+
+    @property
+    def shown(self) -> Shift | None:
+        """The statistic to show: the median where it moved, else the mean, else the p90 (None: none moved)."""
+        return next((self.shifts[k] for k in ("median", "mean", "p90") if k in self.shifts and self.shifts[k].moved),
+                    None)
 
 
 def row_of(what: str, name: str, rank: int | None, xa, xb) -> TimingRow:
@@ -89,8 +201,9 @@ def row_of(what: str, name: str, rank: int | None, xa, xb) -> TimingRow:
     a, b = (median_ns(x) if len(x) else None for x in (xa, xb))
     if a is None or b is None:
         return TimingRow(what, name, rank, a, b, (b or 0) - (a or 0), 0, False)
-    n = noise_ns(xa, xb)
-    return TimingRow(what, name, rank, a, b, b - a, n, abs(b - a) > n)
+    got = shifts(xa, xb)
+    m = got["median"]
+    return TimingRow(what, name, rank, a, b, b - a, m.noise_ns, any(x.moved for x in got.values()), got)
 
 
 def per_step_sums(keys: list, steps: np.ndarray, values: np.ndarray, ks: list[int], scale=None) -> dict:
@@ -130,5 +243,5 @@ def per_step_unions(keys: list, steps: np.ndarray, starts: np.ndarray, ends: np.
     return dict(out)
 
 
-__all__ = ["NOISE", "per_step_unions", "MIN_NOISE_NS", "MIN_NOISE_FRACTION", "StepStats", "TimingRow", "noise_ns",
+__all__ = ["NOISE", "STATS", "Shift", "shifts", "moved", "stat_noise_ns", "left_out_ns", "per_step_unions", "MIN_NOISE_NS", "MIN_NOISE_FRACTION", "StepStats", "TimingRow", "noise_ns",
            "spread", "row_of", "per_step_sums", "median_ns"]
