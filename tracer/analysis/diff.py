@@ -7,7 +7,8 @@ compare(A, B), of two runs analysed with their replays (diff_side.analysed), say
   ops added or removed, sizes and dtypes changed, groups changed, ops moved, and each rank's first divergence in op
   order;
 - what differs in time (diff_timing.py): the steps' distributions, and per op kind, group, rank and compute span,
-  each B less A against its noise (the spread of the steps within each run: jitter is not a change);
+  each B less A against its noise (the spread of the steps within each run: jitter is not a change), by their
+  medians, means and p90s (diff_timing.shifts: a delay in one step of five moves only the mean and the p90);
 - why (diff_explain.py): B's steps replayed with one thing set to A's, cumulatively, the explanations ranked, their
   deltas and the unexplained rest adding up to B's mean step less A's.
 

@@ -10,6 +10,10 @@ longer makes its jitter larger with it (on a busy machine an added large all_red
 its spread more than in proportion), and what the change added must not hide the change; a quantity one run does not
 have in most steps (an op added) is a change past MIN_NOISE_NS, whatever the other run's spread. One rule,
 `noise_ns`, for every quantity the diff compares.
+
+Issue 53: besides its median, each quantity's mean and p90 are compared, each against its own noise
+(`stat_noise_ns`: "the mean's and the p90's noise" below), and the quantity moved when any of the three did
+(`shifts`, `moved`): a delay in some steps only moves the mean and the p90.
 """
 
 from __future__ import annotations
@@ -57,9 +61,11 @@ def _scaled_spreads(xa, xb) -> tuple[float, float, float, float]:
 # - the pace: the runs' typical steps (their medians) differ as far as the median's own noise lets them (beyond it
 #   the median has moved: a change), and a pace moves every step in proportion: the medians' relative difference,
 #   up to noise_ns, times the statistic (the smaller run's, so that a tail B added does not widen it);
-# - the jitter, averaged: NOISE standard errors of the difference of the statistic, a normal jitter's (its σ the
-#   steps' spread, a robust one that a few slow steps do not widen: those are what is being tested) over the steps
-#   each run has: sqrt(sa²/na + sb²/nb), times 1.71 for the p90 (a normal sample's 90th percentile: √(0.9·0.1)/φ(z₀.₉));
+# - the jitter, averaged: what is left to test, once the medians' difference stands for the pace, is the
+#   statistic's excess over the median; NOISE standard errors of its difference between the runs, a normal
+#   jitter's (σ the steps' spread, a robust one that a few slow steps do not widen: they are what is tested):
+#   EXCESS_ERROR σ·sqrt(1/na + 1/nb) (the mean's excess over the median: √(π/2 − 1) = 0.76; the p90's: 1.75, from
+#   the quantiles' asymptotic covariance p(1−r)/(n·f(x_p)·f(x_r)));
 # - one step: the most that leaving one step out of either run moves the statistic (the jackknife's leave-one-out):
 #   a stalled send, a page-fault storm, a neighbour's burst on a shared machine is an event of that run, not a
 #   change of the job, and a difference beyond this term survives dropping any single step: more than one step
@@ -68,7 +74,7 @@ def _scaled_spreads(xa, xb) -> tuple[float, float, float, float]:
 # the p90 to its height, each slow step carrying ~1/19 of the mean's move; a stall in one step carries all of its
 # move alone, and the one-step term is that move. At least MIN_NOISE_NS and MIN_NOISE_FRACTION of A's statistic.
 
-P90_ERROR = 1.71  # a normal sample's 90th percentile's standard error, in σ/√n
+EXCESS_ERROR = {"mean": 0.76, "p90": 1.75}  # the standard error of the statistic less the median, in σ/√n
 
 
 def left_out_ns(xs, stat) -> float:
@@ -94,7 +100,6 @@ def _mean(xs) -> float:
 
 
 STATS = {"median": None, "mean": _mean, "p90": _p90}  # the statistics of a quantity a step the diff compares
-_ERROR = {"mean": 1.0, "p90": P90_ERROR}
 
 
 def stat_noise_ns(stat: str, xa, xb) -> int:
@@ -110,7 +115,7 @@ def stat_noise_ns(stat: str, xa, xb) -> int:
     va, vb = f(np.asarray(xa, np.float64)), f(np.asarray(xb, np.float64))
     lo = min(med_a, med_b)
     pace = min(abs(med_b - med_a), noise_ns(xa, xb)) * (min(va, vb) / lo if lo > 0 else 1.0)
-    jitter = NOISE * _ERROR[stat] * (sa ** 2 / len(xa) + sb ** 2 / len(xb)) ** 0.5
+    jitter = NOISE * EXCESS_ERROR[stat] * (sa ** 2 / len(xa) + sb ** 2 / len(xb)) ** 0.5
     one = max(left_out_ns(xa, f), left_out_ns(xb, f))
     return int(max(pace + jitter + one, MIN_NOISE_NS, MIN_NOISE_FRACTION * abs(va)))
 
@@ -146,6 +151,13 @@ def shifts(xa, xb) -> dict[str, Shift]:
 def moved(xa, xb) -> list[Shift]:
     """The statistics (median, mean, p90) of a quantity a step that moved beyond their noise."""
     return [s for s in shifts(xa, xb).values() if s.moved]
+
+
+def leading(xa, xb) -> Shift | None:
+    """The statistic of a quantity a step that moved beyond its noise, the mean first (what the user pays), then
+    the median, then the p90; None where none did."""
+    got = {s.stat: s for s in moved(xa, xb)}
+    return next((got[k] for k in ("mean", "median", "p90") if k in got), None)
 
 
 def median_ns(xs) -> int:
@@ -243,5 +255,5 @@ def per_step_unions(keys: list, steps: np.ndarray, starts: np.ndarray, ends: np.
     return dict(out)
 
 
-__all__ = ["NOISE", "STATS", "Shift", "shifts", "moved", "stat_noise_ns", "left_out_ns", "per_step_unions", "MIN_NOISE_NS", "MIN_NOISE_FRACTION", "StepStats", "TimingRow", "noise_ns",
+__all__ = ["NOISE", "EXCESS_ERROR", "STATS", "Shift", "shifts", "moved", "leading", "stat_noise_ns", "left_out_ns", "per_step_unions", "MIN_NOISE_NS", "MIN_NOISE_FRACTION", "StepStats", "TimingRow", "noise_ns",
            "spread", "row_of", "per_step_sums", "median_ns"]
