@@ -118,8 +118,9 @@ def compare(a: Side, b: Side) -> Diff:
     al = align(a_ops, b_ops, names)
     changes = structure(a.table, b.table, a_ops, b_ops, al, names, ks)
     span_names: dict[str, int] = {}  # (one map for the diff: each side's spans keep the ids they were named with)
+    mean_noise = step_shifts["mean"].noise_ns if step_shifts else noise
     explanations, unexplained, note = explain(a, b, ks, names, span_names, a_ops, b_ops, sa.mean_ns, sb.mean_ns,
-                                              noise)
+                                              mean_noise)
     if note:
         notes.append(note)
     timing = _timing(a, b, ks, a_ops, b_ops, names, span_names)

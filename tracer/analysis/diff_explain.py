@@ -21,8 +21,9 @@ span late on two ranks) would each explain nothing: cumulatively, the second one
 Units beyond `MAX_UNITS` (by how much B's measured times differ from A's in them) are applied last, together. An
 explanation is listed on its own when its unit moved beyond its noise on some rank (diff_timing.moved over the
 unit's time a step on that rank: its mean, median or p90, each against its own noise; a span slow in one step of
-five moves the mean and the p90 only) and it explains at least `LISTED` of A's mean step and `EXPLAINED` of the steps'
-noise (as much as the steps' jitter explains nothing); the others are one entry, "everything else".
+five moves the mean and the p90 only) and it explains at least `LISTED` of A's mean step and `EXPLAINED` of the mean
+step's noise (as much as the steps' jitter explains nothing; the mean's, diff_timing.stat_noise_ns: the explanations
+add up to the mean's difference); the others are one entry, "everything else".
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from ..units import fmt_bytes, fmt_list, fmt_ns_prose
 
 MAX_UNITS = 48   # units replayed one by one (the others together, last)
 LISTED = 0.01    # of A's mean step: the least an explanation explains to be listed on its own
-EXPLAINED = 0.5  # of the step's noise: ... and the least beside it (the step's own jitter explains as much)
+EXPLAINED = 0.5  # of the mean step's noise: ... and the least beside it (the step's own jitter explains as much)
 
 
 @dataclass
@@ -88,7 +89,7 @@ def explain(a: Side, b: Side, ks: list[int], names: Identities, span_names: dict
             a_mean: int, b_mean: int, step_noise: int) -> tuple[list[Explanation], int, str]:
     """The explanations, ranked, the unexplained rest (b_mean - a_mean less their sum) and a note (why there are
     none, or what was left out). span_names: the diff's one map of span names to ids (Side.spans'); step_noise:
-    what the steps' difference had to pass (diff_timing.noise_ns)."""
+    what the mean steps' difference had to pass (diff_timing.stat_noise_ns)."""
     total = b_mean - a_mean
     if b.replay is None or a.replay is None or not ks:
         return [], total, "no steps that both runs replay: the difference is not explained"

@@ -37,21 +37,51 @@ def noise_ns(xa, xb) -> int:
     NOISE times the two spreads' root mean square, the longer run's spread scaled to the shorter's median (a run
     made longer and so noisier by the change does not hide it), at least MIN_NOISE_NS and MIN_NOISE_FRACTION of
     A's median."""
-    sa, sb, med_a, _ = _scaled_spreads(xa, xb)
-    both = ((sa ** 2 + sb ** 2) / 2) ** 0.5
-    return int(max(NOISE * both, MIN_NOISE_NS, MIN_NOISE_FRACTION * abs(med_a)))
+    return _median_noise(_Run(xa), _Run(xb))
 
 
-def _scaled_spreads(xa, xb) -> tuple[float, float, float, float]:
-    """Each run's spread at the shorter median's scale, and the two medians."""
-    med_a = float(np.median(xa)) if len(xa) else 0.0
-    med_b = float(np.median(xb)) if len(xb) else 0.0
-    sa, sb = spread(xa), spread(xb)
-    lo = min(med_a, med_b)
+class _Run:
+    """A run's values of a quantity a step, summarised once: sorted, their count, median, mean, p90 (as
+    np.percentile's linear rule) and spread."""
+
+    def __init__(self, xs) -> None:
+        self.s = s = np.sort(np.asarray(xs, np.float64))
+        self.n = n = len(s)
+        self.median = float(np.median(s)) if n else 0.0
+        self.mean = float(s.mean()) if n else 0.0
+        self.p90 = _at(s, 0.9 * (n - 1), n) if n else 0.0
+        self.spread = spread(s)
+
+    def value(self, stat: str) -> float:
+        return getattr(self, stat)
+
+
+def _at(s: np.ndarray, pos: float, skip: int) -> float:
+    """The value at fractional position pos of sorted s with index `skip` left out (skip >= len(s): none), linear
+    between neighbours as np.percentile reads it."""
+    i = int(pos)
+    f = pos - i
+    lo = s[i if i < skip else i + 1]
+    if f <= 0:
+        return float(lo)
+    hi = s[i + 1 if i + 1 < skip else i + 2]
+    return float(lo + f * (hi - lo))
+
+
+def _scaled_spreads(ra: _Run, rb: _Run) -> tuple[float, float]:
+    """Each run's spread at the shorter median's scale."""
+    sa, sb = ra.spread, rb.spread
+    lo = min(ra.median, rb.median)
     if lo >= 0:  # each spread at the shorter median's scale (0: the quantity is not there in most steps of one run,
         #          an op added in the other: the other's spread counts for nothing)
-        sa, sb = (s * (lo / m if m else 1.0) for s, m in ((sa, med_a), (sb, med_b)))
-    return sa, sb, med_a, med_b
+        sa, sb = (r.spread * (lo / r.median if r.median else 1.0) for r in (ra, rb))
+    return sa, sb
+
+
+def _median_noise(ra: _Run, rb: _Run) -> int:
+    sa, sb = _scaled_spreads(ra, rb)
+    both = ((sa ** 2 + sb ** 2) / 2) ** 0.5
+    return int(max(NOISE * both, MIN_NOISE_NS, MIN_NOISE_FRACTION * abs(ra.median)))
 
 
 # -- the mean's and the p90's noise (issue 53) ------------------------------------------------------------------
@@ -77,46 +107,45 @@ def _scaled_spreads(xa, xb) -> tuple[float, float, float, float]:
 EXCESS_ERROR = {"mean": 0.76, "p90": 1.75}  # the standard error of the statistic less the median, in σ/√n
 
 
-def left_out_ns(xs, stat) -> float:
-    """The most that leaving one value of xs out moves stat(xs) (0 below 3 values). stat is an order statistic or
-    the mean: the value left out matters only through its rank, so the lowest, the highest and those around the
-    90th percentile's place are all that need trying."""
-    s = np.sort(np.asarray(xs, np.float64))
-    n = len(s)
+def left_out_ns(xs, stat: str) -> float:
+    """The most that leaving one value of xs out moves its "mean" or "p90" (0 below 3 values)."""
+    return _left_out(_Run(xs), stat)
+
+
+def _left_out(r: _Run, stat: str) -> float:
+    n, s = r.n, r.s
     if n < 3:
         return 0.0
-    whole = stat(s)
-    k = int(0.9 * (n - 1))
-    tried = {0, n - 1, *range(max(k - 1, 0), min(k + 3, n))}
-    return max(abs(stat(np.delete(s, j)) - whole) for j in tried)
+    if stat == "mean":  # (leaving x out moves the mean by (mean - x) / (n - 1): most for the lowest or the highest)
+        return max(s[-1] - r.mean, r.mean - s[0]) / (n - 1)
+    # the p90 of the n - 1 left reads positions k and k + 1 (k = int(0.9 (n - 2))): leaving out any value at or
+    # below k shifts both up one, leaving out k + 1 only the upper one, leaving out any above neither
+    k = int(0.9 * (n - 2))
+    return max(abs(_at(s, 0.9 * (n - 2), j) - r.p90) for j in {0, min(k + 1, n - 1), n - 1})
 
 
-def _p90(xs) -> float:
-    return float(np.percentile(xs, 90))
-
-
-def _mean(xs) -> float:
-    return float(np.mean(xs))
-
-
-STATS = {"median": None, "mean": _mean, "p90": _p90}  # the statistics of a quantity a step the diff compares
+STATS = ("median", "mean", "p90")  # the statistics of a quantity a step the diff compares
 
 
 def stat_noise_ns(stat: str, xa, xb) -> int:
     """What a difference of `stat` ("median", "mean", "p90") of xa (A's values, a step each) and xb (B's) must
     pass to be a change: for the median noise_ns; for the mean and the p90 the pace, the jitter averaged and one
     step (this module's "the mean's and the p90's noise")."""
-    f = STATS[stat]
-    if f is None:
-        return noise_ns(xa, xb)
-    if not (len(xa) and len(xb)):
+    return _stat_noise(stat, _Run(xa), _Run(xb))
+
+
+def _stat_noise(stat: str, ra: _Run, rb: _Run, median_noise: int | None = None) -> int:
+    median_noise = _median_noise(ra, rb) if median_noise is None else median_noise
+    if stat == "median":
+        return median_noise
+    if not (ra.n and rb.n):
         return MIN_NOISE_NS
-    sa, sb, med_a, med_b = _scaled_spreads(xa, xb)
-    va, vb = f(np.asarray(xa, np.float64)), f(np.asarray(xb, np.float64))
-    lo = min(med_a, med_b)
-    pace = min(abs(med_b - med_a), noise_ns(xa, xb)) * (min(va, vb) / lo if lo > 0 else 1.0)
-    jitter = NOISE * EXCESS_ERROR[stat] * (sa ** 2 / len(xa) + sb ** 2 / len(xb)) ** 0.5
-    one = max(left_out_ns(xa, f), left_out_ns(xb, f))
+    sa, sb = _scaled_spreads(ra, rb)
+    va, vb = ra.value(stat), rb.value(stat)
+    lo = min(ra.median, rb.median)
+    pace = min(abs(rb.median - ra.median), median_noise) * (min(va, vb) / lo if lo > 0 else 1.0)
+    jitter = NOISE * EXCESS_ERROR[stat] * (sa ** 2 / ra.n + sb ** 2 / rb.n) ** 0.5
+    one = max(_left_out(ra, stat), _left_out(rb, stat))
     return int(max(pace + jitter + one, MIN_NOISE_NS, MIN_NOISE_FRACTION * abs(va)))
 
 
@@ -140,11 +169,12 @@ class Shift:
 
 def shifts(xa, xb) -> dict[str, Shift]:
     """The quantity's median, mean and p90 in each run (values a step; both non-empty), each against its noise."""
+    ra, rb = _Run(xa), _Run(xb)
+    m = _median_noise(ra, rb)
     out = {}
-    for stat, f in STATS.items():
-        a, b = (float(np.median(x)) if f is None else f(x) for x in (xa, xb))
-        a, b = (int(round(x)) if stat == "mean" else int(x) for x in (a, b))  # (as StepStats rounds them)
-        out[stat] = Shift(stat, a, b, stat_noise_ns(stat, xa, xb))
+    for stat in STATS:
+        a, b = (int(round(r.mean)) if stat == "mean" else int(r.value(stat)) for r in (ra, rb))  # (as StepStats)
+        out[stat] = Shift(stat, a, b, _stat_noise(stat, ra, rb, m))
     return out
 
 
