@@ -15,6 +15,7 @@ import random
 import re
 import shutil
 
+import numpy as np
 import pytest
 
 import harness  # noqa: F401 (puts tests/jobs on the path)
@@ -23,26 +24,30 @@ from synthetic import MS, Trace
 
 from disttrace.tracer.analysis.diff import compare, to_json
 from disttrace.tracer.analysis.diff_side import analysed
-from disttrace.tracer.analysis.diff_timing import noise_ns, per_step_unions, spread
+from disttrace.tracer.analysis.diff_timing import (MIN_NOISE_NS, left_out_ns, noise_ns, per_step_unions, shifts,
+                                                   spread, stat_noise_ns)
 from disttrace.tracer.commands.sides import parse_side
 from disttrace.tracer.errors import TraceError
 
 STEPS = 12
 
 
-def dp_trace(seed: int, late: dict | None = None, extra_ms: float = 0.0, nbytes: int = 4096, pair_groups=None):
-    """3 ranks (4 with pair_groups), STEPS steps: compute ~10 ms (±0.3 ms of jitter), an all_reduce at train.py:40
+def dp_trace(seed: int, late: dict | None = None, extra_ms: float = 0.0, nbytes: int = 4096, pair_groups=None,
+             every: int = 1, steps: int = STEPS, stall: tuple | None = None):
+    """3 ranks (4 with pair_groups), `steps` steps: compute ~10 ms (±0.3 ms of jitter), an all_reduce at train.py:40
     that ends 2 ms after its last arrival, compute 3 ms, an all_gather at train.py:52 (0.5 ms after its last
-    arrival). late: rank -> ms more of compute before the all_reduce; extra_ms: an all_reduce at train.py:46, 1 ms
-    after the first one, taking that long after its last arrival; pair_groups: a small all_reduce at train.py:44 in
-    these groups."""
+    arrival). late: rank -> ms more of compute before the all_reduce, in every `every`-th step (the last of each
+    `every`); extra_ms: an all_reduce at train.py:46, 1 ms after the first one, taking that long after its last
+    arrival; pair_groups: a small all_reduce at train.py:44 in these groups; stall: (step, ms): the all_reduce of
+    that step ends that much later (a send stalled)."""
     rng = random.Random(seed)
     world = 4 if pair_groups else 3
     tr = Trace(world)
     t = 0
-    for _ in range(STEPS):
-        starts = {r: t + int((10 + rng.uniform(-0.3, 0.3) + (late or {}).get(r, 0)) * MS) for r in range(world)}
-        end = max(starts.values()) + 2 * MS
+    for i in range(steps):
+        slow = late if (i % every == every - 1) else None
+        starts = {r: t + int((10 + rng.uniform(-0.3, 0.3) + (slow or {}).get(r, 0)) * MS) for r in range(world)}
+        end = max(starts.values()) + 2 * MS + (int(stall[1] * MS) if stall and stall[0] == i else 0)
         tr.coll("all_reduce", starts, end, nbytes=nbytes, site="train.py:40 in step")
         if pair_groups:
             for g in pair_groups:
@@ -138,6 +143,63 @@ def test_an_op_moved_to_another_line_still_aligns():
     moved, first = d.structure
     assert "all_gather in group [0, 1, 2] moved: at train.py:52 in A, at train.py:53 in B" in moved.detail
     assert "first differs in step" in first.detail and "all_gather at train.py:52 in A" in first.detail
+
+
+def test_a_span_slow_in_every_fifth_step_is_a_change_and_explained_first():
+    # issue 53: rank 1 computes 50 ms more in every 5th step of 20; the median step does not move, the mean does
+    # (+10 ms a step), and rank 1's span is the explanation, ~10 ms a step
+    d = diff_of(dp_trace(1, steps=20), dp_trace(2, late={1: 50}, every=5, steps=20))
+    assert d.slower and d.changed and d.structure == [], d.shifts
+    assert "mean" in [x.stat for x in d.moved] and not d.shifts["median"].moved, d.shifts
+    top = d.explanations[0]
+    assert (top.rank, top.span) == (1, "train.py:52 → train.py:40"), d.explanations
+    assert 7 * MS <= top.delta_ns <= 13 * MS, top
+    assert adds_up(d)
+    (row,) = [r for r in d.timing if r.what == "span" and r.changed]
+    assert (row.rank, row.shown.stat) == (1, "mean"), row
+    j = to_json(d)
+    assert "mean" in j["moved"] and j["shifts"]["mean"]["moved"] and not j["shifts"]["median"]["moved"], j["shifts"]
+
+
+def test_one_stalled_step_is_no_change():
+    # issue 53: the same job run twice, one all_reduce stalled 100-160 ms in one step of B (or of A): the mean moves
+    # by as much as a recurring delay's, but one step carries all of it
+    # (the step lengths' rule over 100-160 ms and either way: test_the_mean_s_and_the_p90_s_noise)
+    d = diff_of(dp_trace(1, steps=20), dp_trace(2, steps=20, stall=(9, 130)))
+    assert not d.changed and not d.slower and not d.moved, d.shifts
+    assert all(e.what.startswith("everything else") for e in d.explanations), d.explanations
+
+
+def test_the_mean_s_and_the_p90_s_noise():
+    # issue 53's shape, as step lengths: A's 20 steps 8-13 ms; B's the same with 4 at 55-60 ms (every 5th)
+    rng = random.Random(3)
+    a = [int(rng.uniform(8, 13) * MS) for _ in range(20)]
+    b = [int(rng.uniform(8, 13) * MS) if k % 5 != 4 else int(rng.uniform(55, 60) * MS) for k in range(20)]
+    got = shifts(a, b)
+    assert got["mean"].moved and got["p90"].moved and not got["median"].moved, got
+    # A against A run again, one step stalled 100-160 ms: nothing moved beyond its noise, either way
+    for stall in (100, 130, 160):
+        a2 = [int(rng.uniform(8, 13) * MS) for _ in range(20)]
+        a2[rng.randrange(20)] = stall * MS
+        for x, y in ((a, a2), (a2, a)):
+            assert not [s.stat for s in shifts(x, y).values() if s.moved], shifts(x, y)
+    # one step: the most that leaving a step out moves the statistic
+    xs = [10, 10, 10, 10, 110]
+    assert left_out_ns(xs, "mean") == pytest.approx(20)  # (mean 30, 10 without the 110)
+    for n in (3, 4, 10, 19, 20, 41):  # the p90's, read off the ranks, is the brute force's
+        xs = [rng.uniform(0, 100) for _ in range(n)]
+        brute = max(abs(np.percentile(np.delete(xs, j), 90) - np.percentile(xs, 90)) for j in range(n))
+        assert left_out_ns(xs, "p90") == pytest.approx(brute), n
+    # the mean's noise: the pace (the medians' difference, at the mean's scale) + the jitter averaged + one step
+    assert stat_noise_ns("mean", [MS] * 20, [MS] * 20) == MIN_NOISE_NS  # (all alike: the floor)
+    wide = [10 * MS + d for d in (-MS, 0, MS) * 6] + [12 * MS, 16 * MS]
+    jitter = 3 * (2 * spread(wide) ** 2 / 20) ** 0.5  # (the same medians: no pace)
+    assert stat_noise_ns("mean", wide, wide) == int(0.76 * jitter + left_out_ns(wide, "mean"))
+    assert stat_noise_ns("p90", wide, wide) == int(1.75 * jitter + left_out_ns(wide, "p90"))
+    # a pace: B's steps 5% longer (within the median's noise): the mean's noise grows by the medians' difference at
+    # the mean's scale
+    slow = [x * 1.05 for x in wide]
+    assert noise_ns(wide, slow) > 0.5 * MS and stat_noise_ns("mean", wide, slow) > stat_noise_ns("mean", wide, wide)
 
 
 # -- the noise, the spelling ----------------------------------------------------------------------------------
@@ -381,6 +443,68 @@ def test_the_command_s_exit_codes_json_and_spellings(pairs, tmp_path):
            {k: v for k, v in j["a"].items() if k != "trace"}
     p = run_disttrace("diff", f"{both}@9", str(b_dir))
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "Traceback" not in p.stderr, p.stderr
+
+
+# -- the ground truth of a periodic slowdown (issue 53) -------------------------------------------------------
+
+PERIODIC = job("diff_periodic")
+PERIODIC_LATE = [k for k in range(PERIODIC.STEPS) if k % PERIODIC.PERIOD == PERIODIC.PERIOD - 1]
+PERIODIC_SITE = f"diff_periodic.py:{__import__('tagged').line(str(harness.JOBS / 'diff_periodic.py'), 'backward')}"
+
+
+def periodic_pair(traced, args=("--slow",)):
+    """(A's trace dir, B's): tests/jobs/diff_periodic.py as it is and with `args`, made at the same pace on the
+    steps the fault leaves alone (tests/pairs.py's step_pace), PACE_TRIES pairs at most, the closest kept."""
+    from pairs import PACE_TOLERANCE, PACE_TRIES, step_pace
+
+    from disttrace.tracer.analysis import analyze
+    from disttrace.tracer.data.load import load_trace
+
+    made = []
+    for attempt in range(PACE_TRIES):
+        a_dir, b_dir = (traced("diff_periodic.py", nproc=2, args=[*x, f"--pair={attempt}"], summaries="off")
+                        for x in ((), args))
+        pa, pb = (step_pace(analyze(load_trace(str(d))), PERIODIC_LATE) for d in (a_dir, b_dir))
+        made.append((abs(pa / pb - 1), attempt, a_dir, b_dir))
+        print(f"diff_periodic {' '.join(args)}: the pair {made[-1][0]:.1%} apart in pace")
+        if made[-1][0] <= PACE_TOLERANCE:
+            break
+    return min(made)[2:]
+
+
+def injected_ns(j: dict) -> float:
+    """What diff_periodic.py's fault adds to the mean step compared (the diff's JSON): SLOW_S in each of its late
+    steps among those both runs have, over their count."""
+    both = [s["index"] for s in j["steps"] if s["a_ns"] is not None and s["b_ns"] is not None]
+    return PERIODIC.SLOW_S * 1e9 * sum(k in PERIODIC_LATE for k in both) / len(both)
+
+
+@pytest.mark.slow
+def test_truth_a_periodic_slowdown(traced):
+    # rank 1 sleeps 50 ms before its forward in every 5th step of 20: the mean step moves by ~10 ms (the median
+    # not): B is slower, and rank 1's span ending at backward() explains ~10 ms a step, first
+    a_dir, b_dir = periodic_pair(traced)
+    p = run_disttrace("diff", str(a_dir), str(b_dir), "--json")
+    assert p.returncode == 1, p.stdout + p.stderr
+    j = json.loads(p.stdout)
+    assert j["slower"] and "mean" in j["moved"], j["shifts"]
+    top = j["explanations"][0]
+    assert (top["rank"], top["span"]) == (PERIODIC.SLOW_RANK, f"{PERIODIC_SITE} → {PERIODIC_SITE}"), j["explanations"]
+    per_step = injected_ns(j)  # ~10 ms a step (50 ms in 4 of the 18-19 steady steps compared)
+    assert 0.7 * per_step <= top["delta_ns"] <= 1.3 * per_step, (top, per_step)
+    p = run_disttrace("diff", str(a_dir), str(b_dir))
+    assert p.returncode == 1 and "B's step is slower: the mean" in " ".join(p.stdout.split()), p.stdout
+    # --fail-above is of the mean: ~+100% here
+    assert run_disttrace("diff", str(a_dir), str(b_dir), "--fail-above", "30%").returncode == 1
+    assert run_disttrace("diff", str(a_dir), str(b_dir), "--fail-above", "400%").returncode == 0
+
+
+@pytest.mark.slow
+def test_truth_a_periodic_job_run_again_is_no_change(traced):
+    a_dir, b_dir = periodic_pair(traced, ("--again",))
+    p = run_disttrace("diff", str(a_dir), str(b_dir), "--json")
+    j = json.loads(p.stdout)
+    assert p.returncode == 0 and not j["changed"], j["shifts"]
 
 
 # -- the viewer -----------------------------------------------------------------------------------------------

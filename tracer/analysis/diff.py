@@ -7,7 +7,8 @@ compare(A, B), of two runs analysed with their replays (diff_side.analysed), say
   ops added or removed, sizes and dtypes changed, groups changed, ops moved, and each rank's first divergence in op
   order;
 - what differs in time (diff_timing.py): the steps' distributions, and per op kind, group, rank and compute span,
-  each B less A against its noise (the spread of the steps within each run: jitter is not a change);
+  each B less A against its noise (the spread of the steps within each run: jitter is not a change), by their
+  medians, means and p90s (diff_timing.shifts: a delay in one step of five moves only the mean and the p90);
 - why (diff_explain.py): B's steps replayed with one thing set to A's, cumulatively, the explanations ranked, their
   deltas and the unexplained rest adding up to B's mean step less A's.
 
@@ -24,7 +25,7 @@ import numpy as np
 from .diff_align import Change, Identities, align, structure
 from .diff_explain import Explanation, explain, short_span
 from .diff_side import Side, analysed
-from .diff_timing import StepStats, TimingRow, median_ns, noise_ns, per_step_sums, row_of
+from .diff_timing import Shift, StepStats, TimingRow, median_ns, noise_ns, per_step_sums, row_of, shifts
 from .matching import finished
 from ..units import fmt_ns_prose
 
@@ -50,8 +51,10 @@ class Diff:
     b_label: str
     a: StepStats
     b: StepStats
-    changed: bool                 # B's step time moved beyond the noise, or the structure differs
-    slower: bool                  # B's median step is longer than A's beyond the noise
+    changed: bool                 # B's step time moved beyond the noise (its mean, median or p90), or the structure
+    #                               differs
+    slower: bool                  # B's mean, median or p90 step is longer than A's beyond its noise, and its mean is
+    #                               longer (what the user pays: diff_timing's "the mean's and the p90's noise")
     delta_ns: int                 # B's median step less A's
     mean_delta_ns: int            # B's mean step less A's (what the explanations add up to)
     noise_ns: int                 # what delta_ns had to pass
@@ -65,6 +68,17 @@ class Diff:
     a_side: Side = field(repr=False, default=None)
     b_side: Side = field(repr=False, default=None)
     ops: OpFigures | None = field(repr=False, default=None)
+    shifts: dict[str, Shift] = field(default_factory=dict)  # the steps' median, mean and p90, each against its noise
+
+    @property
+    def moved(self) -> list[Shift]:
+        """The step's statistics (mean, median, p90) that moved beyond their noise, the mean first."""
+        return [self.shifts[k] for k in ("mean", "median", "p90") if k in self.shifts and self.shifts[k].moved]
+
+    @property
+    def faster(self) -> bool:
+        """B's step is shorter: a statistic moved down beyond its noise, and B's mean is shorter."""
+        return any(s.delta_ns < 0 for s in self.moved) and self.mean_delta_ns < 0
 
 
 def diff_tables(a_table, b_table, a_label: str = "A", b_label: str = "B") -> Diff:
@@ -96,23 +110,26 @@ def compare(a: Side, b: Side) -> Diff:
     sa, sb = StepStats.of(la), StepStats.of(lb)
     delta = sb.median_ns - sa.median_ns
     noise = noise_ns(la, lb)
+    step_shifts = shifts(la, lb) if la and lb else {}
+    moved = [x for x in step_shifts.values() if x.moved]
+    slower = any(x.delta_ns > 0 for x in moved) and sb.mean_ns > sa.mean_ns  # (the total the user pays is longer)
     names = Identities()
     a_ops, b_ops = a.ops(names, ks), b.ops(names, ks)
     al = align(a_ops, b_ops, names)
     changes = structure(a.table, b.table, a_ops, b_ops, al, names, ks)
     span_names: dict[str, int] = {}  # (one map for the diff: each side's spans keep the ids they were named with)
+    mean_noise = step_shifts["mean"].noise_ns if step_shifts else noise
     explanations, unexplained, note = explain(a, b, ks, names, span_names, a_ops, b_ops, sa.mean_ns, sb.mean_ns,
-                                              noise)
+                                              mean_noise)
     if note:
         notes.append(note)
     timing = _timing(a, b, ks, a_ops, b_ops, names, span_names)
-    moved = abs(delta) > noise
     steps = sorted(set(a.ks) | set(b.ks))
     length_a, length_b = dict(zip(a.ks, la)), dict(zip(b.ks, lb))
-    return Diff(a.label, b.label, sa, sb, moved or bool(changes), delta > noise, delta, sb.mean_ns - sa.mean_ns,
+    return Diff(a.label, b.label, sa, sb, bool(moved) or bool(changes), slower, delta, sb.mean_ns - sa.mean_ns,
                 noise, changes, explanations, unexplained, timing,
                 [(k, length_a.get(k), length_b.get(k)) for k in steps], ks, notes, a, b,
-                _op_figures(a, b, ks, a_ops, b_ops, al, la, noise))
+                _op_figures(a, b, ks, a_ops, b_ops, al, la, noise), step_shifts)
 
 
 def _timing(a: Side, b: Side, ks: list[int], a_ops, b_ops, names: Identities,
@@ -215,17 +232,38 @@ def headline(d: Diff) -> str:
 
 
 def verdict(d: Diff) -> str:
-    """Whether B's step time changed, in a sentence."""
+    """Whether B's step time changed, in a sentence: which of its mean, median and p90 moved beyond their noise
+    (the mean first: what the user pays), and the others within theirs."""
     a, b = d.a, d.b
-    pct = f" ({'−' if d.delta_ns < 0 else '+'}{abs(d.delta_ns) / a.median_ns:.0%})" if a.median_ns else ""
     if not (a.step_count and b.step_count):
         return "no steps to compare"
-    if abs(d.delta_ns) <= d.noise_ns:
-        return (f"no change in step time beyond the noise: median {fmt_ns_prose(a.median_ns)} in A, "
-                f"{fmt_ns_prose(b.median_ns)} in B ({signed(d.delta_ns)}, within ±{fmt_ns_prose(d.noise_ns)})")
-    return (f"B's step is {'slower' if d.slower else 'faster'}: median {fmt_ns_prose(a.median_ns)} in A, "
-            f"{fmt_ns_prose(b.median_ns)} in B, {signed(d.delta_ns)}{pct}, beyond the noise "
-            f"(±{fmt_ns_prose(d.noise_ns)})")
+    if not d.moved:
+        m = d.shifts["median"]
+        rest = "; ".join(f"{x.stat} {signed(x.delta_ns)} (±{fmt_ns_prose(x.noise_ns)})"
+                         for x in (d.shifts["mean"], d.shifts["p90"]))
+        return (f"no change in step time beyond the noise: median {fmt_ns_prose(m.a_ns)} in A, "
+                f"{fmt_ns_prose(m.b_ns)} in B ({signed(m.delta_ns)}, within ±{fmt_ns_prose(m.noise_ns)}); {rest}")
+    how = "slower" if d.slower else "faster" if d.faster else "different (its statistics moved apart)"
+    within = [x for x in (d.shifts[k] for k in ("mean", "median", "p90")) if not x.moved]
+    text = f"B's step is {how}: " + "; ".join(_moved_text(x) for x in d.moved)
+    if within:
+        text += "; " + ", ".join(f"the {x.stat} {signed(x.delta_ns)}" for x in within) + \
+            f" within {'its' if len(within) == 1 else 'their'} noise (" + \
+            ", ".join(f"±{fmt_ns_prose(x.noise_ns)}" for x in within) + ")"
+    return text
+
+
+def _moved_text(x: Shift) -> str:
+    """"the mean 9.6 ms in A, 20.6 ms in B, +10.9 ms (+114%), beyond its noise (±6.3 ms)"."""
+    pct = f" ({'−' if x.delta_ns < 0 else '+'}{abs(x.delta_ns) / x.a_ns:.0%})" if x.a_ns else ""
+    return (f"the {x.stat} {fmt_ns_prose(x.a_ns)} in A, {fmt_ns_prose(x.b_ns)} in B, {signed(x.delta_ns)}{pct}, "
+            f"beyond its noise (±{fmt_ns_prose(x.noise_ns)})")
+
+
+def shifts_json(got: dict[str, Shift]) -> dict:
+    """{stat: {a_ns, b_ns, delta_ns, noise_ns, moved}} of a quantity's median, mean and p90."""
+    return {k: {"a_ns": x.a_ns, "b_ns": x.b_ns, "delta_ns": x.delta_ns, "noise_ns": x.noise_ns, "moved": x.moved}
+            for k, x in got.items()}
 
 
 def to_json(d: Diff) -> dict:
@@ -237,13 +275,16 @@ def to_json(d: Diff) -> dict:
     return {
         "a": {**stats(d.a), "trace": d.a_label}, "b": {**stats(d.b), "trace": d.b_label},
         "changed": d.changed, "slower": d.slower, "delta_ns": d.delta_ns, "noise_ns": d.noise_ns,
+        "moved": [x.stat for x in d.moved], "shifts": shifts_json(d.shifts),
         "structure": [{"kind": c.kind, "rank": c.rank, "op": c.op, "site": c.site, "detail": c.detail,
                        "steps": c.steps} for c in d.structure],
         "explanations": [{"what": e.what, "rank": e.rank, "span": e.span, "op": e.op, "site": e.site,
                           "delta_ns": e.delta_ns, "noise_ns": e.noise_ns} for e in d.explanations],
         "unexplained_ns": d.unexplained_ns,
         "timing": [{"what": r.what, "name": r.name, "rank": r.rank, "a_ns": r.a_ns, "b_ns": r.b_ns,
-                    "delta_ns": r.delta_ns, "noise_ns": r.noise_ns, "changed": r.changed} for r in d.timing],
+                    "delta_ns": r.delta_ns, "noise_ns": r.noise_ns, "changed": r.changed,
+                    "moved": [k for k, x in r.shifts.items() if x.moved], "shifts": shifts_json(r.shifts)}
+                   for r in d.timing],
         "steps": [{"index": k, "a_ns": x, "b_ns": y} for k, x, y in d.steps],
         "notes": list(d.notes),
     }

@@ -19,9 +19,11 @@ the steps' difference in pace) is `unexplained_ns`. Applied alone, two units tha
 span late on two ranks) would each explain nothing: cumulatively, the second one explains the pair.
 
 Units beyond `MAX_UNITS` (by how much B's measured times differ from A's in them) are applied last, together. An
-explanation is listed on its own when its unit moved beyond its noise on some rank (diff_timing.noise_ns over the
-unit's time a step on that rank) and it explains at least `LISTED` of A's mean step and `EXPLAINED` of the steps'
-noise (as much as the steps' jitter explains nothing); the others are one entry, "everything else".
+explanation is listed on its own when its unit moved beyond its noise on some rank (diff_timing.moved over the
+unit's time a step on that rank: its mean, median or p90, each against its own noise; a span slow in one step of
+five moves the mean and the p90 only) and it explains at least `LISTED` of A's mean step and `EXPLAINED` of the mean
+step's noise (as much as the steps' jitter explains nothing; the mean's, diff_timing.stat_noise_ns: the explanations
+add up to the mean's difference); the others are one entry, "everything else".
 """
 
 from __future__ import annotations
@@ -32,12 +34,12 @@ import numpy as np
 
 from .diff_align import Identities, Ops, join_keys
 from .diff_side import Side, StepSpans
-from .diff_timing import median_ns, noise_ns, per_step_sums
+from .diff_timing import leading, per_step_sums
 from ..units import fmt_bytes, fmt_list, fmt_ns_prose
 
 MAX_UNITS = 48   # units replayed one by one (the others together, last)
 LISTED = 0.01    # of A's mean step: the least an explanation explains to be listed on its own
-EXPLAINED = 0.5  # of the step's noise: ... and the least beside it (the step's own jitter explains as much)
+EXPLAINED = 0.5  # of the mean step's noise: ... and the least beside it (the step's own jitter explains as much)
 
 
 @dataclass
@@ -87,20 +89,22 @@ def explain(a: Side, b: Side, ks: list[int], names: Identities, span_names: dict
             a_mean: int, b_mean: int, step_noise: int) -> tuple[list[Explanation], int, str]:
     """The explanations, ranked, the unexplained rest (b_mean - a_mean less their sum) and a note (why there are
     none, or what was left out). span_names: the diff's one map of span names to ids (Side.spans'); step_noise:
-    what the steps' difference had to pass (diff_timing.noise_ns)."""
+    what the mean steps' difference had to pass (diff_timing.stat_noise_ns)."""
     total = b_mean - a_mean
     if b.replay is None or a.replay is None or not ks:
         return [], total, "no steps that both runs replay: the difference is not explained"
     units = _Units()
     # compute: per step, B's start events, the unit of each and A's length of the same span
     compute: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # k -> (events, unit ids, A's gaps)
-    sa_of, sb_of = {}, {}
+    sa_of = {k: a.spans(k, a_ops.ident_of_row, span_names) for k in ks}
+    sb_of = {k: b.spans(k, b_ops.ident_of_row, span_names) for k in ks}
+    ways = _span_ways(ks, sa_of, sb_of)
     for k in ks:
-        sb = sb_of[k] = b.spans(k, b_ops.ident_of_row, span_names)
-        sa = sa_of[k] = a.spans(k, a_ops.ident_of_row, span_names)
+        sa, sb = sa_of[k], sb_of[k]
         j = join_keys(sa.key(), sb.key())
         has = j >= 0
-        unit_ids = np.array([units.of(("compute", n), "compute", "") for n in sb.name.tolist()], np.int64)
+        unit_ids = np.array([units.of(("compute", n, ways.get((n, r), (0, 0))[0]), "compute", "")
+                             for n, r in zip(sb.name.tolist(), sb.rank.tolist())], np.int64)
         a_gap = np.where(has, sa.gap[np.maximum(j, 0)], sb.gap)
         compute[k] = (sb.ev, unit_ids, a_gap)
         for u, d in zip(unit_ids.tolist(), np.abs(a_gap - sb.gap).tolist()):
@@ -125,7 +129,7 @@ def explain(a: Side, b: Side, ks: list[int], names: Identities, span_names: dict
         row_unit[row] = u
         units.all[u].size += abs(int(row_saved[row]))
     ordered = units.all
-    _noise(units, ks, sa_of, sb_of, span_names, (a, a_ops), (b, b_ops), keys)
+    _noise(units, ways, span_names, ks, (a, a_ops), (b, b_ops), keys)
 
     # the units that change anything, the largest first; beyond MAX_UNITS, one bundle applied last
     live = sorted((u for u in range(len(ordered)) if ordered[u].size > 0), key=lambda u: -ordered[u].size)
@@ -182,11 +186,10 @@ def explain(a: Side, b: Side, ks: list[int], names: Identities, span_names: dict
     return listed, unexplained, note
 
 
-def _noise(units: _Units, ks, sa_of, sb_of, span_names, a: tuple[Side, Ops], b: tuple[Side, Ops], keys) -> None:
-    """Each unit's ranks, those on which its time a step moved beyond the noise and the largest of their noises,
-    its name, and for an op what changed in its communication."""
-    index, ordered = units.index, units.all
-    # compute: per (span name, rank), its length a step in each run
+def _span_ways(ks, sa_of, sb_of) -> dict[tuple[int, int], tuple[int, int]]:
+    """Per (span name id, rank) of either run: which way its time a step moved beyond the noise (diff_timing.moved:
+    1 longer in B, -1 shorter, by its mean where the mean moved; 0 within the noise) and the noise it passed (the
+    mean's first)."""
     per = {}
     for which, spans_of in (("a", sa_of), ("b", sb_of)):
         keys_, steps, vals = [], [], []
@@ -196,16 +199,33 @@ def _noise(units: _Units, ks, sa_of, sb_of, span_names, a: tuple[Side, Ops], b: 
             steps.extend([k] * len(s.ev))
             vals.extend(s.gap.tolist())
         per[which] = per_step_sums(keys_, np.array(steps, np.int64), np.array(vals, np.float64), ks)
-    by_name = {}
-    for (n, r) in set(per["a"]) | set(per["b"]):
-        by_name.setdefault(n, []).append(r)
+    out = {}
+    for key in set(per["a"]) | set(per["b"]):
+        first = leading(per["a"].get(key, np.zeros(len(ks))), per["b"].get(key, np.zeros(len(ks))))
+        out[key] = (0, 0) if first is None else (1 if first.delta_ns > 0 else -1, first.noise_ns)
+    return out
+
+
+def _noise(units: _Units, ways: dict, span_names, ks, a: tuple[Side, Ops], b: tuple[Side, Ops], keys) -> None:
+    """Each unit's ranks, those on which its time a step moved beyond the noise and the largest of their noises,
+    its name, and for an op what changed in its communication. A compute span is a unit per way it moved (the
+    ranks where it took longer in B, those where it took less, those within the noise: `_span_ways`), so that a span
+    that moved up on one rank and down on another is two explanations, each named by its ranks, not one that nets
+    them out."""
+    index, ordered = units.index, units.all
+    ranks_of: dict[int, list[int]] = {}
+    for (n, r) in ways:
+        ranks_of.setdefault(n, []).append(r)
     names = {i: name for name, i in span_names.items()}
-    for n, ranks in by_name.items():
-        key = ("compute", n)
-        if key not in index:
+    for key, u in index.items():
+        if key[0] != "compute":
             continue
-        _moved(ordered[index[key]], ranks, per["a"], per["b"], lambda r, n=n: (n, r), len(ks))
-        ordered[index[key]].name = names[n]
+        _, n, way = key
+        unit = ordered[u]
+        unit.name = names[n]
+        unit.ranks = tuple(sorted(ranks_of.get(n, ())))
+        unit.moved = tuple(r for r in unit.ranks if way and ways[(n, r)][0] == way)
+        unit.noise = max((ways[(n, r)][1] for r in unit.moved), default=0)
     # communication: per (op, site, rank), its communication a step in each run
     comm = {}
     for which, (side, ops) in (("a", a), ("b", b)):
@@ -224,14 +244,17 @@ def _noise(units: _Units, ks, sa_of, sb_of, span_names, a: tuple[Side, Ops], b: 
 
 
 def _moved(unit: _Unit, ranks, per_a: dict, per_b: dict, key_of, n: int) -> None:
-    moved, noise = [], 0
+    """The unit's ranks, those on which its time a step moved beyond the noise (its mean, median or p90, each
+    against its own: diff_timing.moved; a span slow in one step of five moves the mean and the p90, not the median)
+    and the largest noise of the statistics that moved (the mean's first)."""
+    moved_on, noise = [], 0
     for r in sorted(ranks):
         xa, xb = per_a.get(key_of(r), np.zeros(n)), per_b.get(key_of(r), np.zeros(n))
-        nz = noise_ns(xa, xb)
-        if abs(median_ns(xb) - median_ns(xa)) > nz:
-            moved.append(r)
-            noise = max(noise, nz)
-    unit.ranks, unit.moved, unit.noise = tuple(sorted(ranks)), tuple(moved), noise
+        first = leading(xa, xb)
+        if first is not None:
+            moved_on.append(r)
+            noise = max(noise, first.noise_ns)
+    unit.ranks, unit.moved, unit.noise = tuple(sorted(ranks)), tuple(moved_on), noise
 
 
 def _comm_text(op: str, site: str, ranks, comm: dict) -> str:

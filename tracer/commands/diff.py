@@ -1,7 +1,8 @@
 """`disttrace diff A B`: what changed from run A (the baseline) to run B, and why B's step is as long as it is.
 
-Exit code (for CI): 0 when B's step is not slower than A's beyond the noise (or, with --fail-above N, not by more
-than N% either), 1 when it is, 2 for bad input (cli.py turns a TraceError into one line). A difference in structure
+Exit code (for CI): 0 when B's step is not slower than A's beyond the noise (its mean, median or p90 moved up
+beyond its own noise, and its mean is longer: diff.Diff.slower), or with --fail-above N when its mean is not longer
+by more than N% of A's, 1 when it is, 2 for bad input (cli.py turns a TraceError into one line). A difference in structure
 alone (an op added, a group changed) says `changed` and exits 0; problems in either trace are `report`'s business,
 noted only. docs/FORMAT.md describes the --json ("The diff's JSON").
 """
@@ -36,8 +37,8 @@ def add_arguments(p) -> None:
     p.add_argument("b", metavar="B", help="the run compared with it, spelt as A")
     p.add_argument("--json", action="store_true", help="print the diff as one JSON object (for scripts and CI)")
     p.add_argument("--fail-above", type=_percent, default=None, metavar="N%", dest="fail_above",
-                   help="exit 1 only when B's median step is slower than A's beyond the noise and by more than N%% "
-                        "(default: beyond the noise)")
+                   help="exit 1 only when B's step is slower than A's beyond the noise and its mean by more than "
+                        "N%% of A's (default: beyond the noise)")
     p.add_argument("--top", type=int, default=10, metavar="N", help="rows per table (default 10)")
 
 
@@ -63,11 +64,11 @@ def main(args) -> int:
 
 
 def exit_code(d: Diff, fail_above: float | None) -> int:
-    """1 when B's median step is slower than A's beyond the noise (and by more than fail_above percent of A's, when
-    given), else 0."""
+    """1 when B's step is slower than A's beyond the noise (Diff.slower) and, when fail_above is given, its mean by
+    more than fail_above percent of A's mean (what the user pays), else 0."""
     if not d.slower:
         return 0
-    if fail_above is not None and d.delta_ns <= fail_above / 100 * d.a.median_ns:
+    if fail_above is not None and d.mean_delta_ns <= fail_above / 100 * d.a.mean_ns:
         return 0
     return 1
 
@@ -96,7 +97,7 @@ def render(d: Diff, top: int = 10, fail_above: float | None = None, console=None
         console.print(f"  {name} = {escape(label)} ({_count(s.step_count, 'steady step')})", soft_wrap=True)
     for n in d.notes:
         console.print(f"[yellow]note:[/] {escape(n)}")
-    style = "bold red" if d.slower else "bold green" if d.changed and d.delta_ns < -d.noise_ns else "bold"
+    style = "bold red" if d.slower else "bold green" if d.faster else "bold"
     console.print(Text(verdict(d), style=style))
     for name, s in (("A", a), ("B", b)):
         console.print(f"  {name}: median {fmt_ns(s.median_ns)}, p90 {fmt_ns(s.p90_ns)}, mean {fmt_ns(s.mean_ns)}, "
@@ -124,13 +125,15 @@ def render(d: Diff, top: int = 10, fail_above: float | None = None, console=None
             console.print(table)
     changed = [r for r in d.timing if r.changed]
     if changed:
-        table = _left(_table("Time a step that changed beyond its noise (medians)", "what", "name", "A", "B", "B - A",
-                             "noise"), 2)
-        for r in sorted(changed, key=lambda r: -abs(r.delta_ns))[:top]:
+        table = _left(_table("Time a step that changed beyond its noise (medians, or the mean or p90 where only it "
+                             "moved)", "what", "name", "A", "B", "B - A", "noise"), 2)
+        for r in sorted(changed, key=lambda r: -abs(r.shown.delta_ns))[:top]:
             # (a rank's compute and wait are named "rank R"; a span says its rank: 80 columns hold no rank column)
             name = f"rank {r.rank}'s {r.name}" if r.what == "span" and r.rank is not None else r.name
-            table.add_row(r.what, escape(name), fmt_ns(r.a_ns), fmt_ns(r.b_ns), signed(r.delta_ns),
-                          f"±{fmt_ns(r.noise_ns)}")
+            x = r.shown
+            stat = "" if x.stat == "median" else f" ({x.stat})"
+            table.add_row(r.what, escape(name) + stat, fmt_ns(x.a_ns), fmt_ns(x.b_ns), signed(x.delta_ns),
+                          f"±{fmt_ns(x.noise_ns)}")
         console.print(table)
     else:
         console.print("Time a step by op kind, group, rank and span: nothing changed beyond its noise.")
