@@ -359,6 +359,10 @@ class DelayCause:
     span: str                      # the compute span, or the op
     caused_wait_ns: int
     ranks_delayed: list[int]
+    # a rank's start-up ("start → its first op's site"), kept apart from the steady steps' causes (listed after
+    # them): the waiting it caused, and startup_ns, the time from the trace's first op to the rank's first
+    startup: bool = field(default=False, metadata=JSON_IF_SET)
+    startup_ns: int = field(default=0, metadata=JSON_IF_SET)
 
 
 @dataclass
@@ -462,7 +466,8 @@ class Analysis:
     steps_source: str = ""         # "marker" (the user's), "detected" (repeating ops), "" (none found)
     straggler: StragglerVerdict | None = None
     critical_path: list[CriticalPath] = field(default_factory=list)  # per step
-    causes: list[DelayCause] = field(default_factory=list)            # the waits' root causes, worst first
+    # the root causes of the steady steps' waits, worst first; then each rank's start-up (`startup`), apart
+    causes: list[DelayCause] = field(default_factory=list)
     what_if: list[WhatIf] = field(default_factory=list)
     attribution: Attribution = field(default_factory=Attribution)
     overlap: list[Overlap] = field(default_factory=list)              # per rank

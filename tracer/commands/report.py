@@ -19,7 +19,8 @@ from statistics import median
 import orjson
 
 from ..analysis import analyze, to_json
-from ..analysis.sentences import attribution_lines, micro_batches, straggler_verdict, what_if_sentence
+from ..analysis.sentences import (attribution_lines, micro_batches, startup_sentence, straggler_verdict,
+                                  what_if_sentence)
 from ..analysis.model import NULL, Analysis
 from ..analysis.theory import typical_spread
 from ..analysis.what_if import ChangeSpec, parse_change
@@ -325,12 +326,16 @@ def _critical_path(console, a: Analysis, top: int, asked: bool) -> None:
     for (rank, kind, what), ns in sorted(parts.items(), key=lambda x: -x[1])[:top]:
         table.add_row(str(rank), kind, what, fmt_ns(ns), f"{100 * ns / total:.0f}%")
     console.print(table)
-    if a.causes:
-        table = _table("Root causes of the waiting (what ran on the path while ranks waited)", "rank", "kind",
-                       "span or op", "caused", "ranks delayed")
-        for c in a.causes[:top]:
+    steady = [c for c in a.causes if not c.startup]  # (each rank's start-up is said apart, below)
+    if steady:
+        table = _table("Root causes of the waiting" + (" in the steady steps" if a.steps else "")
+                       + " (what ran on the path while ranks waited)", "rank", "kind", "span or op", "caused",
+                       "ranks delayed")
+        for c in steady[:top]:
             table.add_row(str(c.rank), c.kind, c.span, fmt_ns(c.caused_wait_ns), fmt_ranks(c.ranks_delayed))
         console.print(table)
+    if startup := startup_sentence(a, top):
+        console.print(startup, highlight=False)
     hidden = [o for o in a.overlap if o.comm_ns]
     if hidden:
         console.print("Communication hidden behind compute: " + ", ".join(
