@@ -20,9 +20,10 @@ import subprocess
 import sys
 
 import numpy as np
+import orjson
 import pytest
 
-from harness import job
+from harness import job, run_disttrace
 from pairs import analysed_pair, measured_without_fault, ms as _ms, steady_mean
 from synthetic import MS, Trace, back_to_back
 from tagged import line
@@ -34,6 +35,7 @@ DDP = job("cp_ddp_straggler")
 CHAIN = job("cp_p2p_chain")
 PIPE = job("cp_pipeline_slow_stage")
 MESH = job("cp_mesh_slow_group")
+STARTUP = job("verdict_ddp_straggler")
 
 
 def _check_adds_up(a) -> None:
@@ -106,6 +108,36 @@ def _causes_at(a, rank: int, site: str) -> list:
     """The causes that are rank's compute spans ending at site ("file.py:LINE") in the steps (not from the start)."""
     return [c for c in a.causes if c.rank == rank and c.kind == "compute" and c.span.endswith(site)
             and not c.span.startswith("start ")]
+
+
+# -- a late start-up beside a straggler ----------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_a_late_start_up_is_said_apart_and_the_straggler_s_span_is_the_first_cause(traced):
+    """tests/jobs/verdict_ddp_straggler.py --slow-start=1: rank 0 spends 1 s before its first collective, rank 1
+    sleeps 50 ms in 4 steps of 20. The report's first root cause is rank 1's span (it was rank 0's "start → ...",
+    which caused more); rank 0's start-up is said on its own line, and marked in the JSON, after the steady steps'
+    causes."""
+    trace = traced("verdict_ddp_straggler.py", args=["--slow-start=1"], summaries="off")
+    d = orjson.loads(run_disttrace("report", "--json", trace).stdout)
+    top, startup = d["causes"][0], [c for c in d["causes"] if c.get("startup")]
+    site = f"verdict_ddp_straggler.py:{STARTUP.BACKWARD_LINE}"
+    assert (top["rank"], top["kind"], top["span"].endswith(site)) == (STARTUP.LATE_RANK, "compute", True), top
+    assert d["causes"][-len(startup):] == startup  # (apart: after the steady steps' causes)
+    (late,) = [c for c in startup if c["rank"] == STARTUP.SLOW_START_RANK]
+    assert late["span"] == f"start → verdict_ddp_straggler.py:{STARTUP.DDP_LINE}", late
+    # rank 1 waits for most of the 1 s (its own start-up after init_process_group took 0.1-0.2 s on 2 busy cores):
+    # more than rank 1's delays cost in the steps, so that ranked with them it came first
+    assert late["caused_wait_ns"] >= 0.5e9 and late["caused_wait_ns"] > top["caused_wait_ns"], late
+    assert late["startup_ns"] >= late["caused_wait_ns"] and late["ranks_delayed"] == [STARTUP.LATE_RANK], late
+    text = run_disttrace("report", trace).stdout
+    causes = text[text.index("Root causes of the waiting in the steady steps"):].splitlines()
+    cells = [c.strip() for c in next(line for line in causes if line.startswith("│")).split("│")[1:-1]]
+    assert cells[:2] == [str(STARTUP.LATE_RANK), "compute"] and cells[2].endswith(site), cells
+    said = " ".join(" ".join(t for t in causes if not t.startswith(("│", "┏", "┃", "┡", "└"))).split())
+    assert (f"Start-up, apart from the steps' causes (each rank's first op after the trace's first): rank "
+            f"{STARTUP.SLOW_START_RANK} ") in said, said
+    assert f"rank {STARTUP.LATE_RANK} first to start." in said, said
 
 
 # -- a chain across three ranks through P2P -------------------------------------------------------------------
@@ -316,6 +348,40 @@ def test_a_chain_of_waits_is_traced_to_its_root():
     assert [(p.rank, p.kind, p.span or p.op, p.ns // MS) for p in path.parts] == [
         (0, "compute", "start → a.py:10", 29), (1, "comm", "recv world", 1), (1, "compute", "b.py:20 → b.py:22", 5),
         (2, "comm", "recv world", 1), (2, "compute", "c.py:30 → d.py:1", 3), (2, "comm", "barrier world #0", 1)]
+
+
+def test_start_up_is_a_cause_apart_and_the_steady_steps_causes_are_ranked_among_themselves():
+    # rank 0 starts 300 ms after rank 1 (imports, loading: rank 1 waits in the first broadcast), then computes 100 ms
+    # more in the first step (warm-up); rank 1 is 30 ms late in steps 4 and 8. The steady steps' first cause is
+    # rank 1's span; rank 0's start-up comes after them, marked, with its 300 ms; the warm-up step's is in neither
+    tr = Trace(2)
+    tr.coll("broadcast", {0: 300 * MS, 1: 0}, 301 * MS, nbytes=4096, root=0, site="train.py:5 in main")
+    t = 302 * MS
+    for k in range(12):
+        late = {0: 100 * MS if k == 0 else 0, 1: 30 * MS if k in (4, 8) else 0}
+        arrive = {r: t + 10 * MS + late[r] for r in (0, 1)}
+        end = max(arrive.values()) + MS
+        tr.coll("all_reduce", arrive, end, nbytes=4096, site="train.py:10 in main")
+        tr.coll("all_reduce", {0: end + 2 * MS, 1: end + 2 * MS}, end + 3 * MS, nbytes=64, site="train.py:12 in main")
+        t = end + 3 * MS
+    a = analyze(tr.table())
+    assert a.steps[0].warmup and not any(s.warmup for s in a.steps[1:]), a.steps
+    assert (a.causes[0].rank, a.causes[0].span) == (1, "train.py:12 → train.py:10"), a.causes
+    steady = [c for c in a.causes if not c.startup]
+    assert [(c.rank, c.kind, c.span, c.caused_wait_ns) for c in steady] == [
+        (1, "compute", "train.py:12 → train.py:10", 60 * MS)], a.causes
+    (startup,) = a.causes[len(steady):]
+    assert (startup.rank, startup.span, startup.startup, startup.startup_ns, startup.caused_wait_ns,
+            startup.ranks_delayed) == (0, "start → train.py:5", True, 300 * MS, 300 * MS, [1]), startup
+    assert to_json(a)["causes"][-1] == {"rank": 0, "kind": "compute", "span": "start → train.py:5",
+                                        "caused_wait_ns": 300 * MS, "ranks_delayed": [1], "startup": True,
+                                        "startup_ns": 300 * MS}
+    assert "startup" not in to_json(a)["causes"][0]
+    from disttrace.tracer.analysis import startup_sentence
+
+    assert startup_sentence(a) == ("Start-up, apart from the steps' causes (each rank's first op after the trace's "
+                                   "first): rank 0 300.00 ms (start → train.py:5), which made rank 1 wait 300.00 ms; "
+                                   "rank 1 first to start.")
 
 
 def test_a_ring_of_exchanges_is_walked_through_to_the_step_s_start():

@@ -15,9 +15,9 @@ from disttrace.tracer.analysis.model import PipelineStats
 
 
 def gpipe_sync(p: int, m: int, tf: float, tb: float, iterations: int = 2, late: dict | None = None,
-               d: float = 0.0, slow: dict | None = None) -> tuple[Trace, dict]:
-    """GPipe with blocking send/recv, as the lecture writes it: a send ends when its recv is posted (plus d ms), a
-    recv when its send has come. Stage s's ops start `late[s]` ms after the others' in the first iteration (a
+               d: float = 0.0, slow: dict | None = None, d0: float | None = None) -> tuple[Trace, dict]:
+    """GPipe with blocking send/recv, as the lecture writes it: a send ends when its recv is posted (plus d ms; d0
+    in the first iteration, where given: gloo's first connections), a recv when its send has come. Stage s's ops start `late[s]` ms after the others' in the first iteration (a
     process still starting). Returns the trace and the true computations: (iteration, rank, kind, mb) -> (start,
     end). Each iteration is a marked step. slow: (stage, or (kind, stage, micro-batch)) -> how many times longer
     its computations take (that one computation's)."""
@@ -31,7 +31,7 @@ def gpipe_sync(p: int, m: int, tf: float, tb: float, iterations: int = 2, late: 
     truth = {}
 
     def exchange(src, dst, step):
-        end = max(clock[src], clock[dst]) + int(d * MS)
+        end = max(clock[src], clock[dst]) + int((d if d0 is None or step else d0) * MS)
         tr.send(src, dst, clock[src], end, 4096, step=step)
         tr.recv(dst, src, clock[dst], end, 4096, step=step)
         clock[src] = clock[dst] = end
@@ -154,6 +154,24 @@ def test_gpipe_s_computations_are_where_they_ran_and_its_bubble_is_the_textbook_
     idle = {(s[0], s[1]): s[2:] for s in p.stage_idle}
     assert idle[(0, 0)] == (0, 0, 0, 30 * MS, 0, 4)
     assert idle[(0, 1)] == (10 * MS, 20 * MS, 0, 0, 0, 4)
+
+
+def test_a_warm_up_iteration_is_marked_and_left_out_of_the_mean_bubble():
+    """The first of 4 iterations has its messages take 40 ms each (gloo's first connections): 470 ms against 150,
+    warm-up by the steps' rule. It is marked (the JSON's schedule_iterations' last field) and its bubble is left out
+    of the mean; the same rule over a pipeline's synchronization windows (no steps: `warm_windows`) finds it too."""
+    tr, _ = gpipe_sync(2, 4, tf=10, tb=20, iterations=4, d0=40)
+    a = tr.analyze()
+    p = a.pipeline
+    its = p.schedule_iterations
+    assert [it[7] == pytest.approx(1 / 5) for it in its] == [False, True, True, True]  # (the first's: 0.74)
+    assert p.schedule_fraction == pytest.approx(1 / 5)
+    assert [it[11] for it in its] == [True, False, False, False]
+    assert [it[11] for it in to_json(a)["pipeline"]["schedule_iterations"]] == [True, False, False, False]
+    t, step_of = a.table, a.step_of
+    windows = [(k, {r: [i for i in range(len(t)) if step_of[i] == k and t.rank[i] == r] for r in (0, 1)})
+               for k in range(4)]
+    assert schedule.warm_windows(t, windows) == {0}
 
 
 @pytest.mark.parametrize("lag", [0.15, 15])

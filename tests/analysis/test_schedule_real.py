@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import orjson
 import pytest
+from harness import run_disttrace
 from test_schedule import megatron_order
 
 from disttrace.tracer.analysis import analyze
@@ -81,6 +83,22 @@ def test_data_x_pipeline_parallel_jobs(traced, script):
             assert got == {r: megatron_order(2, 4, pos) for pos, r in enumerate(path)}
     check_sleeps(p, 2 * 8, 2 * 16)  # two layers a stage: 8 ms forward, 16 ms backward each
     assert {(s[1], s[7]) for s in p.stage_idle} == {(0, 2), (1, 1), (2, 2), (3, 1)}
+
+
+def test_a_hand_written_gpipe_s_warm_up_iteration_is_marked_and_left_out_of_the_mean_bubble(traced):
+    """tests/jobs/pp_gpipe_warmup.py: 2 stages, 4 micro-batches, 3 iterations, blocking send/recv. The first
+    iteration holds the start-up (200-270 ms of waits, against 50-90 ms steady iterations on 2 busy cores): the JSON
+    marks it warm-up, the report says so, and the mean bubble is the steady iterations'."""
+    trace = traced("pp_gpipe_warmup.py", summaries="off")
+    d = orjson.loads(run_disttrace("report", "--json", trace).stdout)
+    p = d["pipeline"]
+    its = p["schedule_iterations"]
+    assert [(it[1], it[2], it[3]) for it in its] == [(0, "GPipe", 4), (1, "GPipe", 4), (2, "GPipe", 4)], its
+    assert [it[11] for it in its] == [True, False, False], its
+    assert p["schedule_fraction"] == pytest.approx(sum(it[7] for it in its[1:]) / 2)
+    text = " ".join(run_disttrace("report", trace).stdout.split())
+    assert "0 (warm-up)" in text and "(mean of the steady iterations;" in text, text
+    assert f"warm-up iteration 0 left out: {100 * its[0][7]:.1f}% over" in text, text
 
 
 def test_the_demo_s_program_on_4_ranks_and_8_micro_batches(traced):

@@ -2,8 +2,13 @@
 
 DDP's reducer issues the gradient all-reduces itself (async, two buckets here, no wait() from Python): the waits
 are inside those ops, from arrival. The verdict: rank 1, those four steps, every 5th, ~200 ms of waiting caused,
-late between two backward() calls."""
+late between two backward() calls.
 
+With --slow-start=S, rank 0 spends S seconds before its first collective (loading, building: what imports and
+set-up do), and rank 1 waits for it in DDP's first collective: the root causes of the steady steps' waiting still
+put rank 1's span first, rank 0's start-up said apart (tests/analysis/test_critical_path.py)."""
+
+import sys
 import time
 
 from tagged import line
@@ -11,9 +16,12 @@ from tagged import line
 RUN = {"nproc": 2, "summaries": "off"}
 STEPS = 20
 LATE_RANK, LATE_STEPS, LATE_S = 1, (4, 9, 14, 19), 0.050
+SLOW_START_RANK = 0
+SLOW_START_S = float(next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--slow-start=")), 0))
 
 
 BACKWARD_LINE = line(__file__, "backward")  # DDP's all-reduces are issued from the backward() call
+DDP_LINE = line(__file__, "ddp")  # DDP's first collectives are issued from its constructor
 
 EXPECT = {
     "straggler": {"rank": LATE_RANK, "steps": list(LATE_STEPS), "period": 5,
@@ -33,10 +41,12 @@ def main() -> None:
 
     dist.init_process_group("gloo")
     rank = dist.get_rank()
+    if rank == SLOW_START_RANK and SLOW_START_S:
+        time.sleep(SLOW_START_S)
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256),
                                 torch.nn.ReLU(), torch.nn.Linear(256, 10))
-    ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.25)  # two gradient buckets
+    ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.25)  # two gradient buckets # <ddp>
     opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
     g = torch.Generator().manual_seed(rank)
     for step in range(STEPS):

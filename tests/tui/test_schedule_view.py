@@ -17,8 +17,10 @@ from disttrace.tui.widgets.views import PipelineView
 from tui_helpers import DATA, PIPELINE_JOB, fixture_store, screen_text, wait_until
 
 PP_1F1B = DATA / "pp_1f1b.jsonl"
+GPIPE_WARMUP = DATA / "gpipe_warmup.jsonl"  # tests/jobs/pp_gpipe_warmup.py: its first iteration 356 ms, then 86, 65
 DEMO = DATA / "pipeline_demo.jsonl"
 SIZE = (120, 40)
+MS = 1_000_000
 
 
 def demo_narration() -> Narration:
@@ -136,6 +138,26 @@ async def test_the_grid_follows_the_playhead_and_steps_by_iteration():
         before = grid.here
         await pilot.press("n", "n")
         await wait_until(pilot, lambda: grid.here != before, "the playhead's computation to move")
+
+
+async def test_the_tab_opens_on_the_first_steady_iteration_and_the_warm_up_one_is_marked():
+    """A hand-written GPipe whose first iteration holds 267 ms of start-up waits (356 ms against 86 and 65): the tab
+    opened before the playhead moved shows the first steady iteration, on its own scale; [ reaches the warm-up one,
+    marked as such and as left out of the mean bubble."""
+    async with DisttraceApp([GPIPE_WARMUP.name], store=fixture_store(GPIPE_WARMUP)).run_test(size=SIZE) as pilot:
+        v, view, grid = await pipeline_tab(pilot)
+        m = grid.model
+        assert v.playhead == -1 and grid.iteration == 1 and m.span(1) < 100 * MS, (grid.iteration, m.span(0))
+        assert [it.warmup for it in m.iterations] == [True, False, False]
+        screen = " ".join(" ".join(screen_text(pilot.app)).split())
+        assert "Iteration 2 of 3 (step 1): GPipe" in screen and "warm-up" not in screen.split("textbook")[0], screen
+        assert "the schedule's bubble 58.8% (the steady iterations' mean)" in screen, screen
+        await pilot.press("left_square_bracket")
+        await wait_until(pilot, lambda: grid.iteration == 0, "the warm-up iteration on [")
+        screen = " ".join(" ".join(screen_text(pilot.app)).split())
+        assert "Iteration 1 of 3 (step 0, warm-up, not in the mean bubble): GPipe" in screen, screen
+        await pilot.press("right_square_bracket")
+        await wait_until(pilot, lambda: grid.iteration == 1, "back to the first steady iteration on ]")
 
 
 async def test_the_grid_zooms_on_the_playhead_s_computation_and_pans():

@@ -10,8 +10,8 @@ are imported on first use: `disttrace report` never needs them.
 
 from importlib import import_module
 
-from .sentences import (attribution_summary, describe, micro_batches, straggler_sentence, straggler_verdict,
-                       what_if_sentence)
+from .sentences import (attribution_summary, describe, micro_batches, startup_sentence, straggler_sentence,
+                        straggler_verdict, what_if_sentence)
 from .engine import analyze, pending_analysis
 from .jsonout import to_json
 from .waits import merged
@@ -34,4 +34,4 @@ def __getattr__(name: str):
 
 
 __all__ = ["analyze", "to_json", "describe", "straggler_sentence", "straggler_verdict", "attribution_summary",
-           "micro_batches", "what_if_sentence", "pending_analysis", "merged", *_ON_USE]
+           "micro_batches", "startup_sentence", "what_if_sentence", "pending_analysis", "merged", *_ON_USE]

@@ -267,9 +267,11 @@ class _Walker:
 
 
 def critical_paths(t: EventTable, collectives: CollectiveTable, instance_of, culprits, p2p: P2PTable, p2p_of,
-                   event_wait_ns, windows: dict) -> tuple[list[CriticalPath], list[DelayCause], "_Walker"]:
+                   event_wait_ns, windows: dict, step_of) -> tuple[list[CriticalPath], list[DelayCause], "_Walker"]:
     """Each step's critical path (`windows`: step_windows'), the waits' root causes, and the walker (the hosts'
-    intervals, which the what-if re-times)."""
+    intervals, which the what-if re-times). The causes are those of the steady steps' waits, ranked among
+    themselves, then each rank's start-up apart (`_startup`): the waits of the warm-up steps and outside the steps
+    are walked only for what start-up caused (ARCHITECTURE.md, "The critical path")."""
     import numpy as np
 
     w = _Walker(t, collectives, instance_of, culprits, p2p, p2p_of)
@@ -278,23 +280,24 @@ def critical_paths(t: EventTable, collectives: CollectiveTable, instance_of, cul
     index = list(windows)
     s_floor, s_end, s_row = (np.array([windows[k][c] for k in index], np.int64).reshape(-1) for c in range(3))
     alone, found = _waits(t, w, event_wait_ns)
-    wj, whi, wr, wlo = found
-    g0s, g1s = _walks(wj, whi, wr, wlo)
-    a, b, row, _kind, maxb = w.columns
-    ranks = np.concatenate((alone[0], wr))
-    words = int(ranks.max()) // 64 + 1 if len(ranks) else 1
-    ops, gids = as_int64(t.op.codes), as_int64(t.gid)
-    parts, off, keys, sums, bits = run(
-        len(t), np.frombuffer(t.start_ns, np.int64), np.frombuffer(event_wait_ns, np.int64),
-        np.frombuffer(w.fin, np.int64), np.frombuffer(t.async_op, np.uint8), np.frombuffer(t.rank, np.int32), w.hid,
-        np.frombuffer(instance_of, np.int32), w.culprit_row, np.frombuffer(p2p_of, np.int32),
-        np.frombuffer(p2p.send, np.int32), np.frombuffer(p2p.recv, np.int32),
-        a, b, row, maxb, w.off.astype(np.int64), w.floor,
-        s_row, s_end, s_floor, wj, whi, wr, wlo, g0s, g1s, as_int64(t.site.codes), ops, gids, words)
+    steady = _steady_rows(step_of, windows, len(t))
+    in_steady = steady[found[4]]  # (by the waiting op's step)
+    walk = _walk_with(t, w, event_wait_ns, p2p)
+    parts, off, keys, sums, bits = walk(*_only(found[:4], in_steady), s_row, s_end, s_floor)
     raw = [(r, _KINDS[c], lo, ns, x, y) for r, c, lo, ns, x, y in parts.tolist()]
     paths = [CriticalPath(k, windows[k][1] - windows[k][0], _merged([w.part(p) for p in raw[off[i]:off[i + 1]]]))
              for i, k in enumerate(index)]
-    return paths, _causes(t, w, *_with_alone(keys, sums, bits, alone, ops, gids)), w
+    ops, gids = as_int64(t.op.codes), as_int64(t.gid)
+    keys, sums, bits = _with_alone(keys, sums, bits, _only(alone, steady[alone[1]]), ops, gids)
+    start = (keys[:, 1] == walks.COMPUTE) & (keys[:, 2] < 0)  # ("start → ...": a rank's compute before its first op)
+    early = [(keys[start], sums[start], bits[start])]
+    if not in_steady.all():  # the other waits, walked for what start-up caused them only
+        none = np.zeros(0, np.int64)
+        _, _, k2, s2, b2 = walk(*_only(found[:4], ~in_steady), none, none, none)
+        mine = (k2[:, 1] == walks.COMPUTE) & (k2[:, 2] < 0)
+        early.append((k2[mine], s2[mine], b2[mine]))
+    return paths, (_causes(t, w, keys[~start], sums[~start], bits[~start]) + _startup(t, w, *map(
+        np.concatenate, zip(*early)))), w
 
 
 def _with_alone(keys, sums, bits, alone, ops, gids) -> tuple:
@@ -317,11 +320,50 @@ def _with_alone(keys, sums, bits, alone, ops, gids) -> tuple:
     return keys, total, ranks
 
 
-def step_windows(t: EventTable, steps: list[Step], step_of) -> dict[int, tuple[int, int, int]]:
-    """step index -> (its start, its end, the row that finished last in it); without steps, the whole trace as
-    step 0. In numpy: the last to finish; of those finishing together, the last to arrive (the others' ops end by
-    waiting); of those, the first row. (What critical_paths walks back from: taken from the steps before later
-    stages fill their waits in, so that it can run beside them.)"""
+def _steady_rows(step_of, windows: dict, n: int):
+    """Which event rows are in a steady step (step_windows' windows say which steps are warm-up); without steps,
+    every row. Rows outside the steps (set-up before the first, the end) are not."""
+    import numpy as np
+
+    k = np.frombuffer(step_of, np.int32) if len(step_of) == n else np.full(n, -1, np.int32)
+    if not (k >= 0).any():
+        return np.ones(n, bool)
+    steady = np.zeros(int(k.max()) + 2, bool)  # (index -1, outside the steps, reads the last: False)
+    steady[[i for i, win in windows.items() if not win[3]]] = True
+    return steady[k]
+
+
+def _only(cols: tuple, keep) -> tuple:
+    """The waits' columns (_waits') where keep is true."""
+    return tuple(c[keep] for c in cols)
+
+
+def _walk_with(t: EventTable, w: "_Walker", event_wait_ns, p2p: P2PTable):
+    """walk(wj, whi, wr, wlo, s_row, s_end, s_floor) -> walks.walk_all's (parts, part_off, keys, sums, bits): the
+    steps' paths and the causes of the waits given, over the trace's columns (read once)."""
+    import numpy as np
+
+    a, b, row, _kind, maxb = w.columns
+    words = int(np.frombuffer(t.rank, np.int32).max()) // 64 + 1
+    cols = (np.frombuffer(t.start_ns, np.int64), np.frombuffer(event_wait_ns, np.int64),
+            np.frombuffer(w.fin, np.int64), np.frombuffer(t.async_op, np.uint8), np.frombuffer(t.rank, np.int32),
+            w.hid, np.frombuffer(w.instance_of, np.int32), w.culprit_row, np.frombuffer(w.p2p_of, np.int32),
+            np.frombuffer(p2p.send, np.int32), np.frombuffer(p2p.recv, np.int32),
+            a, b, row, maxb, w.off.astype(np.int64), w.floor)
+    sites, ops, gids = as_int64(t.site.codes), as_int64(t.op.codes), as_int64(t.gid)
+
+    def walk(wj, whi, wr, wlo, s_row, s_end, s_floor):
+        g0s, g1s = _walks(wj, whi, wr, wlo)
+        return run(len(t), *cols, s_row, s_end, s_floor, wj, whi, wr, wlo, g0s, g1s, sites, ops, gids, words)
+
+    return walk
+
+
+def step_windows(t: EventTable, steps: list[Step], step_of) -> dict[int, tuple[int, int, int, bool]]:
+    """step index -> (its start, its end, the row that finished last in it, whether it is warm-up); without steps,
+    the whole trace as step 0. In numpy: the last to finish; of those finishing together, the last to arrive (the
+    others' ops end by waiting); of those, the first row. (What critical_paths walks back from: taken from the
+    steps before later stages fill their waits in, so that it can run beside them.)"""
     import numpy as np
 
     fin = finished(t)
@@ -334,8 +376,8 @@ def step_windows(t: EventTable, steps: list[Step], step_of) -> dict[int, tuple[i
     ends = np.flatnonzero(np.append(ks[1:] != ks[:-1], True)) if len(order) else order
     last = dict(zip(ks[ends].tolist(), order[ends].tolist()))
     if steps:
-        return {s.index: (s.start_ns, fin[last[s.index]], last[s.index]) for s in steps if s.index in last}
-    return {0: (min(t.start_ns), fin[last[0]], last[0])} if last else {}
+        return {s.index: (s.start_ns, fin[last[s.index]], last[s.index], s.warmup) for s in steps if s.index in last}
+    return {0: (min(t.start_ns), fin[last[0]], last[0], False)} if last else {}
 
 
 def _merged(parts: list[PathPart]) -> list[PathPart]:
@@ -373,7 +415,8 @@ def _walks(wj, whi, wr, wlo) -> tuple:
 def _waits(t: EventTable, w: _Walker, event_wait_ns) -> tuple[tuple, tuple]:
     """Every wait as a walk's start (the arrival waited for: row j at instant hi) and its own (rank r from lo): a
     rank's waits in table order (by start), each from where its earlier ones reached. Returns the waits with no
-    arrival to walk back from (columns: rank, row, lo, hi) and the others (row waited for, hi, rank, lo)."""
+    arrival to walk back from (columns: rank, row, lo, hi) and the others (row waited for, hi, rank, lo, the
+    waiting row)."""
     import numpy as np
 
     waits = np.frombuffer(event_wait_ns, np.int64)
@@ -390,12 +433,12 @@ def _waits(t: EventTable, w: _Walker, event_wait_ns) -> tuple[tuple, tuple]:
         j = w.cause_rows(rows)
         one = (j < 0) | (j == rows)
         alone.append((np.full(int(one.sum()), r, np.int64), rows[one], lo[one], hi[one]))
-        found.append((j[~one], hi[~one], np.full(int((~one).sum()), r, np.int64), lo[~one]))
+        found.append((j[~one], hi[~one], np.full(int((~one).sum()), r, np.int64), lo[~one], rows[~one]))
 
     def cat(parts, c):
         return np.concatenate([f[c] for f in parts]).astype(np.int64) if parts else np.zeros(0, np.int64)
 
-    return tuple(cat(alone, c) for c in range(4)), tuple(cat(found, c) for c in range(4))
+    return tuple(cat(alone, c) for c in range(4)), tuple(cat(found, c) for c in range(5))
 
 
 def _causes(t: EventTable, w: _Walker, keys, sums, bits) -> list[DelayCause]:
@@ -415,6 +458,28 @@ def _causes(t: EventTable, w: _Walker, keys, sums, bits) -> list[DelayCause]:
         causes.append(DelayCause(rank, _KINDS[kind], what, ns, ranks))
         order.append((-ns, rank, _KINDS[kind], what, x, y))  # (two sites can be named alike: then by their codes)
     return [causes[i] for i in sorted(range(len(causes)), key=order.__getitem__)]
+
+
+def _startup(t: EventTable, w: _Walker, keys, sums, bits) -> list[DelayCause]:
+    """Each rank's start-up, kept apart from the steps' causes: its compute before its first op ("start → the
+    first op's site"), the time from the trace's first op to its own first (startup_ns: what the others can wait
+    for: imports, loading, building the model) and the waiting the walks found it caused (keys, sums, bits: the
+    walks' totals for the "start" spans). Every rank that started after the trace's first op or caused waiting,
+    the costliest first."""
+    import numpy as np
+
+    firsts = w.columns[2][w.off[:-1]]  # each host's first interval's op (a host's are sorted by start)
+    out = []
+    for r, first in zip(np.frombuffer(t.rank, np.int32)[firsts].tolist(), firsts.tolist()):
+        mine = keys[:, 0] == r
+        late = t.start_ns[first] - w.floor
+        caused = int(sums[mine].sum())
+        if late <= 0 and caused <= 0:
+            continue
+        b = np.bitwise_or.reduce(bits[mine], axis=0) if mine.any() else np.zeros(bits.shape[1], np.uint64)
+        ranks = np.flatnonzero(np.unpackbits(b.view(np.uint8), bitorder="little")).tolist()
+        out.append(DelayCause(r, "compute", w.span(-1, first), caused, ranks, startup=True, startup_ns=late))
+    return sorted(out, key=lambda c: (-c.caused_wait_ns, -c.startup_ns, c.rank))
 
 
 __all__ = ["critical_paths", "step_windows"]

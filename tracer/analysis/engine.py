@@ -103,7 +103,8 @@ STAGES: tuple[Stage, ...] = (
     Stage(step_windows, ("table", "steps", "step_of"), ("windows",)),
     # the critical path (a compiled walk, a large share of the analysis) beside the waits and the problems
     Stage(critical_paths, ("table", "collectives", "instance_of", "culprits", "p2p", "p2p_of", "event_wait_ns",
-                           "windows"), ("critical_path", "causes", "walker"), "critical path", 0.84, beside=True),
+                           "windows", "step_of"), ("critical_path", "causes", "walker"), "critical path", 0.84,
+          beside=True),
     Stage(pipeline_stats, ("table", "p2p", "collectives", "steps", "step_of"), ("pipeline",), "pipeline", 0.85),
     Stage(wait_records, ("table", "collectives", "culprits", "p2p", "pipeline"), ("wait_records",), "waits", 0.87),
     Stage(wait_totals, ("wait_records", "ranks"), ("waits",)),

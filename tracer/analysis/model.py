@@ -280,10 +280,13 @@ class PipelineStats:
     virtual_stages: int = 1        # stages each rank holds (interleaved 1F1B: v, its ring of P ranks passed v times)
     # the schedule read from the trace (schedule.py; docs/FORMAT.md, "pipeline"). Per iteration of each pipeline:
     # [pipeline, iteration, schedule, micro_batches, start_ns, end_ns, startup_ns, bubble, expected, ideal_bubble,
-    # ideal]: its bubble from its first forward to its last backward, the start-up waits (startup_ns) apart
-    schedule_iterations: list[tuple[int, int, str, int, int, int, int, float, float, float, int]] = field(
+    # ideal, warmup]: its bubble from its first forward to its last backward, the start-up waits (startup_ns) apart;
+    # warmup: one of the first iterations, unlike the steady ones (the steps' rule, steps.py)
+    schedule_iterations: list[tuple[int, int, str, int, int, int, int, float, float, float, int, bool]] = field(
         default_factory=list)
-    schedule_fraction: float = 0.0  # the mean of the iterations' bubbles (bubble_fraction: blocked over the windows)
+    # the mean of the steady iterations' bubbles (the warm-up ones left out; bubble_fraction: blocked over the
+    # windows)
+    schedule_fraction: float = 0.0
     # every forward and backward: [iteration, rank, stage, "F" or "B", micro_batch, start_ns, end_ns, estimated]
     schedule: list[tuple[int, int, int, str, int, int, int, bool]] = field(default_factory=list)
     # per iteration and rank, its idle ns in the iteration's span: [iteration, rank, warmup, cooldown, blocked with
@@ -359,6 +362,10 @@ class DelayCause:
     span: str                      # the compute span, or the op
     caused_wait_ns: int
     ranks_delayed: list[int]
+    # a rank's start-up ("start → its first op's site"), kept apart from the steady steps' causes (listed after
+    # them): the waiting it caused, and startup_ns, the time from the trace's first op to the rank's first
+    startup: bool = field(default=False, metadata=JSON_IF_SET)
+    startup_ns: int = field(default=0, metadata=JSON_IF_SET)
 
 
 @dataclass
@@ -462,7 +469,8 @@ class Analysis:
     steps_source: str = ""         # "marker" (the user's), "detected" (repeating ops), "" (none found)
     straggler: StragglerVerdict | None = None
     critical_path: list[CriticalPath] = field(default_factory=list)  # per step
-    causes: list[DelayCause] = field(default_factory=list)            # the waits' root causes, worst first
+    # the root causes of the steady steps' waits, worst first; then each rank's start-up (`startup`), apart
+    causes: list[DelayCause] = field(default_factory=list)
     what_if: list[WhatIf] = field(default_factory=list)
     attribution: Attribution = field(default_factory=Attribution)
     overlap: list[Overlap] = field(default_factory=list)              # per rank

@@ -200,7 +200,8 @@ def pipeline_stats(t: EventTable, p2p: P2PTable, collectives: CollectiveTable, s
         if windows:  # (the micro-batches of the iterations: not the messages before the first, shape inference's)
             forward = in_steps
             schedule.pipeline(len(pipelines) - 1, path, v,
-                              lambda path=path, rows=rows, used=used: _rows_by_step(path, rows, used, step_of))
+                              lambda path=path, rows=rows, used=used: _rows_by_step(path, rows, used, step_of),
+                              {s.index for s in steps if s.warmup})
         else:
             windows = _sync_windows(t, path, rows, syncs_by_group())
             schedule.pipeline(len(pipelines) - 1, path, v,
@@ -224,7 +225,7 @@ def pipeline_stats(t: EventTable, p2p: P2PTable, collectives: CollectiveTable, s
                     stage_acc[r][1] += b - a
         else:  # no iterations found: one window over the pipeline's span
             iterations = 1
-            schedule.pipeline(len(pipelines) - 1, path, v, lambda rows=rows: [(0, rows)])
+            schedule.pipeline(len(pipelines) - 1, path, v, lambda rows=rows: [(0, rows)], set())
             a = min(t.start_ns[rr[0]] for rr in rows.values() if rr)
             b = max(max(t.end_ns[i] for i in rr) for rr in rows.values() if rr)
             for r in path:

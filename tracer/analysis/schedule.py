@@ -41,10 +41,14 @@ came before its input delayed nothing. Each rank's idle time in the span is its 
 or exchanging with it) and the rest (its host between the ops: issuing them). The *textbook* grid of an iteration
 runs every rank's actions in their measured order with every forward and every backward at the median duration of
 its kind over the trace, and no time in messages: GPipe's and 1F1B's bubble there is (P-1)/(M+P-1).
+
+*Warm-up iterations* are the leading ones unlike the steady ones, by the steps' rule (steps.py): the warm-up steps,
+or the windows that rule finds (`warm_windows`). They are marked, and left out of the mean bubble (`fraction`).
 """
 
 from __future__ import annotations
 
+from array import array
 from bisect import bisect_right
 from dataclasses import dataclass, field
 from statistics import median
@@ -52,6 +56,7 @@ from statistics import median
 import numpy as np
 
 from ..data.table import NONE, EventTable
+from .steps import build_steps
 
 F, B = "F", "B"
 MIN_GAP = 0.1          # an input-only action's gap: at least this share of the pipeline's median output gap
@@ -89,8 +94,8 @@ class Schedule:
     notes: list = field(default_factory=list)
 
     def fraction(self) -> float:
-        """The mean of the read iterations' bubbles."""
-        fr = [it[7] for it in self.iterations]
+        """The mean of the read iterations' bubbles, the warm-up ones left out (all of them where every one is)."""
+        fr = [it[7] for it in self.iterations if not it[11]] or [it[7] for it in self.iterations]
         return sum(fr) / len(fr) if fr else 0.0
 
 
@@ -216,11 +221,14 @@ class _Builder:
         self.iter_acts: list[list[_Action]] = []  # each read iteration's actions (its textbook grid's orders)
         self.pending: list = []  # (pipeline index, path, v, per-iteration actions, windows, ...): cells are timed
         #                          once every pipeline's typical durations are known
+        self.warm: dict[int, set[int]] = {}  # pipeline index -> its warm-up iterations (by their index)
 
     # -- reading one pipeline -------------------------------------------------------------------------------
-    def pipeline(self, k_path: int, path: list[int], v: int, windows_of) -> None:
+    def pipeline(self, k_path: int, path: list[int], v: int, windows_of, warmup: set[int] | None = None) -> None:
         """One pipeline (ranks in stage order, v stages each) over its windows: windows_of() gives them, (iteration
-        index, rank -> its P2P rows within the pipeline in it, by start), asked only while the budget lasts."""
+        index, rank -> its P2P rows within the pipeline in it, by start), asked only while the budget lasts.
+        warmup: the iterations that are warm-up (the steps' when they are steps); None: found by the steps' rule
+        over the windows (`warm_windows`)."""
         p = len(path)
         if p < 2 or (v > 1 and p < 3):
             return
@@ -228,6 +236,7 @@ class _Builder:
             self.skipped += 1
             return
         windows = windows_of()
+        self.warm[k_path] = warm_windows(self.t, windows) if warmup is None else warmup
         self.partner.add([i for _, per_rank in windows for rr in per_rank.values() for i in rr])
         iters: list[tuple[int, list[_Action]]] = []
         bad: list[int] = []
@@ -500,7 +509,7 @@ class _Builder:
         kind = _kind(acts, v)
         expected = (p - 1) / (v * m + p - 1)
         self.out.iterations.append([k_path, index, kind, m, t0, t1, cut_ns, 1 - busy / (p * span), expected,
-                                    0.0, -1])
+                                    0.0, -1, index in self.warm.get(k_path, ())])
         self.iter_acts.append(acts)
         for pos, r in enumerate(path):
             mine = sorted((a for a in acts if a.rank == r), key=lambda a: a.start)
@@ -581,6 +590,18 @@ class _Builder:
         rec[9] = 1 - busy / (p * span) if span else 0.0
         rec[10] = k
         self.out.iterations[n] = tuple(rec)
+
+
+def warm_windows(t: EventTable, windows: list) -> set[int]:
+    """The windows (index, rank -> rows) that are warm-up by the steps' rule, each window's rows taken as a step
+    (steps.build_steps: the leading ones with another sequence of ops, or far longer than the steady ones)."""
+    if len(windows) < 3:
+        return set()
+    step_of = np.full(len(t), -1, np.int32)
+    for w, (_, per_rank) in enumerate(windows):
+        for rows in per_rank.values():
+            step_of[rows] = w
+    return {windows[s.index][0] for s in build_steps(t, array("i", step_of.tobytes())) if s.warmup}
 
 
 def _simulate(orders: tuple, stages: int, dur: dict[str, int]) -> list[tuple]:

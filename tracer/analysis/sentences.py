@@ -1,6 +1,7 @@
 """Sentences on the analysis for people: describe(a, row) on what happened at an event (the viewer's step-through
 replay), straggler_verdict(a) on the straggler verdict (the report and the viewer's waits view), micro_batches(p)
-on a pipeline's work (the report and the viewer's pipeline view), what_if_sentence(w, per) on a re-timed change
+on a pipeline's work (the report and the viewer's pipeline view), what_if_sentence(w, per) on a re-timed change,
+startup_sentence(a) on the ranks' start-up (the report and the viewer's critical path view)
 and attribution_lines(a) on why the steps are slow (the report; attribution_summary(a), shorter, the viewer's
 waits and critical path views).
 Plain text: each renderer styles it."""
@@ -190,3 +191,22 @@ def what_if_sentence(w: WhatIf, per: str = "step") -> str:
     return (f"What if {w.change}: {fmt_ns(w.step_ns_before)} → {fmt_ns(w.step_ns_after)} a {per} "
             f"({'−' if saved >= 0 else '+'}{100 * abs(saved) / max(w.step_ns_before, 1):.0f}%; "
             f"{w.steps} {'step' if w.steps == 1 else 'steps'} replayed)" + (f": {w.note}" if w.note else "") + ".")
+
+
+def startup_sentence(a: Analysis, top: int = 4) -> str:
+    """Each rank's start-up, said apart from the steps' causes (the causes marked `startup`); "" when every rank's
+    first op was the trace's first. "Start-up, apart from the steps' causes (each rank's first op after the
+    trace's first): rank 0 511.45 ms (start → train.py:32), which made rank 1 wait 511.45 ms; rank 1 first." """
+    late = [c for c in a.causes if c.startup]
+    if not late:
+        return ""
+    said = [f"rank {c.rank} {fmt_ns(c.startup_ns)} ({c.span})" + (
+        f", which made {fmt_ranks(c.ranks_delayed)} wait {fmt_ns(c.caused_wait_ns)}" if c.caused_wait_ns else "")
+        for c in late[:top]]
+    if len(late) > top:
+        said.append(f"and {len(late) - top} more ranks, up to {fmt_ns(max(c.startup_ns for c in late[top:]))}")
+    first = sorted(set(a.waits) - {c.rank for c in late if c.startup_ns})  # (a.waits: every traced rank)
+    if first:
+        said.append(f"{fmt_ranks(first)} first to start")
+    return "Start-up, apart from the steps' causes (each rank's first op after the trace's first): " + "; ".join(
+        said) + "."

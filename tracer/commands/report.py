@@ -19,7 +19,8 @@ from statistics import median
 import orjson
 
 from ..analysis import analyze, to_json
-from ..analysis.sentences import attribution_lines, micro_batches, straggler_verdict, what_if_sentence
+from ..analysis.sentences import (attribution_lines, micro_batches, startup_sentence, straggler_verdict,
+                                  what_if_sentence)
 from ..analysis.model import NULL, Analysis
 from ..analysis.theory import typical_spread
 from ..analysis.what_if import ChangeSpec, parse_change
@@ -325,12 +326,16 @@ def _critical_path(console, a: Analysis, top: int, asked: bool) -> None:
     for (rank, kind, what), ns in sorted(parts.items(), key=lambda x: -x[1])[:top]:
         table.add_row(str(rank), kind, what, fmt_ns(ns), f"{100 * ns / total:.0f}%")
     console.print(table)
-    if a.causes:
-        table = _table("Root causes of the waiting (what ran on the path while ranks waited)", "rank", "kind",
-                       "span or op", "caused", "ranks delayed")
-        for c in a.causes[:top]:
+    steady = [c for c in a.causes if not c.startup]  # (each rank's start-up is said apart, below)
+    if steady:
+        table = _table("Root causes of the waiting" + (" in the steady steps" if a.steps else "")
+                       + " (what ran on the path while ranks waited)", "rank", "kind", "span or op", "caused",
+                       "ranks delayed")
+        for c in steady[:top]:
             table.add_row(str(c.rank), c.kind, c.span, fmt_ns(c.caused_wait_ns), fmt_ranks(c.ranks_delayed))
         console.print(table)
+    if startup := startup_sentence(a, top):
+        console.print(startup, highlight=False)
     hidden = [o for o in a.overlap if o.comm_ns]
     if hidden:
         console.print("Communication hidden behind compute: " + ", ".join(
@@ -453,18 +458,23 @@ def _schedule(console, p) -> None:
             console.print(f"Schedule: not read ({p.schedule_note}).")
         return
     kinds = sorted({it[2] for it in its}, key=[it[2] for it in its].index)
-    fr = [it[7] for it in its]
+    warm = [it for it in its if it[11]]
+    fr = [it[7] for it in its if not it[11]] or [it[7] for it in its]
+    apart = ""
+    if warm and len(warm) < len(its):  # (Schedule.fraction: the steady iterations' mean)
+        apart = (f"; warm-up iteration{'s' if len(warm) > 1 else ''} {fmt_list([it[1] for it in warm])} left out: "
+                 + ", ".join(f"{it[7]:.1%} over {fmt_ns(it[5] - it[4])}" for it in warm[:4]))
     console.print(f"Schedule read from the trace: {', '.join(kinds)}, {len(its)} iteration(s); bubble from the first "
-                  f"forward to the last backward, start-up waits apart: [bold]{p.schedule_fraction:.1%}[/] (mean; "
-                  f"{min(fr):.1%} to {max(fr):.1%}), the textbook's {its[0][8]:.1%}"
-                  + (f"; {p.schedule_note}" if p.schedule_note else ""))
+                  f"forward to the last backward, start-up waits apart: [bold]{p.schedule_fraction:.1%}[/] (mean"
+                  f"{' of the steady iterations' if apart else ''}; {min(fr):.1%} to {max(fr):.1%}{apart}), the "
+                  f"textbook's {its[0][8]:.1%}" + (f"; {p.schedule_note}" if p.schedule_note else ""))
     if len(its) > 12:
         return
     table = _table("Bubble per iteration", "pipeline", "iteration", "schedule", "M", "span", "start-up", "bubble",
                    "textbook", "ideal grid")
-    for k, index, kind, m, t0, t1, startup, bubble, expected, ideal, _ in its:
-        table.add_row(str(k), str(index), kind, str(m), fmt_ns(t1 - t0), fmt_ns(startup), f"{bubble:.1%}",
-                      f"{expected:.1%}", f"{ideal:.1%}")
+    for k, index, kind, m, t0, t1, startup, bubble, expected, ideal, _, warmup in its:
+        table.add_row(str(k), f"{index}{' (warm-up)' if warmup else ''}", kind, str(m), fmt_ns(t1 - t0),
+                      fmt_ns(startup), f"{bubble:.1%}", f"{expected:.1%}", f"{ideal:.1%}")
     console.print(table)
 
 

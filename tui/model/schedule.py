@@ -34,6 +34,7 @@ class Iteration:
     expected: float       # (P-1)/(vM+P-1)
     ideal_bubble: float   # its textbook grid's
     ideal: int            # its textbook grid (an index of ideal_schedules)
+    warmup: bool = False  # one of the first iterations, unlike the steady ones (the steps' rule)
 
 
 @dataclass(frozen=True)
@@ -96,14 +97,16 @@ class ScheduleModel:
     def at(self, row: int) -> int:
         """The iteration (an index of self.iterations) the event at `row` belongs to: of its rank's pipeline (the
         first for a rank outside them), the one whose span holds it (_when), else the nearer of the two around it,
-        else the first."""
+        else the first. Before the first event (row < 0: the tab opened before the playhead moved), the first
+        pipeline's first steady iteration: a warm-up one (gloo's first connections: 630 ms against 57 ms) would
+        set a scale where the steady cells cannot be read; `[` reaches it."""
         if not self.iterations:
             return -1
         t = self.store.table
         k = self.pipeline_of.get(t.rank[row], 0) if row >= 0 else 0
         ns = self.by_pipeline.get(k) or self.by_pipeline[min(self.by_pipeline)]
         if row < 0:
-            return ns[0]
+            return next((n for n in ns if not self.iterations[n].warmup), ns[0])
         at = self._when(row)
         starts = [self.iterations[n].start_ns for n in ns]
         j = bisect_right(starts, at) - 1

@@ -1,5 +1,6 @@
 """The critical path view: the path of the step at the playhead across ranks (its parts in time order, marked on a
-timeline of every rank), the root causes of the run's waiting and the what-ifs. All of it is the analysis'
+timeline of every rank), the root causes of the steady steps' waiting (the ranks' start-up apart) and the
+what-ifs. All of it is the analysis'
 (tracer/analysis/critical_path.py); this view only lays it out and finds the events to show."""
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from textual.containers import Horizontal, Vertical
 from textual.reactive import reactive
 from textual.widgets import DataTable, Static
 
-from disttrace.tracer.analysis import attribution_summary, what_if_sentence
+from disttrace.tracer.analysis import attribution_summary, startup_sentence, what_if_sentence
 from disttrace.tracer.analysis.model import CriticalPath, PathPart
 from disttrace.tracer.units import fmt_list, fmt_ns, fmt_ns_short
 
@@ -59,8 +60,8 @@ def _kind(part: PathPart) -> Text:
 
 class CriticalPathView(Vertical):
     """The step at the playhead: its critical path's length and parts (rank, kind, span or op, time, share), on a
-    timeline of every rank with the path marked; the root causes of the run's waiting; what the straggler on time
-    would save."""
+    timeline of every rank with the path marked; the root causes of the steady steps' waiting, the ranks'
+    start-up apart; what the straggler on time would save."""
 
     # Each table keeps room for its header and a few rows (TABLE_MIN); where the terminal is too small for both
     # tables, the what-ifs and the timeline (80×24: the causes' table showed its header only), the view scrolls
@@ -119,22 +120,26 @@ class CriticalPathView(Vertical):
                 t.add_columns("rank", "kind", "span or op", "time", "share")
                 yield t
             with Vertical(id="cp-causes"):
-                yield Static("Root causes of the waiting, whole run (what ran on the path meanwhile)")
+                yield Static(f"Root causes of the waiting, {'steady steps' if a.steps else 'whole run'} (what ran on "
+                             "the path meanwhile)")
                 yield self._causes_table()
                 per = "step" if a.steps else "run"
-                lines = attribution_summary(a, per) + [what_if_sentence(w, per) for w in a.what_if]
+                lines = ([startup] if (startup := startup_sentence(a)) else []) + attribution_summary(a, per) + [
+                    what_if_sentence(w, per) for w in a.what_if]
                 if lines:
                     yield Static("\n".join(lines), id="what-if")
 
     def _causes_table(self) -> DataTable:
         t = DataTable(id="cause-table", cursor_type="row", zebra_stripes=True)
         t.add_columns("rank", "kind", "span or op", "caused", "delayed ranks")
-        for c in self.store.analysis.causes[:MAX_ROWS]:
+        steady = [c for c in self.store.analysis.causes if not c.startup]  # (start-up: said apart, below)
+        for c in steady[:MAX_ROWS]:
             t.add_row(f"r{c.rank}", Text(c.kind, style=KIND_STYLES.get(c.kind, OP_COLORS.get(c.span.split(" ")[0],
                                                                                              ""))),
                       short_span(c.span), fmt_ns_short(c.caused_wait_ns), _ranks(c.ranks_delayed))
-        if not self.store.analysis.causes:
-            t.add_row("", "", "no rank waited for another", "", "")
+        if not steady:
+            t.add_row("", "", "no rank waited for another" + (" in the steady steps" if self.store.analysis.steps
+                                                              else ""), "", "")
         return t
 
     def on_mount(self) -> None:

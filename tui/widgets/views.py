@@ -98,7 +98,8 @@ class PipelineView(VerticalScroll, can_focus=False):
         head = Text.assemble(
             ("Over all iterations: ", "bold"), f"{len(p.stages)} stages{v}, {micro_batches(p)}; blocked in "
             "messages ", (f"{p.bubble_fraction:.1%}", "bold"), " of the stages' time",
-            *((", the schedule's bubble ", (f"{p.schedule_fraction:.1%}", "bold"), " (the iterations' mean)")
+            *((", the schedule's bubble ", (f"{p.schedule_fraction:.1%}", "bold"),
+               f" (the {'steady ' if any(it[11] for it in p.schedule_iterations) else ''}iterations' mean)")
               if p.schedule_iterations else ()),
             f", expected {p.expected_fraction:.1%}.", (slow, "bold #ff8c5a"))
         table = Table(box=None, padding=(0, 2))
@@ -127,8 +128,10 @@ def iteration_line(model: ScheduleModel, n: int) -> Text:
         if len(model.by_pipeline) > 1 else ""
     startup = f", {fmt_ns_short(it.startup_ns)} of start-up waits apart" if it.startup_ns else ""
     last = "forward" if it.kind == "forward only" else "backward"
+    warm = ("warm-up, not in the mean bubble", "bold #ff8c5a") if it.warmup else ""
     return Text.assemble(
-        (f"Iteration {k} of {total}", "bold"), f" (step {it.index}){pipe}: {it.kind}, P = {p}",
+        (f"Iteration {k} of {total}", "bold"), f" (step {it.index}", ", " if warm else "", warm,
+        f"){pipe}: {it.kind}, P = {p}",
         f", v = {v}" if v > 1 else "", f", M = {m}. Bubble ", (f"{it.bubble:.1%}", "bold"),
         f" measured (first forward to last {last}{startup}), textbook {formula} = ",
         (f"{it.expected:.1%}", "bold"), ".", ("  [ ] iteration  + − zoom  ← → pan", "#808080"))
