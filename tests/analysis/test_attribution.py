@@ -225,3 +225,20 @@ def test_a_start_read_before_the_previous_op_s_end_still_replays_the_steps_as_me
                 changes=(parse_change("span:nowhere.py:1=50%"),))
     (w,) = a.what_if
     assert w.per_step and all(before == after for before, after in w.per_step.values()), w.per_step
+
+
+def test_a_kernel_s_overlap_with_the_next_is_real_and_stays():
+    # a profiler's kernels are the device's intervals, not a host's calls: a batch's send and recv kernels run at
+    # once on their streams, and are not pushed after one another, nor do they hold up a host's call; host calls
+    # still start after the one before them (a Kineto trace of 4 ranks lost its straggler when its kernels were
+    # serialized)
+    from disttrace.tracer.analysis.critical_path import SYNC, _after_blocking
+
+    host = np.zeros(4, np.int64)
+    a, b = np.array([0, 10, 12, 20]), np.array([30, 40, 25, 22])
+    kind = np.full(4, SYNC, np.uint8)
+    device = np.array([True, True, False, False])
+    a2, b2 = _after_blocking(host, a, b, kind, device)
+    assert a2.tolist() == [0, 10, 12, 25] and b2.tolist() == [30, 40, 25, 25]
+    a3, _ = _after_blocking(host, a, b, kind, np.zeros(4, bool))
+    assert a3.tolist() == [0, 30, 40, 40]

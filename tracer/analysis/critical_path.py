@@ -25,6 +25,7 @@ applications", ICPP 2010; docs/ARCHITECTURE.md, "The critical path"):
 
 from __future__ import annotations
 
+import re
 from bisect import bisect_left
 
 from ..data.table.columns import as_int64, groups_of, order_by, repeat_each, run_starts, stable_order, unique_inverse
@@ -86,7 +87,11 @@ def _hosts(t: EventTable, fin):
     hid = hid.astype(np.int64).ravel()
     order = order_by(hid[row], a, b, row, kind)
     a, b, row, kind = a[order], b[order], row[order], kind[order]
-    a, b = _after_blocking(hid[row], a, b, kind)
+    device = _device_timed(t)[row]
+    a, b = _after_blocking(hid[row], a, b, kind, device)
+    if device.any() and not device.all():  # (a host's start moved past a kernel's that it preceded: sorted again)
+        order = order_by(hid[row], a, b, row, kind)
+        a, b, row, kind = a[order], b[order], row[order], kind[order]
     off = np.searchsorted(hid[row], np.arange(len(ranks) + 1))
     maxb = np.empty_like(b)
     for h in range(len(ranks)):
@@ -94,23 +99,40 @@ def _hosts(t: EventTable, fin):
     return (a, b, row, kind, maxb), ranks, off, hid
 
 
-def _after_blocking(host, a, b, kind) -> tuple:
+def _after_blocking(host, a, b, kind, device) -> tuple:
     """The intervals (each host's sorted by start) with each start no earlier than the end of the host's blocking
     intervals (sync ops, wait() calls) that started before it: its op was issued once the host was back. A
     synchronous op's start recorded a few µs before the previous one's end (each is its own clock read: a
     reduce-scatter's end and the next all-reduce's start) is a clock read order, not an overlap; left as read, the
     compute before it would be measured from the op before the previous one, and that whole op, its wait included,
     read as compute. Intervals that start together (DDP's reducer waits for its buckets at once) are not pushed
-    after one another; an async op's issue is not blocking, so its end after the next issue stays an overlap. The
+    after one another; an async op's issue is not blocking, so its end after the next issue stays an overlap; nor
+    is an interval the device timed (`device`: a profiler's kernel, _device_timed), whose overlaps with the next
+    are real (a batch's send and recv kernels run at once on their streams). Where no interval is the device's, the
     order stays the same (each start moves no further than the ends before it)."""
     import numpy as np
 
     low = np.iinfo(np.int64).min
-    reach = reach_before(np.where(kind != ISSUE, b, low), run_starts(host))
+    reach = reach_before(np.where((kind != ISSUE) & ~device, b, low), run_starts(host))
     first = np.flatnonzero(run_starts(host, a))  # (intervals that start together share the ends before them)
     reach = repeat_each(reach[first], np.diff(np.append(first, len(a))))
-    a = np.maximum(a, reach)
+    a = np.where(device, a, np.maximum(a, reach))
     return a, np.maximum(b, a)
+
+
+_DEVICE_TIMED = re.compile(rb'"host_start_ns"')
+
+
+def _device_timed(t: EventTable):
+    """Per row, whether its interval is the device's, not its host's call: an op that keeps its host's issue
+    beside it (`host_start_ns`, docs/FORMAT.md: a profiler trace's kernel)."""
+    import numpy as np
+
+    out = np.zeros(len(t), bool)
+    rows = [i for i, v in t.extra.items(maybe=_DEVICE_TIMED)
+            if isinstance(v, dict) and v.get("host_start_ns") is not None]
+    out[rows] = True
+    return out
 
 
 REDUCER_API = "ddp.reducer_allreduce"  # DDP's gradient all-reduces (record/capture.py names them so)
