@@ -370,8 +370,15 @@ def _code_env(commit: str | None) -> dict:
         (home / "disttrace").mkdir(parents=True)
         archive = subprocess.run(["git", "-C", str(repo), "archive", commit], check=True, capture_output=True).stdout
         subprocess.run(["tar", "-x", "-C", str(home / "disttrace")], input=archive, check=True)
+    _compiled(home / "disttrace")
     env["PYTHONPATH"] = os.pathsep.join([str(home), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     return env
+
+
+def _compiled(root: Path) -> None:
+    """Every module under `root`'s tracer/ and tui/ compiled to bytecode, as an installed package's are (where
+    PYTHONDONTWRITEBYTECODE is set, an import would compile its source again every time)."""
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(root / "tracer"), str(root / "tui")], check=True)
 
 
 def _linked(path: str, commit: str) -> str:
@@ -461,6 +468,7 @@ def main() -> None:
 
     if ns.reopen_only:
         # the store, valid for the code that opens it: else written (and analysed) by a first open of that code
+        _compiled(Path(__file__).resolve().parent.parent)
         stored_by = {None: path}
         if ns.against:
             stored_by[ns.against] = _linked(path, ns.against)

@@ -9,6 +9,7 @@ keys that never come.
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import sys
 import time
@@ -113,6 +114,7 @@ class DisttraceApp(App[int]):
         self._load()
 
     def _show_loading(self) -> None:
+        gc.enable()  # (off during a start, tui/cli.py: a load that takes this long makes garbage)
         if self.store is None and self.error is None:
             self.push_screen(LoadingScreen(" ".join(self.paths), self._progress))
 
@@ -295,6 +297,7 @@ class DisttraceApp(App[int]):
             self.switch_screen(screen)
         else:
             self.push_screen(screen)
+        self.call_after_refresh(gc.enable)  # (off during a start, tui/cli.py)
         return screen
 
     def _replace_head(self, head: ViewerScreen, store: TraceStore) -> ViewerScreen:
