@@ -6,7 +6,8 @@ Measured side by side in one run:
 - the yardstick: orjson.loads of every line of the events file, nothing kept (issue 19); the ratios are to it;
 - first frame: from starting the app (headless, loading in its worker behind the progress bar: reader, analysis,
   store) to the first full frame of the timeline; goal: <= 1x the yardstick on a first open, <= 0.5 s on a
-  re-open (the median of three). On a first open that is the trace's head (its first seconds, read while the rest
+  re-open (the median of three), and <= 1 s for `disttrace view`'s re-open from its process start (the median of
+  five: the interpreter and the imports included; --reopen-only N times only that). On a first open that is the trace's head (its first seconds, read while the rest
   is: data/store/head.py), and the whole trace's first frame is timed too, as are keys on the head meanwhile (from 0.5 s
   after its first frame, as after loading);
 - analysis views ready (goal: <= 2x the yardstick): on the first open, and on a re-open, which opens the saved
@@ -256,6 +257,140 @@ def _child(path: str, size: tuple[int, int]) -> None:
     print(json.dumps(out))
 
 
+def _cli_child(path: str, size: tuple[int, int], spawned: float) -> None:
+    """`disttrace view PATH` as a user starts it (the command's own entry point, imports and all, in its order),
+    headless, timed from `spawned` (the parent's wall clock just before it started this process) to the first frame
+    written after the timeline drew; then the process ends at once. Prints {"first_frame_s", "app_s": when the app
+    started to run (the viewer imported, the input checked), "show_s": when the viewer's screen was begun (the
+    store ready), "ahead_s": when the store opened ahead was (loading.StoredAhead; none in older code)}. The hooks are the ones _app_run's first frame uses,
+    put on each module as it is imported (importing it here first would change what the command overlaps)."""
+    marks: dict[str, float] = {}
+    drawn = []
+
+    def on_textual_app(m) -> None:
+        run, display = m.App.run, m.App._display
+
+        def headless_run(self, *args, **kwargs):
+            marks["app_s"] = time.time() - spawned
+            return run(self, headless=True, size=size)
+
+        def timed_display(self, screen, update):
+            display(self, screen, update)
+            if drawn and "first_frame_s" not in marks:
+                marks["first_frame_s"] = time.time() - spawned
+                print(json.dumps(marks), flush=True)
+                os._exit(0)  # (the analysis' load that follows is not timed here)
+        m.App.run, m.App._display = headless_run, timed_display
+
+    def on_timeline(m) -> None:
+        render_lines = m.Timeline.render_lines
+
+        def timed_render_lines(self, crop):
+            drawn.append(True)
+            return render_lines(self, crop)
+        m.Timeline.render_lines = timed_render_lines
+
+    def on_viewer_app(m) -> None:
+        m.no_terminal = lambda: None  # (headless: no terminal is needed)
+        show = m.DisttraceApp._show
+
+        def timed_show(self, *args, **kwargs):
+            marks.setdefault("show_s", time.time() - spawned)
+            return show(self, *args, **kwargs)
+        m.DisttraceApp._show = timed_show
+
+    def on_loading(m) -> None:
+        if not hasattr(m, "StoredAhead"):  # (older code)
+            return
+        opened = m.StoredAhead._open
+
+        def timed_open(self, *args):
+            opened(self, *args)
+            marks["ahead_s"] = time.time() - spawned
+        m.StoredAhead._open = timed_open
+
+    sys.meta_path.insert(0, _AfterImport({"textual.app": on_textual_app, "disttrace.tui.widgets.timeline": on_timeline,
+                                          "disttrace.tui.app": on_viewer_app, "disttrace.tui.loading": on_loading}))
+    from disttrace.tracer import cli
+
+    cli.main(["view", path])
+
+
+class _AfterImport:
+    """A meta path finder that calls hooks[name](module) once the module `name` has been executed."""
+
+    def __init__(self, hooks: dict) -> None:
+        self.hooks = hooks
+
+    def find_spec(self, name, path, target=None):
+        import importlib.util
+
+        hook = self.hooks.pop(name, None)
+        if hook is None:
+            return None
+        spec = importlib.util.find_spec(name)
+        loader = spec.loader
+
+        class Loader:
+            def create_module(self, spec):
+                return loader.create_module(spec)
+
+            def exec_module(self, module):
+                loader.exec_module(module)
+                hook(module)
+        spec.loader = Loader()
+        return spec
+
+
+def _ensure_store(path: str, size: tuple[int, int]) -> None:
+    """The trace's store and saved analysis, valid for the code this process imports: written by a first open in
+    the viewer (as a stored trace's are) when they are not."""
+    from disttrace.tracer.data.store import cache, codec
+
+    try:
+        codec.read_store(cache.cache_path([path], None, False), cache.fingerprint([path], None, [path])[0])
+        return
+    except (codec.StoreError, OSError):
+        pass
+    for f in (cache.StoreOrigin(cache.cache_path([path], None, False), {}).beside("analysis"),):
+        if os.path.exists(f):
+            os.unlink(f)
+    asyncio.run(_app_run(path, size))
+
+
+def _code_env(commit: str | None) -> dict:
+    """The environment of a child that imports `commit`'s disttrace (None: this tree's): its files, extracted once
+    by git archive into the temp dir, first on the path (before the editable install's finder)."""
+    env = dict(os.environ)
+    if commit is None:
+        return env
+    home = Path(tempfile.gettempdir()) / f"disttrace-archive-{commit}"
+    if not (home / "disttrace").exists():
+        repo = Path(__file__).resolve().parent.parent
+        (home / "disttrace").mkdir(parents=True)
+        archive = subprocess.run(["git", "-C", str(repo), "archive", commit], check=True, capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(home / "disttrace")], input=archive, check=True)
+    _compiled(home / "disttrace")
+    env["PYTHONPATH"] = os.pathsep.join([str(home), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    return env
+
+
+def _compiled(root: Path) -> None:
+    """Every module under `root`'s tracer/ and tui/ compiled to bytecode, as an installed package's are (where
+    PYTHONDONTWRITEBYTECODE is set, an import would compile its source again every time)."""
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(root / "tracer"), str(root / "tui")], check=True)
+
+
+def _linked(path: str, commit: str) -> str:
+    """A hard link of the trace for `commit`'s code: its own store beside it (each code's store is stale to the
+    other's)."""
+    root, ext = os.path.splitext(path)
+    link = f"{root}.against-{commit}{ext}"
+    if not os.path.exists(link):
+        os.link(path, link)
+    return link
+
+
 def _stages(path: str) -> dict:
     from disttrace.tui import loading
     from disttrace.tui.model.store import TraceStore
@@ -288,12 +423,23 @@ def main() -> None:
     ap.add_argument("--file", help="use (or create) this .jsonl instead of a temporary one")
     ap.add_argument("--size", default="160x50", help="terminal size, COLSxROWS")
     ap.add_argument("--memory-limit", metavar="SIZE", help="run each child in a memory cgroup of SIZE (4G)")
-    ap.add_argument("--child", choices=["app", "stages"], help=argparse.SUPPRESS)
+    ap.add_argument("--child", choices=["app", "stages", "cli", "store"], help=argparse.SUPPRESS)
+    ap.add_argument("--spawned", type=float, help=argparse.SUPPRESS)
+    ap.add_argument("--reopen-only", type=int, metavar="N", help="only time N re-opens, process start included "
+                    "(the store is written first if it is missing)")
+    ap.add_argument("--against", metavar="COMMIT", help="with --reopen-only: alternate with COMMIT's code (its "
+                    "files, from git archive, imported first), on a hard link of the trace (each code its store)")
     ns = ap.parse_args()
     size = tuple(int(v) for v in ns.size.lower().split("x"))
     path = ns.file or os.path.join(tempfile.gettempdir(), f"disttrace_synth_v3_{ns.events}_{ns.ranks}.jsonl")
     if ns.child == "app":
         _child(path, size)
+        return
+    if ns.child == "store":
+        _ensure_store(path, size)
+        return
+    if ns.child == "cli":
+        _cli_child(path, size, ns.spawned)
         return
     if ns.child == "stages":
         print(json.dumps(_stages(path)))
@@ -302,6 +448,41 @@ def main() -> None:
     from synth import ensure_synthetic, fresh_store, time_parse, time_yardstick
 
     ensure_synthetic(path, ns.events, ns.ranks)
+
+    def cli_reopen(file: str = path, env: dict | None = None) -> dict:
+        """`disttrace view` re-opening the stored trace, from its process start to its first frame."""
+        spawned = time.time()
+        proc = subprocess.run([sys.executable, __file__, "--file", file, "--size", ns.size, "--child", "cli",
+                               "--spawned", repr(spawned)], capture_output=True, text=True, env=env)
+        if proc.returncode:
+            sys.exit(f"cli run failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+
+    def cli_line(runs: list[dict]) -> str:
+        med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+        ahead = f", the store opened ahead at {med['ahead_s']:.2f} s" if "ahead_s" in med else ""
+        return (f"first frame, re-open, process   {med['first_frame_s']:7.2f} s   (goal <= 1 s; `disttrace view` from "
+                f"its process start, the median of {', '.join(format(r['first_frame_s'], '.2f') for r in runs)} s; "
+                f"medians: the app ran at {med['app_s']:.2f} s (the interpreter, the viewer's imports){ahead}, its "
+                f"screen begun at {med['show_s']:.2f} s)")
+
+    if ns.reopen_only:
+        # the store, valid for the code that opens it: else written (and analysed) by a first open of that code
+        _compiled(Path(__file__).resolve().parent.parent)
+        stored_by = {None: path}
+        if ns.against:
+            stored_by[ns.against] = _linked(path, ns.against)
+        for commit, file in stored_by.items():
+            subprocess.run([sys.executable, __file__, "--file", file, "--child", "store"], check=True,
+                           env=_code_env(commit))
+        runs: dict = {commit: [] for commit in stored_by}
+        for _ in range(ns.reopen_only):  # alternating: this machine's speed drifts
+            for commit, file in stored_by.items():
+                runs[commit].append(cli_reopen(file, _code_env(commit)))
+        print(cli_line(runs[None]))
+        if ns.against:
+            print(f"  against {ns.against}: " + cli_line(runs[ns.against]).split("   ", 1)[1])
+        return
     parse, n = time_parse(path)
     yards = [time_yardstick(path)]  # measured three times, between the runs: this machine's speed drifts
     fresh_store(path)  # the first app run parses and writes the trace store; the re-open run opens it
@@ -335,6 +516,7 @@ def main() -> None:
     # three re-opens, the median's reported: one takes 0.35-0.6 s on this VM, as its speed drifts
     reopens = [child("app", "the viewer, re-open")] + [child("app", f"the viewer, re-open ({k})") for k in (2, 3)]
     reopen = sorted(reopens, key=lambda r: r["first_frame_s"])[1]
+    cli_runs = [cli_reopen() for _ in range(5)]
     # the same on a trace of 10,000 events: what the process holds whatever the trace (the libraries, Textual's
     # screen), so that what each event costs is told apart from it
     small = os.path.join(tempfile.gettempdir(), f"disttrace_synth_v3_10000_{ns.ranks}.jsonl")
@@ -362,6 +544,7 @@ def main() -> None:
           f"{reopen['first_frame_s'] / yard:.2f}x the yardstick (goal <= 0.5 s; from the store; the median of "
           f"{', '.join(format(r['first_frame_s'], '.2f') for r in reopens)} s), "
           f"RSS {reopen['rss_mb']:.0f} MB at the first frame")
+    print(cli_line(cli_runs))
     print(f"analysis views ready, 1st open  {app['analysed_s']:7.2f} s   = {app['analysed_s'] / yard:.2f}x the "
           "yardstick (goal <= 2x; the analysis, made in a child process, follows the whole trace's first frame)")
     print(f"analysis views ready, re-open   {reopen['analysed_s']:7.2f} s   = {reopen['analysed_s'] / yard:.2f}x the "

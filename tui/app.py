@@ -9,6 +9,7 @@ keys that never come.
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import sys
 import time
@@ -33,7 +34,7 @@ from .terminal import no_terminal
 from .widgets.messages import LoadProgress
 
 NO_TERMINAL_HINT = "; `disttrace report TRACE` writes the analysis as text"
-PRELOAD_BYTES = 8 << 20  # inputs smaller than this are read before the app starts
+PRELOAD_BYTES = loading.PRELOAD_BYTES  # inputs smaller than this are read before the app starts
 FIRST_FRAME_WAIT_S = 2.0  # the loading worker waits at most this for the first frame before it analyses
 LOADING_SCREEN_AFTER_S = 0.5  # the progress bar shows only for a load that takes longer (a trace's store opens
 #                               faster: drawing the bar meanwhile would hold the GIL from the reader)
@@ -85,8 +86,9 @@ class DisttraceApp(App[int]):
 
     def __init__(self, paths: list[str], step_mode: bool = False, table: EventTable | None = None,
                  store: TraceStore | None = None, narration: Narration | None = None, follow: bool = False,
-                 run: int | None = None) -> None:
+                 run: int | None = None, ahead: loading.StoredAhead | None = None) -> None:
         super().__init__()
+        self.ahead = ahead  # the store being opened since the command began (a re-open), taken by the worker
         self.run_number = run  # the run of the trace on screen (None: the reader's default)
         self.follow = follow
         self.follow_newest = False
@@ -112,6 +114,7 @@ class DisttraceApp(App[int]):
         self._load()
 
     def _show_loading(self) -> None:
+        gc.enable()  # (off during a start, tui/cli.py: a load that takes this long makes garbage)
         if self.store is None and self.error is None:
             self.push_screen(LoadingScreen(" ".join(self.paths), self._progress))
 
@@ -237,11 +240,16 @@ class DisttraceApp(App[int]):
 
         try:
             narration = self.narration if self.narration is not None else load_narration(self.paths)
-            table = self.table if self.table is not None else loading.read_table(
-                self.paths, going_on, self.run_number, False if self.follow else None, preview)
-            early.start(table)
-            progress(1.0, "indexing")
-            bare = loading.bare_store(table)
+            bare = self.ahead.result() if self.ahead is not None else None
+            self.ahead = None
+            if bare is None:
+                table = self.table if self.table is not None else loading.read_table(
+                    self.paths, going_on, self.run_number, False if self.follow else None, preview)
+                early.start(table)
+                progress(1.0, "indexing")
+                bare = loading.bare_store(table)
+            else:
+                early.start(bare.table)
         except TraceError as e:
             self.call_from_thread(self._fail, str(e))
             return
@@ -289,6 +297,7 @@ class DisttraceApp(App[int]):
             self.switch_screen(screen)
         else:
             self.push_screen(screen)
+        self.call_after_refresh(gc.enable)  # (off during a start, tui/cli.py)
         return screen
 
     def _replace_head(self, head: ViewerScreen, store: TraceStore) -> ViewerScreen:
@@ -323,9 +332,11 @@ def _wait_for_first_events(paths: list[str], run: int | None = None) -> tuple[Tr
         time.sleep(DisttraceApp.FOLLOW_INTERVAL_S / 2)
 
 
-def open_viewer(paths: list[str], step_mode: bool = False, follow: bool = False, run: int | None = None) -> int:
+def open_viewer(paths: list[str], step_mode: bool = False, follow: bool = False, run: int | None = None,
+                ahead: loading.StoredAhead | None = None) -> int:
     """Open the viewer on trace dirs / events files; returns the exit code (2 with a message on bad input).
-    With follow, the trace may still be being written (or not be there yet): the viewer keeps reading it."""
+    With follow, the trace may still be being written (or not be there yet): the viewer keeps reading it.
+    `ahead`: the trace's store, being opened since the command began (loading.StoredAhead)."""
     try:
         store = narration = None
         if follow:
@@ -349,7 +360,8 @@ def open_viewer(paths: list[str], step_mode: bool = False, follow: bool = False,
         return 2
     except KeyboardInterrupt:
         return 130
-    app = DisttraceApp(paths, step_mode=step_mode, store=store, narration=narration, follow=follow, run=run)
+    app = DisttraceApp(paths, step_mode=step_mode, store=store, narration=narration, follow=follow, run=run,
+                       ahead=None if store is not None else ahead)
     app.run()
     if app.error:
         sys.stderr.write(f"disttrace view: error: {app.error}\n")

@@ -24,11 +24,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    import gc
+
+    if args.baseline is None:
+        # the viewer's imports and first screen make some million objects and no garbage: the collector walking
+        # them again and again was 5-10% of the start's CPU time. On again once the viewer is on screen, or once a
+        # load has taken 0.5 s (app.DisttraceApp._show, _show_loading)
+        gc.disable()
+    from .loading import StoredAhead
+
+    # a stored trace's store is opened beside the viewer's imports (loading.StoredAhead); not a followed one (it
+    # is read live, never through its store)
+    ahead = StoredAhead(list(args.traces), args.run) if not args.follow and StoredAhead.worth(args.traces) else None
     from .app import open_viewer
 
     if args.baseline is not None:
         _compare(args)
-    return open_viewer(list(args.traces), step_mode=args.step, follow=args.follow, run=args.run)
+    return open_viewer(list(args.traces), step_mode=args.step, follow=args.follow, run=args.run, ahead=ahead)
 
 
 def _compare(args: argparse.Namespace) -> None:

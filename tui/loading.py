@@ -1,19 +1,24 @@
 """Reading a trace for the viewer (through data/load.py, as every command does), the analysis, and the store.
 
-No Textual here: `load_store` runs in the app's worker thread and reports progress through a callback.
+No Textual here: `load_store` runs in the app's worker thread and reports progress through a callback. Nor,
+until a store is built, the viewer's model (numpy, the analysis): `disttrace view` imports this module first
+(StoredAhead).
 """
 
 from __future__ import annotations
 
 import gc
 import sys
+from typing import TYPE_CHECKING
 
 from disttrace.tracer.data.load import load_trace
 from disttrace.tracer.data.table import EventTable, Progress, give_back_freed_memory, part_of
 from disttrace.tracer.errors import TraceError
 
 from .model.narration import Narration, load_narration
-from .model.store import TraceStore
+
+if TYPE_CHECKING:
+    from .model.store import TraceStore
 
 
 def read_table(paths: list[str], progress: Progress | None = None, run: int | None = None,
@@ -24,6 +29,49 @@ def read_table(paths: list[str], progress: Progress | None = None, run: int | No
     if not paths:
         raise TraceError("no trace given")
     return load_trace(list(paths), progress=progress, run=run, cache=cache, preview=preview)
+
+
+PRELOAD_BYTES = 8 << 20  # inputs smaller than this are read (and analysed) before the app starts
+
+
+class StoredAhead:
+    """A large trace's valid store opened and made a bare store in a thread begun as `disttrace view` starts, before
+    it imports the viewer (Textual, the widgets: most of a re-open's time to its first frame), so that the two go on
+    at once: on two cores the store's read, its digest and its lanes take the second, where the app's worker would
+    only begin them once the app runs. `result()`: that bare store, or None (no valid store: the app reads the trace
+    as ever, and says what is wrong with it)."""
+
+    def __init__(self, paths: list[str], run: int | None = None) -> None:
+        import threading
+
+        self._store: TraceStore | None = None
+        self._thread = threading.Thread(target=self._open, args=(list(paths), run), daemon=True,
+                                        name="disttrace-stored-ahead")
+        self._thread.start()
+
+    def _open(self, paths: list[str], run: int | None) -> None:
+        from disttrace.tracer.data.load import load_stored
+
+        try:
+            table = load_stored(paths, run)
+            if table is not None and len(table):
+                self._store = bare_store(table)
+        except Exception:  # noqa: BLE001 - ahead of time only: the app's own read says what went wrong
+            self._store = None
+
+    def result(self) -> TraceStore | None:
+        self._thread.join()
+        return self._store
+
+    @classmethod
+    def worth(cls, paths: list[str]) -> bool:
+        """Whether the viewer will read these paths in its worker (not before it starts: small inputs)."""
+        from disttrace.tracer.data.load import trace_size
+
+        try:
+            return trace_size(paths) >= PRELOAD_BYTES
+        except (OSError, TraceError):
+            return False
 
 
 def row_of(table: EventTable, rank: int, ident: int) -> int:
@@ -41,6 +89,8 @@ def row_of(table: EventTable, rank: int, ident: int) -> int:
 
 def bare_store(table: EventTable) -> TraceStore:
     """The store without analysis: enough to draw the timeline and list at once."""
+    from .model.store import TraceStore
+
     if not len(table):
         raise TraceError("the trace has no events")
     store = TraceStore(table, None)
@@ -73,6 +123,8 @@ def settle() -> None:
 def build_store(table: EventTable, progress: Progress | None = None) -> TraceStore:
     """The store with its analysis (matching, waits, bandwidth, problems: slower than the bare store)."""
     from disttrace.tracer.analysis import analyze_apart
+
+    from .model.store import TraceStore
 
     if not len(table):
         raise TraceError("the trace has no events")

@@ -20,6 +20,7 @@ import gzip
 import json
 import os
 import shutil
+import sys
 
 import pytest
 
@@ -378,6 +379,15 @@ def test_fit_clock_offsets_recovers_offset_and_drift():
     assert abs(fits[2].drift) < 1e-7 and abs(fits[2].apply(exits[0][2]) - exits[0][0]) <= fits[2].uncertainty_ns
     few = fit_clock_offsets({0: {0: 10, 1: 30}, 1: {0: 20, 1: 41}}, [0, 1])
     assert few[1].drift == 0 and few[1].offset_ns in (-20, -21)
+
+
+def test_a_drift_no_clock_has_is_not_fitted():
+    # exits that part 2% a second (ops matched wrongly, not a clock): a drift fitted on them would stretch every op
+    # of the rank by 2%; the offset alone is kept, its uncertainty saying how badly the exits agree
+    exits = {k: {0: 1_000_000_000 + k * 100_000_000, 1: 1_000_000_000 + k * 102_000_000} for k in range(40)}
+    f = fit_clock_offsets(exits, [0, 1])[1]
+    assert f.drift == 0 and f.uncertainty_ns > 30_000_000
+    assert f.apply(2_000_000_000) - f.apply(1_000_000_000) == 1_000_000_000
 
 
 def test_a_fit_that_puts_an_exit_before_a_start_is_moved_by_causality():
@@ -789,3 +799,51 @@ def test_an_all_to_all_of_several_sendrecv_kernels_is_one_op(tmp_path):
         assert abs((new["end_ns"] - new["start_ns"]) - (old["end_ns"] - old["start_ns"]) - 105_000) <= 10
     assert any(f"{len(plain)} timed by their kernels ({len(plain) + WORLD * STEPS} communication kernels" in n
                for n in t.notes), t.notes
+
+
+def _union_ns(intervals) -> int:
+    total, cur = 0, None
+    for a, b in sorted(intervals):
+        if cur is None or a > cur[1]:
+            total += cur[1] - cur[0] if cur else 0
+            cur = [a, b]
+        else:
+            cur[1] = max(cur[1], b)
+    return total + (cur[1] - cur[0] if cur else 0)
+
+
+def test_pytorch_2_0_batch_isend_irecv_is_timed_by_the_kernel_its_group_end_launched(tmp_path):
+    """A sampled 128-rank pipeline job of PyTorch 2.0 (make_vintages.pipeline_2_0: 8 stages, the files of two nodes'
+    ranks only): batch_isend_irecv's send and recv launch nothing, ncclGroupEnd launches their SendRecv kernel after
+    them, outside every host op. Each send/recv is timed by that kernel (not by its host op, nor the kernel read as an
+    all_to_all of its own), so each rank's communication on the device is its kernels' (issue 53: the device time
+    differed from the kernels' own; matched wrongly, those all_to_alls also fitted the clocks a drift of percents)."""
+    sys.path.insert(0, KDATA)
+    try:
+        from make_vintages import PIPE_NODE_AHEAD_US, pipeline_2_0
+    finally:
+        sys.path.remove(KDATA)
+    from disttrace.tracer.data.importers.kineto import _ns
+
+    ranks = [0, 1, 2, 7, 64, 65]
+    kernels = {}
+    for r in ranks:
+        doc, ks = pipeline_2_0(r, steps=12)
+        kernels[r] = [(_ns(a), _ns(a) + _ns(b)) for a, b in ks]
+        with open(tmp_path / f"rank{r}.pt.trace.json", "w") as f:
+            json.dump(doc, f)
+    t = load_trace(str(tmp_path), cache=False)
+    rows = [t.row(i) for i in range(len(t))]
+    assert {r["op"] for r in rows} == {"send", "recv", "all_reduce"}
+    assert all(r["kineto_exec"] == "kernel" for r in rows)
+    # stage 1 sends and receives in one batch every time; stage 0 only sends (forward) or receives: a plain op
+    p2p = {r: [x for x in rows if x["rank"] == r and x["op"] != "all_reduce"] for r in (0, 1)}
+    assert len(p2p[1]) == 2 * 12 * 8 and all(x.get("kineto_kernel") == "coalesced" for x in p2p[1])
+    assert len(p2p[0]) == 12 * 8 and not any("kineto_kernel" in x for x in p2p[0])
+    assert {(x["op"], x["peer"]) for x in p2p[1]} == {("send", 2), ("recv", 0), ("send", 0), ("recv", 2)}
+    for r in ranks:
+        mine = [(x["start_ns"], x["end_ns"]) for x in rows if x["rank"] == r]
+        assert _union_ns(mine) == _union_ns(kernels[r])  # (a node's clock shifts every op alike)
+        assert min(mine)[0] - min(kernels[r])[0] == (-(r // 8) * PIPE_NODE_AHEAD_US * 1000 if r else 0)
+    notes = " ".join(t.notes + t.warnings)
+    assert "without their host op" in notes and ", 0 without their host op" in notes

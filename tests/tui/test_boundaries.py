@@ -8,9 +8,21 @@ import sys
 import pytest
 
 
+def loaded(modules: str, among: tuple[str, ...]) -> list[str]:
+    """Which of `among` a fresh interpreter has loaded once it imported `modules`."""
+    code = f"import sys; import {modules}; print(' '.join(m for m in {among!r} if m in sys.modules))"
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+
+
 @pytest.mark.slow  # (a fresh interpreter)
 def test_tui_does_not_import_torch():
-    code = ("import sys; import disttrace.tui.app, disttrace.tui.cli, disttrace.tui.loading; "
-            "import disttrace.tui.widgets.views; print('torch' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "False"
+    assert loaded("disttrace.tui.app, disttrace.tui.cli, disttrace.tui.loading, disttrace.tui.widgets.views",
+                  ("torch",)) == []
+
+
+@pytest.mark.slow  # (a fresh interpreter)
+def test_the_view_command_opens_a_store_before_it_imports_the_viewer():
+    # `disttrace view` opens a stored trace's store ahead (loading.StoredAhead) from modules that load none of
+    # these, so that the store's open and the viewer's imports go on at once (issue 53)
+    assert loaded("disttrace.tracer.cli, disttrace.tui.cli, disttrace.tui.loading",
+                  ("numpy", "textual", "pyarrow", "disttrace.tracer.analysis")) == []

@@ -26,7 +26,8 @@ from .importers.runs import find_runs, unreadable
 from .store import head, node_stores, parallel
 from .store.parallel import PARALLEL_BYTES
 from .store.arrays import read_arrays, write_arrays
-from .store.cache import FILE_SUFFIX, PartsFailed, StoreOrigin, cached_load, enabled as store_enabled, source_digest
+from .store.cache import (FILE_SUFFIX, PartsFailed, StoreOrigin, cached_load, enabled as store_enabled, source_digest,
+                          stored)
 from .store.codec import StoreError, read_store
 from .table.event_table import EventTable
 from .table.progress import Progress
@@ -96,14 +97,7 @@ def load_trace(paths: list[str] | str, progress: Progress | None = None, run: in
     `preview`: called with the trace's head when the whole is read in parallel (a first read of a large trace)."""
     if isinstance(paths, str):
         paths = [paths]
-    if not paths:
-        raise TraceError("no trace given")
-    claimed: dict[Importer, list[str]] = {}
-    for p in paths:
-        importer = next((i for i in IMPORTERS if i.claims(p)), None)
-        if importer is None:
-            raise TraceError(_unclaimed(p))
-        claimed.setdefault(importer, []).append(p)
+    claimed = _claimed(paths)
 
     def parse() -> EventTable:
         table = EventTable()
@@ -116,14 +110,49 @@ def load_trace(paths: list[str] | str, progress: Progress | None = None, run: in
 
     if cache is None:
         cache = store_enabled()
-    importer = next(iter(claimed)) if len(claimed) == 1 else None
-    # through the store: directories (any number: one job's nodes), or one file (its store is named after it)
-    dirs = all(os.path.isdir(p) for p in paths)
-    if cache and importer is not None and importer.sources is not None and (dirs or len(paths) == 1):
-        sources = [f for p in paths for f in importer.sources(p)]
+    through = _through_store(paths, claimed) if cache else None
+    if through is not None:
+        importer, sources, dirs = through
         build = _builder(importer, paths, run, sources, progress, preview)
         return cached_load(paths, run, sources, dirs, parse, progress, build, settled)
     return parse()
+
+
+def load_stored(paths: list[str], run: int | None = None) -> EventTable | None:
+    """The trace as load_trace gives it where that is its valid store, opened; else None (no store that holds,
+    the store off, an input that is not read through one, a path no importer claims): nothing is parsed."""
+    try:
+        claimed = _claimed(list(paths))
+    except TraceError:
+        return None
+    through = _through_store(paths, claimed) if store_enabled() else None
+    if through is None:
+        return None
+    _, sources, dirs = through
+    return stored(paths, run, sources, dirs)
+
+
+def _claimed(paths: list[str]) -> dict:
+    """{importer: its paths}, each path to the first importer that claims it; TraceError for none."""
+    if not paths:
+        raise TraceError("no trace given")
+    claimed: dict[Importer, list[str]] = {}
+    for p in paths:
+        importer = next((i for i in IMPORTERS if i.claims(p)), None)
+        if importer is None:
+            raise TraceError(_unclaimed(p))
+        claimed.setdefault(importer, []).append(p)
+    return claimed
+
+
+def _through_store(paths: list[str], claimed: dict) -> tuple | None:
+    """(importer, its source files, whether the paths are dirs) where the trace is read through the store:
+    directories (any number: one job's nodes), or one file (its store is named after it); else None."""
+    importer = next(iter(claimed)) if len(claimed) == 1 else None
+    dirs = all(os.path.isdir(p) for p in paths)
+    if importer is None or importer.sources is None or not (dirs or len(paths) == 1):
+        return None
+    return importer, [f for p in paths for f in importer.sources(p)], dirs
 
 
 def _builder(importer: Importer, paths: list[str], run: int | None, sources: list[str],
@@ -218,7 +247,7 @@ def _size(path: str) -> int:
 
 
 # what commands/ and tui/ use of the importers and the store (they import nothing else of data/ but data/table/)
-__all__ = ["IMPORTERS", "Importer", "load_trace", "trace_size",
+__all__ = ["IMPORTERS", "Importer", "load_trace", "load_stored", "trace_size",
            "find_rank_files", "find_runs", "run_info", "unreadable", "iter_jsonl", "read_jsonl",
            "PARALLEL_BYTES", "StoreError", "StoreOrigin", "read_arrays", "source_digest", "store_enabled",
            "write_arrays"]

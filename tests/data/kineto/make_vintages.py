@@ -219,6 +219,76 @@ def nccl217(rank):
             "displayTimeUnit": "ms", "baseTimeNanoseconds": BASE_NS, "traceEvents": w.events}
 
 
+# A sampled 128-rank pipeline job of the PyTorch 2.0 era (issue 53): 8 stages x 16 replicas, stage = rank % 8, one
+# node (one clock) per 8 ranks; the profiler's files of some ranks only. Per step, each micro-batch's activations go
+# forward and its gradients back as Megatron sends them: batch_isend_irecv([send to the next stage, recv from the
+# previous]) where a stage has both, a plain isend or irecv at the pipeline's ends; then the step's all_reduce.
+# PyTorch 2.0's batch_isend_irecv is `_coalescing_manager`: each c10d::send / c10d::recv_ (with record_param_comms
+# and its nccl:send 0->1 / nccl:recv 1<-0) launches nothing, and _end_coalescing's ncclGroupEnd launches the one
+# SendRecv kernel that runs both, outside every communication host op (no nccl:coalesced before 2.1). A plain
+# isend/irecv launches its own kernel inside its host ops. All in true µs on rank 0's node clock, as floats.
+PIPE_STAGES, PIPE_MICRO = 8, 4
+PIPE_NODE_AHEAD_US = 1375.25                 # each node's clock ahead of the one before it
+PIPE_STREAM, PIPE_AR_STREAM = 60, 52
+
+
+def _pipe_kernel_us(stage: int, k: int, step: int) -> float:
+    """A transfer's device time: 0.8-2.2 ms, deterministic."""
+    return 800.0 + ((stage * 37 + k * 11 + step * 5) % 8) * 200.25
+
+
+def pipeline_2_0(rank: int, world: int = 128, steps: int = 6) -> tuple[dict, list]:
+    """Rank `rank`'s trace of the sampled pipeline job, and [(kernel start µs, µs)] of its communication kernels."""
+    stage = rank % PIPE_STAGES
+    pid = 9100 + rank
+    w = Rank(pid, rank % 8, (pid,))
+    t0 = SENDRECV_T0 + (rank // 8) * PIPE_NODE_AHEAD_US
+    nxt, prv = rank + 1, rank - 1
+    kernels = []
+    at = 1000.0
+    for step in range(steps):
+        for k, forward in enumerate([True] * PIPE_MICRO + [False] * PIPE_MICRO):
+            to, frm = (nxt, prv) if forward else (prv, nxt)
+            ops = []
+            if (stage < PIPE_STAGES - 1) if forward else stage > 0:
+                ops.append(("c10d::send", "nccl:send", f"{rank}->{to}", to))
+            if stage > 0 if forward else stage < PIPE_STAGES - 1:
+                ops.append(("c10d::recv_", "nccl:recv", f"{rank}<-{frm}", frm))
+            dur = _pipe_kernel_us(stage, k, step)
+            issue = at + 300.0 * stage + 40.0 * (k % 3)   # stages issue in turn, a little jitter
+            coalesced = len(ops) > 1
+            t = issue
+            for c10d, ann, pair, peer in ops:
+                dims = [[[4096, 1024]], [], []]
+                w.host("cpu_op", c10d, pid, t0 + t, 30.0, {"Input Dims": dims, "Input type": ["TensorList", "", ""],
+                                                           "Concrete Inputs": ["", "", str(peer), "0"]})
+                w.host("cpu_op", "record_param_comms", pid, t0 + t + 3.0, 24.0,
+                       {"Input Dims": [[4096, 1024], [], [], []], "Input type": ["float", "Scalar", "Scalar", ""]})
+                w.host("user_annotation", f"{ann} {pair}", pid, t0 + t + 6.0, 18.0,
+                       {"Input Dims": [[4096, 1024]], "Input type": ["float"]})
+                if not coalesced:
+                    w.launch(pid, t0 + t + 10.0, 6.0, SR_2_12, t0 + t + 25.0, dur, PIPE_STREAM)
+                    kernels.append((t0 + t + 25.0, dur))
+                t += 35.0
+            if coalesced:  # _end_coalescing: ncclGroupEnd's launch, after the block's ops
+                w.launch(pid, t0 + t + 4.0, 6.0, SR_2_12, t0 + t + 20.0, dur, PIPE_STREAM)
+                kernels.append((t0 + t + 20.0, dur))
+            at += 3000.0
+        issue = at + 100.0 * stage
+        w.host("cpu_op", "c10d::allreduce_", pid, t0 + issue, 40.0, {"Input Dims": TENSORLIST[0],
+                                                                       "Input type": TENSORLIST[1]})
+        w.host("cpu_op", "record_param_comms", pid, t0 + issue + 4.0, 32.0)
+        w.host("user_annotation", "nccl:all_reduce", pid, t0 + issue + 8.0, 24.0,
+               {"Input Dims": [[2_000_000]], "Input type": ["float"]})
+        end = at + 100.0 * PIPE_STAGES + 2500.5
+        w.launch(pid, t0 + issue + 12.0, 6.0, SR_2_12, t0 + issue + 30.0, end - issue - 30.0, PIPE_AR_STREAM)
+        kernels.append((t0 + issue + 30.0, end - issue - 30.0))
+        at = end + 20_000.0  # the next step's compute
+    doc = {"schemaVersion": 1, "record_shapes": 1, "deviceProperties": [{"id": rank % 8, "name": "NVIDIA A100-SXM4-80GB"}],
+           "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": world}, "traceEvents": w.events}
+    return doc, kernels
+
+
 if __name__ == "__main__":
     write(torchrec(), os.path.join(HERE, "pt2.0-torchrec-8ranks-r3.json.gz"))
     write(sendrecv(), os.path.join(HERE, "pt2.0-sendrecv-128ranks-r0.json.gz"))

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 
 MIN_DRIFT_POINTS = 8        # exits needed before a drift is fitted, besides the offset
 MIN_DRIFT_SPAN_NS = 1_000_000_000  # ... spread over at least this long
+MAX_DRIFT = 1e-3            # 1 ms a second, ten times a quartz clock's worst: a steeper fit is exits that disagree
+#                             (ops matched wrongly), not a clock, and would stretch every op's duration as much
 
 
 @dataclass
@@ -72,10 +74,7 @@ def _fit(pts: list[tuple[int, int]]) -> ClockFit:
     med = ds[len(ds) // 2]
     t0 = pts[0][0]
     if len(pts) < MIN_DRIFT_POINTS or pts[-1][0] - t0 < MIN_DRIFT_SPAN_NS:
-        resid = [abs(d - med) for d in ds]
-        keep = sorted(resid)[len(resid) // 2] * 3
-        kept = [x for x in resid if x <= keep] or resid
-        return ClockFit(med, 0.0, t0, max(kept) + 1, len(pts))
+        return _offset(ds, med, t0)
     use = pts
     for _ in range(2):
         n = len(use)
@@ -90,7 +89,18 @@ def _fit(pts: list[tuple[int, int]]) -> ClockFit:
         if len(kept) == len(use) or len(kept) < MIN_DRIFT_POINTS:
             break
         use = kept
+    if abs(slope) > MAX_DRIFT:
+        return _offset(ds, med, t0)
     return ClockFit(int(round(icpt)), slope, t0, int(max(resid)) + 2, len(pts))  # + the rounding of apply()
+
+
+def _offset(ds: list[int], med: int, t0: int) -> ClockFit:
+    """The offset alone: the differences' median; the uncertainty, the largest residual within three times the
+    median one."""
+    resid = [abs(d - med) for d in ds]
+    keep = sorted(resid)[len(resid) // 2] * 3
+    kept = [x for x in resid if x <= keep] or resid
+    return ClockFit(med, 0.0, t0, max(kept) + 1, len(ds))
 
 
 def _causal(f: ClockFit, r: int, exits: dict, starts: dict, fits: dict[int, ClockFit]) -> ClockFit:

@@ -141,14 +141,20 @@ def link_kernels(ops: list[Op], carriers: list[Op], kernels: list, others: list,
     out = Linked()
     host_of = _finder(ops + carriers, runtime)
     new: list[Op] = []
-    for ts, end, name, args in kernels:
+    orphans: list = []  # kernels launched outside every host op: perhaps an older block's end (_blocks_2_0)
+    for kernel in kernels:
+        ts, end, name, args = kernel
         out.kernels += 1
         o = host_of(args)
         if o is None:
-            g = graphs.get(args.get("correlation")) if type(args.get("correlation")) is int else None
+            c = args.get("correlation") if type(args.get("correlation")) is int else None
+            g = graphs.get(c)
             if g is not None:  # one op per kernel per replay, issued by the graph launch
                 out.graph += 1
                 o = Op(tid=g[0], host_start=g[1], host_end=g[2], how="graph")
+            elif c in runtime:
+                orphans.append((runtime[c], kernel))
+                continue
             else:
                 out.unlinked += 1
                 o = Op(tid=None)
@@ -158,7 +164,51 @@ def link_kernels(ops: list[Op], carriers: list[Op], kernels: list, others: list,
     if others and needy:
         _launched(needy + [c for c in carriers if not c.exec_kind], others, runtime, out)
     _coalesced(ops, carriers, out)
+    for ts, end, name, args in _blocks_2_0(ops, orphans, out):
+        out.unlinked += 1
+        o = Op(tid=None)
+        _add(o, ts, end, name, args)
+        new.append(o)
     return new, out
+
+
+def _blocks_2_0(ops: list[Op], orphans: list, out: Linked) -> list:
+    """PyTorch 2.0's coalesced blocks (batch_isend_irecv: `_coalescing_manager`), which have no block end in the
+    trace: their ops launch nothing, and ncclGroupEnd launches the kernel that runs them all after the last, outside
+    every host op. A kernel launched so on a thread right after ops that had no kernel of their own (since the last
+    op that had one) times them, as a block end's would (_coalesced); the kernels launched next, with no op between,
+    are the same block's. `orphans`: ((tid, launch time), kernel) of the kernels no host op launched; returns the
+    kernels that were no block's end (each an op of its own)."""
+    if not orphans:
+        return []
+    by_tid: dict = {}
+    for o in ops:
+        if o.host_start is not None:
+            by_tid.setdefault(o.tid, []).append((o.host_start, 0, o))
+    for k, ((tid, t), _) in enumerate(orphans):
+        by_tid.setdefault(tid, []).append((t, 1, k))
+    left = []
+    for items in by_tid.values():
+        items.sort(key=lambda x: (x[0], x[1]))
+        pending: list[Op] = []
+        block: list[Op] = []
+        for _, is_launch, x in items:
+            if not is_launch:
+                pending = [] if x.exec_kind else pending + [x]
+                block = []
+                continue
+            kernel = orphans[x][1]
+            if pending:  # the block's first kernel
+                block, pending = pending, []
+                out.blocks += 1
+                out.coalesced_ops += len(block)
+            if not block:
+                left.append(kernel)
+                continue
+            for o in block:
+                _add(o, *kernel)
+                o.how = "coalesced"
+    return left
 
 
 def _launched(needy: list[Op], others: list, runtime: dict, out: Linked) -> None:

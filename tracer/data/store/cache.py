@@ -124,8 +124,7 @@ def cached_load(paths: list[str], run: int | None, sources: list[str], is_dir: b
     except OSError:
         return parse()
     try:
-        table = codec.read_store(target, fp)
-        table.origin = StoreOrigin(target, fp)
+        table = _open_valid(target, fp)
         if progress is not None:
             progress(1.0, "opened the trace store")
         return table
@@ -157,6 +156,23 @@ def cached_load(paths: list[str], run: int | None, sources: list[str], is_dir: b
     except Exception:  # noqa: BLE001 - the store is an optimisation: never fail the command for it
         pass
     return table
+
+
+def _open_valid(target: str, fp: dict) -> EventTable:
+    """The store at `target`, if it was made from what `fp` says (and is undamaged: codec.read_store checks its
+    digest); else StoreError or OSError."""
+    table = codec.read_store(target, fp)
+    table.origin = StoreOrigin(target, fp)
+    return table
+
+
+def stored(paths: list[str], run: int | None, sources: list[str], is_dir: bool) -> EventTable | None:
+    """The trace's valid store opened, as cached_load opens it, or None where it has none that holds (never a
+    read of the trace itself): for opening a stored trace ahead, beside other work (the viewer's start)."""
+    try:
+        return _open_valid(cache_path(paths, run, is_dir), fingerprint(paths, run, sources)[0])
+    except (StoreError, OSError, ImportError):
+        return None
 
 
 def _built(build: Callable[[str, dict], None], target: str, is_dir: bool, fp: dict,
@@ -196,4 +212,4 @@ def _built(build: Callable[[str, dict], None], target: str, is_dir: bool, fp: di
 
 
 __all__ = ["CACHE_DIR", "ENV", "FILE_SUFFIX", "RACY_NS", "PartsFailed", "StoreOrigin", "cache_path", "cached_load", "enabled",
-           "fingerprint", "source_digest"]
+           "fingerprint", "source_digest", "stored"]
