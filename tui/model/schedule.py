@@ -98,8 +98,8 @@ class ScheduleModel:
         """The iteration (an index of self.iterations) the event at `row` belongs to: of its rank's pipeline (the
         first for a rank outside them), the one whose span holds it (_when), else the nearer of the two around it,
         else the first. Before the first event (row < 0: the tab opened before the playhead moved), the first
-        pipeline's first steady iteration: a warm-up one (gloo's first connections, ten times a steady one's length) would
-        set a scale where the steady cells cannot be read; `[` reaches it."""
+        pipeline's first steady iteration: a warm-up one (gloo's first connections, ten times a steady one's
+        length) would set a scale where the steady cells cannot be read; `[` reaches it."""
         if not self.iterations:
             return -1
         t = self.store.table
