@@ -1,6 +1,6 @@
 """Training steps: which iteration of the user's loop each op belongs to (ANALYSIS.md, "Steps").
 
-User markers win: `disttrace.tracer.step()` or torch.profiler's `step()` number each event (the reader's `step`
+User markers win: `disttrace.tracer.mark_step()` or torch.profiler's `step()` number each event (the reader's `step`
 column), and step k is what each rank issued between its k-th and (k+1)-th marker.
 
 Without markers, a step is one period of the repeating sequence of ops on a rank. Each op is keyed by (op, api,
@@ -15,6 +15,16 @@ signature's first (op, api, group, site, peer), at most two periods and a few op
 step 0 is the loop's first iteration, as with markers (`for step in range(N)` and the report agree). What comes
 before the first step (set-up: DDP's start-up broadcasts, pipelining's shape inference) and after the last belongs
 to no step (-1).
+
+A period whose units leave out an op that recurs between them (the loss all-reduced after 99 gradients of
+one size, from one helper: only its size tells it) does not reproduce the step: that op's own spacings are tried
+too, and win where they cover more (a key met 99 times in a row proposes so many spacings, its repeats c on, that
+the step's was not among those tried: 5,940 one-op steps, and no straggler named). Where the unit is one op, every
+op of a step the same (a step over identical layers, DDP's buckets of one size), the ops cannot tell a step of 100
+from 100 steps of one: the time between them decides where it clearly can (a step's compute, forward and
+optimizer, is a gap between ops `LONG_GAP` times those within it, recurring at one spacing; it must on every such
+rank alike, for a straggler's delay every few steps is a long gap on its rank alone), else each op is a step and
+the notes say the steps are ambiguous and how to mark them.
 
 Steps are found per rank, then numbered alike across ranks: the ops of one collective, or the two sides of one
 message, are in the same step on every rank. Leading steps unlike the steady ones (another signature, or more than
