@@ -66,9 +66,9 @@ _ODD_KEYS = 4         # keys left out of a period's units whose spacings are tri
 LONG_GAP = 8          # where every op is the same, a step's boundary is a gap this many times those within a step
 CLEAR = 0.8           # ... found at this share of the boundaries (the first one may have no op before it)
 _GAP_FLOOR_NS = 10_000  # ... and the gaps within are taken as at least this (back-to-back ops: a Python call's time)
-AMBIGUOUS = ("steps ambiguous on ranks {ranks}: every op of a step is the same (op, group, call site, size) and the "
-             "time between them marks no step, so each op was taken as a step; mark the loop's steps with "
-             "disttrace.tracer.mark_step() at the end of each iteration (or torch.profiler's step())")
+AMBIGUOUS = ("steps ambiguous on ranks {ranks}: their ops are all the same (op, group, call site, size) and the "
+             "time between them marks no longer step, so each op is taken as a step; if an iteration holds several, "
+             "call disttrace.tracer.mark_step() at its end (or torch.profiler's step())")
 
 
 def find_steps(t: EventTable, instance_rows, p2p: P2PTable) -> tuple[array, str, list[str]]:
@@ -201,8 +201,7 @@ def _unit(keys) -> tuple[int, int, int, int] | None:
     # one size) is not the step: the odd op's own spacing is tried, and wins where it covers more, as any
     # candidate would (a key met 99 times in a row proposes so many spacings that the step's is not among the
     # most frequent)
-    odd = [_stretch(keys, p) for p in _odd_spacings(sample, best[2], best[3])]
-    return max(filter(_loops, odd), default=best) if odd and max(odd) > best else best
+    return max([best] + list(filter(_loops, (_stretch(keys, p) for p in _odd_spacings(sample, best[2], best[3])))))
 
 
 def _occurrences(keys, p: int, a: int) -> list[int]:
