@@ -74,7 +74,7 @@ def test_identical_ops_with_no_gap_to_tell_their_steps_are_said_to_be_ambiguous(
     a = layers(steps=8, ops=25, odd=False, late=dict.fromkeys(range(6, 8), 40)).analyze()
     assert len(a.steps) == 200
     (note,) = [n for n in a.notes if "ambiguous" in n]
-    assert "ranks 0, 1" in note and "mark_step()" in note
+    assert "on ranks 0, 1:" in note and "mark_step()" in note
     assert note in to_json(a)["summary"]["notes"]
     assert a.straggler is None or a.straggler.rank == 1
 

@@ -4,14 +4,17 @@ size (256 floats) from one line; rank 1 sleeps 40 ms at each step's start from s
 Every op is the same (op, group, site, size), so the ops alone cannot tell a step of 100 from 100 steps of one;
 the time between them can: the forward's compute is a gap far longer than the gaps between the all-reduces, and it
 recurs every 100 ops. The steps are 60 (they were 6,000 one-op steps), the verdict rank 1, steps 40..59, ~40 ms a
-step."""
+step. With --no-forward the all-reduces run back to back: neither the ops nor the time between them tell the steps,
+which the report says (test_verdicts.py checks that run apart)."""
 
+import sys
 import time
 
 # the same loop, fault and verdict as a step over identical layers, but every op of the step alike
 from verdict_identical_layers import EXPECT, LATE_FROM, LATE_RANK, LATE_S, RUN, STEPS  # noqa: F401
 
 LAYERS = 100
+FORWARD = "--no-forward" not in sys.argv
 
 
 def main() -> None:
@@ -24,12 +27,14 @@ def main() -> None:
     g = torch.Generator().manual_seed(rank)
     weight = torch.randn(256, 256, generator=g)
     grads = [torch.zeros(256) for _ in range(LAYERS)]
+    x = weight
     for step in range(STEPS):
         if rank == LATE_RANK and step >= LATE_FROM:
             time.sleep(LATE_S)
-        x = torch.randn(256, 256, generator=g)
-        for _ in range(4):  # the forward
-            x = torch.tanh(x @ weight)
+        if FORWARD:  # the forward
+            x = torch.randn(256, 256, generator=g)
+            for _ in range(4):
+                x = torch.tanh(x @ weight)
         for grad in grads:
             grad.copy_(x[0])
             dist.all_reduce(grad)

@@ -66,7 +66,7 @@ _ODD_KEYS = 4         # keys left out of a period's units whose spacings are tri
 LONG_GAP = 8          # where every op is the same, a step's boundary is a gap this many times those within a step
 CLEAR = 0.8           # ... found at this share of the boundaries (the first one may have no op before it)
 _GAP_FLOOR_NS = 10_000  # ... and the gaps within are taken as at least this (back-to-back ops: a Python call's time)
-AMBIGUOUS = ("steps ambiguous on ranks {ranks}: their ops are all the same (op, group, call site, size) and the "
+AMBIGUOUS = ("steps ambiguous on {ranks}: their ops are all the same (op, group, call site, size) and the "
              "time between them marks no longer step, so each op is taken as a step; if an iteration holds several, "
              "call disttrace.tracer.mark_step() at its end (or torch.profiler's step())")
 
@@ -110,7 +110,8 @@ def find_steps(t: EventTable, instance_rows, p2p: P2PTable) -> tuple[array, str,
     if not (steps >= 0).any():
         return step_of, "", []
     _align(t, step_of, instance_rows, p2p)
-    return step_of, "detected", [AMBIGUOUS.format(ranks=fmt_list(ambiguous))] if ambiguous else []
+    said = f"rank{'s' if len(ambiguous) > 1 else ''} {fmt_list(ambiguous)}"
+    return step_of, "detected", [AMBIGUOUS.format(ranks=said)] if ambiguous else []
 
 
 def _spacings(sample) -> list[tuple[int, int]]:
