@@ -75,7 +75,7 @@ def _ranks(t: EventTable) -> tuple[set[int], list[int]]:
     return traced, sorted(traced)
 
 
-def _span_and_notes(t: EventTable, traced: set[int]) -> tuple[tuple[int, int], list[str]]:
+def _span_and_notes(t: EventTable, traced: set[int], steps_notes: list[str]) -> tuple[tuple[int, int], list[str]]:
     span = ((int(as_int64(t.start_ns).min()), int(max(as_int64(t.end_ns).max(), as_int64(t.wait_end_ns).max())))
             if len(t) else (0, 0))  # (in numpy: not a Python int per row)
     if span[1] == NONE:
@@ -84,7 +84,7 @@ def _span_and_notes(t: EventTable, traced: set[int]) -> tuple[tuple[int, int], l
     absent = sorted({r for g in t.groups for r in g.ranks} - traced)
     if absent:
         notes.append(f"no events from ranks {absent}: their files are missing, so they are left out of matching")
-    return span, notes
+    return span, notes + steps_notes
 
 
 STAGES: tuple[Stage, ...] = (
@@ -97,7 +97,7 @@ STAGES: tuple[Stage, ...] = (
     Stage(build_p2p, ("table",), ("p2p", "p2p_of"), "point-to-point", 0.7),
     Stage(fit_models, ("collectives", "p2p"), ("models",), "models", 0.8),
     Stage(flag_slow, ("collectives", "models"), (), fills=("collectives",)),  # their model_ns and slow
-    Stage(find_steps, ("table", "buckets", "p2p"), ("step_of", "steps_source"), "steps", 0.82),
+    Stage(find_steps, ("table", "buckets", "p2p"), ("step_of", "steps_source", "steps_notes"), "steps", 0.82),
     Stage(build_steps, ("table", "step_of"), ("steps",)),
     Stage(event_waits, ("table", "collectives", "p2p"), ("event_wait_ns",)),
     Stage(step_windows, ("table", "steps", "step_of"), ("windows",)),
@@ -115,7 +115,7 @@ STAGES: tuple[Stage, ...] = (
     Stage(find_problems, ("table", "collectives", "p2p", "suspects", "nonfinite", "step_of"), ("problems",), "problems",
           0.88),
     Stage(links_of, ("p2p",), ("links",)),
-    Stage(_span_and_notes, ("table", "traced"), ("span_ns", "notes")),
+    Stage(_span_and_notes, ("table", "traced", "steps_notes"), ("span_ns", "notes")),
     Stage(overlaps, ("table", "walker", "event_wait_ns"), ("event_overlap_ns", "overlap")),
     Stage(replay_steps, ("table", "walker", "collectives", "instance_of", "p2p", "p2p_of", "event_wait_ns",
                          "models", "steps", "step_of", "critical_path"), ("replay",), "what if", 0.9),

@@ -1,6 +1,6 @@
 """Training steps: which iteration of the user's loop each op belongs to (ANALYSIS.md, "Steps").
 
-User markers win: `disttrace.tracer.step()` or torch.profiler's `step()` number each event (the reader's `step`
+User markers win: `disttrace.tracer.mark_step()` or torch.profiler's `step()` number each event (the reader's `step`
 column), and step k is what each rank issued between its k-th and (k+1)-th marker.
 
 Without markers, a step is one period of the repeating sequence of ops on a rank. Each op is keyed by (op, api,
@@ -15,6 +15,16 @@ signature's first (op, api, group, site, peer), at most two periods and a few op
 step 0 is the loop's first iteration, as with markers (`for step in range(N)` and the report agree). What comes
 before the first step (set-up: DDP's start-up broadcasts, pipelining's shape inference) and after the last belongs
 to no step (-1).
+
+A period whose units leave out an op that recurs between them (the loss all-reduced after 99 gradients of
+one size, from one helper: only its size tells it) does not reproduce the step: that op's own spacings are tried
+too, and win where they cover more (a key met 99 times in a row proposes so many spacings, its repeats c on, that
+the step's was not among those tried: 5,940 one-op steps, and no straggler named). Where the unit is one op, every
+op of a step the same (a step over identical layers, DDP's buckets of one size), the ops cannot tell a step of 100
+from 100 steps of one: the time between them decides where it clearly can (a step's compute, forward and
+optimizer, is a gap between ops `LONG_GAP` times those within it, recurring at one spacing; it must on every such
+rank alike, for a straggler's delay every few steps is a long gap on its rank alone), else each op is a step and
+the notes say the steps are ambiguous and how to mark them.
 
 Steps are found per rank, then numbered alike across ranks: the ops of one collective, or the two sides of one
 message, are in the same step on every rank. Leading steps unlike the steady ones (another signature, or more than
@@ -31,6 +41,7 @@ from typing import TYPE_CHECKING
 
 from ..data.table.columns import dense_ids, filled, groups_of, order_by, repeat_each, run_starts, stable_order
 from ..data.table import NONE, EventTable
+from ..units import fmt_list
 from .matching import finished_column
 from .model import Step
 from .waits import reach_before
@@ -51,10 +62,18 @@ WARMUP_SPREAD = 3     # median: the first step sets up every lazy thing (gloo co
 _VOTES = 4096         # collectives (and messages) sampled to number the steps alike across ranks
 _LAGS = 32            # a key met up to this many times a step still proposes the step's length as a period
 _WARMUP_EXTRA_OPS = 8  # ops a leading iteration may hold beyond two steady ones and still be found as a step
+_ODD_KEYS = 4         # keys left out of a period's units whose spacings are tried as the period
+LONG_GAP = 8          # where every op is the same, a step's boundary is a gap this many times those within a step
+CLEAR = 0.8           # ... found at this share of the boundaries (the first one may have no op before it)
+_GAP_FLOOR_NS = 10_000  # ... and the gaps within are taken as at least this (back-to-back ops: a Python call's time)
+AMBIGUOUS = ("steps ambiguous on {ranks}: their ops are all the same (op, group, call site, size) and the "
+             "time between them marks no longer step, so each op is taken as a step; if an iteration holds several, "
+             "call disttrace.tracer.mark_step() at its end (or torch.profiler's step())")
 
 
-def find_steps(t: EventTable, instance_rows, p2p: P2PTable) -> tuple[array, str]:
-    """(step index per event row, or -1; "marker", "detected" or "" when no step was found).
+def find_steps(t: EventTable, instance_rows, p2p: P2PTable) -> tuple[array, str, list[str]]:
+    """(step index per event row, or -1; "marker", "detected" or "" when no step was found; notes: the ranks whose
+    steps are ambiguous).
 
     instance_rows: each collective instance's rows (matching.Instances); with the matched messages, what ties the
     ranks' numbering together."""
@@ -62,7 +81,7 @@ def find_steps(t: EventTable, instance_rows, p2p: P2PTable) -> tuple[array, str]
 
     n = len(t)
     if n and (np.frombuffer(t.user_step, np.int32) != NONE).any():  # the job marked its steps
-        return array("i", t.user_step), "marker"
+        return array("i", t.user_step), "marker", []
     step_of = filled("i", n, -1)
     steps = np.frombuffer(step_of, np.int32)  # (a view: writing it writes step_of)
     # the keys of every row, as small ints (they compare faster than tuples): (op, api, group, site, peer), and with
@@ -70,26 +89,29 @@ def find_steps(t: EventTable, instance_rows, p2p: P2PTable) -> tuple[array, str]
     # the api, pipelining's shape inference before its first iteration, send_object_list, from its isends)
     loose_all = dense_ids(t.op.codes, t.api.codes, t.gid, t.site.codes, t.peer)
     full_all = dense_ids(loose_all, t.bytes)
-    found = False
-    # each rank's rows in issue order (table order is start order)
-    for _, rows in groups_of(np.frombuffer(t.rank, np.int32)):
-        starts = _step_starts(full_all[rows], loose_all[rows].tolist())
+    ranks = dict(groups_of(np.frombuffer(t.rank, np.int32)))  # each rank's rows in issue order (table order)
+    units = {r: u for r, rows in ranks.items() if (u := _unit(full_all[rows])) is not None}
+    timed, ambiguous = _timed_units(t, ranks, units)
+    for r, (_, _, p, a) in units.items():
+        rows = ranks[r]
+        loose = loose_all[rows].tolist()
+        p, a = timed[r] if r in timed else (p, a + _phase(loose, a, p))
+        starts = _starts(full_all[rows], loose, p, a)
         if not starts:
             continue
-        found = True
         # ops after the last step's signature that do not continue it (a final barrier) are not a step: the last
         # step is cut at its usual length
         usual = int(median(b - a for a, b in zip(starts, starts[1:])))
-        loose = loose_all[rows]
         if starts[-1] + usual < len(rows) and loose[starts[-1] + usual] == loose[starts[-1]]:
             starts.append(starts[-1] + usual)  # the loop's next iteration began (its sizes may differ): a hang in it
         end = min(len(rows), starts[-1] + int(usual * 1.5) + 1)
         bounds = np.array(starts + [end])
         steps[rows[starts[0]:end]] = repeat_each(np.arange(len(starts), dtype=np.int32), np.diff(bounds))
-    if not found:
-        return step_of, ""
+    if not (steps >= 0).any():
+        return step_of, "", []
     _align(t, step_of, instance_rows, p2p)
-    return step_of, "detected"
+    said = f"rank{'s' if len(ambiguous) > 1 else ''} {fmt_list(ambiguous)}"
+    return step_of, "detected", [AMBIGUOUS.format(ranks=said)] if ambiguous else []
 
 
 def _spacings(sample) -> list[tuple[int, int]]:
@@ -149,30 +171,45 @@ def _stretch(keys, p: int) -> tuple[int, int, int, int]:
 
 def _step_starts(keys, loose_keys: list) -> list[int]:
     """Positions in one rank's op sequence (`keys`: a numpy column) where a step starts (empty: no repeating
-    sequence)."""
+    sequence), read from the ops alone (find_steps reads the time between them where they cannot tell)."""
+    unit = _unit(keys)
+    if unit is None:
+        return []
+    _, _, p, a = unit
+    return _starts(keys, loose_keys, p, a + _phase(loose_keys, a, p))
+
+
+def _loops(stretch) -> bool:
+    """Whether a stretch holds its period MIN_REPEATS times (a long spacing seen once would otherwise cover the
+    most, and is no loop)."""
+    return stretch[0] >= stretch[2] * MIN_REPEATS
+
+
+def _unit(keys) -> tuple[int, int, int, int] | None:
+    """(ops covered, -p, p, start) of the step's period on one rank (`keys`: a numpy column), or None (no loop).
+    The candidate periods: the spacings between repeats of a key, and between repeats of a run of one key (a
+    pipeline stage sends M activations in a row, then receives M gradients: its period is two runs long), over the
+    first ops (a loop repeats from the start); each tried there, the two best of them on all."""
+    if len(keys) < 2 * MIN_REPEATS:
+        return None
+    sample = keys[:_SAMPLE]
+    tried = sorted(filter(_loops, (_stretch(sample, p) for p, count in _spacings(sample)[:_CANDIDATES]
+                                   if count >= MIN_REPEATS - 1)), reverse=True)
+    best = max(filter(_loops, (_stretch(keys, p) for _, _, p, _ in tried[:2])), default=None)
+    if best is None:
+        return None
+    # a period whose units leave out an op that others hold (the loss all-reduced after 99 layers' gradients of
+    # one size) is not the step: the odd op's own spacing is tried, and wins where it covers more, as any
+    # candidate would (a key met 99 times in a row proposes so many spacings that the step's is not among the
+    # most frequent)
+    return max([best] + list(filter(_loops, (_stretch(keys, p) for p in _odd_spacings(sample, best[2], best[3])))))
+
+
+def _occurrences(keys, p: int, a: int) -> list[int]:
+    """Where the p keys at `a` (the step's signature) recur from `a` on, none overlapping the one before."""
     import numpy as np
 
-    n = len(keys)
-    if n < 2 * MIN_REPEATS:
-        return []
-    # candidate periods: the spacings between repeats of a key, and between repeats of a run of one key (a
-    # pipeline stage sends M activations in a row, then receives M gradients: its period is two runs long),
-    # over the first ops: a loop repeats from the start
-    sample = keys[:_SAMPLE]
-
-    # each candidate tried on the first ops, the two best of them on all; a stretch that does not hold the period
-    # MIN_REPEATS times is no loop (a long spacing seen once would otherwise cover the most)
-    def loops(stretch) -> bool:
-        return stretch[0] >= stretch[2] * MIN_REPEATS
-
-    tried = sorted(filter(loops, (_stretch(sample, p) for p, count in _spacings(sample)[:_CANDIDATES]
-                                  if count >= MIN_REPEATS - 1)), reverse=True)
-    best = max(filter(loops, (_stretch(keys, p) for _, _, p, _ in tried[:2])), default=None)
-    if best is None:
-        return []
-    _, _, p, a = best
-    a += _phase(loose_keys, a, p)
-    at = np.flatnonzero(keys[a:n - p + 1] == keys[a]) + a  # every occurrence of the signature from a on
+    at = np.flatnonzero(keys[a:len(keys) - p + 1] == keys[a]) + a  # every occurrence of the signature from a on
     for q in range(1, p):
         at = at[keys[at + q] == keys[a + q]]
     starts = []
@@ -181,6 +218,44 @@ def _step_starts(keys, loose_keys: list) -> list[int]:
         if j >= i:
             starts.append(j)
             i = j + p
+    return starts
+
+
+def _odd_spacings(sample, p: int, a: int) -> list[int]:
+    """The spacings (between repeats, and between repeats of a run of one key, the most frequent of each) of the
+    keys that the units of period p at `a` leave out between two of them more than once (MIN_REPEATS units): an
+    op of each step that the period does not reproduce. A key left out once (an evaluation, a checkpoint) is
+    not one: the units hold it once, in the step before."""
+    import numpy as np
+
+    if a >= len(sample) - p:
+        return []
+    at = np.array(_occurrences(sample, p, a))
+    if len(at) < MIN_REPEATS:
+        return []
+    inside = np.zeros(len(sample) + 1, np.int64)  # +1 at each unit's start, -1 after its end: a unit's ops sum to 1
+    np.add.at(inside, at, 1)
+    np.add.at(inside, at + p, -1)
+    pos = np.flatnonzero(np.cumsum(inside)[at[0]:at[-1]] == 0) + at[0]  # the ops left out, between the units
+    # each left-out key, and how many units it was left out after
+    pairs = np.unique(sample[pos] * (len(at) + 1) + np.searchsorted(at, pos, side="right"))
+    keys, units = np.unique(pairs // (len(at) + 1), return_counts=True)
+    spacings = set()
+    order = np.argsort(-units, kind="stable")  # the keys left out after the most units first
+    for key in keys[order][units[order] >= MIN_REPEATS][:_ODD_KEYS].tolist():
+        where = np.flatnonzero(sample == key)
+        runs = where[np.diff(where, prepend=-2) != 1]  # the first of each run of the key
+        for d in (np.diff(where), np.diff(runs)):
+            d = d[d > 1]
+            if len(d):
+                spacings.add(int(np.bincount(d).argmax()))
+    return sorted(spacings)
+
+
+def _starts(keys, loose_keys: list, p: int, a: int) -> list[int]:
+    """Where each step starts on one rank: every occurrence of the p keys at `a` (from a on), and the earlier
+    iterations that differ from them in their sizes or in a few ops (empty: fewer than MIN_REPEATS)."""
+    starts = _occurrences(keys, p, a)
     # earlier iterations that differ in their sizes or in a few ops (DDP's first backward runs before its buckets
     # are rebuilt, and the second iteration's forward broadcasts the rebuilt ones): the signature's first (op,
     # group, site), as often as a step holds it (a pipeline stage sends from one line M times a step), close enough
@@ -197,6 +272,58 @@ def _step_starts(keys, loose_keys: list) -> list[int]:
         a = j
         starts.insert(0, a)
     return starts if len(starts) >= MIN_REPEATS else []
+
+
+def _timed_units(t: EventTable, ranks: dict, units: dict) -> tuple[dict[int, tuple[int, int]], list[int]]:
+    """(rank -> the (period, start) the time between its ops gives, the ranks whose steps stay ambiguous) for the
+    ranks whose unit is one op (every op of their steps the same: the ops cannot tell a step of 100 from 100 steps
+    of one). The gaps decide where they do on every such rank alike (`_gap_unit`): a delay of one rank every few
+    steps (a straggler) is a long gap on that rank only, and must not be read as the step's compute."""
+    import numpy as np
+
+    one = [r for r, u in units.items() if u[2] == 1]
+    if not one:
+        return {}, []
+    ends = finished_column(t)
+    low = np.iinfo(np.int64).min
+    timed = {}
+    for r in one:
+        rows = ranks[r]
+        start = np.frombuffer(t.start_ns, np.int64)[rows]
+        end = ends[rows]
+        new = np.zeros(len(rows), bool)
+        new[0] = True
+        before = reach_before(np.where(end >= 0, end, low), new)  # the latest end of the rank's earlier ops
+        gaps = np.where(before != low, np.maximum(start - before, 0), 0)
+        covered, _, _, a = units[r]
+        timed[r] = _gap_unit(gaps[a:a + covered])
+    if any(u is None for u in timed.values()) or len({q for q, _ in timed.values()}) > 1:
+        return {}, sorted(one)
+    return {r: (q, units[r][3] + at) for r, (q, at) in timed.items()}, []
+
+
+def _gap_unit(gaps) -> tuple[int, int] | None:
+    """(period, the first step's start) of a stretch of identical ops from the time before each (`gaps`, ns: from
+    the end of the rank's op before; a numpy column), or None where it shows no step. A step's boundary is its
+    compute (forward, optimizer): a gap `LONG_GAP` times the gaps within the step, recurring at one spacing; the
+    boundary holds such a gap at `CLEAR` of its places, and more of them than any other place does."""
+    import numpy as np
+
+    if len(gaps) < 2:
+        return None
+    long = np.flatnonzero(gaps > LONG_GAP * max(float(np.median(gaps)), _GAP_FLOOR_NS))
+    spacing = np.diff(long)
+    if len(spacing) < MIN_REPEATS or np.bincount(spacing).argmax() < 2:
+        return None
+    q = int(np.bincount(spacing).argmax())
+    r = int(np.bincount(long % q).argmax())
+    at = np.zeros(len(gaps), bool)
+    at[r::q] = True
+    line = LONG_GAP * max(float(np.median(gaps[~at])), _GAP_FLOOR_NS)  # the gaps within the steps, times LONG_GAP
+    hits = int((gaps[at] > line).sum())
+    if hits < MIN_REPEATS + 1 or hits < CLEAR * at.sum() - 1 or (gaps[~at] > line).sum() >= hits:
+        return None
+    return q, r
 
 
 def _phase(loose_keys: list, a: int, p: int) -> int:
