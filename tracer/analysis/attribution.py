@@ -1,5 +1,5 @@
 """Why the steps are as slow as they are, and whose doing it is: the ideal step and the attribution of the slowdown
-(ANALYSIS.md, "Peers, the ideal step, and attribution"; the published what-if analyses of stragglers in large-model
+(docs/ANALYSIS.md, "Peers, the ideal step, and attribution"; the published what-if analyses of stragglers in large-model
 training define them so: each op against its peers' typical duration, the step replayed).
 
 `Pacing` holds, for each replayed step, every compute span's typical duration: the median of the rank's other peers'
@@ -15,9 +15,13 @@ slowdown S = measured / ideal, and share(X) = (measured - with X on pace) / (mea
 
 The verdict follows from the candidates' savings (each a mean over the steps replayed):
 - *worker*: a rank whose saving is at least `MIN_SAVING` of the mean step (a single small delay is no straggler)
-  and the steps' own spread with it on pace (`_left_spread`: ANALYSIS.md's "beyond noise"), and `DOMINANT` times
+  and the steps' own spread with it on pace (`_left_spread`: docs/ANALYSIS.md's "beyond the noise"), and `DOMINANT` times
   any other rank's (ranks late by turns, as data-dependent imbalance makes them, are no one
-  worker's doing; a span is put on pace only past its own noise, so jitter saves next to nothing);
+  worker's doing; a span is put on pace only past its own noise, so jitter saves next to nothing). Or a rank late
+  in some steps only (a fault from step 40 of 60 on; every 5th step), whose mean over all the steps dilutes its
+  saving below the steps' spread: its steps that stand out (as *spread* reads them) are at least `RECURRING` and
+  `DOMINANT` times any other rank's, and its saving in them passes `SE_NOISE` standard errors of the steps' spread
+  over that many steps (`_recurring`);
 - *stage*: a pipeline stage whose every rank, at its peers' pace, computes `SLOW_STAGE` times the typical other
   stage, and whose pace saves as much once every rank is at its peers' pace (a slow worker's own excess is the
   worker's): the fix is the layer partition. Of a worker and a stage, the one that saves more;
@@ -50,6 +54,8 @@ OUTLIERS = 6.0      # median absolute deviations (as a standard deviation) above
 FLOOR = 0.02        # of the median step: the least excess a rank's step must have to be counted
 SPREAD = 0.1        # of the median step: the least excess of a rank's step that stands out as imbalance (a busy
 #                     machine's scheduling jitter moves a few percent of a step from rank to rank)
+RECURRING = 3       # steps: the fewest a worker late in some steps only stands out in (one or two are hiccups)
+SE_NOISE = 3.0      # standard errors of the steps' spread over its late steps: what its saving in them passes
 MINOR = 0.25        # of the worker's median saving in a step it was late in: below it, the step is not one of those
 NOISE = 4.0         # a span's excess over its peers' typical passes this many of its own spreads to be off pace
 MIN_NOISE_NS = 50_000
@@ -344,8 +350,10 @@ def attribute(t: EventTable, replay, pipeline: PipelineStats | None, steps: list
         late_in = {x: sum(measured[k] - after[k] >= floor for k in k_used) for x, after in by_rank.items()}
         steady = (late_in[r] >= PERSISTENT * len(k_used)
                   and all(DOMINANT * n <= late_in[r] for x, n in late_in.items() if x != r))
-        if save >= max(threshold, _left_spread(by_rank[r], ideal, k_used)) and (
-                save >= DOMINANT * max(second, 0.0) or steady):
+        left = _left_spread(by_rank[r], ideal, k_used)
+        if save >= threshold and (
+                (save >= left and (save >= DOMINANT * max(second, 0.0) or steady))
+                or _recurring(r, _standing_out(units, max(floor, SPREAD * med_step)), measured, by_rank[r], left)):
             found.append((save, "worker", r))
     # a stage's own imbalance: what pacing it saves once every rank is at its peers' pace (a slow worker's excess,
     # which the stage's pace would also remove, is the worker's), if every rank of it computes SLOW_STAGE times
@@ -459,15 +467,37 @@ def _top_spans(pacing: Pacing, ks: list[int], floor: float, most: int = 4) -> li
 
 
 def _outlier_ranks(units: dict[tuple[int, int], int], floor: float) -> set[int]:
-    """The ranks with a step whose excess over their peers stands out from the others' (median + OUTLIERS median
+    """The ranks with a step whose excess over their peers stands out from the others'."""
+    return set(_standing_out(units, floor))
+
+
+def _standing_out(units: dict[tuple[int, int], int], floor: float) -> dict[int, list[int]]:
+    """Per rank, its steps whose excess over their peers stands out from the others' (median + OUTLIERS median
     absolute deviations, and past the floor)."""
     xs = list(units.values())
     if not xs:
-        return set()
+        return {}
     med = median(xs)
     mad = median(abs(x - med) for x in xs) * 1.4826
     cut = max(floor, med + OUTLIERS * mad)
-    return {r for (_, r), x in units.items() if x > cut}
+    out: dict[int, list[int]] = {}
+    for (k, r), x in units.items():
+        if x > cut:
+            out.setdefault(r, []).append(k)
+    return out
+
+
+def _recurring(r: int, standing: dict[int, list[int]], measured: dict[int, int], after: dict[int, int],
+               left: float) -> bool:
+    """Whether rank r is a worker late in some steps only: its steps that stand out are at least RECURRING and
+    DOMINANT times any other rank's, and putting it on pace saves in them (their mean) SE_NOISE standard errors of
+    the steps' spread over that many steps (the spread is each step's, the saving their mean: a fault in a third
+    of the steps, averaged over all of them, fell below the spread, and the verdict was "none")."""
+    mine = standing.get(r, [])
+    n = len(mine)
+    if n < RECURRING or any(DOMINANT * len(ks) > n for x, ks in standing.items() if x != r):
+        return False
+    return sum(measured[k] - after[k] for k in mine) / n >= SE_NOISE * left / n ** 0.5
 
 
 def _worker_verdict(t: EventTable, rank: int, candidate: StragglerVerdict | None, stragglers: list[Straggler],

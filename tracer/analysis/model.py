@@ -383,7 +383,7 @@ class WhatIf:
 
 @dataclass
 class Attribution:
-    """Why the steps are slower than they could be (attribution.py, ANALYSIS.md "Peers, the ideal step, and
+    """Why the steps are slower than they could be (attribution.py, docs/ANALYSIS.md "Peers, the ideal step, and
     attribution"): the steps replayed with every compute span and op at its typical duration (the ideal step), and
     the share of the slowdown each candidate removes, put on pace alone."""
 

@@ -1,4 +1,4 @@
-"""Each rank measured against its peers (ANALYSIS.md, "Peers, the ideal step, and attribution").
+"""Each rank measured against its peers (docs/ANALYSIS.md, "Peers, the ideal step, and attribution").
 
 A rank is never measured against its own history (a rank slow in every step is never late against itself), but
 against the ranks that do the same work in the same step, its *peers*: ranks of the same *role*. The roles come from

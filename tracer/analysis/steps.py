@@ -1,4 +1,4 @@
-"""Training steps: which iteration of the user's loop each op belongs to (ANALYSIS.md, "Steps").
+"""Training steps: which iteration of the user's loop each op belongs to (docs/ANALYSIS.md, "Steps").
 
 User markers win: `disttrace.tracer.mark_step()` or torch.profiler's `step()` number each event (the reader's `step`
 column), and step k is what each rank issued between its k-th and (k+1)-th marker.

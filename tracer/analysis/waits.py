@@ -2,7 +2,7 @@
 
 A wait is computed from arrivals (start_ns), never from whether the rank called wait(): DDP's reducer, FSDP2 and
 functional collectives block inside C++ where no Python wait() shows, yet the time from a rank's arrival to the
-arrival it needed is spent inside the op all the same (ANALYSIS.md, "Arrival, end, wait"). Each wait is bounded by
+arrival it needed is spent inside the op all the same (docs/ANALYSIS.md, "Arrival, end, wait"). Each wait is bounded by
 the op's own end on that rank (an op that was over before a peer arrived did not wait for it):
 
   Wait at N×N      all_reduce, all_gather, reduce_scatter, all_to_all, barrier: every rank but the last arrival

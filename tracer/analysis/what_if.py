@@ -17,7 +17,7 @@ the steady steps (a seeded sample of them when they hold more than `_BUDGET` hos
 replayed each from where its ranks really entered it).
 
 The changes (`parse_change` reads them from `report --what-if`); "on pace" and "typical" are attribution.py's
-(ANALYSIS.md, "Peers, the ideal step, and attribution"):
+(docs/ANALYSIS.md, "Peers, the ideal step, and attribution"):
 - `rank:R`, rank R at its peers' pace: each of its compute spans that is off its peers' typical beyond the noise
   cut to that typical; `ranks`: every rank so;
 - `stage:S`, every rank of pipeline stage S at the pace of the typical other stage;
