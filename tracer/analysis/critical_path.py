@@ -281,12 +281,6 @@ class _Walker:
             return PathPart(r, kind, ns, lo, span=self.span(x, y), row=y)
         return PathPart(r, kind, ns, lo, op=self.label(x), row=x)
 
-    def compute_before(self, i: int) -> int | None:
-        """How long row i's rank computed before issuing it: since the host was last blocked or issued an op."""
-        host = self.hosts[self.t.rank[i]]
-        k = host.before(self.t.start_ns[i])
-        return None if k is None else self.t.start_ns[i] - host.b[k]
-
 
 def critical_paths(t: EventTable, collectives: CollectiveTable, instance_of, culprits, p2p: P2PTable, p2p_of,
                    event_wait_ns, windows: dict, step_of) -> tuple[list[CriticalPath], list[DelayCause], "_Walker"]:
