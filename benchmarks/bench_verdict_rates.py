@@ -26,7 +26,7 @@ from wi_cases import CASES, Case, prediction_error  # noqa: E402
 from wi_ddp_straggler import LATE_STEPS  # noqa: E402
 from pairs import analysed_pair, measured_without_fault  # noqa: E402
 
-from disttrace.tracer.analysis.what_if import parse_change  # noqa: E402
+from disttrace.tracer.analysis.causal.what_if import parse_change  # noqa: E402
 
 # and a 2-rank DDP periodic straggler (issue 53: its what-if 15.3% off the re-run in one pair of ten), measured here
 # only: rank 1 late in 4 steps of 20, the two runs' pace compared on the other steps

@@ -58,7 +58,7 @@ def test_numba_starts_beside_and_scipy_is_not_left_hidden():
     code = """
 import importlib.util, sys, time
 import numpy as np
-from disttrace.tracer.analysis import jit
+from disttrace.tracer.analysis.core import jit
 jit.warm(10**6)
 assert jit.run(jit._first, 10**6, np.arange(3, 6)) == 3
 assert type(jit._compiled[jit._first]).__name__ == "CPUDispatcher", jit._compiled
@@ -95,7 +95,7 @@ print("ok")
 def test_what_a_large_analysis_made_is_out_of_the_collectors_sight(monkeypatch):
     """From FREEZE_FROM events the Analysis' objects are frozen before the collector resumes: its youngest
     generation is left nearly empty, not holding all the analysis made (which its next pass would walk)."""
-    from disttrace.tracer.analysis import engine
+    from disttrace.tracer.analysis.engine import run as engine
     from test_analysis import ddp_like
 
     trace = ddp_like(12, dict.fromkeys(range(12), 20), world=4)
@@ -115,7 +115,7 @@ def test_the_ends_of_every_row_are_made_once_an_analysis():
     """matching.finished_column: one read-only column within ends_kept (an analysis reads it ~7 times), the same as
     finished(); outside, made afresh (a table read while it grows must not get an old one)."""
     from test_analysis import ddp_like
-    from disttrace.tracer.analysis.matching import ends_kept, finished, finished_column
+    from disttrace.tracer.analysis.core.matching import ends_kept, finished, finished_column
 
     t = ddp_like(5, {2: 30}).table()  # (async all-reduces: rows whose end is their wait()'s)
     with ends_kept(t):

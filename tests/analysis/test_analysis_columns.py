@@ -9,9 +9,9 @@ import random
 
 import pytest
 
-from disttrace.tracer.analysis.matching import finished_at, match_p2p
-from disttrace.tracer.analysis.p2p import build_p2p
-from disttrace.tracer.analysis.waits import p2p_waits
+from disttrace.tracer.analysis.core.matching import finished_at, match_p2p
+from disttrace.tracer.analysis.comms.p2p import build_p2p
+from disttrace.tracer.analysis.waits.wait_states import p2p_waits
 from disttrace.tracer.data.table import NONE, EventTable
 
 
@@ -112,7 +112,7 @@ def warmup_row_by_row(t: EventTable, step_of, windows) -> list[bool]:
     from collections import Counter
     from statistics import median
 
-    from disttrace.tracer.analysis.steps import WARMUP_FIRST, WARMUP_FIRST_QUIET, WARMUP_LONG, WARMUP_SPREAD
+    from disttrace.tracer.analysis.waits.steps import WARMUP_FIRST, WARMUP_FIRST_QUIET, WARMUP_LONG, WARMUP_SPREAD
 
     warm = [False] * len(windows)
     if len(windows) < 3:
@@ -145,7 +145,7 @@ def warmup_row_by_row(t: EventTable, step_of, windows) -> list[bool]:
 def test_steps_windows_and_warmup_in_numpy_are_the_rules_row_by_row(seed):
     from array import array
 
-    from disttrace.tracer.analysis.steps import build_steps
+    from disttrace.tracer.analysis.waits.steps import build_steps
 
     rng = random.Random(seed)
     t = EventTable()
@@ -179,7 +179,7 @@ def test_union_by_key_in_numpy_is_each_key_s_union(seed):
     each key's earlier intervals by one running maximum) against union_ns, key by key."""
     import numpy as np
 
-    from disttrace.tracer.analysis.waits import reach_before, union_by, union_ns
+    from disttrace.tracer.analysis.waits.wait_states import reach_before, union_by, union_ns
 
     rng = np.random.default_rng(seed)
     n, n_keys = int(rng.integers(0, 200)), int(rng.integers(1, 4))
@@ -260,7 +260,7 @@ def quartiles_one_by_one(points: list[tuple[int, int]]) -> tuple[list[int], list
 def test_alpha_beta_fit_in_numpy_is_its_rule_point_by_point(seed):
     import numpy as np
 
-    from disttrace.tracer.analysis.theory import _bit_lengths, _quartiles
+    from disttrace.tracer.analysis.comms.alpha_beta import _bit_lengths, _quartiles
 
     rng = random.Random(seed)
     edges = [0, 1, 2, 3, 2**53 - 1, 2**53, 2**53 + 1, 2**62, 2**63 - 1, -1, -(2**62)]
@@ -277,7 +277,7 @@ def test_a_stage_beside_the_others_may_not_read_what_one_between_fills():
     fills in while it runs (the critical path reads the steps' windows, not the steps that the verdict fills)."""
     import dataclasses
 
-    from disttrace.tracer.analysis import engine
+    from disttrace.tracer.analysis.engine import run as engine
 
     assert any(s.beside for s in engine.STAGES)
     engine._check(engine.STAGES)
@@ -290,7 +290,7 @@ def test_a_stage_beside_the_others_may_not_read_what_one_between_fills():
 def test_what_a_stage_beside_the_others_raises_is_raised_by_analyze(monkeypatch):
     import dataclasses
 
-    from disttrace.tracer.analysis import engine
+    from disttrace.tracer.analysis.engine import run as engine
 
     def broken(*args):
         raise ZeroDivisionError("beside")
@@ -306,7 +306,8 @@ def test_a_large_table_s_stages_run_one_after_another(monkeypatch):
     the same either way."""
     import threading
 
-    from disttrace.tracer.analysis import engine, to_json
+    from disttrace.tracer.analysis import to_json
+    from disttrace.tracer.analysis.engine import run as engine
 
     t = random_table(5)
     threads = set()

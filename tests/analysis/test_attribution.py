@@ -11,10 +11,10 @@ import pytest
 
 from synthetic import MS, Trace, back_to_back, pipeline_3d
 from disttrace.tracer.analysis import analyze, to_json
-from disttrace.tracer.analysis.critical_path import reducer_waits
-from disttrace.tracer.analysis.matching import finished
-from disttrace.tracer.analysis.peers import others_median
-from disttrace.tracer.analysis.what_if import parse_change
+from disttrace.tracer.analysis.causal.critical_path import reducer_waits
+from disttrace.tracer.analysis.core.matching import finished
+from disttrace.tracer.analysis.waits.peers import others_median
+from disttrace.tracer.analysis.causal.what_if import parse_change
 
 
 def test_each_is_measured_against_the_median_of_the_others_of_its_group():
@@ -182,7 +182,7 @@ def test_a_bucket_end_recorded_late_keeps_each_backward_s_wait_its_own():
 
 
 def test_runs_of_buckets_are_cut_into_backwards_only_where_the_sizes_repeat():
-    from disttrace.tracer.analysis.critical_path import _whole_backwards
+    from disttrace.tracer.analysis.causal.critical_path import _whole_backwards
 
     rank = np.zeros(9, np.int64)
     # a first backward of one bucket (before DDP's rebuild), then [A, B] a backward, the last three joined in one run
@@ -232,7 +232,7 @@ def test_a_kernel_s_overlap_with_the_next_is_real_and_stays():
     # once on their streams, and are not pushed after one another, nor do they hold up a host's call; host calls
     # still start after the one before them (a Kineto trace of 4 ranks lost its straggler when its kernels were
     # serialized)
-    from disttrace.tracer.analysis.critical_path import SYNC, _after_blocking
+    from disttrace.tracer.analysis.causal.critical_path import SYNC, _after_blocking
 
     host = np.zeros(4, np.int64)
     a, b = np.array([0, 10, 12, 20]), np.array([30, 40, 25, 22])

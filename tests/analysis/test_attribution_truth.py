@@ -17,7 +17,7 @@ import pytest
 import harness  # noqa: F401 (puts tests/jobs on the path)
 from pairs import analysed_pair, measured_without_fault, ms
 from disttrace.tracer.analysis import to_json
-from disttrace.tracer.analysis.what_if import parse_change
+from disttrace.tracer.analysis.causal.what_if import parse_change
 
 pytestmark = pytest.mark.slow
 

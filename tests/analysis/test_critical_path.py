@@ -28,7 +28,7 @@ from pairs import analysed_pair, measured_without_fault, ms as _ms, steady_mean
 from synthetic import MS, Trace, back_to_back
 from tagged import line
 from disttrace.tracer.analysis import analyze, to_json
-from disttrace.tracer.analysis.what_if import parse_change
+from disttrace.tracer.analysis.causal.what_if import parse_change
 from disttrace.tracer.data.load import load_trace
 
 DDP = job("cp_ddp_straggler")
@@ -473,21 +473,21 @@ def _ring_and_replay_tables():
 
 
 def test_a_walk_given_too_little_room_runs_again_with_more_and_finds_the_same(monkeypatch):
-    """walk_all's arrays never grow (a compiled loop pays for an array it may replace at every turn): where one would
+    """walk_loop's arrays never grow (a compiled loop pays for an array it may replace at every turn): where one would
     overflow, it stops and `run` gives it twice the room. Room for one node, part and cause at first: the same paths
     and causes as with room enough."""
-    from disttrace.tracer.analysis import walks
+    from disttrace.tracer.analysis.causal import backward_walk as walks
 
     t = _ring_and_replay_tables()[0]
     enough = to_json(analyze(t, timings={}))
-    walked, walk = [], walks.walk_all
+    walked, walk = [], walks.walk_loop
 
     def counted(*args):
         walked.append(args[-1].tolist())  # (its room)
         return walk(*args)
 
     monkeypatch.setattr(walks, "_first_room", lambda n: np.array([1, 1, 1], np.int64))
-    monkeypatch.setattr(walks, "walk_all", counted)
+    monkeypatch.setattr(walks, "walk_loop", counted)
     squeezed = to_json(analyze(t, timings={}))
     assert len(walked) > 3 and walked[0] == [1, 1, 1] and min(walked[-1]) > 1, walked  # (each room grew)
     assert squeezed["critical_path"] == enough["critical_path"] and squeezed["causes"] == enough["causes"]
@@ -497,7 +497,7 @@ def test_a_walk_given_too_little_room_runs_again_with_more_and_finds_the_same(mo
 def test_the_loops_as_python_find_the_same_on_lists_as_on_arrays(monkeypatch):
     """Run as Python, the loops read their columns as lists (jit.lists: several times faster than an array's
     items): the same paths, causes and what-ifs as the same loops over the arrays."""
-    from disttrace.tracer.analysis import jit
+    from disttrace.tracer.analysis.core import jit
 
     monkeypatch.setenv("DISTTRACE_JIT", "0")
     seen: list = [[], []]
@@ -517,7 +517,7 @@ def test_the_loops_are_compiled_ahead_for_the_types_an_analysis_calls_them_with(
     ahead (jit.compile_ahead): an analysis that calls each (hand-timed traces, a what-if asked for, a wait chain)
     calls it with those types, or it would compile again in the first report. (numba stood in for: nothing
     compiled.)"""
-    from disttrace.tracer.analysis import jit
+    from disttrace.tracer.analysis.core import jit
     from test_analysis import ddp_like
 
     calls: dict = {}
@@ -538,7 +538,7 @@ def test_the_loops_are_compiled_ahead_for_the_types_an_analysis_calls_them_with(
         analyze(t, changes=(parse_change("rank:1"), parse_change("bandwidth:all_reduce=3x")))
     ddp_like(12, dict.fromkeys(range(12), 20), world=4).analyze()
     assert calls == {name: {types} for name, types in jit.LOOPS.items() if name in calls}, calls
-    assert set(calls) >= set(jit.LOOPS) - {"disttrace.tracer.analysis.scans.nonfinite_at"}, calls
+    assert set(calls) >= set(jit.LOOPS) - {"disttrace.tracer.analysis.problems.nonfinite_scan.nonfinite_loop"}, calls
 
 
 @pytest.mark.slow
@@ -547,7 +547,7 @@ def test_compiled_ahead_the_loops_are_in_the_users_cache(tmp_path):
     into the user's cache, none beside the source, and marks each ready; a second start finds nothing to do."""
     pytest.importorskip("numba")
     import disttrace.tracer.analysis as pkg
-    from disttrace.tracer.analysis import jit
+    from disttrace.tracer.analysis.core import jit
     from disttrace.tracer.commands import run as run_command
 
     env = {k: v for k, v in os.environ.items() if k not in ("NUMBA_CACHE_DIR", "DISTTRACE_JIT")}
@@ -566,7 +566,7 @@ def test_compiled_ahead_the_loops_are_in_the_users_cache(tmp_path):
 
 @pytest.mark.slow
 def test_the_compiled_walk_finds_what_the_python_walk_does(traced, monkeypatch):
-    """walks.walk_all and the what-if's replay (replays.py), compiled by numba (from jit.JIT_FROM events), give the
+    """walks.walk_loop and the what-if's replay (replays.py), compiled by numba (from jit.JIT_FROM events), give the
     paths, causes and re-timed steps they give as Python, on the real jobs (DDP's async buckets, a P2P chain, a
     pipeline, a mesh) and on hand-timed traces; the what-ifs asked for as well as the defaults."""
     pytest.importorskip("numba")

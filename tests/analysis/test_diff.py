@@ -22,9 +22,9 @@ import harness  # noqa: F401 (puts tests/jobs on the path)
 from harness import job, run_disttrace
 from synthetic import MS, Trace
 
-from disttrace.tracer.analysis.diff import compare, to_json
-from disttrace.tracer.analysis.diff_side import analysed
-from disttrace.tracer.analysis.diff_timing import (MIN_NOISE_NS, left_out_ns, noise_ns, per_step_unions, shifts,
+from disttrace.tracer.analysis.diff.compare import compare, to_json
+from disttrace.tracer.analysis.diff.sides import analysed
+from disttrace.tracer.analysis.diff.timing import (MIN_NOISE_NS, left_out_ns, noise_ns, per_step_unions, shifts,
                                                    spread, stat_noise_ns)
 from disttrace.tracer.commands.sides import parse_side
 from disttrace.tracer.errors import TraceError

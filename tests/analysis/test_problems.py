@@ -7,7 +7,7 @@ from __future__ import annotations
 import orjson
 
 from disttrace.tracer.analysis import analyze, to_json
-from disttrace.tracer.analysis.problems import short_error
+from disttrace.tracer.analysis.problems.checks import short_error
 from disttrace.tracer.data.table import stacks_site
 from disttrace.tracer.data.load import load_trace
 from synthetic import MS, Trace

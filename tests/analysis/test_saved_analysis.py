@@ -15,9 +15,11 @@ from dataclasses import fields
 import orjson
 import pytest
 
-from disttrace.tracer.analysis import analyze, apart, saved, to_json
-from disttrace.tracer.analysis.model import Analysis
-from disttrace.tracer.analysis.what_if import parse_change
+from disttrace.tracer.analysis import analyze, to_json
+from disttrace.tracer.analysis.core import saved_analysis as saved
+from disttrace.tracer.analysis.engine import child_process as apart
+from disttrace.tracer.analysis.core.results import Analysis
+from disttrace.tracer.analysis.causal.what_if import parse_change
 from disttrace.tracer.data import store
 from disttrace.tracer.data.table.columns import typecode
 from disttrace.tracer.data.load import load_trace

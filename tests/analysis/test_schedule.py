@@ -10,8 +10,10 @@ import orjson
 import pytest
 from synthetic import MS, Trace
 
-from disttrace.tracer.analysis import analyze, saved, schedule, to_json
-from disttrace.tracer.analysis.model import PipelineStats
+from disttrace.tracer.analysis import analyze, to_json
+from disttrace.tracer.analysis.core import saved_analysis as saved
+from disttrace.tracer.analysis.pipeline import schedule
+from disttrace.tracer.analysis.core.results import PipelineStats
 
 
 def gpipe_sync(p: int, m: int, tf: float, tb: float, iterations: int = 2, late: dict | None = None,

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from disttrace.tracer.analysis import to_json
-from disttrace.tracer.analysis.steps import _step_starts
+from disttrace.tracer.analysis.waits.steps import _step_starts
 from synthetic import MS, Trace
 
 US = MS // 1000
