@@ -2,7 +2,7 @@
 
     python benchmarks/bench_verdict_rates.py [--runs 10] [--case NAME ...] [--keep DIR]
 
-tests/analysis/test_attribution_truth.py checks one run of each job of tests/jobs/wi_cases.py; this runs each --runs times,
+tests/analysis/causal/test_attribution_truth.py checks one run of each job of tests/jobs/wi_cases.py; this runs each --runs times,
 each time a pair made as the test makes it (tests/pairs.py: a faulty run and a run without its fault, one after the
 other, made again up to 3 times where their pace on what the fault leaves alone is more than 6% apart) and prints, per job: how often the verdict's kind and its rank or stage were right, how often the
 change that undoes the fault predicted the run without it within the issue's bounds (the step within 15%, the

@@ -12,7 +12,7 @@ the replay's loop):
 - a rank goes on into the next step from where the replay left it (late out of a step, late into the next; on pace,
   on time), so a step's length with a change is its last replayed end less its start, moved as its earliest rank's
   entry moved.
-Replaying unchanged steps gives back their measured lengths exactly (tests/analysis/test_critical_path.py). The mean is over
+Replaying unchanged steps gives back their measured lengths exactly (tests/analysis/causal/test_critical_path.py). The mean is over
 the steady steps (a seeded sample of them when they hold more than `_BUDGET` host intervals: sampled steps are
 replayed each from where its ranks really entered it).
 

@@ -127,7 +127,7 @@ def _mark_ready(fn) -> None:
 
 
 # The loops and the types of their arguments as an analysis calls them (types_of), for `compile_ahead`
-# (tests/analysis/test_critical_path.py checks them against an analysis' calls)
+# (tests/analysis/causal/test_critical_path.py checks them against an analysis' calls)
 LOOPS = {
     "disttrace.tracer.analysis.causal.backward_walk.walk_loop":
         "i8 i8 i8 u1 i4 i8 i4 i8 i4 i4 i4 i8 i8 i8 i8 i8 int i8 i8 i8 i8 i8 i8 i8 i8 i8 i8 i8 i8 int i8",

@@ -1,6 +1,6 @@
 """Each rank against its peers, the ideal step and the attribution of the slowdown (attribution.py, peers.py), on
 traces with exact, hand-set times: the kind of the verdict, its rank or stage, and the what-ifs against the same
-job made without its fault. Real jobs are tests/analysis/test_attribution_truth.py's."""
+job made without its fault. Real jobs are tests/analysis/causal/test_attribution_truth.py's."""
 
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ from disttrace.tracer.data.load import load_trace
 pytestmark = pytest.mark.slow
 
 MS = 1_000_000
-DEMO = Path(__file__).resolve().parents[2] / "demos" / "programs" / "pipeline_parallel.py"
+DEMO = Path(__file__).resolve().parents[3] / "demos" / "programs" / "pipeline_parallel.py"
 
 
 def orders(p, index: int, ranks: list[int]) -> dict[int, list[tuple[str, int, int]]]:

@@ -78,7 +78,7 @@ def test_a_small_trace_never_starts_numba():
     beside the stages (its start, ~0.5 s, would be longer than the whole analysis)."""
     code = """
 import sys, threading
-sys.path[:0] = [".", ".."]  # test_analysis here, its synthetic.py in tests/
+sys.path[:0] = ["..", "../.."]  # test_analysis in tests/analysis/, its synthetic.py in tests/
 from test_analysis import ddp_like
 a = ddp_like(12, dict.fromkeys(range(12), 20), world=4).analyze()
 assert a.straggler.rank == 1

@@ -2,7 +2,7 @@
 each stage's forwards and backwards where they ran, labelled with their micro-batch (and virtual stage), each
 iteration's bubble from its first forward to its last backward with the start-up waits apart, the idle time by
 cause, the textbook grid. The real jobs (torch.distributed.pipelining's schedules, hand-written ones, the demo):
-tests/analysis/test_schedule_real.py."""
+tests/analysis/pipeline/test_schedule_real.py."""
 
 from __future__ import annotations
 

@@ -69,7 +69,7 @@ def assert_same_analysis(a: Analysis, b: Analysis) -> None:
 @pytest.fixture(scope="module")
 def jobs(traced, tmp_path_factory):
     """A DDP job with a straggler (steps, waits, causes, a verdict) and a 3-stage pipeline (its stats), each a
-    copy old enough to be stored; the traces are shared with tests/analysis/test_critical_path.py."""
+    copy old enough to be stored; the traces are shared with tests/analysis/causal/test_critical_path.py."""
     base = tmp_path_factory.mktemp("saved")
     return [_copy(traced(script, nproc=n, summaries="off"), base, script[:-3]) for script, n in
             (("cp_ddp_straggler.py", 2), ("cp_pipeline_slow_stage.py", 3))]
@@ -158,7 +158,7 @@ def test_other_analysis_code_or_a_changed_trace_reads_nothing(jobs, monkeypatch)
 @pytest.mark.slow  # (400 damaged copies, each analysed: a sweep)
 def test_a_damaged_saved_analysis_is_never_read(tmp_path):
     """Every byte of a saved analysis flipped in turn (a stride of them): it is read as it was, or not at all."""
-    src = os.path.join(os.path.dirname(__file__), "..", "tui", "data", "pipeline_job.jsonl")
+    src = os.path.join(os.path.dirname(__file__), "..", "..", "tui", "data", "pipeline_job.jsonl")
     path = str(tmp_path / "pipeline_job.jsonl")
     shutil.copy(src, path)
     age(path)
@@ -185,7 +185,7 @@ def test_a_damaged_saved_analysis_is_never_read(tmp_path):
 
 
 def test_nothing_is_saved_without_a_store(tmp_path, monkeypatch):
-    src = os.path.join(os.path.dirname(__file__), "..", "tui", "data", "tui_job.jsonl")
+    src = os.path.join(os.path.dirname(__file__), "..", "..", "tui", "data", "tui_job.jsonl")
     path = str(tmp_path / "tui_job.jsonl")
     shutil.copy(src, path)
     age(path)
