@@ -1,4 +1,4 @@
-"""Two runs' ops set side by side (issue 42; diff/compare.py uses it): which op of B is which op of A, and what differs in
+"""Two runs' ops set side by side (diff/compare.py uses it): which op of B is which op of A, and what differs in
 their structure.
 
 Row numbers and group ids are dense per trace, so nothing is matched by them: an op's *identity* across runs is made

@@ -1,4 +1,4 @@
-"""Two runs of a job side by side (issue 42): `disttrace diff A B` and `disttrace view B --baseline A`.
+"""Two runs of a job side by side: `disttrace diff A B` and `disttrace view B --baseline A`.
 
 compare(A, B), of two runs analysed with their replays (diff_side.analysed), says
 - what differs in structure (diff/align.py): B's steps matched to A's by index (a marked step, or the loop's

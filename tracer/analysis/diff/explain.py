@@ -1,4 +1,4 @@
-"""Why B's step is longer (or shorter) than A's (issue 42; diff/compare.py uses it): B's steps replayed with one thing set
+"""Why B's step is longer (or shorter) than A's (diff/compare.py uses it): B's steps replayed with one thing set
 to A's, on the replay that the what-ifs and the attribution use (causal/what_if.py's `_Replay`: `timeline`, `lengths`).
 
 The *things* (units), each a set of B's measured times that can be set to A's:

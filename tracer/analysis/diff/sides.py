@@ -1,4 +1,4 @@
-"""One side of a diff (issue 42): a run analysed as `analyze` does, keeping what the comparison re-times with, the
+"""One side of a diff: a run analysed as `analyze` does, keeping what the comparison re-times with, the
 replay of its steady steps (causal/what_if.py's `_Replay`) and their pacing (causal/attribution.py's `Pacing`), which `analyze`
 drops once its own stages have read them.
 

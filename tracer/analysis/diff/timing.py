@@ -1,4 +1,4 @@
-"""Two runs' times side by side (issue 42; diff/compare.py uses it), each difference against its noise.
+"""Two runs' times side by side (diff/compare.py uses it), each difference against its noise.
 
 *Noise* is the spread of the steps within each run: a quantity measured once a step (a step's length, a rank's
 compute, an op kind's communication, a span) has, in each run, the spread of its values over the steps (the median
@@ -11,7 +11,7 @@ its spread more than in proportion), and what the change added must not hide the
 have in most steps (an op added) is a change past MIN_NOISE_NS, whatever the other run's spread. One rule,
 `noise_ns`, for every quantity the diff compares.
 
-Issue 53: besides its median, each quantity's mean and p90 are compared, each against its own noise
+Besides its median, each quantity's mean and p90 are compared, each against its own noise
 (`stat_noise_ns`: "the mean's and the p90's noise" below), and the quantity moved when any of the three did
 (`shifts`, `moved`): a delay in some steps only moves the mean and the p90.
 """
@@ -84,7 +84,7 @@ def _median_noise(ra: _Run, rb: _Run) -> int:
     return int(max(NOISE * both, MIN_NOISE_NS, MIN_NOISE_FRACTION * abs(ra.median)))
 
 
-# -- the mean's and the p90's noise (issue 53) ------------------------------------------------------------------
+# -- the mean's and the p90's noise -------------------------------------------------------------------------
 # The mean is what the user pays (a step slow every 5th step costs as much as every step a fifth as slow), but the
 # median cannot see a delay that recurs in fewer than half the steps; the mean and the p90 see it. Their noise is
 # the sum of three, each a source of difference between two runs of an unchanged job:
