@@ -5,7 +5,7 @@
                                         [--jit-only]
 
 First (issue 43: numba stays only if it pays), the analysis in a new process three ways, side by side, for this
-trace and for each --jit-events size (default 70,000): its loops (jit.py) compiled by numba from a cold cache (an
+trace and for each --jit-events size (default 70,000): its loops (core/jit.py) compiled by numba from a cold cache (an
 empty NUMBA_CACHE_DIR, DISTTRACE_JIT=1: the first compile, paid where it is made), compiled from the warm cache,
 and as Python (DISTTRACE_JIT=0: the loops on lists; the critical path's walk is a memoised walk along data-dependent
 moves, which no numpy operation expresses), in wall and CPU time, and the ratios: Python / warm (numba's gain;
@@ -17,7 +17,7 @@ analyses, each in a new process as the viewer's is, between two yardsticks (synt
 speed drifts), in wall and in CPU time, alternating with the same analysis by another commit's code (--against,
 by default 6af5261, before the attribution: issue 37's budget is 1.5x it);
 for the first analysis with and without the critical paths
-(critical_path.py and what_if.py: a walk back from every wait, the dearest part of the analysis); and how long a
+(causal/critical_path.py and causal/what_if.py: a walk back from every wait, the dearest part of the analysis); and how long a
 thread beside the analysis, as the viewer's UI thread is, waited for the GIL at worst (goal: under 20 ms).
 
 Then (by default up to 2M events) the same job as the trace dir that `disttrace run` writes, a rank file per rank
@@ -40,7 +40,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from synth import (ensure_synthetic, fresh_store, paired_rounds, time_parse, time_yardstick,  # noqa: E402
                    write_trace_dir)
 
-from disttrace.tracer.analysis import analyze, saved, to_json  # noqa: E402
+from disttrace.tracer.analysis import analyze, to_json  # noqa: E402
+from disttrace.tracer.analysis.core import saved_analysis as saved  # noqa: E402
 from disttrace.tracer.data.load import load_trace  # noqa: E402
 
 

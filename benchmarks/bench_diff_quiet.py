@@ -3,7 +3,7 @@
     python benchmarks/bench_diff_quiet.py [--pairs 10] [--job diff_job.py] [--nproc 4]
 
 Each pair is the job of tests/jobs/diff_job.py run twice without a change, one run right after the other and never
-chosen for their pace (tests/analysis/test_diff.py's pairs are made at the same pace; this measures what a user meets), then
+chosen for their pace (tests/analysis/diff/test_diff.py's pairs are made at the same pace; this measures what a user meets), then
 `disttrace diff A B --json`. A pair is *quiet* when the diff exits 0, says `changed: false` and lists no
 explanation of its own (only "everything else"). The goal (issue 42): at least 9 of 10 quiet. One pair takes
 ~30 s on 2 cores.

@@ -4,7 +4,7 @@
 
 Each repetition runs tests/jobs/diff_periodic.py three times, fresh: A as it is, B with `--slow` (rank 1 sleeps
 50 ms before its forward in every 5th step of 20) and A again (A2), one right after the other and never chosen for
-their pace (tests/analysis/test_diff.py's pairs are made at one pace; this measures what a user meets). Then
+their pace (tests/analysis/diff/test_diff.py's pairs are made at one pace; this measures what a user meets). Then
 `disttrace diff A B --json` and `disttrace diff A A2 --json`:
 - the faulty pair is *right* when the diff exits 1 (B slower) and its first explanation is rank 1's compute span
   ending at the job's backward() line, explaining the injected mean within 30% (50 ms in each late step of those
@@ -46,7 +46,7 @@ def diff(a: Path, b: Path) -> tuple[int, dict]:
 
 def injected_ns(d: dict) -> float:
     """What the fault adds to the mean step compared: 50 ms in each late step both runs have, over their count
-    (tests/analysis/test_diff.py's injected_ns)."""
+    (tests/analysis/diff/test_diff.py's injected_ns)."""
     both = [s["index"] for s in d["steps"] if s["a_ns"] is not None and s["b_ns"] is not None]
     return SLOW_NS * sum(k in LATE for k in both) / len(both)
 

@@ -2,7 +2,7 @@
 
     python benchmarks/bench_verdict_rates.py [--runs 10] [--case NAME ...] [--keep DIR]
 
-tests/analysis/test_attribution_truth.py checks one run of each job of tests/jobs/wi_cases.py; this runs each --runs times,
+tests/analysis/causal/test_attribution_truth.py checks one run of each job of tests/jobs/wi_cases.py; this runs each --runs times,
 each time a pair made as the test makes it (tests/pairs.py: a faulty run and a run without its fault, one after the
 other, made again up to 3 times where their pace on what the fault leaves alone is more than 6% apart) and prints, per job: how often the verdict's kind and its rank or stage were right, how often the
 change that undoes the fault predicted the run without it within the issue's bounds (the step within 15%, the
@@ -26,7 +26,7 @@ from wi_cases import CASES, Case, prediction_error  # noqa: E402
 from wi_ddp_straggler import LATE_STEPS  # noqa: E402
 from pairs import analysed_pair, measured_without_fault  # noqa: E402
 
-from disttrace.tracer.analysis.what_if import parse_change  # noqa: E402
+from disttrace.tracer.analysis.causal.what_if import parse_change  # noqa: E402
 
 # and a 2-rank DDP periodic straggler (issue 53: its what-if 15.3% off the re-run in one pair of ten), measured here
 # only: rank 1 late in 4 steps of 20, the two runs' pace compared on the other steps

@@ -94,7 +94,7 @@ def pipeline_parallel(run: DemoRun) -> dict:
     """Each message of each schedule's iteration, told in causal order: a receive posted before its send waits for
     it (the send, later, delivers it); one posted after receives what was sent. The summary compares the
     schedules' bubbles, measured and the textbook's, and the micro-batches each stage held at once."""
-    from disttrace.tracer.analysis.schedule import actions_of
+    from disttrace.tracer.analysis.pipeline.schedule import actions_of
 
     res = next((r for r in run.results.values() if r.get("schedules")), {})
     m = res.get("micro_batches") or 4

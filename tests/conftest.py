@@ -18,11 +18,11 @@ from harness import aborted_at_exit, run_traced
 # module and compiles the package again (most of collecting the fast loop)
 sys.dont_write_bytecode = False
 
-# The tests lie in folders that mirror the code (record/, data/, analysis/, commands/, tui/, demos/). pytest imports
+# The tests lie in folders that mirror the code (record/, data/, analysis/ and its groups, commands/, tui/, demos/). pytest imports
 # each test module by its file name (no __init__.py: names are unique across the folders), and a few import helpers
 # from another folder's module (test_store's `age`, test_schedule's `gpipe_sync`): every test folder is on the path,
 # after the one pytest puts first for the module it imports.
-for _folder in sorted(p for p in Path(__file__).parent.iterdir() if p.is_dir() and any(p.glob("test_*.py"))):
+for _folder in sorted({p.parent for p in Path(__file__).parent.rglob("test_*.py")}):
     if str(_folder) not in sys.path:
         sys.path.append(str(_folder))
 
@@ -56,8 +56,8 @@ def traced(tmp_path_factory):
 # Their ground truths are runs made in pairs at one pace (tests/pairs.py) or waits measured within tolerances: on
 # a machine that the parallel workers share they miss more often. Marked `quiet` here, they run after the parallel
 # run, alone: the README's test command is `pytest -n 2 -m "not quiet"`, then `pytest -m quiet`.
-QUIET = {"analysis/test_attribution_truth.py", "analysis/test_critical_path.py", "analysis/test_diff.py",
-         "analysis/test_verdicts.py", "analysis/test_analysis_real.py"}
+QUIET = {"analysis/causal/test_attribution_truth.py", "analysis/causal/test_critical_path.py",
+         "analysis/diff/test_diff.py", "analysis/test_verdicts.py", "analysis/test_analysis_real.py"}
 
 
 def pytest_collection_modifyitems(config, items):

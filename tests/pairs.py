@@ -15,8 +15,8 @@ from statistics import mean, median
 import numpy as np
 
 from disttrace.tracer.analysis import analyze
-from disttrace.tracer.analysis.critical_path import _hosts
-from disttrace.tracer.analysis.matching import finished
+from disttrace.tracer.analysis.causal.critical_path import _hosts
+from disttrace.tracer.analysis.core.matching import finished
 from disttrace.tracer.data.load import load_trace
 
 PACE_TRIES, PACE_TOLERANCE = 3, 0.06

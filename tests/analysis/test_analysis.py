@@ -293,8 +293,8 @@ def test_the_collectives_built_in_numpy_are_what_the_rules_make_of_each_instance
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
     from synth import write_synthetic
 
-    from disttrace.tracer.analysis.collectives import _instance, build_collectives
-    from disttrace.tracer.analysis.matching import group_collectives
+    from disttrace.tracer.analysis.comms.collectives import _instance, build_collectives
+    from disttrace.tracer.analysis.core.matching import group_collectives
     from disttrace.tracer.data.importers.events_files import read_jsonl
 
     write_synthetic(tmp_path / "syn.jsonl", n_events=5_000, n_ranks=16, seed=3)
@@ -490,7 +490,7 @@ def test_a_wait_for_a_rank_that_was_waiting_is_carried_back_to_the_root():
     # for rank 1 while rank 1 waits: that stretch of rank 2's wait is rank 0's doing, the rest (rank 1 took 2 ms
     # to pass it on) rank 1's. Then rank 0 waits for rank 2 (the ring closing): while rank 2 still waited for
     # rank 1, rank 1's doing (not rank 0's own: a chain never comes back to its waiter); after, rank 2's
-    from disttrace.tracer.analysis.stragglers import propagated, WaitRecord
+    from disttrace.tracer.analysis.waits.stragglers import propagated, WaitRecord
 
     rec = WaitRecord()
     rec.add(1, 0, 0, 30 * MS, 10, 20, -1, True)    # rank 1 waits [0, 30) for rank 0
@@ -512,7 +512,7 @@ def test_a_wait_for_a_rank_that_was_waiting_is_carried_back_to_the_root():
 
 
 def _roots_by_recursion(rec, max_chain):
-    """The propagation's definition, followed by recursion over per-rank lists (what chains.follow_all computes
+    """The propagation's definition, followed by recursion over per-rank lists (what chains.follow_loop computes
     with a stack, compiled or not): each record's (waiter, culprit, a, b, culprit_row, row), in order."""
     from bisect import bisect_right
 
@@ -555,13 +555,13 @@ def _roots_by_recursion(rec, max_chain):
 
 @pytest.mark.parametrize("jit", ["0", "1"])
 def test_waits_carried_back_along_random_chains_are_the_definitions(jit, monkeypatch):
-    """chains.follow_all (a stack, compiled by numba from jit.JIT_FROM records, else Python) against the
+    """chains.follow_loop (a stack, compiled by numba from jit.JIT_FROM records, else Python) against the
     definition by recursion, on random waits among a few ranks: chains, cycles, chains past MAX_CHAIN, uncounted
     waits."""
     import random
 
-    from disttrace.tracer.analysis import chains
-    from disttrace.tracer.analysis.stragglers import WaitRecord, propagated
+    from disttrace.tracer.analysis.waits import propagation as chains
+    from disttrace.tracer.analysis.waits.stragglers import WaitRecord, propagated
 
     if jit == "1":
         pytest.importorskip("numba")
@@ -578,7 +578,7 @@ def test_waits_carried_back_along_random_chains_are_the_definitions(jit, monkeyp
             rec.add(w, c, a, rnd.randrange(1, 200), rnd.randrange(10**6), rnd.randrange(10**6), -1, rnd.random() < 0.9)
         longest = 3 if trial % 2 else 16  # (chains cut short too)
         monkeypatch.setattr(chains, "MAX_CHAIN", longest)
-        # (room for one part at first, every third trial: follow_all stops and runs again with more)
+        # (room for one part at first, every third trial: follow_loop stops and runs again with more)
         monkeypatch.setattr(chains, "_first_room", (lambda n: 1) if trial % 3 == 0 else (lambda n: max(16, 2 * n)))
         out = propagated(rec)
         got = list(zip(out.waiter, out.culprit, out.a, out.b, out.culprit_row, out.row))
@@ -671,7 +671,7 @@ def describe_straggler(a) -> str:
 def test_a_period_that_does_not_repeat_is_no_loop():
     import numpy as np
 
-    from disttrace.tracer.analysis.steps import _step_starts
+    from disttrace.tracer.analysis.waits.steps import _step_starts
 
     # one rank of benchmarks/synth.py's 3-D parallel job: 24 ops a step, sizes varying inside it, 2 set-up ops, a
     # world barrier (key 0) 62 ops after the first. That key's one repeat, 62 apart, covers more of the sequence
@@ -684,7 +684,7 @@ def test_a_period_that_does_not_repeat_is_no_loop():
 def test_the_loop_s_first_iteration_is_step_0_though_it_differs_by_a_few_ops():
     import numpy as np
 
-    from disttrace.tracer.analysis.steps import _step_starts
+    from disttrace.tracer.analysis.waits.steps import _step_starts
 
     # DDP with one bucket (key 5, one all_reduce a step) after its set-up broadcasts (1, 2): the second
     # iteration's forward broadcasts the rebuilt bucket (3, 4) first. The first iteration is step 0 (it was dropped,
@@ -702,7 +702,7 @@ def test_a_straggler_late_in_a_third_of_the_steps_does_not_widen_its_own_jitter(
     # the waiting the leading rank caused in each of 60 steps: rank 1 ~44 ms late from step 40 on, the others
     # 2-20 ms (a real run of tests/jobs/verdict_identical_ops.py). Measured once, the deviation took in 16 of the
     # 20 late steps, and the straggler was named late in 3 of them; measured again over the units left, none
-    from disttrace.tracer.analysis.stragglers import _center, _ordinary
+    from disttrace.tracer.analysis.waits.stragglers import _center, _ordinary
 
     normal = [7.6, 7.1, 7.6, 13.8, 3.6, 5.0, 1.7, 4.7, 4.1, 8.5, 2.6, 5.5, 1.7, 2.5, 3.6, 3.0, 4.9, 7.4, 3.4, 1.6,
               10.2, 7.8, 6.2, 3.3, 20.8, 6.9, 6.5, 3.6, 3.2, 8.9, 7.5, 5.6, 17.3, 2.0, 19.4, 13.6, 2.3, 7.0, 4.4, 7.0]

@@ -388,7 +388,7 @@ def test_reading_a_trace_never_imports_pandas(traced, tmp_path):
     pytest.importorskip("pandas")  # (a test extra: where it is missing there is nothing to import)
     t = _copy(traced("rec_ops.py", nproc=4), tmp_path)
     code = ("import sys; from disttrace.tracer.data.load import load_trace; "
-            "from disttrace.tracer.analysis.engine import analyze; "
+            "from disttrace.tracer.analysis.engine.run import analyze; "
             f"load_trace({t!r}); analyze(load_trace({t!r})); print('pandas' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert os.path.isfile(store.cache_path([t], None, True))  # (it was written, and re-opened)
@@ -487,12 +487,12 @@ def test_a_stored_summary_column_finds_the_non_finite_rows_without_decoding_the_
     """JsonColumn.items(maybe) decodes only the rows where the regex or the scan finds something; with the
     analysis' regex for NaN/Inf counts, and with its scan (scans.py: compiled, and as Python), it must give every row
     a decoding of all rows finds (problems._nonfinite reads it so)."""
-    from disttrace.tracer.analysis import scans
-    from disttrace.tracer.analysis.problems import _nonfinite_counts
+    from disttrace.tracer.analysis.problems import nonfinite_scan as scans
+    from disttrace.tracer.analysis.problems.checks import _nonfinite_counts
 
     monkeypatch.setenv("DISTTRACE_JIT", "1")
     monkeypatch.setattr(scans, "FIRST_ROOM", 1)  # (room for one place at first: grown past it)
-    finders = [scans.NONFINITE_TEXT, lambda text: scans.nonfinite_at(text, [len(text)])[1]]
+    finders = [scans.NONFINITE_TEXT, lambda text: scans.nonfinite_loop(text, [len(text)])[1]]
     if importlib.util.find_spec("numba"):
         finders.append(scans.nonfinite(1))  # (compiled)
 
@@ -568,9 +568,9 @@ def test_disttrace_run_writes_the_store_when_the_job_ends(tmp_path):
     STORE_AT_END_BYTES, as this one, is left to the first view, as with --no-store."""
     from harness import run_traced
 
-    from disttrace.tracer.analysis import saved
-    from disttrace.tracer.analysis.engine import analyze
-    from disttrace.tracer.analysis.jsonout import to_json
+    from disttrace.tracer.analysis.core import saved_analysis as saved
+    from disttrace.tracer.analysis.engine.run import analyze
+    from disttrace.tracer.analysis.text.json_report import to_json
     for run_args, stored in ((("--store",), True), ((), False)):
         out = tmp_path / f"trace{len(run_args)}"
         proc = run_traced("rec_steps.py", out, nproc=2, summaries="stats", run_args=run_args)

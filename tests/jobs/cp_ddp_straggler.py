@@ -1,7 +1,7 @@
 """DDP whose steps compute 60 ms on every rank (a sleep in the forward: the host busy, as in a real model's
 compute), with a straggler: rank 1 computes 100 ms more before its forward in every 4th step from step 3 (6 of 24).
 With --no-fault it runs on time: the critical path's what-if for "rank 1 on time" on the faulty run must predict the
-on-time run's step time (tests/analysis/test_critical_path.py). The compute is long beside the few ms of the step's real
+on-time run's step time (tests/analysis/causal/test_critical_path.py). The compute is long beside the few ms of the step's real
 work, whose pace on a shared 2-core machine moves from run to run (20 ms steps read 23-30 ms)."""
 
 import sys

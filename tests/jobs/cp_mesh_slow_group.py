@@ -3,7 +3,7 @@ and columns {0,2}, {1,3}. Every step each rank computes 20 ms, all_reduces in it
 all_reduces in its column group. The fault: rank 1 computes 80 ms more before its row all_reduce in every 4th
 step from step 3 (6 of 24), so rank 0 waits for it in row {0,1}; then rank 3 waits for rank 1 in column {1,3}, and rank 2 for
 rank 0 in column {0,2} (a chain: rank 0 was late because it waited for rank 1). With --no-fault it runs on time:
-"rank 1 on time" on the faulty run must predict the on-time run's step time (tests/analysis/test_critical_path.py)."""
+"rank 1 on time" on the faulty run must predict the on-time run's step time (tests/analysis/causal/test_critical_path.py)."""
 
 import sys
 import time

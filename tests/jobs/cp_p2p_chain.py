@@ -3,7 +3,7 @@ forward), then rank 0 sends to rank 1, which computes 5 ms on what it received a
 computes 5 ms on it too; then the three all_reduce. The fault: rank 0 computes 40 ms more before its send in every
 4th step from step 3 (6 of 24), so rank 1 waits for it in its recv, and rank 2 waits for rank 1 in its own (the delay
 propagated through rank 1). With --no-fault it runs on time: "rank 0 on time" on the faulty run must predict the
-on-time run's step time (tests/analysis/test_critical_path.py)."""
+on-time run's step time (tests/analysis/causal/test_critical_path.py)."""
 
 import sys
 import time

@@ -3,7 +3,7 @@ each stage computes 25 ms a micro-batch (a sleep: the host busy), except the mid
 twice as long (50 ms) before it sends its activation on. Each iteration ends with an all_reduce of the loss over
 the three stages. Stage 1 sets the pipeline's pace: its span (recv -> the send at the `slow` line) holds most of
 each step's critical path. With --no-fault stage 1 computes 25 ms like the others: the what-if "the spans ending
-at the `slow` line 50% faster" on the faulty run must predict it (tests/analysis/test_critical_path.py).
+at the `slow` line 50% faster" on the faulty run must predict it (tests/analysis/causal/test_critical_path.py).
 
 The micro-batches are long (25 ms) because a balanced pipeline hands its activations off at the same instant on
 every stage, which a loaded 2-core machine serves a few ms late; the faulty run's trace cannot show that cost, and

@@ -4,7 +4,7 @@ through both stages, then their backwards, with blocking send/recv, then an opti
 The first iteration holds the start-up (a stage still starting while the other waits in its first send, gloo's
 first exchanges: 270-360 ms on 2 busy cores, 630 ms where the issue was filed, against 50-90 ms for a steady one):
 the pipeline's schedule marks it warm-up and keeps it out of the mean bubble, and the viewer's Pipeline tab opens on
-the first steady iteration (tests/analysis/test_schedule_real.py; its trace is tests/tui/data/gpipe_warmup.jsonl,
+the first steady iteration (tests/analysis/pipeline/test_schedule_real.py; its trace is tests/tui/data/gpipe_warmup.jsonl,
 for tests/tui/test_schedule_view.py)."""
 
 import torch

@@ -6,7 +6,7 @@ late between two backward() calls.
 
 With --slow-start=S, rank 0 spends S seconds before its first collective (loading, building: what imports and
 set-up do), and rank 1 waits for it in DDP's first collective: the root causes of the steady steps' waiting still
-put rank 1's span first, rank 0's start-up said apart (tests/analysis/test_critical_path.py)."""
+put rank 1's span first, rank 0's start-up said apart (tests/analysis/causal/test_critical_path.py)."""
 
 import sys
 import time

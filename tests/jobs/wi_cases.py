@@ -1,6 +1,6 @@
 """The ground truths of the blame-and-what-if jobs (wi_*.py): each job with its fault and the run without it, the
 change that undoes the fault, the verdict it must give, and the bounds a prediction must meet. Read by
-tests/analysis/test_attribution_truth.py (one run each) and benchmarks/bench_verdict_rates.py (the rate over many)."""
+tests/analysis/causal/test_attribution_truth.py (one run each) and benchmarks/bench_verdict_rates.py (the rate over many)."""
 
 from __future__ import annotations
 

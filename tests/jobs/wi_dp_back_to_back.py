@@ -4,7 +4,7 @@ them (one flat buffer), then at once all-reduces its loss for the log. Rank 0's 
 the others' in every step (slow storage): ranks 1-3 wait for it in the gradients' all-reduce, then go straight on
 into the loss's.
 
-tests/analysis/test_attribution_truth.py reads the trace with the loss all-reduce's recorded start moved 20 µs
+tests/analysis/causal/test_attribution_truth.py reads the trace with the loss all-reduce's recorded start moved 20 µs
 before the gradients' all-reduce's recorded end on ranks 1-3 (as the clock reads of a reduce-scatter's end and the
 next all-reduce's start interleaved in a 16-rank job, issue 53; one process's reads never do here). The verdict:
 one worker, rank 0; "rank 0 at its peers' pace" predicts the run without the slow loader (`--no-fault`)."""

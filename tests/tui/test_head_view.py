@@ -14,7 +14,7 @@ import pytest
 from textual.css.query import NoMatches
 from textual.widgets import TabbedContent
 
-from disttrace.tracer.analysis import apart
+from disttrace.tracer.analysis.engine import child_process as apart
 from disttrace.tracer.data.store import head, parallel
 from disttrace.tui.app import DisttraceApp
 from disttrace.tui.screens.viewer import PlayheadLine, ViewerScreen

@@ -1,6 +1,6 @@
 """The hand-written ring's picture names what each message carried, from the recorded send."""
 
-from disttrace.tracer.analysis.model import P2PMatch
+from disttrace.tracer.analysis.core.results import P2PMatch
 from disttrace.tui.model.ring import p2p_steps
 from disttrace.tui.widgets.ring import _short
 

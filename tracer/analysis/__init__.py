@@ -10,17 +10,18 @@ are imported on first use: `disttrace report` never needs them.
 
 from importlib import import_module
 
-from .sentences import (attribution_summary, describe, micro_batches, startup_sentence, straggler_sentence,
-                        straggler_verdict, what_if_sentence)
-from .engine import analyze, pending_analysis
-from .jsonout import to_json
-from .waits import merged
+from .text.sentences import (attribution_summary, describe, micro_batches, startup_sentence, straggler_sentence,
+                             straggler_verdict, what_if_sentence)
+from .engine.run import analyze, pending_analysis
+from .text.json_report import to_json
+from .waits.wait_states import merged
 
 # name -> (module, its name there), imported when first asked for
 _ON_USE = {
-    "compare": ("diff", "compare"), "Diff": ("diff", "Diff"), "signed": ("diff", "signed"),
-    "verdict": ("diff", "verdict"), "analysed": ("diff_side", "analysed"),
-    "analyze_apart": ("apart", "analyze_apart"), "start_apart": ("apart", "start"), "stop_apart": ("apart", "stop"),
+    "compare": ("diff.compare", "compare"), "Diff": ("diff.compare", "Diff"), "signed": ("diff.compare", "signed"),
+    "verdict": ("diff.compare", "verdict"), "analysed": ("diff.sides", "analysed"),
+    "analyze_apart": ("engine.child_process", "analyze_apart"), "start_apart": ("engine.child_process", "start"),
+    "stop_apart": ("engine.child_process", "stop"),
 }
 
 

@@ -14,8 +14,8 @@ import sys
 
 import orjson
 
-from ..analysis.diff import Diff, compare, headline, signed, to_json, verdict
-from ..analysis.diff_side import analysed
+from ..analysis.diff.compare import Diff, compare, headline, signed, to_json, verdict
+from ..analysis.diff.sides import analysed
 from ..units import fmt_ns
 from ..errors import TraceError
 from .report import _console, _progress, _table

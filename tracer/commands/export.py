@@ -19,8 +19,8 @@ from typing import Iterator
 import orjson
 
 from ..analysis import analyze
-from ..analysis.matching import finished, finished_at
-from ..analysis.model import NULL, Analysis
+from ..analysis.core.matching import finished, finished_at
+from ..analysis.core.results import NULL, Analysis
 from ..data.table import NONE, P2P_OPS
 from ..errors import TraceError
 from ..data.load import load_trace

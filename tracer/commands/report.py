@@ -19,11 +19,11 @@ from statistics import median
 import orjson
 
 from ..analysis import analyze, to_json
-from ..analysis.sentences import (attribution_lines, micro_batches, startup_sentence, straggler_verdict,
+from ..analysis.text.sentences import (attribution_lines, micro_batches, startup_sentence, straggler_verdict,
                                   what_if_sentence)
-from ..analysis.model import NULL, Analysis
-from ..analysis.theory import typical_spread
-from ..analysis.what_if import ChangeSpec, parse_change
+from ..analysis.core.results import NULL, Analysis
+from ..analysis.comms.alpha_beta import typical_spread
+from ..analysis.causal.what_if import ChangeSpec, parse_change
 from ..units import fmt_bytes, fmt_gbps, fmt_list, fmt_ns, fmt_ranks, gbps_unit, in_unit, ns_unit
 from ..data.table.columns import typecode
 from ..errors import TraceError

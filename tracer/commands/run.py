@@ -144,7 +144,7 @@ def main(args) -> int:
     return rc
 
 
-_COMPILE_AHEAD = "import os; os.nice(19); from disttrace.tracer.analysis import jit; jit.compile_ahead()"
+_COMPILE_AHEAD = "import os; os.nice(19); from disttrace.tracer.analysis.core import jit; jit.compile_ahead()"
 
 
 def _compile_ahead() -> None:
@@ -184,7 +184,7 @@ def _write_store(out: str, files: list[str], always: bool = False) -> None:
     try:
         table = load_trace([out], settled=True)
         if isinstance(table.origin, StoreOrigin):  # (else nothing would keep the analysis)
-            from ..analysis.engine import analyze
+            from ..analysis.engine.run import analyze
 
             analyze(table)
     except KeyboardInterrupt:  # (the user would rather not wait: the first view does it; the exit code stays the job's)

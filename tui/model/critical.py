@@ -10,7 +10,7 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 
 from disttrace.tracer.analysis import merged
-from disttrace.tracer.analysis.model import CriticalPath, PathPart, Step
+from disttrace.tracer.analysis.core.results import CriticalPath, PathPart, Step
 
 from .store import TraceStore
 

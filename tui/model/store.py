@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from disttrace.tracer.analysis import pending_analysis
-from disttrace.tracer.analysis.model import Analysis
+from disttrace.tracer.analysis.core.results import Analysis
 from disttrace.tracer.data.table.columns import typecode
 from disttrace.tracer.data.table import NONE, P2P_OPS, EventTable, gc_paused
 

@@ -12,7 +12,7 @@ from textual.reactive import reactive
 from textual.widgets import DataTable, Static
 
 from disttrace.tracer.analysis import attribution_summary, startup_sentence, what_if_sentence
-from disttrace.tracer.analysis.model import CriticalPath, PathPart
+from disttrace.tracer.analysis.core.results import CriticalPath, PathPart
 from disttrace.tracer.units import fmt_list, fmt_ns, fmt_ns_short
 
 from ..model.critical import step_paths

@@ -14,7 +14,7 @@ from textual.reactive import reactive
 from textual.widgets import DataTable, OptionList, Static
 
 from disttrace.tracer.analysis import attribution_summary, micro_batches, straggler_verdict
-from disttrace.tracer.analysis.model import NULL
+from disttrace.tracer.analysis.core.results import NULL
 from disttrace.tracer.units import fmt_bytes_short, fmt_gbps, fmt_ns_short, gbps_unit, ns_unit
 
 from ..model.replay import row_at_time
@@ -33,7 +33,7 @@ MAX_ROWS = 2000  # rows of a table view: the worst first; the timeline has the r
 
 
 class PipelineView(VerticalScroll, can_focus=False):
-    """The pipeline's schedule grid (schedule.py) of the playhead's iteration, its bubble measured beside the
+    """The pipeline's schedule grid (pipeline/schedule.py) of the playhead's iteration, its bubble measured beside the
     textbook's, each stage's idle time by cause, then the pipeline over all its iterations."""
 
     DEFAULT_CSS = """

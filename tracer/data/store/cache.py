@@ -47,19 +47,29 @@ def enabled() -> bool:
 
 
 def source_digest(*places: str) -> str:
-    """A digest of the sources in `places` (a folder: its .py files; a file), read once per process: what a file
-    derived by this code (a store, a saved analysis) must have been made by, else it is stale."""
+    """A digest of the sources in `places` (a folder: the .py files in it and in its subfolders, at any depth; a
+    file), read once per process: what a file derived by this code (a store, a saved analysis) must have been made
+    by, else it is stale."""
     key = tuple(places)
     if key not in _DIGESTS:
         h = hashlib.sha1(str(STORE_VERSION).encode())
         for place in places:
-            files = ([os.path.join(place, n) for n in sorted(os.listdir(place)) if n.endswith(".py")]
-                     if os.path.isdir(place) else [place] if os.path.exists(place) else [])
-            for f in files:
+            for f in _sources(place):
                 with open(f, "rb") as fh:
-                    h.update(os.path.basename(f).encode() + b"\0" + fh.read())
+                    h.update(os.path.relpath(f, place).encode() + b"\0" + fh.read())
         _DIGESTS[key] = h.hexdigest()[:16]
     return _DIGESTS[key]
+
+
+def _sources(place: str) -> list[str]:
+    """The .py files of a folder and its subfolders (a moved or renamed module changes the digest too), or a file."""
+    if not os.path.isdir(place):
+        return [place] if os.path.exists(place) else []
+    found = []
+    for root, dirs, names in os.walk(place):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        found += [os.path.join(root, n) for n in sorted(names) if n.endswith(".py")]
+    return found
 
 
 _DIGESTS: dict[tuple[str, ...], str] = {}
@@ -69,8 +79,7 @@ _DATA = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tracer/da
 def _code_version() -> str:
     """The reader's code (data/ and its packages, the format and the units): a store written by another reader is
     stale."""
-    here = [_DATA] + [os.path.join(_DATA, d) for d in ("table", "importers", "store")]
-    return source_digest(*here, *(os.path.join(os.path.dirname(_DATA), f) for f in ("format.py", "units.py")))
+    return source_digest(_DATA, *(os.path.join(os.path.dirname(_DATA), f) for f in ("format.py", "units.py")))
 
 
 def fingerprint(paths: list[str], run: int | None, sources: list[str]) -> tuple[dict, int]:
