@@ -21,8 +21,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-# torch 2.13 renamed reduce_scatter_tensor/all_gather_into_tensor (to *_single); the seeds and the lecture use
-# the old names, which still work: keep them, without a warning per call.
+# torch 2.13 renamed reduce_scatter_tensor/all_gather_into_tensor (to *_single); the demos' sources
+# (docs/TEACHING.md) use the old names, which still work: keep them, without a warning per call.
 warnings.filterwarnings("ignore", category=FutureWarning, module=r"torch\.distributed")
 
 

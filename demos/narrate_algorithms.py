@@ -114,7 +114,7 @@ def _theory(approach: str, n: int, phi: int) -> str:
 
 
 def rounds(run: DemoRun) -> list[dict]:
-    """One entry per call of a seed function: each makes its own group. {approach, group, events, time_ns}."""
+    """One entry per call of a puzzler's function: each makes its own group. {approach, group, events, time_ns}."""
     by_group: dict[str, list[tuple[int, dict]]] = {}
     for row, ev in run.events():
         if ev["op"] in ("all_reduce", "reduce", "broadcast", "reduce_scatter", "all_gather"):
@@ -188,7 +188,8 @@ def three_ways(run: DemoRun) -> dict:
 
 # -- P2P bandwidth -----------------------------------------------------------------------------
 
-SEED_TIMES_MS = {1: 4.5, 2: 53.2, 4: 8.8}  # seed 004 (a GPU server): 400 MB from GPU 0 to GPUs 1, 2, 4
+PUZZLER_TIMES_MS = {1: 4.5, 2: 53.2, 4: 8.8}  # puzzler 1's GPU server: 400 MB from GPU 0 to GPUs 1, 2, 4
+# (docs/TEACHING.md#p2p-bandwidth)
 
 
 def p2p_bandwidth(run: DemoRun) -> dict:
@@ -227,7 +228,7 @@ def p2p_bandwidth(run: DemoRun) -> dict:
                      f"{fmt_ns_prose(link.transfer_ns)} on the wire, {fmt_in(link.gbps, 'GB/s', '.2f')}"
                      if link.gbps else f"rank 0 -> rank {dst}: {fmt_bytes_si(link.bytes)}, no bandwidth measured")
     seed = ", ".join(f"GPU 0 -> {d}: {fmt_in(0.4 / (t / 1e3), 'GB/s', '.1f')}"
-                     for d, t in SEED_TIMES_MS.items())
+                     for d, t in PUZZLER_TIMES_MS.items())
     return narration.write(
         "Measured per link (the analysis' communication matrix):\n  " + "\n  ".join(lines) +
         f"\nOn that GPU server: {seed} - the same 400 MB, a factor of 12 between links, because the GPU pairs are "

@@ -1,5 +1,6 @@
-"""Narrations of the parallelism demos: data, tensor and pipeline parallelism (seed 001) and ZeRO-1 (seed 003).
-What a learner reads names no seed nor lecture: those are where the programs come from, not what they show."""
+"""Narrations of the parallelism demos: data, tensor and pipeline parallelism and ZeRO-1.
+What a learner reads names no source document nor lecture: those are where the programs come from
+(docs/TEACHING.md), not what they show."""
 
 from __future__ import annotations
 

@@ -2,8 +2,8 @@
 
 A demo is a program in demos/programs/ (a plain torch.distributed script a learner can read and run with
 torchrun) and a narration function that writes narration.json from the recorded trace. Its line in the list says
-what the program shows in a newcomer's words (where its numbers come from, a seed or a lecture, is in the program's
-docstring, not there).
+what the program shows in a newcomer's words (where its numbers come from, a book, a lecture or a post, is in
+docs/TEACHING.md and the program's docstring, not there).
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ DEMOS: dict[str, Demo] = {d.name: d for d in [
          section=_A),
     Demo("allreduce-three-ways", "allreduce_three_ways.py",
          "all_reduce vs reduce+broadcast vs reduce_scatter+all_gather, timed side by side", 2,
-         narrate="narrate_algorithms:three_ways", size_help="values per tensor (default 2**20, the seed's)",
+         narrate="narrate_algorithms:three_ways", size_help="values per tensor (default 2**20, the puzzler's)",
          size_per_rank=True, summaries="off",
          section=_A),
     Demo("p2p-bandwidth", "p2p_bandwidth.py", "copies from rank 0 to each other rank, GB/s per link", 3,

@@ -58,7 +58,7 @@ def _version() -> str:
 def main(argv: list[str] | None = None) -> int:
     # disttrace keeps its modules' bytecode even where PYTHONDONTWRITEBYTECODE is set (tests/conftest.py does the
     # same): an editable install (the README's) has none, and every command would compile the package's sources
-    # again, a third of a re-open's time (docs/PERFORMANCE.md)
+    # again, a large share of a re-open's time (docs/PERFORMANCE.md)
     sys.dont_write_bytecode = False
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser()

@@ -88,7 +88,7 @@ SHORT_TIME = Style(TIME, (("s", ".4g"), ("ms", ".3g"), ("µs", ".3g"), ("ns", ".
 SHORT_BYTES = Style(BYTES, (("TiB", ".3g"), ("GiB", ".3g"), ("MiB", ".3g"), ("KiB", ".3g"), ("B", ".0f")), sep="",
                     divide=True)
 # The demos' narrations: durations as a person says them ("850 µs", "1.5 ms", "2.00 s"), sizes in powers of ten as
-# the seeds' texts count them ("4.19 MB").
+# the demos' sources (docs/TEACHING.md) count them ("4.19 MB").
 PROSE_TIME = Style(TIME, (("s", ".2f"), ("ms", ".1f"), ("µs", ".0f")), missing="?", divide=True)
 SI_BYTES = Style(BYTES, (("GB", ".2f"), ("MB", ".2f"), ("kB", ".2f"), ("B", ".0f")), divide=True)
 

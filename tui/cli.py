@@ -28,8 +28,8 @@ def main(args: argparse.Namespace) -> int:
 
     if args.baseline is None:
         # the viewer's imports and first screen make some million objects and no garbage: the collector walking
-        # them again and again was 5-10% of the start's CPU time. On again once the viewer is on screen, or once a
-        # load has taken 0.5 s (app.DisttraceApp._show, _show_loading)
+        # them again and again was a share of the start's CPU time (docs/PERFORMANCE.md). On again once the viewer
+        # is on screen, or once a load has taken 0.5 s (app.DisttraceApp._show, _show_loading)
         gc.disable()
     from .loading import StoredAhead
 

@@ -1,4 +1,5 @@
-"""all-reduce: every rank ends with the sum of everyone's tensor (seed 002, "3. All-Reduce").
+"""all-reduce: every rank ends with the sum of everyone's tensor (the guide's "3. All-Reduce":
+docs/TEACHING.md#all-reduce).
 
     before: rank 0 [1, 2, 3]   rank 1 [4, 5, 6]   rank 2 [7, 8, 9]
     after (SUM): every rank [12, 15, 18]

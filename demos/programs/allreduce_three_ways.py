@@ -1,15 +1,15 @@
-"""Seed 004's puzzler 2: the same sum three ways, timed side by side.
+"""The puzzlers' puzzler 2 (docs/TEACHING.md#allreduce-three-ways): the same sum three ways, timed side by side.
 
   1. all_reduce                      - one collective
-  2. reduce to rank 0 + broadcast    - everything goes through one rank (seed 003's "naive AllReduce")
-  3. reduce_scatter + all_gather     - what a ring all-reduce does inside (seed 000)
+  2. reduce to rank 0 + broadcast    - everything goes through one rank (the chapter's "naive AllReduce")
+  3. reduce_scatter + all_gather     - what a ring all-reduce does inside (the notes)
 
-The three functions are the seed's, with two changes: the device is the demo's (cpu on gloo, cuda:LOCAL_RANK
+The three functions are the post's, with two changes: the device is the demo's (cpu on gloo, cuda:LOCAL_RANK
 on NCCL), and approach 3 allocates the reduce-scatter output with tensor_size / N values - one rank's
-shard; the seed's `torch.zeros(tensor_size)` is rejected by the reduce-scatter. Each returns the time its
+shard; the post's `torch.zeros(tensor_size)` is rejected by the reduce-scatter. Each returns the time its
 collectives took on this rank. The trace records the same calls with their bytes and durations.
 
-Theoretical volume each rank sends, for a tensor of Φ bytes on N ranks (seed 000 and seed 003):
+Theoretical volume each rank sends, for a tensor of Φ bytes on N ranks (the notes and the chapter):
   all_reduce (ring)            2(N-1)/N Φ on every rank
   reduce + broadcast           rank 0: (N-1)Φ received, then (N-1)Φ sent; every other rank Φ each way
   reduce_scatter + all_gather  (N-1)/N Φ + (N-1)/N Φ = 2(N-1)/N Φ on every rank
@@ -22,7 +22,7 @@ import torch.distributed as dist
 
 from disttrace.demos._world import cleanup, setup
 
-DEVICE = None  # set in main(): the seed's functions use torch.device(f"cuda:{local_rank}")
+DEVICE = None  # set in main(): the post's functions use torch.device(f"cuda:{local_rank}")
 
 
 def elapsed(start: float) -> float:

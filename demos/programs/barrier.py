@@ -1,4 +1,4 @@
-"""barrier: nobody leaves until everybody has arrived (seed 000, "Barrier").
+"""barrier: nobody leaves until everybody has arrived (the notes' "Barrier": docs/TEACHING.md#barrier).
 
 Rank r works for r x 200 ms before it reaches the barrier, so the ranks arrive one after the other; they all
 leave together, when the last one arrives. The trace shows each rank's wait: the time it spent in the

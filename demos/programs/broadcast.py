@@ -1,4 +1,4 @@
-"""broadcast: the root sends one tensor to every rank (seed 002, "1. Broadcast").
+"""broadcast: the root sends one tensor to every rank (the guide's "1. Broadcast": docs/TEACHING.md#broadcast).
 
     before: rank 0 [1, 2, 3] (the root)   rank 1 [0, 0, 0]   rank 2 [0, 0, 0]
     after:  every rank [1, 2, 3]

@@ -1,4 +1,5 @@
-"""Data parallelism: the lecture's program (seed 001), with a single-process check of what it computes.
+"""Data parallelism: the lecture's program, with a single-process check of what it computes
+(docs/TEACHING.md#data-parallel).
 
 Every rank holds the whole model (here an MLP of `num_layers` square matrices) and its own slice of the
 batch. After the backward pass the ranks average their gradients with one all-reduce per parameter - "the

@@ -1,4 +1,4 @@
-"""gather: one root rank collects every rank's tensor (seed 002, "4. Gather").
+"""gather: one root rank collects every rank's tensor (the guide's "4. Gather": docs/TEACHING.md#gather).
 
     before: rank 0 [1, 2]   rank 1 [3, 4]   rank 2 [5, 6]
     after (gather to rank 0): rank 0 holds [1, 2], [3, 4], [5, 6] -> concatenated [1, 2, 3, 4, 5, 6]

@@ -1,4 +1,5 @@
-"""The lecture's helpers (seed 001), shared by data_parallel.py, tensor_parallel.py and pipeline_parallel.py."""
+"""The lecture's helpers (docs/TEACHING.md#the-lecture), shared by data_parallel.py, tensor_parallel.py and
+pipeline_parallel.py."""
 
 import math
 

@@ -1,13 +1,14 @@
-"""Seed 004's puzzler 1, on whatever links this machine has: copy the same data from rank 0 to each other rank.
+"""Puzzler 1 of the puzzlers (docs/TEACHING.md#p2p-bandwidth), on whatever links this machine has: copy the same
+data from rank 0 to each other rank.
 
-The seed copies 10 tensors of 10**7 fp32 values (400 MB) from GPU 0 to GPUs 1, 2 and 4 and sees 4.5 ms,
+The post copies 10 tensors of 10**7 fp32 values (400 MB) from GPU 0 to GPUs 1, 2 and 4 and sees 4.5 ms,
 53.2 ms and 8.8 ms: the same bytes, very different times, because each pair of GPUs is joined by a
 different link (NVLink, PCIe through the CPU, ...). Bandwidth is a property of the path, not of the GPU.
 
 Here rank 0 sends `--count` tensors of `--size` fp32 values to each other rank in turn (one link at a time,
 so that each measurement is alone on the wire), and `disttrace` computes the GB/s of each link from the
 recorded sends and receives. Scale: on gloo/CPU the default is 10**6 values per tensor (4 MB, 40 MB per
-link), a tenth of the seed's, so that the demo runs in seconds; on NCCL the default is the seed's 10**7.
+link), a tenth of the post's, so that the demo runs in seconds; on NCCL the default is the post's 10**7.
 On one machine with gloo every "link" is the loopback interface, so expect similar numbers on every link:
 differences come from the hardware paths, which is the puzzler's point.
 """

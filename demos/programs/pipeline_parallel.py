@@ -1,5 +1,6 @@
-"""Pipeline parallelism: the lecture's program (seed 001), with the backward pass it leaves as homework, run on the
-schedules the papers draw: GPipe, 1F1B and interleaved 1F1B, one training iteration each.
+"""Pipeline parallelism: the lecture's program (docs/TEACHING.md#pipeline-parallel), with the backward pass it
+leaves as homework, run on the schedules the papers draw: GPipe, 1F1B and interleaved 1F1B, one training iteration
+each.
 
 The layers are split into stages, one per rank: rank r holds layers [r*L/N, (r+1)*L/N). The batch is cut
 into micro-batches so that the stages can work at the same time on different micro-batches.

@@ -1,4 +1,4 @@
-"""reduce: every rank's tensor is summed onto one root rank (seed 002, "2. Reduce").
+"""reduce: every rank's tensor is summed onto one root rank (the guide's "2. Reduce": docs/TEACHING.md#reduce).
 
     before: rank 0 [1, 2, 3]   rank 1 [4, 5, 6]   rank 2 [7, 8, 9]
     after (SUM to rank 0): rank 0 [12, 15, 18]; the other ranks' tensors are not part of the result

@@ -1,4 +1,4 @@
-"""Ring all-reduce written by hand with isend/irecv, checked against dist.all_reduce (seed 000).
+"""Ring all-reduce written by hand with isend/irecv, checked against dist.all_reduce (docs/TEACHING.md#ring-allreduce).
 
 Every rank splits its K values into N chunks of K/N (N = world size) and talks only to its two neighbours:
 it sends to rank r+1 and receives from rank r-1.
@@ -10,7 +10,8 @@ it sends to rank r+1 and receives from rank r-1.
      chunk (r - s) mod N, which it copies over its own. After N-1 steps every rank holds every summed chunk.
 
 Each rank sends 2(N-1) messages of K/N values: 2(N-1)K/N in all, about 2K for large N, whatever N is.
-That is why the ring is "bandwidth optimal" (seed 000; seed 003's table: 2(N_d - 1)Φ for the whole ring).
+That is why the ring is "bandwidth optimal" (the notes, and the chapter's table: 2(N_d - 1)Φ for the whole ring;
+docs/TEACHING.md#sources).
 """
 
 import torch

@@ -1,4 +1,4 @@
-"""scatter: the root splits its data and sends piece i to rank i (seed 002, "6. Scatter").
+"""scatter: the root splits its data and sends piece i to rank i (the guide's "6. Scatter": docs/TEACHING.md#scatter).
 
     before: rank 0 [1, 2, 3, 4, 5, 6] (the root)   rank 1 [0, 0]   rank 2 [0, 0]
     after:  rank 0 [1, 2]   rank 1 [3, 4]   rank 2 [5, 6]

@@ -1,4 +1,5 @@
-"""Tensor parallelism: the lecture's program (seed 001), with the backward pass it leaves as homework.
+"""Tensor parallelism: the lecture's program, with the backward pass it leaves as homework
+(docs/TEACHING.md#tensor-parallel).
 
 Every rank holds all the data and a column shard of every weight matrix: rank r holds columns
 [r*d/N, (r+1)*d/N) of each d x d matrix. Per layer:

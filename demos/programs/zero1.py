@@ -1,6 +1,7 @@
-"""ZeRO stage 1: shard the optimizer states across the data-parallel ranks (seed 003, "ZeRO-Stage-One").
+"""ZeRO stage 1: shard the optimizer states across the data-parallel ranks (the chapter's "ZeRO-Stage-One":
+docs/TEACHING.md#zero1).
 
-Mixed-precision training with Adam keeps, per parameter (seed 003's table):
+Mixed-precision training with Adam keeps, per parameter (the chapter's table):
   parameters in bf16 (2 bytes) + gradients in bf16 (2 bytes)
   + optimizer states in fp32: a master copy of the parameters, momentum and variance (K = 12 bytes)
 = 16 bytes per parameter on every data-parallel rank. ZeRO-1 keeps the first two everywhere but gives each of

@@ -1,6 +1,6 @@
 """The trace store (tracer/data/store/): an EventTable written as an Arrow IPC file beside the trace and opened
 instead of parsing. Round trips are exact; a stale or damaged store is never used; writing it never fails a
-command; the README's one-liners (pandas, DuckDB) work as written."""
+command; docs/USAGE.md's one-liners (pandas, DuckDB) work as written."""
 
 from __future__ import annotations
 
@@ -331,10 +331,10 @@ def test_the_env_var_and_cache_false_turn_it_off(events_file, monkeypatch):
     assert not opened_from_store(load_trace(events_file, cache=False))  # what --follow does
 
 
-def test_the_readme_one_liners(events_file):
-    """The lines of README.md, "Your trace in pandas, Polars, DuckDB", as written there."""
+def test_the_usage_one_liners(events_file):
+    """The lines of docs/USAGE.md, "Your trace in pandas, Polars, DuckDB", as written there."""
     load_trace(events_file)
-    path = events_file + ".disttrace.arrow"  # README: FILE.disttrace.arrow, TRACE/.disttrace-cache/events-v2.arrow
+    path = events_file + ".disttrace.arrow"  # USAGE.md: FILE.disttrace.arrow, TRACE/.disttrace-cache/events-v2.arrow
     import pandas as pd
     df = pd.read_feather(path)
     import duckdb

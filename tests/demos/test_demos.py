@@ -1,7 +1,7 @@
 """Every demo, run for real (`disttrace demo NAME --no-view`), checked through its recorded trace.
 
-The numbers come from the seeds (../shared/seeds) and from torch itself; each demo is run once per session, and
-only the demos the selected tests need, two at a time (most of a torchrun's time is start-up waiting).
+The numbers come from the demos' sources (docs/TEACHING.md) and from torch itself; each demo is run once per
+session, and only the demos the selected tests need, two at a time (most of a torchrun's time is start-up waiting).
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ def demos(request, tmp_path_factory):
     return runs
 
 
-# -- the collectives: seed 002's and seed 000's numbers ------------------------------------------
+# -- the collectives: the guide's and the notes' numbers (docs/TEACHING.md) ------------------------
 
 @needs("broadcast")
 def test_broadcast_copies_the_roots_tensor(demos):
@@ -158,7 +158,7 @@ def test_scatter_hands_out_pieces(demos):
 
 
 @needs("reduce-scatter")
-def test_reduce_scatter_reproduces_seed_000_and_seed_002(demos):
+def test_reduce_scatter_reproduces_the_notes_and_the_guide(demos):
     d = demos["reduce-scatter"]
     seed000 = d.by_rank("reduce_scatter", 0)
     assert in_values(seed000[0]) == [-1, 5, 2, 2] and in_values(seed000[1]) == [3, -3, 4, 1]

@@ -36,7 +36,8 @@ def test_no_argument_prints_a_guide_for_a_newcomer():
 
 
 def test_the_list_speaks_to_a_newcomer():
-    """A line of the list says what the program shows, not where it comes from ('(seed 002)', 'the lecture's DDP')."""
+    """A line of the list says what the program shows, not where it comes from ('(the guide's example)', 'the
+    lecture's DDP')."""
     import re
 
     for demo in DEMOS.values():

@@ -1,5 +1,5 @@
 """The timeline's lanes kept beside their trace: the columns `Lane.columns_all` makes (every rank's events in
-start order, their categories and prefix sums: ~60 bytes an event) written to the trace store (data/store/arrays.py,
+start order, their categories and prefix sums, a few words an event) written to the trace store (data/store/arrays.py,
 `write_arrays`) once, and read in place on the next open (mapped: only the pages a frame reads come into memory).
 Building them was a large share of a large trace's re-open (reading them back is far quicker: see
 benchmarks/bench_tui.py, "first frame, re-open"), and held them in the process's own memory. Kept without the

@@ -1,7 +1,7 @@
 """The normalized event table: the contract between the importers and everything that reads traces.
 
 One row per torch.distributed operation on one rank, columns stored as arrays (not a dict per event) so
-that a million-event trace fits in about a hundred MB and analyses can loop over plain ints: integers in typed
+that a million-event trace fits in a few bytes a field and analyses can loop over plain ints: integers in typed
 arrays, texts and shapes dictionary-encoded, tensor summaries as JSON text, fields most events lack kept sparse
 (columns.py). This module imports neither torch nor textual.
 
@@ -172,7 +172,7 @@ class EventTable:
         self.add_rows({name: (v,) for name, v in row.items()})
 
     def sort(self) -> None:
-        """Sort rows by (start_ns, rank, id) in place. In numpy: a key tuple per row would cost ~150 bytes and a
+        """Sort rows by (start_ns, rank, id) in place. In numpy: a key tuple per row would cost an object and a
         Python call each (gigabytes at 10M rows); rank files are concatenated, so every trace dir sorts."""
         import numpy as np
 
