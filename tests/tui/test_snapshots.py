@@ -5,6 +5,10 @@ Update after a deliberate change with: pytest tests/tui/test_snapshots.py --snap
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+
 from disttrace.tui.app import DisttraceApp
 from disttrace.tui.model.narration import Narration
 
@@ -12,6 +16,7 @@ from tui_helpers import DATA, PIPELINE_JOB, TUI_JOB, fixture_store, steps_store
 
 PP_1F1B = DATA / "pp_1f1b.jsonl"  # tests/jobs/pp_schedules.py --schedule=1f1b, 2 ranks
 PIPELINE_DEMO = DATA / "pipeline_demo.jsonl"  # `disttrace demo pipeline-parallel`: GPipe, then 1F1B
+GOLDEN = Path(__file__).parent.parent / "golden" / "traces"  # tests/golden/test_golden.py says what each holds
 
 
 def demo_narration() -> Narration:
@@ -114,3 +119,22 @@ def test_narration_pane(snap_compare):
     narration = Narration("All-reduce, step by step", "Four ranks will sum their tensors.",
                           [({"op": "all_reduce", "rank": 1}, "Rank 1 enters the all_reduce first and waits.")], "")
     assert snap_compare(app_on(narration=narration, step_mode=False), terminal_size=SIZE)  # narration steps anyway
+
+
+@pytest.mark.slow  # (no process: the diff of two 40-step runs takes seconds, too long for the contributors' loop)
+def test_diff_view(snap_compare):
+    # `disttrace view ddp_slow --baseline ddp_none`: rank 3 slower by 80 ms in one span of every step; the verdict,
+    # the explanation (that span), the steps and ops that moved
+    from disttrace.tracer.analysis import analysed, compare
+    from disttrace.tracer.data.load import load_trace
+    from disttrace.tui.model.store import TraceStore
+    from disttrace.tui.widgets.diff import set_baseline
+
+    a, b = (analysed(load_trace(str(GOLDEN / name), cache=False), name) for name in ("ddp_none", "ddp_slow"))
+    d = compare(a, b)
+    set_baseline(d)
+    try:
+        app = DisttraceApp(["ddp_slow"], store=TraceStore(d.b_side.table, d.b_side.analysis), step_mode=True)
+        assert snap_compare(app, press=["9"], terminal_size=SIZE)
+    finally:
+        set_baseline(None)
