@@ -587,3 +587,22 @@ def test_disttrace_run_writes_the_store_when_the_job_ends(tmp_path):
         assert (kept is not None) == stored
         if stored:
             assert to_json(kept) == to_json(analyze(load_trace(str(out), cache=False)))
+
+
+def test_the_source_digest_covers_subfolders(tmp_path):
+    # the analysis lives in subfolders (analysis/core/, analysis/waits/, ...): a change in one of them, or a module
+    # moved between them, must make the saved analysis stale, as a change at the top does
+    def digest(tree: dict[str, str]) -> str:
+        root = tmp_path / f"v{len(list(tmp_path.iterdir()))}"
+        for name, text in tree.items():
+            (root / name).parent.mkdir(parents=True, exist_ok=True)
+            (root / name).write_text(text)
+        return store.source_digest(str(root))
+
+    base = {"__init__.py": "", "core/results.py": "A = 1\n", "waits/steps.py": "B = 2\n"}
+    same = digest(base)
+    assert digest(base) == same
+    assert digest({**base, "waits/steps.py": "B = 3\n"}) != same
+    moved = {"__init__.py": "", "core/results.py": "A = 1\n", "core/steps.py": "B = 2\n"}
+    assert digest(moved) != same
+    assert digest({**base, "waits/__pycache__/steps.py": "junk"}) == same  # compiled leftovers are not sources
