@@ -1,7 +1,7 @@
 """Compact columns for the EventTable's text and object fields, read like lists (`col[i]`, `len`, iteration).
 
 A million events hold a few dozen distinct sites, apis, dtypes and shapes: a list would spend a pointer per row
-and, for shapes, a list object per row (~100 bytes); `CodedColumn` keeps each distinct value once and a 1-byte
+and, for shapes, a list object per row; `CodedColumn` keeps each distinct value once and a 1-byte
 code per row (widened to 2 or 4 bytes when the values outgrow it). Summaries, errors and unknown keys are
 absent from most events: `SparseColumn` keeps only the rows that have one.
 """
@@ -197,8 +197,8 @@ class SparseColumn:
 class JsonColumn(SparseColumn):
     """Values kept as their JSON text, decoded when a row is read and never kept: row i's text is
     `data[offsets[i]:offsets[i + 1]]`, empty for a row without a value. The tensor summaries (in, out): as dicts
-    they took ~500 bytes each, and a parse's millions of them fragmented the heap for good; as text ~150 bytes, in
-    one buffer, and the store writes them as they are. Read from the store, `offsets` and `data` are the mapped
+    they took several times their text's size, and a parse's millions of them fragmented the heap for good; as
+    text, in one buffer, and the store writes them as they are. Read from the store, `offsets` and `data` are the mapped
     file (read-only: copied if rows are added). A value orjson cannot write (nested past its depth) is kept as it
     is, by row, in `_values`."""
 
@@ -356,7 +356,7 @@ def writable(col):
 
 # Rows per call of a C loop over a whole column (tolist, fromiter, np.repeat, a copy into an array.array) in the
 # analysis: such a call holds the GIL throughout (most numpy operations let it go; these do not), and one over a
-# million rows is a key's whole budget in the viewer, whose UI thread waits for it. A slice of 64k rows is short,
+# whole column takes a key's whole budget in the viewer, whose UI thread waits for it. A slice of 64k rows is short,
 # and the GIL can change hands between slices.
 GIL_ROWS = 1 << 16
 
@@ -419,7 +419,7 @@ def to_list(a) -> list:
 
 def release(items: list) -> None:
     """Empty a list GIL_ROWS items at a time, from its end: freeing millions of objects at once is one C loop under
-    the GIL (a 10M-event trace's instances' rows, a list of lists)."""
+    the GIL (a large trace's instances' rows, a list of lists)."""
     while items:
         del items[-GIL_ROWS:]
 
