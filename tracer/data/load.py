@@ -220,7 +220,7 @@ def _unclaimed(path: str) -> str:
 def trace_size(paths) -> int:
     """Bytes of the files a trace's events come from (a directory: its importer's `sources`, not the store's dir
     nor other files beside them); of a rank file, what was written so far: it grows while a job runs (--follow);
-    of a gzipped file, its JSON's (a profiler trace compresses many times). Whether the viewer reads a trace before it
+    of a gzipped file, its JSON's (a profiler trace compresses 20x). Whether the viewer reads a trace before it
     starts, and whether a followed trace grew."""
     total = 0
     for p in paths:

@@ -42,7 +42,7 @@ def read_arrays(path: str, fingerprint: dict) -> tuple[dict, dict]:
                 raise StoreError("unexpected columns")
         if digest(batch.columns) != _stored_digest(batch):
             raise StoreError("checksum mismatch")
-        # read in place, as the event columns are (_mapped): a re-open's analysis is tens of bytes an event of arrays,
+        # read in place, as the event columns are (_mapped): a re-open's analysis is ~65 bytes an event of arrays,
         # which copies kept in the process's own memory (a reader that must change one copies it: columns.writable)
         out = {name: _mapped(col.values, "B" if tc == _BYTES else tc) for (name, tc), col in zip(codes.items(),
                                                                                                 batch.columns)}

@@ -157,7 +157,7 @@ def cached_load(paths: list[str], run: int | None, sources: list[str], is_dir: b
             if is_dir:
                 os.makedirs(os.path.dirname(target), exist_ok=True)
             codec.write_store(table, target, fp)
-            # and opened as a re-open would: the parsed table's columns (summaries and all) go,
+            # and opened as a re-open would: the parsed table's columns (~300 bytes an event with summaries) go,
             # the mapped ones come into memory only as they are read
             table = codec.read_store(target, fp)
             table.origin = StoreOrigin(target, fp)

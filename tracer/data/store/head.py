@@ -22,7 +22,7 @@ from ..table.event_table import EventTable
 from ..table.memory import gc_paused
 
 HEAD_BYTES = 8 << 20        # what the head reads in all, or
-HEAD_SHARE = 128            # 1/128th of a larger trace (about a large trace's first step)
+HEAD_SHARE = 128            # 1/128th of a larger trace (10M events of 1,024 ranks: 40 MB, its first step)
 MAX_HEAD_BYTES = 64 << 20   # up to this
 FILE_HEAD_BYTES = 16 << 10  # and at least this of each rank file
 

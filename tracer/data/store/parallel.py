@@ -39,7 +39,7 @@ from .merge import merge_parts
 
 PARALLEL_BYTES = 48 << 20  # smaller traces are read in process: the workers' start costs more than they save
 SHARE_BYTES = 24 << 20     # no worker gets less than this
-MAX_SHARE_BYTES = 256 << 20  # nor more: a worker holds its share as a table (a few times the share's bytes)
+MAX_SHARE_BYTES = 256 << 20  # nor more: a worker holds its share as a table (~500 bytes an event, ~250 MB here)
 MAX_WORKERS = 8            # at once; a large trace has more shares than workers, read a few at a time
 ENV = "DISTTRACE_WORKERS"  # how many workers to use ("1": read in process); default: the CPUs
 

@@ -1,7 +1,7 @@
 """Compact columns for the EventTable's text and object fields, read like lists (`col[i]`, `len`, iteration).
 
 A million events hold a few dozen distinct sites, apis, dtypes and shapes: a list would spend a pointer per row
-and, for shapes, a list object per row; `CodedColumn` keeps each distinct value once and a 1-byte
+and, for shapes, a list object per row (~100 bytes); `CodedColumn` keeps each distinct value once and a 1-byte
 code per row (widened to 2 or 4 bytes when the values outgrow it). Summaries, errors and unknown keys are
 absent from most events: `SparseColumn` keeps only the rows that have one.
 """
@@ -197,8 +197,8 @@ class SparseColumn:
 class JsonColumn(SparseColumn):
     """Values kept as their JSON text, decoded when a row is read and never kept: row i's text is
     `data[offsets[i]:offsets[i + 1]]`, empty for a row without a value. The tensor summaries (in, out): as dicts
-    they took several times their text's size, and a parse's millions of them fragmented the heap for good; as
-    text, in one buffer, and the store writes them as they are. Read from the store, `offsets` and `data` are the mapped
+    they took ~500 bytes each, and a parse's millions of them fragmented the heap for good; as text ~150 bytes, in
+    one buffer, and the store writes them as they are. Read from the store, `offsets` and `data` are the mapped
     file (read-only: copied if rows are added). A value orjson cannot write (nested past its depth) is kept as it
     is, by row, in `_values`."""
 
