@@ -1,7 +1,7 @@
 """The analysis engine shared by `disttrace report` and the viewer (no torch, no textual).
 
-This package is the door the viewer (tui/) comes through; `model` (the results' dataclasses) is the only module
-it imports by name, and tests/test_import_boundaries.py holds it to that. Commands may reach further in.
+This package is the door the viewer (tui/) comes through; `core.results` (the results' dataclasses) is the only
+module it imports by name, and tests/test_import_boundaries.py holds it to that. Commands may reach further in.
 
 analyze(table, progress=None) -> Analysis; to_json(analysis) -> dict (the report's --json);
 describe(analysis, row) -> one sentence on what happened at an event. The diff's and the analysis-apart's names

@@ -168,10 +168,10 @@ STORE_AT_END_BYTES = 16 << 20
 
 def _write_store(out: str, files: list[str], always: bool = False) -> None:
     """Read the trace once, now that the job is over, write its store (data/store/) and analyse it (the analysis
-    is saved beside the store: analysis/saved.py), so that the first view or report opens both rather than parsing
-    the JSON and analysing (benchmarks/bench_tui.py: "analysis views ready", first open and re-open); only from
-    STORE_AT_END_BYTES unless `always`. Never fails the run: a damaged trace is the reader's to report when it is
-    opened."""
+    is saved beside the store: analysis/core/saved_analysis.py), so that the first view or report opens both rather
+    than parsing the JSON and analysing (benchmarks/bench_tui.py: "analysis views ready", first open and re-open);
+    only from STORE_AT_END_BYTES unless `always`. Never fails the run: a damaged trace is the reader's to report when
+    it is opened."""
     size = sum(os.path.getsize(f) for f in files)
     if size < STORE_AT_END_BYTES and not always:
         return  # (before any import: a short job's end pays nothing)

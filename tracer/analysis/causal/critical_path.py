@@ -48,7 +48,7 @@ class _Host:
 
     def __init__(self, a, b, row, kind, maxb) -> None:
         # views of the columns, not lists nor copies: read one by one (bisect, indexing) at C speed, Python ints out,
-        # and no second copy of every interval (~33 bytes an event)
+        # and no second copy of every interval (tens of bytes an event)
         self.a, self.b, self.row, self.kind, self.maxb = map(memoryview, (a, b, row, kind, maxb))
 
     def before(self, t: int) -> int | None:

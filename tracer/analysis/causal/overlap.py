@@ -22,7 +22,7 @@ from ..core.results import Overlap
 
 
 def _union(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The union of the intervals [lo, hi) (waits.merged's: touching ones joined, empty ones dropped) as disjoint
+    """The union of the intervals [lo, hi) (wait_states.merged's: touching ones joined, empty ones dropped) as disjoint
     sorted (starts, ends) and the lengths before each, in numpy."""
     keep = hi > lo
     lo, hi = lo[keep], hi[keep]

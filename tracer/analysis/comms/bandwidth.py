@@ -2,7 +2,8 @@
 
 algbw = S / time and busbw = algbw x factor, where S is nccl-tests' size for the op (the total buffer for
 all_gather, reduce_scatter, all_to_all, gather, scatter) and the factor makes busbw comparable to link speed.
-busbw x time is also what each rank must move with ring algorithms: theory's volume (see comms/alpha_beta.py).
+busbw x time is also what each rank must move with ring algorithms: the volume the alpha-beta model uses
+(comms/alpha_beta.py).
 Bytes per ns is GB/s (1e9 bytes per second)."""
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ def busbw_factor(op: str, n: int) -> float:
 
 def links_of(p2p: P2PTable) -> list[Link]:
     """The communication matrix: per (src, dst), matched messages, their bytes and transfer time (in numpy: a
-    Python loop over every message is slow at 1M events)."""
+    Python loop over every message is slow on a large trace)."""
     import numpy as np
 
     src, dst, send, recv, nbytes, transfer = map(np.asarray, (p2p.src, p2p.dst, p2p.send, p2p.recv, p2p.bytes,

@@ -2,7 +2,7 @@
 
 In numpy over the event columns: the n-th send from src to dst with a tag pairs with the n-th recv at dst from src
 with that tag (MPI's non-overtaking rule, which gloo and NCCL follow; matching.match_p2p says it one message at a
-time), messages in order of (src, dst, tag, n); waits as waits.p2p_waits says them."""
+time), messages in order of (src, dst, tag, n); waits as wait_states.p2p_waits says them."""
 
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ def build_p2p(t: EventTable) -> tuple[P2PTable, array]:
     s_, r_ = np.where(s_row != NONE, s_row, 0), np.where(r_row != NONE, r_row, 0)
     ss, rs = start[s_], start[r_]
     send_end, recv_end = fin[s_], fin[r_]
-    # late sender: the recv waited from its start for the send's, unless it ended before (waits._until)
+    # late sender: the recv waited from its start for the send's, unless it ended before (wait_states._until)
     ls = np.where(both & (ss > rs), _until(rs, recv_end, ss), 0)
     # the send was over before the recv was posted (by more than the two clocks can be off: a send seen ending a
     # few hundred µs before its recv began, after tens of ms in flight, waited for it on skewed clocks)
@@ -93,7 +93,7 @@ def build_p2p(t: EventTable) -> tuple[P2PTable, array]:
 
 
 def _until(start: np.ndarray, end: np.ndarray, needed: np.ndarray) -> np.ndarray:
-    """waits._until of columns: the wait of an op that arrived at `start`, ended at `end` (NONE: never) and needed
+    """wait_states._until of columns: the wait of an op that arrived at `start`, ended at `end` (NONE: never) and needed
     a peer arriving at `needed`."""
     ended_before = (end != NONE) & (end < needed)
     return np.where(needed <= start, 0, np.where(ended_before, np.maximum(end - start, 0), needed - start))

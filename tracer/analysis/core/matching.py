@@ -95,7 +95,7 @@ _KEPT_ENDS: dict[int, tuple] = {}  # id(table) -> (table, its finished_column or
 
 @contextmanager
 def ends_kept(t: EventTable):
-    """Within it, finished_column(t) is made once: an analysis reads the ends of every row ~7 times, each a copy of
+    """Within it, finished_column(t) is made once: an analysis reads the ends of every row several times, each a copy of
     the end column (8 bytes a row, a copy that holds the GIL as its array grows)."""
     _KEPT_ENDS[id(t)] = (t, None)
     try:

@@ -443,9 +443,9 @@ class StragglerVerdict:
 
 @dataclass
 class Analysis:
-    """What analyze() returns, built by keyword from its stages' results (engine.STAGES). The order of the fields is
-    the order of the --json's keys (after its "summary", which holds the table's counts, span_ns and notes). A new
-    field takes a default, its empty value, which engine.pending_analysis (the viewer's stand-in) then keeps; an
+    """What analyze() returns, built by keyword from its stages' results (run.STAGES). The order of the fields is the
+    order of the --json's keys (after its "summary", which holds the table's counts, span_ns and notes). A new
+    field takes a default, its empty value, which run.pending_analysis (the viewer's stand-in) then keeps; an
     array indexed by event row has none and is made there, at the table's length."""
 
     table: EventTable = field(metadata=NOT_IN_JSON)

@@ -190,7 +190,7 @@ class CollectiveTable:
 
     def wait_totals(self) -> "object":
         """Each instance's total wait (the sum of its ranks' waits; 0 without rows), in numpy: one pass over the
-        waits, where summing each instance's would make a view of each (~10^5 at 1M events)."""
+        waits, where summing each instance's would make a view of each (as many as the trace has collectives)."""
         import numpy as np
 
         totals = np.zeros(len(self.gid), np.int64)

@@ -1,6 +1,6 @@
 """Two runs of a job side by side: `disttrace diff A B` and `disttrace view B --baseline A`.
 
-compare(A, B), of two runs analysed with their replays (diff_side.analysed), says
+compare(A, B), of two runs analysed with their replays (diff/sides.py's analysed), says
 - what differs in structure (diff/align.py): B's steps matched to A's by index (a marked step, or the loop's
   iteration as waits/steps.py numbers it), their ops aligned by (rank, group's ranks, op, call site, occurrence in the
   step), then by op and site alone (a group changed), then by op and group alone (an op moved to another line):
@@ -8,7 +8,7 @@ compare(A, B), of two runs analysed with their replays (diff_side.analysed), say
   order;
 - what differs in time (diff/timing.py): the steps' distributions, and per op kind, group, rank and compute span,
   each B less A against its noise (the spread of the steps within each run: jitter is not a change), by their
-  medians, means and p90s (diff_timing.shifts: a delay in one step of five moves only the mean and the p90);
+  medians, means and p90s (diff/timing.py's shifts: a delay in one step of five moves only the mean and the p90);
 - why (diff/explain.py): B's steps replayed with one thing set to A's, cumulatively, the explanations ranked, their
   deltas and the unexplained rest adding up to B's mean step less A's.
 
@@ -54,7 +54,7 @@ class Diff:
     changed: bool                 # B's step time moved beyond the noise (its mean, median or p90), or the structure
     #                               differs
     slower: bool                  # B's mean, median or p90 step is longer than A's beyond its noise, and its mean is
-    #                               longer (what the user pays: diff_timing's "the mean's and the p90's noise")
+    #                               longer (what the user pays: diff/timing.py's "the mean's and the p90's noise")
     delta_ns: int                 # B's median step less A's
     mean_delta_ns: int            # B's mean step less A's (what the explanations add up to)
     noise_ns: int                 # what delta_ns had to pass

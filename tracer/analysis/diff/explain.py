@@ -19,10 +19,10 @@ the steps' difference in pace) is `unexplained_ns`. Applied alone, two units tha
 span late on two ranks) would each explain nothing: cumulatively, the second one explains the pair.
 
 Units beyond `MAX_UNITS` (by how much B's measured times differ from A's in them) are applied last, together. An
-explanation is listed on its own when its unit moved beyond its noise on some rank (diff_timing.moved over the
+explanation is listed on its own when its unit moved beyond its noise on some rank (timing.moved over the
 unit's time a step on that rank: its mean, median or p90, each against its own noise; a span slow in one step of
 five moves the mean and the p90 only) and it explains at least `LISTED` of A's mean step and `EXPLAINED` of the mean
-step's noise (as much as the steps' jitter explains nothing; the mean's, diff_timing.stat_noise_ns: the explanations
+step's noise (as much as the steps' jitter explains nothing; the mean's, timing.stat_noise_ns: the explanations
 add up to the mean's difference); the others are one entry, "everything else".
 """
 
@@ -89,7 +89,7 @@ def explain(a: Side, b: Side, ks: list[int], names: Identities, span_names: dict
             a_mean: int, b_mean: int, step_noise: int) -> tuple[list[Explanation], int, str]:
     """The explanations, ranked, the unexplained rest (b_mean - a_mean less their sum) and a note (why there are
     none, or what was left out). span_names: the diff's one map of span names to ids (Side.spans'); step_noise:
-    what the mean steps' difference had to pass (diff_timing.stat_noise_ns)."""
+    what the mean steps' difference had to pass (timing.stat_noise_ns)."""
     total = b_mean - a_mean
     if b.replay is None or a.replay is None or not ks:
         return [], total, "no steps that both runs replay: the difference is not explained"
@@ -187,11 +187,11 @@ def explain(a: Side, b: Side, ks: list[int], names: Identities, span_names: dict
 
 
 def _span_ways(ks, sa_of, sb_of) -> dict[tuple[int, int], tuple[int, int]]:
-    """Per (span name id, rank) of either run: which way its time a step moved beyond the noise (diff_timing.moved:
+    """Per (span name id, rank) of either run: which way its time a step moved beyond the noise (timing.moved:
     1 longer in B, -1 shorter, by its mean where the mean moved, else its median; 0 within the noise) and the noise
     it passed (the mean's first). Its p90 alone is no move of a span: a tail of a few steps that moves neither
-    the mean (what the explanations add up to) nor the median is the run's jitter (a bystander rank's 0.7 ms span
-    whose p90 went up 0.23 ms was named beside the rank 80 ms slower in it)."""
+    the mean (what the explanations add up to) nor the median is the run's jitter (a bystander rank's short span
+    whose p90 alone went up was named beside the rank really slower in it)."""
     per = {}
     for which, spans_of in (("a", sa_of), ("b", sb_of)):
         keys_, steps, vals = [], [], []
@@ -248,7 +248,7 @@ def _noise(units: _Units, ways: dict, span_names, ks, a: tuple[Side, Ops], b: tu
 
 def _moved(unit: _Unit, ranks, per_a: dict, per_b: dict, key_of, n: int) -> None:
     """The unit's ranks, those on which its time a step moved beyond the noise (its mean, median or p90, each
-    against its own: diff_timing.moved; a span slow in one step of five moves the mean and the p90, not the median)
+    against its own: timing.moved; a span slow in one step of five moves the mean and the p90, not the median)
     and the largest noise of the statistics that moved (the mean's first)."""
     moved_on, noise = [], 0
     for r in sorted(ranks):

@@ -3,7 +3,7 @@ replay of its steady steps (causal/what_if.py's `_Replay`) and their pacing (cau
 drops once its own stages have read them.
 
 Its compute spans are keyed across runs (`StepSpans`): a span is the compute before a host interval (causal/what_if_loop.py's
-start events), named by the identities of the ops around it (diff_align.Identities: op, site, group's ranks, peer),
+start events), named by the identities of the ops around it (diff/align.py's Identities: op, site, group's ranks, peer),
 the interval's kind and its occurrence in the rank's step; its name ("file.py:40 → file.py:52") is the critical
 path's.
 """

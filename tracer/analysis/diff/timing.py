@@ -100,8 +100,8 @@ def _median_noise(ra: _Run, rb: _Run) -> int:
 #   a stalled send, a page-fault storm, a neighbour's burst on a shared machine is an event of that run, not a
 #   change of the job, and a difference beyond this term survives dropping any single step: more than one step
 #   carries it.
-# A recurring delay (4 steps of 20 at 55-60 ms where A's are under 13 ms) moves the mean by a fifth of its size and
-# the p90 to its height, each slow step carrying ~1/19 of the mean's move; a stall in one step carries all of its
+# A recurring delay (a fifth of the steps slow) moves the mean by a fifth of its size and the p90 to its height,
+# each slow step carrying a small part of the mean's move; a stall in one step carries all of its
 # move alone, and the one-step term is that move. At least MIN_NOISE_NS and MIN_NOISE_FRACTION of A's statistic.
 
 EXCESS_ERROR = {"mean": 0.76, "p90": 1.75}  # the standard error of the statistic less the median, in σ/√n

@@ -1,6 +1,7 @@
 """analyze(table): the whole analysis as a list of stages (STAGES), one pass each, data flowing one way:
-matching -> collectives (waits, bandwidth) and P2P -> theory -> steps -> pipeline -> waits per rank and step,
-stragglers and the verdict -> problems -> links.
+matching -> collectives (waits, bandwidth) and P2P -> the alpha-beta models -> steps -> each event's wait -> the
+critical path (beside) -> pipeline -> waits per rank and step, stragglers -> problems -> links -> overlap -> the
+replay, the attribution and the what-ifs (docs/ARCHITECTURE.md, "The stages", maps each to its module).
 
 A stage is a function of the table and of earlier stages' results, named in its `reads` and passed in that order;
 it returns the results named in its `adds` (a tuple when it adds more than one). The Analysis is built by keyword
@@ -247,7 +248,7 @@ def _analyze(table: EventTable, progress, changes: tuple[ChangeSpec, ...], timin
 
 def _drop(result) -> None:
     """Let go of an intermediate result; a list held nowhere else (the instances' rows by bucket: millions of
-    objects at 10M events) is emptied a slice at a time, not freed in one C loop under the GIL."""
+    objects on a large trace) is emptied a slice at a time, not freed in one C loop under the GIL."""
     if type(result) is list and sys.getrefcount(result) == 2:  # (here and getrefcount's argument)
         release(result)
 

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 def _pair_counts(p2p: P2PTable) -> dict[tuple[int, int], int]:
     """(src, dst) -> its matched messages (both sides seen, src != dst), in the order each pair first occurs (the
     order _paths' walk meets them in). In numpy, GIL_ROWS messages at a time (a Python loop over every message
-    is slow at 10M events; one np.unique of them all would hold the GIL through its sort)."""
+    is slow on a large trace; one np.unique of them all would hold the GIL through its sort)."""
     src, dst = np.frombuffer(p2p.src, np.int32).astype(np.int64), np.frombuffer(p2p.dst, np.int32).astype(np.int64)
     ok = (np.frombuffer(p2p.send, np.int32) != NONE) & (np.frombuffer(p2p.recv, np.int32) != NONE) & (src != dst)
     count: dict[tuple[int, int], int] = {}
@@ -258,7 +258,7 @@ Window = tuple  # (rank -> window start, window end, the closing synchronization
 
 
 class _Columns:
-    """The columns blocked_in reads, in numpy (waits.blocked_intervals), to sum a rank's blocked time over many
+    """The columns blocked_in reads, in numpy (wait_states.blocked_intervals), to sum a rank's blocked time over many
     windows at once."""
 
     def __init__(self, t: EventTable) -> None:

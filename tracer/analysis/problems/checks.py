@@ -623,7 +623,7 @@ def _odd_messages(t: EventTable, p2p: P2PTable) -> list[int]:
 def _clock_violations(t: EventTable, collectives: CollectiveTable, p2p: P2PTable) -> list[Problem]:
     """Effects before causes: a recv done before its send began, a collective done before its last rank arrived.
     The tolerance is the clock alignment's own uncertainty. In numpy: every message and every rank of an
-    instance is looked at (~1M of them at 1M events), few are violations."""
+    instance is looked at (about one per event), few are violations."""
     import numpy as np
 
     fin = finished_column(t)

@@ -19,7 +19,7 @@ to no step (-1).
 A period whose units leave out an op that recurs between them (the loss all-reduced after 99 gradients of
 one size, from one helper: only its size tells it) does not reproduce the step: that op's own spacings are tried
 too, and win where they cover more (a key met 99 times in a row proposes so many spacings, its repeats c on, that
-the step's was not among those tried: 5,940 one-op steps, and no straggler named). Where the unit is one op, every
+the step's was not among those tried: each op read as a step, and no straggler named). Where the unit is one op, every
 op of a step the same (a step over identical layers, DDP's buckets of one size), the ops cannot tell a step of 100
 from 100 steps of one: the time between them decides where it clearly can (a step's compute, forward and
 optimizer, is a gap between ops `LONG_GAP` times those within it, recurring at one spacing; it must on every such

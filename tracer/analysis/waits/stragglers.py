@@ -66,8 +66,8 @@ class WaitRecord:
     whether it counts for the verdict (not a pipeline's bubble)."""
 
     def __init__(self) -> None:
-        # typed arrays, not lists: a list of times holds an int object (32 bytes) and a pointer per wait; a
-        # 10M-event trace has millions of waits
+        # typed arrays, not lists: a list of times holds an int object and a pointer per wait, and
+        # a large trace has millions of waits
         self.waiter = array("i")
         self.culprit = array("i")
         self.a = array("q")
@@ -150,7 +150,7 @@ def _stretches(rec: WaitRecord):
     """Every waiting rank's counted waits as disjoint stretches in time order: (slot, off, start, end, culprit,
     culprit row), rank r's at [off[slot[r]], off[slot[r] + 1]) (slot -1: it never waited), a wait overlapping
     the rank's earlier ones keeping only what lies past them. In numpy (a tuple per wait would make
-    an object of every wait, too many at 10M events)."""
+    an object of every wait, millions on a large trace)."""
     counted = np.flatnonzero(rec.view("counts"))  # (a pipeline's bubble: nothing to carry)
     waiter = rec.view("waiter")[counted]
     a = rec.view("a")[counted]
@@ -387,8 +387,7 @@ def _ordinary(tops: list[int], med: float, mad: float) -> tuple[float, list[int]
     """The units of ordinary size, and the top of them: those within CLEAN deviations of the center, the center and
     the deviation measured again over the ones left until no more is left out (while they are most units). A
     straggler late in a third of the steps widens the first deviation so far that most of its own delays are within
-    it (a third of 60 steps 44 ms late, the others 2-20 ms: 4 of its 20 late steps were left out, and it was named
-    late in 3)."""
+    it (measured once, such a straggler was named late in only a few of its late steps)."""
     top = med + CLEAN * mad
     clean = [x for x in tops if x <= top]
     while len(clean) * 2 > len(tops):
@@ -412,8 +411,8 @@ def _named(t: EventTable, rec: WaitRecord, steps: list[Step], step_of: array, co
     # its late units: past the jitter, and of its delays proper, not the few ms of a machine's hiccup that came
     # on top of much larger ones (a step of those is no step the user needs to look at; nor any other rank's).
     # Measured against its typical (median) late unit, not its costliest: one delay costs more in a step where
-    # more ranks wait for it (a world barrier), and against that step a 1,024-rank job's steady straggler was
-    # "late" in 4 of the 9 steps it was late in
+    # more ranks wait for it (a world barrier), and against that step a many-rank job's steady straggler read as
+    # "late" in under half the steps it was late in
     worst = max(late, key=lambda u: cost[u][rank])
     cut = max(threshold, MINOR * median(cost[u][rank] for u in late))
     late = [u for u in late if cost[u][rank] >= cut]
@@ -432,7 +431,7 @@ def _named(t: EventTable, rec: WaitRecord, steps: list[Step], step_of: array, co
 def split_minor(late: list[int], cost: dict[int, int]) -> tuple[list[int], list[int]]:
     """(its late units proper, the minor ones), each sorted. Sorted by cost, where one falls under `MINOR` of the next
     larger and it and all below hold under `MINOR_SHARE` of the cost, those are minor (the most units kept that
-    allow it). A rank late by 30 ms every third step and by 1 ms in every other step (a quiet CI run): its late
+    allow it). A rank late by 30 ms every third step and by 1 ms in every other step: its late
     steps are every third, not every step, whose period hid the 30 ms; a rank late by 5 ms every step and by 50 ms
     once keeps every step (the 5 ms hold nearly half its cost)."""
     order = sorted(late, key=lambda u: (-cost[u], u))

@@ -168,7 +168,7 @@ def union_by(keys: list, a, b) -> tuple[list, "object"]:
     """The union's length of the [a, b) intervals of each distinct key, in numpy: `keys` are integer columns (a
     key is a row's tuple of them), `a` and `b` the intervals' columns. Returns (the key columns, one row per
     distinct key in sorted order; their lengths as int64). What union_ns does for one key, for millions of waits at
-    once without a tuple and a list per wait (a 10M-event trace has ~10M wait records)."""
+    once without a tuple and a list per wait (a trace has about as many wait records as events)."""
     import numpy as np
 
     a, b = np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64)

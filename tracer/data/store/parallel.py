@@ -70,7 +70,7 @@ def workers() -> int:
 
 def _how_many(size: int) -> int:
     """How many shares a trace of `size` bytes is read in: one per worker, more where a worker's share would
-    exceed MAX_SHARE_BYTES (the workers' memory together is what a first read of 10M events needs)."""
+    exceed MAX_SHARE_BYTES (the workers' memory together is what a first read needs, whatever the trace's size)."""
     if size < PARALLEL_BYTES:
         return 1
     return max(min(workers(), max(1, size // SHARE_BYTES)), -(-size // MAX_SHARE_BYTES))

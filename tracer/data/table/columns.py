@@ -356,7 +356,7 @@ def writable(col):
 
 # Rows per call of a C loop over a whole column (tolist, fromiter, np.repeat, a copy into an array.array) in the
 # analysis: such a call holds the GIL throughout (most numpy operations let it go; these do not), and one over a
-# million rows is a key's whole budget in the viewer, whose UI thread waits for it. A slice of 64k rows is short,
+# whole column takes a key's whole budget in the viewer, whose UI thread waits for it. A slice of 64k rows is short,
 # and the GIL can change hands between slices.
 GIL_ROWS = 1 << 16
 
@@ -419,7 +419,7 @@ def to_list(a) -> list:
 
 def release(items: list) -> None:
     """Empty a list GIL_ROWS items at a time, from its end: freeing millions of objects at once is one C loop under
-    the GIL (a 10M-event trace's instances' rows, a list of lists)."""
+    the GIL (a large trace's instances' rows, a list of lists)."""
     while items:
         del items[-GIL_ROWS:]
 
