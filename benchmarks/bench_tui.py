@@ -21,7 +21,7 @@ Measured side by side in one run:
 - memory: the app process's resident memory once the trace is open (0.5 s after its analysis is on screen), an
   event's share of it, and what one more event costs (against the same run on a trace of 10,000 events: the
   libraries and the screen; goal <= 150 B); the largest peak of its child processes (the first read's workers, a
-  large trace's first analysis: analysis/apart.py) apart; with
+  large trace's first analysis: analysis/engine/child_process.py) apart; with
   --memory-limit, each run is made in a memory cgroup of that size (memlimit.py: the whole process tree, the
   page cache of the mapped store counted but reclaimable, as on a machine with that much memory), and whether it
   completed is printed (goal at 10M events: within 4 GB).
@@ -61,7 +61,7 @@ def peak_rss_mb() -> float:
 
 class ChildrenPeak:
     """The largest peak resident memory (VmHWM) of this process's children and theirs, sampled every 0.2 s from a
-    thread while they run: the first read's workers, and a large trace's first analysis (analysis/apart.py), made
+    thread while they run: the first read's workers, and a large trace's first analysis (analysis/engine/child_process.py), made
     in processes whose memory is not the app's. (getrusage's RUSAGE_CHILDREN cannot say it: a child's exec keeps
     the high-water mark of the process it was forked from, the app's own.)"""
 

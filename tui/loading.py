@@ -136,7 +136,7 @@ def build_store(table: EventTable, progress: Progress | None = None) -> TraceSto
 
 
 class EarlyAnalysis:
-    """A large trace's first analysis, its child process (analysis/apart.py) begun as soon as the store is written,
+    """A large trace's first analysis, its child process (analysis/engine/child_process.py) begun as soon as the store is written,
     so that the child's start and imports overlap drawing the whole trace; on leaving, the child is killed if it
     still runs (the app quit before its analysis was wanted)."""
 
@@ -160,7 +160,7 @@ class EarlyAnalysis:
 def analysed_store(bare: TraceStore, progress: Progress | None = None, early: EarlyAnalysis | None = None
                    ) -> TraceStore:
     """The bare store with its analysis (the lanes are kept; only their waits change). A large trace's first
-    analysis runs in a child process (analysis/apart.py; `early`: the one begun already): this one keeps a
+    analysis runs in a child process (analysis/engine/child_process.py; `early`: the one begun already): this one keeps a
     re-open's memory."""
     from disttrace.tracer.analysis import analyze_apart
 

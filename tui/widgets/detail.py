@@ -139,7 +139,7 @@ def _baseline(store: TraceStore, row: int):
 
 
 def _step_in_baseline(add, store: TraceStore, row: int, k: int) -> None:
-    """With a baseline: A's step k beside B's, and whether B's moved beyond the noise (tracer/analysis/diff.py's;
+    """With a baseline: A's step k beside B's, and whether B's moved beyond the noise (tracer/analysis/diff/compare.py's;
     the diff view lists them)."""
     d = _baseline(store, row)
     lengths = {i: (x, y) for i, x, y in d.steps} if d is not None else {}
