@@ -12,7 +12,7 @@ import pytest
 from disttrace.tracer import format as fmt
 from disttrace.tracer.data.importers import event_batches, rank_batches, rank_files
 from disttrace.tracer.data.table import EventTable
-from disttrace.tracer.data.table.event_table import _KNOWN_KEYS
+from disttrace.tracer.data.table.event_table import KNOWN_KEYS
 
 
 def struct_keys(struct) -> set[str]:
@@ -34,7 +34,7 @@ def test_the_fast_reader_tells_records_apart_by_the_formats_prefix():
 
 def test_the_events_readers_know_the_events_fields():
     assert struct_keys(event_batches._Event) == set(fmt.EVENT_FIELDS)
-    assert _KNOWN_KEYS == frozenset(fmt.EVENT_FIELDS)
+    assert KNOWN_KEYS == frozenset(fmt.EVENT_FIELDS)
 
 
 def test_a_rows_keys_are_the_events_fields():

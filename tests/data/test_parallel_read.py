@@ -204,14 +204,14 @@ def test_workers_that_fail_leave_the_read_to_the_process(tmp_path, split, carefu
 @pytest.mark.slow
 def test_a_read_only_trace_dir_is_split_through_the_temp_dir(tmp_path, split, careful, monkeypatch):
     path = damaged_events_file(tmp_path / "events.jsonl")
-    real = codec._create_temp
+    real = codec.create_temp
 
     def refuse_beside(folder):
         if os.path.samefile(folder, tmp_path):
             raise PermissionError("read-only")
         return real(folder)
 
-    monkeypatch.setattr(codec, "_create_temp", refuse_beside)
+    monkeypatch.setattr(codec, "create_temp", refuse_beside)
     t = load_trace(path)
     assert split == [3] and t.origin is None and len(t) == len(careful(path))
     assert not os.path.exists(store.cache_path([path], None, False))

@@ -19,7 +19,7 @@ from disttrace.tracer.data import store
 from disttrace.tracer.data.store import codec
 from disttrace.tracer.data.table.columns import typecode
 from disttrace.tracer.data.importers.events_files import iter_jsonl
-from disttrace.tracer.data.table.event_table import _INT_COLUMNS, _OBJ_COLUMNS, _STR_COLUMNS
+from disttrace.tracer.data.table.event_table import INT_COLUMNS, OBJ_COLUMNS, STR_COLUMNS
 from disttrace.tracer.data.table.rows import extend
 from disttrace.tracer.data.load import load_trace
 
@@ -45,12 +45,12 @@ def runs_of(t) -> list:
 def assert_same(a, b) -> None:
     """Every column, every table-level item, and the events CLI's output."""
     assert len(a) == len(b)
-    for name in _INT_COLUMNS + _STR_COLUMNS + _OBJ_COLUMNS + ("async_op",):
+    for name in INT_COLUMNS + STR_COLUMNS + OBJ_COLUMNS + ("async_op",):
         ca, cb = getattr(a, name), getattr(b, name)
         assert list(ca) == list(cb), name
-        if name in _INT_COLUMNS:
+        if name in INT_COLUMNS:
             assert typecode(ca) == typecode(cb), name
-    for name in _STR_COLUMNS + ("shape",):
+    for name in STR_COLUMNS + ("shape",):
         assert getattr(a, name).values == getattr(b, name).values, name
     assert a.groups == b.groups
     assert list(a.ranks.items()) == list(b.ranks.items())
@@ -163,7 +163,7 @@ def test_a_reopened_table_reads_its_columns_in_place(tmp_path):
     n, last = len(t), t.start_ns[-1]
     extend(t, [dict(EVENTS[0], start_ns=last + 1, rank=3), dict(EVENTS[2], start_ns=last + 2)])
     assert len(t) == n + 2 and [t.start_ns[-2], t.rank[-2], t.in_[-1]] == [last + 1, 3, EVENTS[2]["in"]]
-    assert all(len(getattr(t, c)) == n + 2 for c in _INT_COLUMNS + _STR_COLUMNS + _OBJ_COLUMNS)
+    assert all(len(getattr(t, c)) == n + 2 for c in INT_COLUMNS + STR_COLUMNS + OBJ_COLUMNS)
     assert load_trace(str(path)).start_ns[-1] == last  # (the file is as it was)
 
 
@@ -294,7 +294,7 @@ def test_garbled_bytes_anywhere_never_pass(events_file, position):
 def test_writing_never_fails_the_command(events_file, monkeypatch, error):
     def refuse(*a, **k):
         raise error
-    monkeypatch.setattr(codec, "_create_temp", refuse)
+    monkeypatch.setattr(codec, "create_temp", refuse)
     assert_same(load_trace(events_file, cache=False), load_trace(events_file))
     assert not os.path.exists(store.cache_path([events_file], None, False))
 

@@ -18,7 +18,7 @@ from ..analysis.diff.compare import Diff, compare, headline, signed, to_json, ve
 from ..analysis.diff.sides import analysed
 from ..units import fmt_ns
 from ..errors import TraceError
-from .report import _console, _progress, _table
+from .report import console, progress_bar, rich_table
 from .sides import SIDE_HELP, load_side, parse_side
 
 
@@ -46,7 +46,7 @@ def main(args) -> int:
     if args.top < 1:
         raise TraceError("--top must be at least 1")
     sides = [parse_side(args.a), parse_side(args.b)]  # (both spelt right before either is read)
-    with _progress() as progress:
+    with progress_bar() as progress:
         runs = []
         for k, spec in enumerate(sides):
             step = (lambda f, label, k=k: progress((k + f * 0.5) / 2, f"{'AB'[k]}: loading {label}")) if progress \
@@ -90,7 +90,7 @@ def render(d: Diff, top: int = 10, fail_above: float | None = None, console=None
     from rich.table import Table
     from rich.text import Text
 
-    console = console or _console()
+    console = console or console()
     a, b = d.a, d.b
     console.print(f"[bold]disttrace diff[/]: {_count(len(d.matched), 'step')} compared by index")
     for name, label, s in (("A", d.a_label, a), ("B", d.b_label, b)):  # (a path on a line of its own: it wraps alone)
@@ -118,14 +118,14 @@ def render(d: Diff, top: int = 10, fail_above: float | None = None, console=None
         console.print(Text.assemble(("Why", "bold"), " (B's steps replayed with one thing set to A's, cumulatively): ",
                                     headline(d)))
         if d.explanations:
-            table = _left(_table("", "explanation", "a step", "noise"), 1)
+            table = _left(rich_table("", "explanation", "a step", "noise"), 1)
             for e in d.explanations[:top]:
                 table.add_row(escape(e.what), signed(e.delta_ns), f"±{fmt_ns(e.noise_ns)}" if e.noise_ns else "-")
             table.add_row("unexplained", signed(d.unexplained_ns), "")
             console.print(table)
     changed = [r for r in d.timing if r.changed]
     if changed:
-        table = _left(_table("Time a step that changed beyond its noise (medians, or the mean or p90 where only it "
+        table = _left(rich_table("Time a step that changed beyond its noise (medians, or the mean or p90 where only it "
                              "moved)", "what", "name", "A", "B", "B - A", "noise"), 2)
         for r in sorted(changed, key=lambda r: -abs(r.shown.delta_ns))[:top]:
             # (a rank's compute and wait are named "rank R"; a span says its rank: 80 columns hold no rank column)

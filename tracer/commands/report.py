@@ -73,7 +73,7 @@ def main(args) -> int:
     runs = chosen_runs(args.run, args.trace)
     found = False
     for k, run in enumerate(runs):
-        with _progress() as progress:
+        with progress_bar() as progress:
             table = load_trace(args.trace, progress and (lambda f, label: progress(f * 0.5, f"loading: {label}")),
                                run=run)
             a = analyze(table, progress and (lambda f, label: progress(0.5 + f * 0.5, f"analyzing: {label}")),
@@ -83,14 +83,14 @@ def main(args) -> int:
             sys.stdout.buffer.write(orjson.dumps(to_json(a), option=orjson.OPT_APPEND_NEWLINE))
             sys.stdout.flush()
         else:
-            console = _console()
+            console = console()
             if len(runs) > 1:
                 console.rule(f"run {run} of {len(runs)}")
             render(a, args.top, console, asked=bool(args.what_if))
     return 1 if found else 0
 
 
-def _console(**kwargs):
+def console(**kwargs):
     """rich's Console, but a reader that closed the pipe ends the command as a closed pipe (cli.py: exit 141):
     rich's own handling exits with 1, this command's code for "problems found"."""
     from rich.console import Console
@@ -110,7 +110,7 @@ def follow(args) -> int:
     if args.interval <= 0:
         raise TraceError("--interval must be a positive number of seconds")
     tty = sys.stdout.isatty()
-    console = _console() if tty else _console(width=120)
+    console = console() if tty else console(width=120)
     last_size, rc, waiting_said = None, 0, False
     try:
         while True:
@@ -143,7 +143,7 @@ def follow(args) -> int:
         return rc
 
 
-class _progress:
+class progress_bar:
     """A rich progress bar on stderr, only when stderr is a terminal; yields callable(fraction, label) or None."""
 
     def __enter__(self):
@@ -173,7 +173,7 @@ def render(a: Analysis, top: int = 10, console=None, asked: bool = False) -> Non
     from rich.text import Text
 
     if console is None:
-        console = _console()
+        console = console()
     if asked:
         for w in a.what_if:
             console.print(Text(what_if_sentence(w, "step" if a.steps else "run"), style="bold"))
@@ -210,7 +210,7 @@ def render(a: Analysis, top: int = 10, console=None, asked: bool = False) -> Non
 _WORD_MAX = 24  # a column is never made narrower than its longest word, up to this (then words fold)
 
 
-def _table(title: str, *columns: str):
+def rich_table(title: str, *columns: str):
     from rich.table import Table
 
     class WholeWords(Table):
@@ -239,7 +239,7 @@ def _problems(console, a: Analysis, top: int) -> None:
 
     if not a.problems:
         return
-    table = _table(f"Problems ({len(a.problems)})", "kind", "where", "ranks", "message")
+    table = rich_table(f"Problems ({len(a.problems)})", "kind", "where", "ranks", "message")
     for p in a.problems[:top]:
         where = p.op or ""
         if p.group_seq is not None:
@@ -259,7 +259,7 @@ def _waits(console, a: Analysis, top: int, span: int) -> None:
     if not a.waits:
         return
     cost = {s.rank: s for s in a.stragglers}
-    table = _table("Waits per rank (time spent inside ops waiting for late peers) and the waiting each rank caused",
+    table = rich_table("Waits per rank (time spent inside ops waiting for late peers) and the waiting each rank caused",
                    "rank", "waited", "% of trace", "caused others (whole run)", "arrived last")
     ranks = sorted(a.waits, key=lambda r: -a.waits[r])
     shown = sorted(set(ranks[:top]) | {s.rank for s in a.stragglers[:3]})
@@ -292,7 +292,7 @@ def _steps(console, a: Analysis, top: int) -> None:
                   f"{fmt_ns(durations[-1])}" + (f"; warm-up: step{'s' if len(warm) > 1 else ''} {fmt_list(warm)}"
                                                  if warm else ""))
     slow = sorted(steps, key=lambda s: -(s.end_ns - s.start_ns))[:top]
-    table = _table("Slowest steps, and who the others waited for in them", "step", "time", "late rank",
+    table = rich_table("Slowest steps, and who the others waited for in them", "step", "time", "late rank",
                    "it made the others wait", "waits (per rank)")
     for s in sorted(slow, key=lambda s: s.index):
         late = s.late_rank
@@ -322,13 +322,13 @@ def _critical_path(console, a: Analysis, top: int, asked: bool) -> None:
     console.print(f"[bold]Critical path[/]: {fmt_ns(total // len(paths))} a {per}"
                   + (f" ({len(paths)} steady steps)" if a.steps else "") + ": "
                   + ", ".join(f"{100 * ns / total:.0f}% {k}" for k, ns in kinds.items() if ns) + ". Its parts:")
-    table = _table("", "rank", "kind", "span or op", "time", "share")
+    table = rich_table("", "rank", "kind", "span or op", "time", "share")
     for (rank, kind, what), ns in sorted(parts.items(), key=lambda x: -x[1])[:top]:
         table.add_row(str(rank), kind, what, fmt_ns(ns), f"{100 * ns / total:.0f}%")
     console.print(table)
     steady = [c for c in a.causes if not c.startup]  # (each rank's start-up is said apart, below)
     if steady:
-        table = _table("Root causes of the waiting" + (" in the steady steps" if a.steps else "")
+        table = rich_table("Root causes of the waiting" + (" in the steady steps" if a.steps else "")
                        + " (what ran on the path while ranks waited)", "rank", "kind", "span or op", "caused",
                        "ranks delayed")
         for c in steady[:top]:
@@ -355,7 +355,7 @@ def _collectives(console, a: Analysis, top: int) -> None:
     if not len(ct):
         return
     dur, model, busbw = ct.column("duration_ns"), ct.column("model_ns"), ct.column("busbw_gbps")
-    table = _table("Collectives by op, group and size (volume: what each rank must move, ring algorithms)", "op",
+    table = rich_table("Collectives by op, group and size (volume: what each rank must move, ring algorithms)", "op",
                    "group", "size", "volume/rank", "count", "skew (median)", "time (median)", "busbw (median)",
                    "model", "slow")
     groups = ct.groups_by(("op", "gid", "bytes"))
@@ -372,7 +372,7 @@ def _collectives(console, a: Analysis, top: int) -> None:
     console.print(table)
     waited = [ct[k] for k in ct.most_waited(top)]
     if waited:
-        table = _table("Collectives that made ranks wait most", "op", "group", "size", "skew", "last to arrive",
+        table = rich_table("Collectives that made ranks wait most", "op", "group", "size", "skew", "last to arrive",
                        "total wait", "time", "busbw")
         for c in waited:
             table.add_row(f"{c.op} #{c.group_seq}", _group(a, c.gid), fmt_bytes(c.bytes), fmt_ns(c.skew_ns),
@@ -384,7 +384,7 @@ def _collectives(console, a: Analysis, top: int) -> None:
         key = ct.column("op").astype(np.int64) * (1 << 48) + ct.column("volume_bytes")
         typical = typical_spread(key, dur)
         spread = typical_spread(key, dur, 1.0) - typical
-        table = _table(f"Collectives far slower than the model and beyond the job's own spread ({len(slow)})", "op",
+        table = rich_table(f"Collectives far slower than the model and beyond the job's own spread ({len(slow)})", "op",
                        "group", "size", "time", "typical ± spread", "model", "x model", "busbw")
         for k in slow[np.argsort(-(dur[slow] / model[slow]), kind="stable")][:top].tolist():
             c = ct[k]
@@ -407,7 +407,7 @@ def _links(console, a: Analysis, top: int) -> None:
 
     if not a.links:
         return
-    table = _table("Point-to-point links (communication matrix)", "src → dst", "bytes", "messages", "transfer time",
+    table = rich_table("Point-to-point links (communication matrix)", "src → dst", "bytes", "messages", "transfer time",
                    "bandwidth")
     for link in sorted(a.links, key=lambda k: -k.bytes)[:top]:
         table.add_row(f"{link.src} → {link.dst}", fmt_bytes(link.bytes), str(link.messages), fmt_ns(link.transfer_ns),
@@ -434,12 +434,12 @@ def _pipeline(console, a: Analysis) -> None:
     for s in p.per_stage:
         by_stage[s.stage].append(s)
     if all(len(v) == 1 for v in by_stage.values()):
-        table = _table("Pipeline bubble per stage", "stage", "rank", "window", "blocked", "bubble")
+        table = rich_table("Pipeline bubble per stage", "stage", "rank", "window", "blocked", "bubble")
         for stage, (s,) in sorted(by_stage.items()):
             table.add_row(str(stage), str(s.rank), fmt_ns(s.window_ns), fmt_ns(s.blocked_ns),
                           f"{s.bubble_fraction:.1%}")
     else:  # several pipelines (data or tensor parallel replicas): one row per stage
-        table = _table(f"Pipeline bubble per stage over {len(by_stage[0])} pipelines", "stage", "ranks", "blocked",
+        table = rich_table(f"Pipeline bubble per stage over {len(by_stage[0])} pipelines", "stage", "ranks", "blocked",
                        "bubble (mean)", "min", "max")
         for stage, ss in sorted(by_stage.items()):
             fr = [s.bubble_fraction for s in ss]
@@ -470,7 +470,7 @@ def _schedule(console, p) -> None:
                   f"textbook's {its[0][8]:.1%}" + (f"; {p.schedule_note}" if p.schedule_note else ""))
     if len(its) > 12:
         return
-    table = _table("Bubble per iteration", "pipeline", "iteration", "schedule", "M", "span", "start-up", "bubble",
+    table = rich_table("Bubble per iteration", "pipeline", "iteration", "schedule", "M", "span", "start-up", "bubble",
                    "textbook", "ideal grid")
     for k, index, kind, m, t0, t1, startup, bubble, expected, ideal, _, warmup in its:
         table.add_row(str(k), f"{index}{' (warm-up)' if warmup else ''}", kind, str(m), fmt_ns(t1 - t0),
@@ -481,7 +481,7 @@ def _schedule(console, p) -> None:
 def _models(console, a: Analysis) -> None:
     if not a.models:
         return
-    table = _table("Alpha-beta model fitted from this trace (t = alpha + volume x beta)", "op", "alpha (latency)",
+    table = rich_table("Alpha-beta model fitted from this trace (t = alpha + volume x beta)", "op", "alpha (latency)",
                    "1/beta (bandwidth)", "samples")
     for op, m in sorted(a.models.items()):
         table.add_row(op, fmt_ns(m.alpha_ns), fmt_gbps(1 / m.beta_ns_per_byte) if m.beta_ns_per_byte > 0 else "-",

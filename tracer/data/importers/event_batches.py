@@ -20,7 +20,7 @@ from typing import Any, Optional
 import msgspec
 import orjson
 
-from ..table.rows import _text, _texts
+from ..table.rows import text_values, json_texts
 
 
 class _Event(msgspec.Struct, forbid_unknown_fields=True, gc=False):
@@ -116,7 +116,7 @@ def columns(table, evs: list, ops: frozenset, group_name) -> dict | None:
         }
     except (OverflowError, ValueError, TypeError):
         return None
-    ins, outs = _texts(get("in_")), _texts(get("out"))
+    ins, outs = json_texts(get("in_")), json_texts(get("out"))
     if ins is None or outs is None:
         return None
     apis = get("api")
@@ -126,7 +126,7 @@ def columns(table, evs: list, ops: frozenset, group_name) -> dict | None:
     cols.update({
         "op": op,
         "api": apis if all(apis) else [a or o for a, o in zip(apis, op)],
-        "dtype": _text(get("dtype")), "status": statuses, "site": _text(get("site")), "host": _text(get("host")),
+        "dtype": text_values(get("dtype")), "status": statuses, "site": text_values(get("site")), "host": text_values(get("host")),
         "shape": get("shape"),
         "in_": ins, "out": outs,
         "error": get("error"),

@@ -15,7 +15,7 @@ import orjson
 
 from ...errors import TraceError
 from ...format import EVENTS_VERSION
-from ..table.event_table import OPS, EventTable, _default_group_name
+from ..table.event_table import OPS, EventTable, default_group_name
 from ..table.memory import gc_paused
 from ..table.rows import extend
 from . import event_batches
@@ -190,7 +190,7 @@ def read_lines(path, chunks, size, table, progress, keep_run: int | None = None,
                     typed = [ev for ev, r in zip(typed, event_batches.runs(typed)) if r == keep_run]
                 if not typed:
                     continue
-                cols = event_batches.columns(table, typed, _OP_SET, _default_group_name)
+                cols = event_batches.columns(table, typed, _OP_SET, default_group_name)
                 if cols is not None:
                     table.add_rows(cols)
                     continue

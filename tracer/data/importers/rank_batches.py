@@ -19,7 +19,7 @@ import orjson
 
 from ...format import BEGIN, BEGIN_EXTRA, END, WAIT, record_prefix
 from ..table.event_table import NONE, OPS, text_field
-from ..table.rows import _text, _texts
+from ..table.rows import text_values, json_texts
 
 _NO = msgspec.Raw(b"")
 UNSET = msgspec.UNSET
@@ -175,7 +175,7 @@ def columns(begins: list, ends: dict, waits: dict, late: dict, rank: int, host: 
                     ins[k] = msgspec.Raw(orjson.dumps(lt["in"]))
                 if "out" in lt:
                     outs[k] = msgspec.Raw(orjson.dumps(lt["out"]))
-    ins, outs = _texts(ins), _texts(outs)
+    ins, outs = json_texts(ins), json_texts(outs)
     if ins is None or outs is None:
         return None
     apis = get("api")
@@ -187,9 +187,9 @@ def columns(begins: list, ends: dict, waits: dict, late: dict, rank: int, host: 
     cols.update({
         "op": ops,
         "api": apis if all(apis) else [a or op for a, op in zip(apis, ops)],
-        "dtype": _text(get("dtype")),
+        "dtype": text_values(get("dtype")),
         "status": [("error" if e.st == "error" else "ok") if e is not None else "unfinished" for e in es],
-        "site": _text(get("site")),
+        "site": text_values(get("site")),
         "host": [host] * n,
         "shape": shape,
         "in_": ins, "out": outs,

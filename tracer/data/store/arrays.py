@@ -7,8 +7,8 @@ from array import array
 
 import orjson
 
-from .codec import (_BYTES, STORE_VERSION, StoreError, _fixed, _mapped, _open, _stored_digest, _typecode,
-                    _value_type, _write)
+from .codec import (BYTES, STORE_VERSION, StoreError, arrow_fixed, mapped_values, open_batch, stored_digest, typecode_of,
+                    value_type, write_batch)
 
 
 def write_arrays(path: str, arrays: dict, meta: dict, fingerprint: dict) -> None:
@@ -20,10 +20,10 @@ def write_arrays(path: str, arrays: dict, meta: dict, fingerprint: dict) -> None
 
     names, cols, codes = [], [], {}
     for name, a in arrays.items():
-        cols.append(pa.LargeListArray.from_arrays(_fixed(pa, array("q", [0, len(a)])), _fixed(pa, a)))
+        cols.append(pa.LargeListArray.from_arrays(arrow_fixed(pa, array("q", [0, len(a)])), arrow_fixed(pa, a)))
         names.append(name)
-        codes[name] = _typecode(a)
-    _write(pa, path, names, cols, orjson.dumps({"store_version": STORE_VERSION, "fingerprint": fingerprint,
+        codes[name] = typecode_of(a)
+    write_batch(pa, path, names, cols, orjson.dumps({"store_version": STORE_VERSION, "fingerprint": fingerprint,
                                                 "arrays": codes, "meta": meta}))
 
 
@@ -33,19 +33,19 @@ def read_arrays(path: str, fingerprint: dict) -> tuple[dict, dict]:
     import pyarrow as pa
 
     try:
-        batch, meta_b, meta, digest = _open(pa, path, fingerprint)
+        batch, meta_b, meta, digest = open_batch(pa, path, fingerprint)
         codes = meta.get("arrays")
         if type(codes) is not dict or batch.schema.names != list(codes) or batch.num_rows != 1:
             raise StoreError("unexpected columns")
         for tc, col in zip(codes.values(), batch.columns):
-            if col.type != pa.large_list(_value_type(pa, tc)) or col.offset or col.values.offset:
+            if col.type != pa.large_list(value_type(pa, tc)) or col.offset or col.values.offset:
                 raise StoreError("unexpected columns")
-        if digest(batch.columns) != _stored_digest(batch):
+        if digest(batch.columns) != stored_digest(batch):
             raise StoreError("checksum mismatch")
-        # read in place, as the event columns are (_mapped): a re-open's analysis is tens of bytes an event of
+        # read in place, as the event columns are (mapped_values): a re-open's analysis is tens of bytes an event of
         # arrays, which copies kept in the process's own memory (a reader that must change one copies it:
         # columns.writable)
-        out = {name: _mapped(col.values, "B" if tc == _BYTES else tc) for (name, tc), col in zip(codes.items(),
+        out = {name: mapped_values(col.values, "B" if tc == BYTES else tc) for (name, tc), col in zip(codes.items(),
                                                                                                 batch.columns)}
         return out, meta["meta"]
     except StoreError:

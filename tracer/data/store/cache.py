@@ -197,7 +197,7 @@ def _built(build: Callable[[str, dict], None], target: str, is_dir: bool, fp: di
         try:
             if is_dir and folder == folders[0]:
                 os.makedirs(folder, exist_ok=True)
-            fd, tmp = codec._create_temp(folder)
+            fd, tmp = codec.create_temp(folder)
             os.close(fd)
         except OSError:
             continue

@@ -33,15 +33,15 @@ import xxhash
 from ..importers.runs import Ending, RankFile, Run
 from ..table import arrow_arrays
 from ..table.columns import CodedColumn, JsonColumn, SparseColumn, json_key, typecode
-from ..table.event_table import _INT_COLUMNS, _STR_COLUMNS, EventTable, Group, RankInfo
+from ..table.event_table import INT_COLUMNS, STR_COLUMNS, EventTable, Group, RankInfo
 
 STORE_VERSION = 2
 
 _META_KEY = b"disttrace"
 _DIGEST_KEY = b"disttrace.xxh3_64"
 # EventTable field -> column name in the file (the events format's names, docs/FORMAT.md)
-_NAMES = {"in_": "in", "user_step": "step"}
-_JSON_COLUMNS = ("in_", "out", "error", "extra")
+NAMES = {"in_": "in", "user_step": "step"}
+JSON_COLUMNS = ("in_", "out", "error", "extra")
 
 
 class StoreError(Exception):
@@ -54,15 +54,15 @@ def _int_type(pa, typecode: str):
             "l": pa.int64(), "q": pa.int64(), "L": pa.uint64(), "Q": pa.uint64()}[typecode]
 
 
-def _fixed(pa, col):
+def arrow_fixed(pa, col):
     """An array.array or a bytearray (uint8) as an Arrow array over the same bytes."""
-    return pa.Array.from_buffers(_value_type(pa, _typecode(col)), len(col), [None, pa.py_buffer(col)])
+    return pa.Array.from_buffers(value_type(pa, typecode_of(col)), len(col), [None, pa.py_buffer(col)])
 
 
-def _typecode(col) -> str:
+def typecode_of(col) -> str:
     if isinstance(col, memoryview):  # (of one of the array module's typecodes)
         return col.format
-    return _BYTES if isinstance(col, (bytes, bytearray)) else col.typecode
+    return BYTES if isinstance(col, (bytes, bytearray)) else col.typecode
 
 
 def _json_array(pa, col) -> "object":
@@ -103,10 +103,10 @@ def _json_array(pa, col) -> "object":
 
 def _coded(pa, col: CodedColumn, shape: bool):
     values = [json_key(v).decode() for v in col.values] if shape else col.values
-    return pa.DictionaryArray.from_arrays(_fixed(pa, col.codes), arrow_arrays.strings(pa, values))
+    return pa.DictionaryArray.from_arrays(arrow_fixed(pa, col.codes), arrow_arrays.strings(pa, values))
 
 
-def _meta(table: EventTable, fingerprint: dict) -> dict:
+def store_meta(table: EventTable, fingerprint: dict) -> dict:
     return {
         "store_version": STORE_VERSION,
         "events": len(table),
@@ -130,31 +130,31 @@ def write_store(table: EventTable, path: str, fingerprint: dict | None = None, p
     import pyarrow as pa
 
     names, arrays = [], []
-    for name in _INT_COLUMNS:
-        names.append(_NAMES.get(name, name))
-        arrays.append(_fixed(pa, getattr(table, name)))
-    for name in _STR_COLUMNS + ("shape",):
+    for name in INT_COLUMNS:
+        names.append(NAMES.get(name, name))
+        arrays.append(arrow_fixed(pa, getattr(table, name)))
+    for name in STR_COLUMNS + ("shape",):
         names.append(name)
         arrays.append(_coded(pa, getattr(table, name), name == "shape"))
-    for name in _JSON_COLUMNS:
-        names.append(_NAMES.get(name, name))
+    for name in JSON_COLUMNS:
+        names.append(NAMES.get(name, name))
         arrays.append(_json_array(pa, getattr(table, name)))
     names.append("async_op")
-    arrays.append(_fixed(pa, table.async_op))
-    meta = _meta(table, fingerprint or {})
+    arrays.append(arrow_fixed(pa, table.async_op))
+    meta = store_meta(table, fingerprint or {})
     if part is not None:
         meta["part"] = part
-    _write(pa, path, names, arrays, orjson.dumps(meta))
+    write_batch(pa, path, names, arrays, orjson.dumps(meta))
 
 
-def _write(pa, path: str, names: list[str], arrays: list, meta: bytes) -> None:
+def write_batch(pa, path: str, names: list[str], arrays: list, meta: bytes) -> None:
     """One record batch of `arrays` with `meta` and their digest in its schema's metadata, to `path` through a
     temp file in its dir and os.replace (a reader sees the old file or the new one, never half of one)."""
     schema = pa.schema([pa.field(n, a.type) for n, a in zip(names, arrays)],
                        metadata={_META_KEY: meta, _DIGEST_KEY: str(_digest(arrays, meta)).encode()})
     batch = pa.RecordBatch.from_arrays(arrays, schema=schema)
     folder = os.path.dirname(path) or "."
-    fd, tmp = _create_temp(folder)
+    fd, tmp = create_temp(folder)
     try:
         with os.fdopen(fd, "wb") as fh:
             with pa.ipc.new_file(fh, schema) as writer:
@@ -169,24 +169,24 @@ def _write(pa, path: str, names: list[str], arrays: list, meta: bytes) -> None:
 
 
 
-_BYTES = "bytearray"  # write_arrays' typecode of a bytearray (uint8 like array "B", read back as a bytearray)
+BYTES = "bytearray"  # write_arrays' typecode of a bytearray (uint8 like array "B", read back as a bytearray)
 
 
-def _value_type(pa, typecode: str):
-    return pa.float64() if typecode == "d" else pa.uint8() if typecode == _BYTES else _int_type(pa, typecode)
+def value_type(pa, typecode: str):
+    return pa.float64() if typecode == "d" else pa.uint8() if typecode == BYTES else _int_type(pa, typecode)
 
 
-def _create_temp(folder: str) -> tuple[int, str]:
+def create_temp(folder: str) -> tuple[int, str]:
     """A new temp file in `folder`, created as any file is (mode 0666 less the umask: mkstemp's 0600 would hide
     the store from the other users of a shared trace dir): (its fd, its path)."""
     tmp = os.path.join(folder, f".tmp-{os.getpid()}-{secrets.token_hex(6)}.arrow")
     return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), tmp
 
-def _stored_digest(batch) -> int:
+def stored_digest(batch) -> int:
     return int(batch.schema.metadata[_DIGEST_KEY])
 
 
-def _open(pa, path: str, fingerprint: dict | None):
+def open_batch(pa, path: str, fingerprint: dict | None):
     """(the one record batch, its metadata's JSON as bytes and parsed, digest(arrays)) of a store file of this
     version and (given) fingerprint; the digest is the caller's to check, over the buffers it reads, with
     digest()."""
@@ -213,7 +213,7 @@ def _open(pa, path: str, fingerprint: dict | None):
     return batch, meta_b, meta, lambda arrays: _digest_read(path, base, arrays, meta_b)
 
 
-def _valid(np, a):
+def valid_rows(np, a):
     """Which rows of an Arrow array hold a value, as numpy booleans, from its validity bitmap. (pyarrow's
     to_numpy of a boolean array imports pandas, whose memory the process that merges a first read then keeps.)"""
     if not a.null_count:
@@ -222,7 +222,7 @@ def _valid(np, a):
     return bits[a.offset:a.offset + len(a)].astype(bool)
 
 
-def _np_type(a):
+def np_type(a):
     """The numpy dtype of a fixed-width Arrow array."""
     return a.type.to_pandas_dtype()
 
@@ -235,7 +235,7 @@ def _digest(arrays, meta: bytes) -> int:
     budget."""
     h = xxhash.xxh3_64(meta)
     for a in arrays:
-        for view in _used_bytes(a):
+        for view in used_bytes(a):
             h.update(view)
     return h.intdigest()
 
@@ -254,7 +254,7 @@ def _digest_read(path: str, base: int, arrays, meta: bytes) -> int:
     with open(path, "rb", buffering=0) as fh:
         size = os.fstat(fh.fileno()).st_size
         for a in arrays:
-            for view in _used_bytes(a):
+            for view in used_bytes(a):
                 n = len(view)
                 if not n:
                     continue
@@ -271,19 +271,19 @@ def _digest_read(path: str, base: int, arrays, meta: bytes) -> int:
     return h.intdigest()
 
 
-def _used_bytes(a) -> list:
+def used_bytes(a) -> list:
     import pyarrow as pa
 
     if a.offset:
         raise StoreError("a sliced column")
     t = a.type
     if pa.types.is_dictionary(t):
-        return _used_bytes(a.indices) + _used_bytes(a.dictionary)
+        return used_bytes(a.indices) + used_bytes(a.dictionary)
     if pa.types.is_large_list(t):
         offsets = memoryview(a.buffers()[1])[:8 * (len(a) + 1)]
         if len(offsets) != 8 * (len(a) + 1):
             raise StoreError("short offsets")
-        return [offsets] + _used_bytes(a.values)
+        return [offsets] + used_bytes(a.values)
     bufs = a.buffers()
     n = len(a)
     if pa.types.is_string(t) or pa.types.is_large_string(t):
@@ -303,22 +303,22 @@ def _used_bytes(a) -> list:
     return [data]
 
 
-def _mapped(a, typecode: str) -> memoryview:
+def mapped_values(a, typecode: str) -> memoryview:
     """A fixed-width Arrow array's values, read in place: a read-only memoryview of `typecode` on the mapped
     file, indexed as fast as an array.array, its pages read in only when a row is (columns.typecode, .writable)."""
-    return _used_bytes(a)[0].cast(typecode)
+    return used_bytes(a)[0].cast(typecode)
 
 
-def _schema_ok(pa, schema) -> bool:
-    expect = [_NAMES.get(n, n) for n in _INT_COLUMNS + _STR_COLUMNS + ("shape",) + _JSON_COLUMNS] + ["async_op"]
+def schema_ok(pa, schema) -> bool:
+    expect = [NAMES.get(n, n) for n in INT_COLUMNS + STR_COLUMNS + ("shape",) + JSON_COLUMNS] + ["async_op"]
     if schema.names != expect:
         return False
     codes = (pa.uint8(), pa.uint16(), pa.int32())
-    for name in _STR_COLUMNS + ("shape",):
+    for name in STR_COLUMNS + ("shape",):
         t = schema.field(name).type
         if not (pa.types.is_dictionary(t) and t.index_type in codes and t.value_type == pa.string()):
             return False
-    return all(schema.field(_NAMES.get(n, n)).type == pa.large_string() for n in _JSON_COLUMNS)
+    return all(schema.field(NAMES.get(n, n)).type == pa.large_string() for n in JSON_COLUMNS)
 
 
 def read_store(path: str, fingerprint: dict | None = None) -> EventTable:
@@ -328,11 +328,11 @@ def read_store(path: str, fingerprint: dict | None = None) -> EventTable:
     import pyarrow as pa
 
     try:
-        batch, meta_b, meta, digest = _open(pa, path, fingerprint)
-        if not _schema_ok(pa, batch.schema):
+        batch, meta_b, meta, digest = open_batch(pa, path, fingerprint)
+        if not schema_ok(pa, batch.schema):
             raise StoreError("unexpected columns")
         arrays = batch.columns
-        if digest(arrays) != _stored_digest(batch):
+        if digest(arrays) != stored_digest(batch):
             raise StoreError("checksum mismatch")
         n = batch.num_rows
         if n != meta["events"]:
@@ -353,24 +353,24 @@ def _extent(col: array) -> tuple[int, int]:
 def _table(arrays, meta: dict, n: int) -> EventTable:
     t = EventTable()
     k = 0
-    for name in _INT_COLUMNS:
-        setattr(t, name, _mapped(arrays[k], getattr(t, name).typecode))
+    for name in INT_COLUMNS:
+        setattr(t, name, mapped_values(arrays[k], getattr(t, name).typecode))
         k += 1
-    for name in _STR_COLUMNS + ("shape",):
+    for name in STR_COLUMNS + ("shape",):
         a = arrays[k]
         k += 1
         texts = a.dictionary.to_pylist()
         tc = {1: "B", 2: "H", 4: "i"}[a.indices.type.bit_width // 8]
         col = CodedColumn.from_codes([orjson.loads(s) for s in texts] if name == "shape" else texts,
-                                     _mapped(a.indices, tc), json_key if name == "shape" else None)
+                                     mapped_values(a.indices, tc), json_key if name == "shape" else None)
         if n and _extent(col.codes)[1] >= len(texts):
             raise StoreError("a code past its dictionary")
         setattr(t, name, col)
-    for name in _JSON_COLUMNS:
-        offsets, data = _used_bytes(arrays[k])
+    for name in JSON_COLUMNS:
+        offsets, data = used_bytes(arrays[k])
         k += 1
         setattr(t, name, JsonColumn(offsets.cast("q"), data, n, owner=arrays))
-    t.async_op = bytearray(_used_bytes(arrays[k])[0])
+    t.async_op = bytearray(used_bytes(arrays[k])[0])
     t.groups = [Group(str(name), tuple(ranks)) for name, ranks in meta["groups"]]
     t.__dict__["_group_index"] = {g: i for i, g in enumerate(t.groups)}
     if n and not (0 <= (gids := _extent(t.gid))[0] and gids[1] < len(t.groups)):

@@ -10,9 +10,9 @@ from dataclasses import fields
 import orjson
 
 from ..table import arrow_arrays
-from ..table.event_table import _INT_COLUMNS, _STR_COLUMNS, EventTable, RankInfo
-from .codec import (_JSON_COLUMNS, _NAMES, StoreError, _meta, _np_type, _open, _schema_ok, _used_bytes, _valid,
-                    _write)
+from ..table.event_table import INT_COLUMNS, STR_COLUMNS, EventTable, RankInfo
+from .codec import (JSON_COLUMNS, NAMES, StoreError, store_meta, np_type, open_batch, schema_ok, used_bytes, valid_rows,
+                    write_batch)
 
 def merge_parts(parts: list[str], head: EventTable, path: str, fingerprint: dict, finish,
                 whole_stores: bool = False) -> None:
@@ -28,8 +28,8 @@ def merge_parts(parts: list[str], head: EventTable, path: str, fingerprint: dict
 
     batches, records = [], []
     for p in parts:
-        batch, _, meta, _ = _open(pa, p, None)  # (no digest: the workers' files, just written, never kept)
-        if not _schema_ok(pa, batch.schema) or (type(meta.get("part")) is not dict and not whole_stores):
+        batch, _, meta, _ = open_batch(pa, p, None)  # (no digest: the workers' files, just written, never kept)
+        if not schema_ok(pa, batch.schema) or (type(meta.get("part")) is not dict and not whole_stores):
             raise StoreError(f"{p}: not a store part")
         batches.append(batch)
         records.append(meta)
@@ -53,7 +53,7 @@ def merge_parts(parts: list[str], head: EventTable, path: str, fingerprint: dict
 
     keys = {}
     for name in ("start_ns", "rank", "id"):
-        keys[name] = np.concatenate([np.frombuffer(_used_bytes(a)[0], _np_type(a)) for a in column(name)])
+        keys[name] = np.concatenate([np.frombuffer(used_bytes(a)[0], np_type(a)) for a in column(name)])
     order = np.lexsort((keys["id"], keys["rank"], keys["start_ns"]))
     if n < 2 or (order[1:] > order[:-1]).all():
         order = None  # already in order
@@ -77,39 +77,39 @@ def merge_parts(parts: list[str], head: EventTable, path: str, fingerprint: dict
 
     out_names, arrays = [], []
     try:
-        for name in _INT_COLUMNS:
-            file_name = _NAMES.get(name, name)
+        for name in INT_COLUMNS:
+            file_name = NAMES.get(name, name)
             if name == "gid":  # each part's group indexes, as the whole's
-                values = [g[np.frombuffer(_used_bytes(a)[0], np.int32)] for g, a in zip(group_of, column(name))]
+                values = [g[np.frombuffer(used_bytes(a)[0], np.int32)] for g, a in zip(group_of, column(name))]
             elif name in keys:
                 values = keys[name]
             else:
-                values = [np.frombuffer(_used_bytes(a)[0], _np_type(a)) for a in column(file_name)]
+                values = [np.frombuffer(used_bytes(a)[0], np_type(a)) for a in column(file_name)]
             out_names.append(file_name)
-            arrays.append(fixed(values, np.dtype(_np_type(batches[0].column(file_name)) if batches else np.int64)))
-        for name in _STR_COLUMNS + ("shape",):
+            arrays.append(fixed(values, np.dtype(np_type(batches[0].column(file_name)) if batches else np.int64)))
+        for name in STR_COLUMNS + ("shape",):
             index: dict = {}  # value -> its code in the whole, in order of first appearance
             codes = []
             for a in column(name):
                 mapping = np.array([index.setdefault(v, len(index)) for v in a.dictionary.to_pylist()] or [0],
                                    np.int64)
-                codes.append(mapping[np.frombuffer(_used_bytes(a.indices)[0], _np_type(a.indices))])
+                codes.append(mapping[np.frombuffer(used_bytes(a.indices)[0], np_type(a.indices))])
             values = list(index)
             code_type = np.uint8 if len(values) <= 1 << 8 else np.uint16 if len(values) <= 1 << 16 else np.int32
             merged = np.concatenate(codes).astype(code_type) if codes else np.zeros(0, code_type)
             out_names.append(name)
             arrays.append(pa.DictionaryArray.from_arrays(fixed(merged, np.dtype(code_type)),
                                                          arrow_arrays.strings(pa, values)))
-        for name in _JSON_COLUMNS:
-            file_name = _NAMES.get(name, name)
+        for name in JSON_COLUMNS:
+            file_name = NAMES.get(name, name)
             out_names.append(file_name)
             arrays.append(_joined_texts(pa, np, column(file_name), order, n, scratch))
         out_names.append("async_op")
-        arrays.append(fixed([np.frombuffer(_used_bytes(a)[0], np.uint8) for a in column("async_op")],
+        arrays.append(fixed([np.frombuffer(used_bytes(a)[0], np.uint8) for a in column("async_op")],
                             np.dtype(np.uint8)))
-        meta = _meta(head, fingerprint)
+        meta = store_meta(head, fingerprint)
         meta["events"] = n
-        _write(pa, path, out_names, arrays, orjson.dumps(meta))
+        write_batch(pa, path, out_names, arrays, orjson.dumps(meta))
     finally:
         del arrays
         scratch.close()
@@ -151,8 +151,8 @@ def _joined_texts(pa, np, chunks: list, order, n: int, scratch: _Scratch):
 
     lengths, valid = [], []
     for a in chunks:
-        lengths.append(np.diff(np.frombuffer(_used_bytes(a)[0], np.int64)))
-        valid.append(_valid(np, a))
+        lengths.append(np.diff(np.frombuffer(used_bytes(a)[0], np.int64)))
+        valid.append(valid_rows(np, a))
     lengths = np.concatenate(lengths) if chunks else np.zeros(0, np.int64)
     valid = np.concatenate(valid) if chunks else np.zeros(0, bool)
 
@@ -171,7 +171,7 @@ def _joined_texts(pa, np, chunks: list, order, n: int, scratch: _Scratch):
     def joined(offsets, data) -> None:
         row = 0
         for a in chunks:
-            used = _used_bytes(a)
+            used = used_bytes(a)
             data[offsets[row]:offsets[row + len(a)]] = np.frombuffer(used[1], np.uint8)
             row += len(a)
 
@@ -183,7 +183,7 @@ def _joined_texts(pa, np, chunks: list, order, n: int, scratch: _Scratch):
         for a in range(0, n, _TAKE_ROWS):
             b = min(a + _TAKE_ROWS, n)
             piece = pc.take(whole, arrow_arrays.numbers(pa, order[a:b]))
-            used = _used_bytes(piece)
+            used = used_bytes(piece)
             data[offsets[a]:offsets[b]] = np.frombuffer(used[1], np.uint8)
 
     return texts(lengths[order], valid[order], taken)

@@ -30,10 +30,10 @@ P2P_OPS = frozenset({"send", "recv"})
 
 NONE = -1  # stands for null in the integer columns (ranks, seqs and times are never negative)
 
-_INT_COLUMNS = ("rank", "gid", "group_seq", "peer", "root", "bytes", "start_ns", "end_ns",
+INT_COLUMNS = ("rank", "gid", "group_seq", "peer", "root", "bytes", "start_ns", "end_ns",
                 "wait_start_ns", "wait_end_ns", "seq", "tag", "id", "user_step")
-_STR_COLUMNS = ("op", "api", "dtype", "status", "site", "host")
-_OBJ_COLUMNS = ("shape", "in_", "out", "error", "extra")
+STR_COLUMNS = ("op", "api", "dtype", "status", "site", "host")
+OBJ_COLUMNS = ("shape", "in_", "out", "error", "extra")
 RANK_LIMIT = 2 ** 31  # ranks (rank, peer, root) and group indexes are 4-byte columns
 
 
@@ -126,7 +126,7 @@ class EventTable:
     def add_rows(self, cols: dict) -> None:
         """The one way rows enter the table: the columns of ROW_COLUMNS, all of one length and already checked by
         whoever built them (`append`, `extend`, the readers), appended together; each new rank registered."""
-        for name in _INT_COLUMNS:  # (a column mapped from the store is read-only: copied before it grows)
+        for name in INT_COLUMNS:  # (a column mapped from the store is read-only: copied before it grows)
             setattr(self, name, writable(getattr(self, name)))
         for name in ROW_COLUMNS:
             getattr(self, name).extend(cols[name])
@@ -160,8 +160,8 @@ class EventTable:
         status = ev.get("status") or ("ok" if ev.get("end_ns") is not None else "unfinished")
         texts = (text_field(ev.get("api")) or op, text_field(ev.get("dtype")), text_field(status),
                  text_field(ev.get("site")), text_field(ev.get("host")))
-        group = text_field(ev.get("group")) or _default_group_name(ranks)
-        extra = {k: v for k, v in ev.items() if k not in _KNOWN_KEYS}
+        group = text_field(ev.get("group")) or default_group_name(ranks)
+        extra = {k: v for k, v in ev.items() if k not in KNOWN_KEYS}
         # everything is checked: from here on nothing raises, so all columns grow together
         row = dict(zip(("group_seq", "peer", "root", "bytes", "end_ns", "wait_start_ns", "wait_end_ns", "seq", "tag",
                         "id", "user_step"), ints))
@@ -183,19 +183,19 @@ class EventTable:
         order = np.lexsort((ident, rank, start))
         if (order[1:] > order[:-1]).all():
             return  # already in order (what `disttrace events` writes): nothing to do
-        for name in _INT_COLUMNS:
+        for name in INT_COLUMNS:
             setattr(self, name, permuted(getattr(self, name), order))
-        for name in _STR_COLUMNS + _OBJ_COLUMNS:
+        for name in STR_COLUMNS + OBJ_COLUMNS:
             setattr(self, name, getattr(self, name).take(order))
         self.async_op = bytearray(np.frombuffer(self.async_op, dtype=np.uint8)[order].tobytes())
 
     def keep_first(self, n: int) -> None:
         """Keep the first n rows (of a sorted table: the events that start before a time)."""
-        for name in _INT_COLUMNS:
+        for name in INT_COLUMNS:
             col = writable(getattr(self, name))
             del col[n:]
             setattr(self, name, col)
-        for name in _STR_COLUMNS + _OBJ_COLUMNS:
+        for name in STR_COLUMNS + OBJ_COLUMNS:
             getattr(self, name).truncate(n)
         del self.async_op[n:]
 
@@ -261,12 +261,12 @@ class EventTable:
 
 
 # The columns that hold one value per row (EventTable.add_rows appends to all of them at once)
-ROW_COLUMNS = _INT_COLUMNS + _STR_COLUMNS + _OBJ_COLUMNS + ("async_op",)
+ROW_COLUMNS = INT_COLUMNS + STR_COLUMNS + OBJ_COLUMNS + ("async_op",)
 
-_KNOWN_KEYS = frozenset(EVENT_FIELDS)  # (the others are kept in `extra`)
+KNOWN_KEYS = frozenset(EVENT_FIELDS)  # (the others are kept in `extra`)
 
 
-def _default_group_name(ranks) -> str:
+def default_group_name(ranks) -> str:
     return "ranks:" + ",".join(str(r) for r in ranks)
 
 

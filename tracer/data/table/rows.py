@@ -7,7 +7,7 @@ from array import array
 from itertools import repeat
 
 from .columns import JsonTexts
-from .event_table import _KNOWN_KEYS, NONE, OPS, EventTable, _default_group_name, text_field
+from .event_table import KNOWN_KEYS, NONE, OPS, EventTable, default_group_name, text_field
 
 
 def extend(table: EventTable, events: list) -> tuple[int, str]:
@@ -74,7 +74,7 @@ def _columns(table: EventTable, evs: list) -> dict:
             continue
         if not isinstance(ranks, (list, tuple)) or not all(type(r) is int for r in ranks):
             raise TypeError("group_ranks must be a list of integers")
-        g = table.group_id(text_field(name) or _default_group_name(ranks), ranks)
+        g = table.group_id(text_field(name) or default_group_name(ranks), ranks)
         if key is not None:
             cache[key] = (ranks, g)
         gid.append(g)
@@ -82,7 +82,7 @@ def _columns(table: EventTable, evs: list) -> dict:
     statuses = get("status")
     if not all(statuses):  # no status: ok if it ended
         statuses = [st if st else "ok" if e != NONE else "unfinished" for st, e in zip(statuses, end)]
-    known, n_known = _KNOWN_KEYS, len(_KNOWN_KEYS)
+    known, n_known = KNOWN_KEYS, len(KNOWN_KEYS)
     apis = get("api")
     return {
         "rank": rank, "gid": gid, "group_seq": ints("group_seq"), "peer": ints("peer", typecode="i"),
@@ -119,12 +119,12 @@ def text_column(values: list) -> list:
 
 # -- the fast decoders' texts (importers/event_batches.py, rank_batches.py) ---------------------------------
 
-def _text(values: list) -> list:
+def text_values(values: list) -> list:
     """text_field of an optional string: None is ""."""
     return list(map({None: ""}.get, values, values)) if None in values else values
 
 
-def _texts(raws: list) -> JsonTexts | None:
+def json_texts(raws: list) -> JsonTexts | None:
     """The summaries' JSON texts; a missing one or a null: b"". None: a text that orjson would not read back (the
     decoder checks a raw value's syntax but not its UTF-8, nor numbers past a double's range)."""
     lens = list(map(len, raws))
