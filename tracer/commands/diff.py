@@ -18,7 +18,7 @@ from ..analysis.diff.compare import Diff, compare, headline, signed, to_json, ve
 from ..analysis.diff.sides import analysed
 from ..units import fmt_ns
 from ..errors import TraceError
-from .report import console, progress_bar, rich_table
+from .report import make_console, progress_bar, rich_table
 from .sides import SIDE_HELP, load_side, parse_side
 
 
@@ -90,7 +90,7 @@ def render(d: Diff, top: int = 10, fail_above: float | None = None, console=None
     from rich.table import Table
     from rich.text import Text
 
-    console = console or console()
+    console = console or make_console()
     a, b = d.a, d.b
     console.print(f"[bold]disttrace diff[/]: {_count(len(d.matched), 'step')} compared by index")
     for name, label, s in (("A", d.a_label, a), ("B", d.b_label, b)):  # (a path on a line of its own: it wraps alone)

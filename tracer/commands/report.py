@@ -83,14 +83,14 @@ def main(args) -> int:
             sys.stdout.buffer.write(orjson.dumps(to_json(a), option=orjson.OPT_APPEND_NEWLINE))
             sys.stdout.flush()
         else:
-            console = console()
+            console = make_console()
             if len(runs) > 1:
                 console.rule(f"run {run} of {len(runs)}")
             render(a, args.top, console, asked=bool(args.what_if))
     return 1 if found else 0
 
 
-def console(**kwargs):
+def make_console(**kwargs):
     """rich's Console, but a reader that closed the pipe ends the command as a closed pipe (cli.py: exit 141):
     rich's own handling exits with 1, this command's code for "problems found"."""
     from rich.console import Console
@@ -110,7 +110,7 @@ def follow(args) -> int:
     if args.interval <= 0:
         raise TraceError("--interval must be a positive number of seconds")
     tty = sys.stdout.isatty()
-    console = console() if tty else console(width=120)
+    console = make_console() if tty else make_console(width=120)
     last_size, rc, waiting_said = None, 0, False
     try:
         while True:
@@ -173,7 +173,7 @@ def render(a: Analysis, top: int = 10, console=None, asked: bool = False) -> Non
     from rich.text import Text
 
     if console is None:
-        console = console()
+        console = make_console()
     if asked:
         for w in a.what_if:
             console.print(Text(what_if_sentence(w, "step" if a.steps else "run"), style="bold"))
