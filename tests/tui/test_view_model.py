@@ -1,5 +1,6 @@
-"""What the views show, worked out without Textual (tui/model/charts.py, waits.py, links.py, moved.py, schedule.py):
-each against the analysis' results read the slow way (a view of each instance), on hand-timed traces."""
+"""What the views show, worked out without Textual (tui/model/: charts.py, waits.py, links.py, moved.py,
+schedule.py, ring.py, critical.py), each against the analysis' results read the slow way (a view of each instance),
+on hand-timed traces."""
 
 from __future__ import annotations
 
@@ -11,11 +12,13 @@ import pytest
 from synthetic import MS, Trace
 
 from disttrace.tracer.analysis import analysed, analyze, compare
-from disttrace.tracer.analysis.model import Link
+from disttrace.tracer.analysis.model import CriticalPath, Link, PathPart
 from disttrace.tui.model import charts
 from disttrace.tui.model.charts import bandwidth_lines, durations_of
+from disttrace.tui.model.critical import shares
 from disttrace.tui.model.links import fastest, matrix
 from disttrace.tui.model.moved import moved
+from disttrace.tui.model.ring import p2p_exchange
 from disttrace.tui.model.schedule import ScheduleModel
 from disttrace.tui.model.store import TraceStore
 from disttrace.tui.model.waits import held_longest, most_waited, step_rows
@@ -165,3 +168,21 @@ def test_what_moved_is_the_comparison_s_ranked_by_the_move():
             assert m.row in ops and m.op == b.table.op[m.row] and m.rank == b.table.rank[m.row]
             assert m.a_median_ns == int(d.ops.a_median[m.row]) and m.b_ns == b.table.duration_ns(m.row)
             assert m.step == step_of[m.row] and m.site == "train.py:40"
+
+
+def test_a_hand_written_exchange_by_message_order_and_its_bytes():
+    from types import SimpleNamespace as M
+
+    # two rounds among ranks 0-2 (orders 4 and 7), and a message to rank 5, outside them
+    msgs = [M(src=0, dst=1, order=4, bytes=10, send=1), M(src=1, dst=2, order=4, bytes=20, send=2),
+            M(src=2, dst=0, order=7, bytes=30, send=3), M(src=0, dst=5, order=9, bytes=99, send=4)]
+    steps, step_of = p2p_exchange(msgs, [0, 1, 2])
+    assert step_of == {4: 0, 7: 1} and [s.total_bytes for s in steps] == [30, 30]
+    assert [(t.src, t.dst) for t in steps[0].transfers] == [(0, 1), (1, 2)]  # positions among the ranks
+
+
+def test_a_path_s_shares_of_compute_comm_and_wait():
+    parts = [PathPart(0, "compute", 60, 0), PathPart(1, "comm", 30, 60), PathPart(1, "wait", 10, 90),
+             PathPart(0, "compute", 0, 100)]
+    assert shares(CriticalPath(3, 100, parts)) == {"compute": 60.0, "comm": 30.0, "wait": 10.0}
+    assert shares(CriticalPath(0, 0, [])) == {"compute": 0.0, "comm": 0.0, "wait": 0.0}
