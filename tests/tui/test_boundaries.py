@@ -16,7 +16,7 @@ def loaded(modules: str, among: tuple[str, ...]) -> list[str]:
 
 @pytest.mark.slow  # (a fresh interpreter)
 def test_tui_does_not_import_torch():
-    assert loaded("disttrace.tui.app, disttrace.tui.cli, disttrace.tui.loading, disttrace.tui.widgets.views",
+    assert loaded("disttrace.tui.app, disttrace.tui.cli, disttrace.tui.loading, disttrace.tui.screens.viewer",
                   ("torch",)) == []
 
 

@@ -12,7 +12,7 @@ from disttrace.tui.model.narration import Narration
 from disttrace.tui.model.schedule import BLANK, CUT, IDLE, ScheduleModel
 from disttrace.tui.screens.viewer import ViewerScreen
 from disttrace.tui.widgets.schedule import ScheduleGrid
-from disttrace.tui.widgets.views import PipelineView
+from disttrace.tui.widgets.pipeline import PipelineView
 
 from tui_helpers import DATA, PIPELINE_JOB, fixture_store, screen_text, wait_until
 

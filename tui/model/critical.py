@@ -117,6 +117,12 @@ class StepPaths:
         return part.row if part.row >= 0 else None
 
 
+def shares(path: CriticalPath) -> dict[str, float]:
+    """The percent of the path's length in compute, comm and wait (its parts add up to it)."""
+    length = max(1, path.length_ns)
+    return {k: 100 * sum(p.ns for p in path.parts if p.kind == k) / length for k in ("compute", "comm", "wait")}
+
+
 def step_paths(store: TraceStore) -> StepPaths:
     """The StepPaths of the store's analysis, made once per analysis (kept on the store)."""
     got = getattr(store, "_step_paths", None)
@@ -125,4 +131,4 @@ def step_paths(store: TraceStore) -> StepPaths:
     return got
 
 
-__all__ = ["StepPaths", "step_paths"]
+__all__ = ["StepPaths", "shares", "step_paths"]

@@ -32,6 +32,10 @@ class RingStep:
     phase: str  # "reduce-scatter", "all-gather" or "p2p"
     transfers: list[Transfer]
 
+    @property
+    def total_bytes(self) -> int:
+        return sum(t.bytes for t in self.transfers)
+
 
 class RingPlan:
     """The textbook ring schedule of op for n ranks and K=total_bytes per rank."""
@@ -95,9 +99,16 @@ def ranks_in(mask: int) -> list[int]:
 def p2p_steps(matches, ranks: list[int]) -> list[RingStep]:
     """Steps of a hand-written ring from matched messages (analysis P2PMatch objects): step k holds the k-th
     message of every src->dst link, positions being indices into `ranks`."""
+    return p2p_exchange(matches, ranks)[0]
+
+
+def p2p_exchange(matches, ranks: list[int]) -> tuple[list[RingStep], dict[int, int]]:
+    """p2p_steps' steps, and the step of each message order (P2PMatch.order) among `ranks`."""
     pos = {r: k for k, r in enumerate(ranks)}
     by_order: dict[int, list[Transfer]] = {}
     for m in matches:
         if m.src in pos and m.dst in pos:
             by_order.setdefault(m.order, []).append(Transfer(pos[m.src], pos[m.dst], None, m.bytes, False, m.send))
-    return [RingStep(k, "p2p", sorted(by_order[o], key=lambda t: t.src)) for k, o in enumerate(sorted(by_order))]
+    orders = sorted(by_order)
+    return ([RingStep(k, "p2p", sorted(by_order[o], key=lambda t: t.src)) for k, o in enumerate(orders)],
+            {o: k for k, o in enumerate(orders)})

@@ -222,6 +222,13 @@ class ScheduleModel:
         it = self.iterations[n]
         return [(r, self.idle[(it.index, r)]) for r in self.paths[it.pipeline] if (it.index, r) in self.idle]
 
+    def busy_of(self, n: int) -> dict[int, int]:
+        """rank -> its time computing in iteration n (the sum of its cells)."""
+        busy: dict[int, int] = {}
+        for c in self.cells.get(n, []):
+            busy[c.rank] = busy.get(c.rank, 0) + c.end_ns - c.start_ns
+        return busy
+
     def ideal_idle(self, n: int) -> list[tuple[int, int, int, int]]:
         """Per stage row of iteration n's textbook grid: (its warm-up, its cool-down, its idle time between its
         computations: the schedule's own waits for a neighbour, its micro-batches in flight at most)."""

@@ -24,15 +24,20 @@ from ..model import viewport
 from ..model.critical import step_paths
 from ..model.replay import SPEEDS, parse_goto, search, step_collective, step_event
 from ..model.store import TraceStore
+from ..widgets.charts import ChartsView
 from ..widgets.critical_path import CriticalPathView
 from ..widgets.detail import DetailPane, NarrationPane
 from ..widgets.diff import DiffView
 from ..widgets.event_list import EventList
 from ..widgets.header import ViewerHeader
+from ..widgets.links import LinksView
 from ..widgets.messages import AnalysisReady, EventPicked, LoadProgress, ShowInTimeline, ViewChanged
+from ..widgets.pipeline import PipelineView
+from ..widgets.problems import ProblemsView
+from ..widgets.ring import RingView
 from ..widgets.schedule import ScheduleGrid
 from ..widgets.timeline import Ruler, Timeline
-from ..widgets.views import ChartsView, LinksView, PipelineView, ProblemsView, RingView, WaitsView
+from ..widgets.waits import WaitsView
 from .help import HelpScreen
 from .prompt import Prompt
 

@@ -15,7 +15,7 @@ from disttrace.tracer.analysis import attribution_summary, startup_sentence, wha
 from disttrace.tracer.analysis.core.results import CriticalPath, PathPart
 from disttrace.tracer.units import fmt_list, fmt_ns, fmt_ns_short
 
-from ..model.critical import step_paths
+from ..model.critical import shares, step_paths
 from ..model.store import TraceStore
 from .messages import ShowInTimeline
 from .palette import OP_COLORS, PATH
@@ -180,8 +180,7 @@ class CriticalPathView(Vertical):
     def _head(self, step: int) -> Text:
         sp = step_paths(self.store)
         path = sp.paths[step]
-        length = max(1, path.length_ns)
-        share = {k: 100 * sum(p.ns for p in path.parts if p.kind == k) / length for k in ("compute", "comm", "wait")}
+        share = shares(path)
         if sp.by_step:
             s = sp.steps[step]
             where = (f"Step {step}", f" ({sp.position(step)} of {len(sp.order)}"

@@ -1,7 +1,8 @@
 """The diff view (`disttrace view B --baseline A`, issue 42): what changed from run A to the run on screen, B, all
 of it the analysis' (tracer/analysis/diff.py): whether B's step moved beyond the noise, the explanations ranked
 (B's steps replayed with one thing set to A's), the differences in structure, and B's steps and ops that moved beyond
-their noise (enter: show it in the timeline). The detail pane shows A's figures beside B's (detail.py).
+their noise (enter: show it in the timeline; put in one list, largest first, by tui/model/moved.py). The
+detail pane shows A's figures beside B's (detail.py).
 
 The baseline's comparison is made before the viewer starts (tui/cli.py) and handed here with `set_baseline`; it
 is B's only while the store on screen holds the same trace it was made of (`baseline_of`): another run (R) has none.
@@ -9,7 +10,6 @@ is B's only while the store on screen holds the same trace it was made of (`base
 
 from __future__ import annotations
 
-import numpy as np
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
@@ -18,13 +18,13 @@ from textual.widgets import DataTable, Static
 from disttrace.tracer.analysis import Diff, signed, verdict
 from disttrace.tracer.units import fmt_ns_short
 
+from ..model import MAX_ROWS
+from ..model.moved import moved
 from ..model.store import TraceStore
 from .messages import ShowInTimeline
 from .palette import OP_COLORS
 
 __all__ = ["DiffView", "baseline_of", "set_baseline", "signed", "signed_short"]
-
-MAX_ROWS = 2000  # rows of the moved table: the largest moves first
 
 _BASELINE: list[Diff] = []  # the comparison of the trace on screen with its baseline (at most one)
 
@@ -125,34 +125,12 @@ class DiffView(Vertical):
     def _moved_table(self, d: Diff) -> DataTable:
         t = DataTable(id="diff-moved", cursor_type="row", zebra_stripes=True)
         t.add_columns("step", "rank", "what", "A", "B", "B - A")
-        a, table, analysis = d.a_side, self.store.table, self.store.analysis
-        found: list[tuple[int, int, tuple]] = []
-        med_a = d.a.median_ns
-        first_row: dict[int, int] = {}
-        step_of = np.frombuffer(analysis.step_of, np.int32) if len(analysis.step_of) == len(table) else None
-        if step_of is not None:
-            ks, rows = np.unique(step_of, return_index=True)
-            first_row = {int(k): int(r) for k, r in zip(ks, rows) if k >= 0}
-        lengths = {k: y for k, _, y in d.steps if y is not None}
-        for k, moved in sorted(d.ops.step_moved.items()) if d.ops is not None else ():
-            if moved and k in first_row:
-                delta = lengths[k] - med_a
-                found.append((abs(delta), first_row[k], (str(k), "", "the step", fmt_ns_short(med_a) + " med",
-                                                         fmt_ns_short(lengths[k]), signed_short(delta))))
-        if d.ops is not None:
-            for row in np.flatnonzero(d.ops.moved).tolist():
-                med = int(d.ops.a_median[row])
-                dur = table.duration_ns(row) or 0
-                op = table.op[row]
-                k = int(step_of[row]) if step_of is not None else -1
-                site = a.site_of(table.site[row] or "") if a is not None else ""
-                what = Text.assemble((op, OP_COLORS.get(op, "")), f" {site}")
-                found.append((abs(dur - med), row, (str(k), str(table.rank[row]), what, fmt_ns_short(med) + " med",
-                                                    fmt_ns_short(dur), signed_short(dur - med))))
-        found.sort(key=lambda x: -x[0])
-        for _, row, cells in found[:MAX_ROWS]:
-            t.add_row(*cells)
-            self._rows.append(row)
+        found = moved(d, self.store.table, self.store.analysis)
+        for m in found[:MAX_ROWS]:
+            what = "the step" if m.op is None else Text.assemble((m.op, OP_COLORS.get(m.op, "")), f" {m.site}")
+            t.add_row(str(m.step), "" if m.rank is None else str(m.rank), what, fmt_ns_short(m.a_median_ns) + " med",
+                      fmt_ns_short(m.b_ns), signed_short(m.delta_ns))
+            self._rows.append(m.row)
         if not found:
             t.add_row("", "", "nothing moved beyond its noise", "", "", "")
         return t

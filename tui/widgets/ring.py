@@ -12,7 +12,7 @@ from textual.widget import Widget
 
 from disttrace.tracer.units import fmt_bytes_short, fmt_ordinal
 
-from ..model.ring import RING_OPS, RingPlan, RingStep, p2p_steps, ring_plan
+from ..model.ring import RING_OPS, RingPlan, RingStep, p2p_exchange, ring_plan
 from ..model.store import TraceStore
 from .palette import OP_COLORS
 
@@ -66,9 +66,7 @@ class RingView(Widget, can_focus=False):
             ranks = list(t.groups[t.gid[row]].ranks) or sorted(self.store.rank_index)
             key = tuple(ranks)
             if key not in self._p2p_cache:  # (once per group: every message is read, ~10^5 at 1M events)
-                p2p = self.store.analysis.p2p
-                orders = sorted({mm.order for mm in p2p if mm.src in key and mm.dst in key})
-                self._p2p_cache[key] = p2p_steps(p2p, ranks), {o: k for k, o in enumerate(orders)}
+                self._p2p_cache[key] = p2p_exchange(self.store.analysis.p2p, ranks)
             steps, step_of = self._p2p_cache[key]
             return ranks, steps, step_of.get(m.order, 0)
         return None
@@ -167,10 +165,9 @@ class RingView(Widget, can_focus=False):
             return Text("No matched send/recv messages in this trace.")
         k = max(0, min(k, len(steps) - 1))
         step = steps[k]
-        total = sum(t.bytes for t in step.transfers)
         head = Text.assemble(("Hand-written send/recv exchange", "bold #ff6b6b"),
                              f": step {k + 1} of {len(steps)} (the {fmt_ordinal(k + 1)} message on every link), "
-                             f"{len(step.transfers)} recorded messages, {fmt_bytes_short(total)} in all.   "
+                             f"{len(step.transfers)} recorded messages, {fmt_bytes_short(step.total_bytes)} in all.   "
                              "] / [ other steps\n")
         lines = Text()
         table = self.store.table
