@@ -73,7 +73,7 @@ def test_gloo_profiler_traces_agree_with_disttrace_run(gloo_job):
     assert _comms(theirs) == _comms(ours)  # every op, its bytes, its number in its group, its peer
     rc_k, k = _report(prof)
     rc_d, d = _report(trace)
-    assert rc_k == rc_d == 0
+    assert rc_k == rc_d == 0, ([(p["kind"], p["message"]) for p in k["problems"]], [(p["kind"], p["message"]) for p in d["problems"]])
     assert k["straggler"]["rank"] == d["straggler"]["rank"] == J.LATE_RANK
     # each collective's waits, as disttrace's own recording sees them. Per op, the two recorders' arrival instants
     # differ by the scheduler's whims (3 ranks on 2 cores: a preempted rank is ~1-5 ms late in one view and not the
