@@ -40,6 +40,8 @@ DP, PP, TP, MICRO, ITERATIONS, FORWARD_MS = 4, 4, 4, 4, 5, 2.0
 SLOW_RANK = (2 * PP + 1) * TP + 1  # replica 2, stage 1, tensor position 1: rank 37
 
 
+# The three analyses of a 64-rank job take seconds: the tests that read them run in the full suite (slow), not
+# in the contributors' loop
 @pytest.fixture(scope="module")
 def three_d():
     """(the 64-rank job with one slow worker, with every rank of stage 2 slow, and without a fault), analysed."""
@@ -57,6 +59,7 @@ def _mean_step(a) -> float:
     return sum(lengths) / len(lengths)
 
 
+@pytest.mark.slow
 def test_a_64_rank_job_s_roles_are_its_stages_over_the_replicas(three_d):
     a, _, _ = three_d
     p = a.pipeline
@@ -65,6 +68,7 @@ def test_a_64_rank_job_s_roles_are_its_stages_over_the_replicas(three_d):
     assert "4 stages x 16 replicas" in a.attribution.roles
 
 
+@pytest.mark.slow
 def test_the_replay_gives_back_the_64_rank_job_s_steps(three_d):
     a, _, _ = three_d
     _, nothing = a.what_if
@@ -73,6 +77,7 @@ def test_the_replay_gives_back_the_64_rank_job_s_steps(three_d):
     assert nothing.per_step and all(before == after == by_step[k] for k, (before, after) in nothing.per_step.items())
 
 
+@pytest.mark.slow
 def test_a_slow_worker_among_64_is_named_and_its_pace_predicts_the_job_without_it(three_d):
     a, _, balanced = three_d
     at = a.attribution
@@ -89,6 +94,7 @@ def test_a_slow_worker_among_64_is_named_and_its_pace_predicts_the_job_without_i
     assert {"slowdown", "step_ns", "ideal_step_ns", "stages", "ops", "spans", "steps", "roles", "reason"} <= set(d)
 
 
+@pytest.mark.slow
 def test_a_slow_stage_is_a_stage_and_its_pace_predicts_the_balanced_job(three_d):
     _, a, balanced = three_d
     at = a.attribution
@@ -101,6 +107,7 @@ def test_a_slow_stage_is_a_stage_and_its_pace_predicts_the_balanced_job(three_d)
     assert ideal.step_ns_after == pytest.approx(_mean_step(balanced), rel=0.01), ideal
 
 
+@pytest.mark.slow
 def test_the_balanced_job_has_nothing_to_blame(three_d):
     _, _, a = three_d
     at = a.attribution
