@@ -210,35 +210,29 @@ def _measure(mode: str, args, work: Path) -> tuple[list[tuple[float, float]], fl
     return res, took
 
 
-def _k(x: float) -> str:
-    return f"{x / 1000:7.1f}k"
+def _k(x: float, sign: bool = False) -> str:
+    return f"{x / 1000:{'+' if sign else ''}.1f}k"
 
 
 def _report(results: dict, args) -> None:
-    base, fr = results.get("untraced"), results.get("fr")
-    med = {m: (statistics.median(a for a, _ in v), statistics.median(b for _, b in v)) for m, (v, _t) in
-           results.items()}
-    head = f"{'mode':38} {'main /op':>9} {'all /op':>9}"
-    head += f"   {'+ untraced: main':>16} {'all':>8}" if base else ""
-    head += f"   {'+ FR: main':>10} {'all':>8}" if fr else ""
-    print(head)
+    """The table: per mode, instructions per op (the median of the reps), and what it adds beside each reference
+    (the untraced op, Flight Recorder) measured in this run."""
+    med = {m: (statistics.median(a for a, _ in v), statistics.median(b for _, b in v))
+           for m, (v, _t) in results.items()}
+    refs = [r for r in ("untraced", "fr") if r in med]
+    print(f"{'mode':36} {'main /op':>9} {'all /op':>9}" + "".join(
+        f"   {'beside ' + MODES[r][0] + ': main':>30} {'all':>8}" for r in refs))
     for m, (main, every) in med.items():
-        row = f"{MODES[m][0]:38} {_k(main):>9} {_k(every):>9}"
-        for ref in ("untraced", "fr"):
-            if ref in med and results.get(ref):
-                if m == ref:
-                    row += f"   {'-':>16} {'-':>8}" if ref == "untraced" else f"   {'-':>10} {'-':>8}"
-                else:
-                    w = 16 if ref == "untraced" else 10
-                    row += f"   {'+' + _k(main - med[ref][0]).strip():>{w}} {'+' + _k(every - med[ref][1]).strip():>8}"
-        print(row)
+        added = [("-", "-") if m == r else (_k(main - med[r][0], True), _k(every - med[r][1], True)) for r in refs]
+        cells = [f"{a:>30} {b:>8}" for a, b in added]
+        print(f"{MODES[m][0]:36} {_k(main):>9} {_k(every):>9}" + "".join(f"   {c}" for c in cells))
     small, large = args.ops
-    print(f"(callgrind Ir, (I[{large} ops] - I[{small} ops]) / {large - small}, 4 KiB all_reduce, gloo, a world of "
-          f"one; the median of {args.reps} rep(s){', instrumented from the start' if args.instrument_all else ''}; Flight Recorder "
-          f"{args.fr_entries} entries)")
+    print(f"(callgrind's Ir, (I[{large} ops] - I[{small} ops]) / {large - small}; a 4 KiB all_reduce, gloo, a world of "
+          f"one; the median of {args.reps} rep(s)" + (", instrumented from the start" if args.instrument_all else "")
+          + f"; Flight Recorder: {args.fr_entries} entries)")
     if args.reps > 1:
         print("each rep, main thread per op: " + "; ".join(
-            f"{m} " + ", ".join(f"{a / 1000:.1f}k" for a, _ in v) for m, (v, _t) in results.items()))
+            f"{m} " + ", ".join(_k(a) for a, _ in v) for m, (v, _t) in results.items()))
     print("wall time under callgrind: " + ", ".join(f"{m} {t:.0f} s" for m, (_v, t) in results.items()))
 
 
