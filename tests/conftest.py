@@ -57,7 +57,12 @@ def traced(tmp_path_factory):
 # a machine that the parallel workers share they miss more often. Marked `quiet` here, they run after the parallel
 # run, alone: the README's test command is `pytest -n 2 -m "not quiet"`, then `pytest -m quiet`.
 QUIET = {"analysis/causal/test_attribution_truth.py", "analysis/causal/test_critical_path.py",
-         "analysis/diff/test_diff.py", "analysis/test_verdicts.py", "analysis/test_analysis_real.py"}
+         "analysis/diff/test_diff.py", "analysis/test_verdicts.py", "analysis/test_analysis_real.py",
+         # a profiler-traced job's clocks fitted on its collectives' exits, against the recorder's ping-pong: beside
+         # the other worker's jobs, 3 ranks on 2 cores left exits skewed past the fit's own uncertainty (twice in
+         # fresh clones' parallel runs: rank 2 fitted 2.0 ms off with 1.2 ms of uncertainty, and a report
+         # that exited 1)
+         "data/test_kineto.py"}
 
 
 def pytest_collection_modifyitems(config, items):
