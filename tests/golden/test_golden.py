@@ -73,7 +73,7 @@ def test_golden(name, cache, tmp_path):
         stores = sorted(p.name for p in tmp_path.rglob("*.arrow"))
         if name not in UNSTORED:  # (else the store's runs would try nothing)
             assert any("analysis" not in s for s in stores), (name, stores)
-            if "--what-if" not in CASES[name]:  # (report --what-if recomputes: analysis/saved.py)
+            if "--what-if" not in CASES[name]:  # (report --what-if recomputes: analysis/core/saved_analysis.py)
                 assert any("analysis" in s for s in stores), (name, stores)
         _check(name, tmp_path, cache)  # read back from the store and the saved analysis
 

@@ -1,6 +1,6 @@
 """The first open of a large trace: the viewer shows the trace's head while the whole is read in parallel
 (data/store/head.py), then the whole trace on the event and view the user was on, then its analysis, made in a child
-process as a large trace's is (analysis/apart.py); quitting meanwhile stops the read."""
+process as a large trace's is (analysis/engine/child_process.py); quitting meanwhile stops the read."""
 
 from __future__ import annotations
 

@@ -149,7 +149,7 @@ _COMPILE_AHEAD = "import os; os.nice(19); from disttrace.tracer.analysis.core im
 
 def _compile_ahead() -> None:
     """Start the compile of the analysis' loops beside the job (numba, into the user's cache; at the lowest
-    priority, and only those not compiled yet: analysis/jit.py's compile_ahead), so that neither the analysis at
+    priority, and only those not compiled yet: analysis/core/jit.py's compile_ahead), so that neither the analysis at
     the run's end nor the first report compiles them."""
     if os.environ.get("DISTTRACE_JIT") == "0":
         return

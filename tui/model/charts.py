@@ -1,7 +1,7 @@
 """The Charts tab's figures without Textual: each op's bus bandwidth against message size, measured and at the
 analysis' alpha-beta model's time, and the durations of one op for a histogram.
 
-The collectives' busbw, durations and model times are the analysis' (tracer/analysis/collectives.py, theory.py);
+The collectives' busbw, durations and model times are the analysis' (tracer/analysis/comms/collectives.py, comms/alpha_beta.py);
 this takes one point per op and size from them (their median), from the instances' columns, not a view of each, so
 a million-event trace plots as quickly as a small one."""
 

@@ -1,6 +1,6 @@
 """The analysis' critical paths as the viewer needs them: the step at the playhead, the row a step or a path part
 is shown at, and each rank's stretches of a step's path (what the timeline marks). Nothing is recomputed: the
-paths, causes and what-ifs are the analysis' (tracer/analysis/critical_path.py); this only finds rows for them.
+paths, causes and what-ifs are the analysis' (tracer/analysis/causal/critical_path.py); this only finds rows for them.
 
 No Textual here: plain ints, so it can be unit-tested.
 """

@@ -1,4 +1,4 @@
-"""The Links tab's matrix and chart without Textual: the analysis' links (tracer/analysis/bandwidth.py
+"""The Links tab's matrix and chart without Textual: the analysis' links (tracer/analysis/comms/bandwidth.py
 `links_of`: bytes and GB/s per src → dst) laid out by rank, and the fastest of them."""
 
 from __future__ import annotations

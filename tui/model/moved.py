@@ -1,5 +1,5 @@
 """The Diff tab's moved table without Textual: B's steps and ops that moved beyond their noise, the largest move
-first. Which moved, and A's medians, are the comparison's (tracer/analysis/diff.py: `Diff.ops`, `step_moved`,
+first. Which moved, and A's medians, are the comparison's (tracer/analysis/diff/compare.py: `Diff.ops`, `step_moved`,
 `a_median`); this only puts them in one list and ranks them."""
 
 from __future__ import annotations

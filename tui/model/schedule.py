@@ -1,5 +1,5 @@
 """The pipeline's schedule grid without Textual: the analysis' schedule (PipelineStats' `schedule_iterations`,
-`schedule`, `stage_idle`, `ideal_schedules`; tracer/analysis/schedule.py) by iteration, the iteration and the
+`schedule`, `stage_idle`, `ideal_schedules`; tracer/analysis/pipeline/schedule.py) by iteration, the iteration and the
 micro-batch of the event at the playhead, and one iteration laid out in columns.
 
 The grid draws one iteration of the playhead's pipeline: a row per rank in stage order, time across from the

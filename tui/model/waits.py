@@ -1,8 +1,8 @@
 """The Waits tab's rows without Textual: the collectives the ranks waited at, each step's row to show, and the
 collective a straggler held the others at longest.
 
-Who waited, how long, who arrived last and each step's late rank are the analysis' (tracer/analysis/waits.py,
-stragglers.py, steps.py: `late_rank`); this only picks rows of the event table for them."""
+Who waited, how long, who arrived last and each step's late rank are the analysis' (tracer/analysis/waits/wait_states.py,
+waits/stragglers.py, waits/steps.py: `late_rank`); this only picks rows of the event table for them."""
 
 from __future__ import annotations
 

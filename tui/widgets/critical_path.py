@@ -1,7 +1,7 @@
 """The critical path view: the path of the step at the playhead across ranks (its parts in time order, marked on a
 timeline of every rank), the root causes of the steady steps' waiting (the ranks' start-up apart) and the
 what-ifs. All of it is the analysis'
-(tracer/analysis/critical_path.py); this view only lays it out and finds the events to show."""
+(tracer/analysis/causal/critical_path.py); this view only lays it out and finds the events to show."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The diff view (`disttrace view B --baseline A`, issue 42): what changed from run A to the run on screen, B, all
-of it the analysis' (tracer/analysis/diff.py): whether B's step moved beyond the noise, the explanations ranked
+"""The diff view (`disttrace view B --baseline A`): what changed from run A to the run on screen, B, all
+of it the analysis' (tracer/analysis/diff/compare.py): whether B's step moved beyond the noise, the explanations ranked
 (B's steps replayed with one thing set to A's), the differences in structure, and B's steps and ops that moved beyond
 their noise (enter: show it in the timeline; put in one list, largest first, by tui/model/moved.py). The
 detail pane shows A's figures beside B's (detail.py).

@@ -1,5 +1,5 @@
 """The Links tab: the P2P communication matrix (src × dst: bytes, GB/s) as a heat map, and a chart per link. The
-links are the analysis' (tracer/analysis/bandwidth.py), laid out by tui/model/links.py."""
+links are the analysis' (tracer/analysis/comms/bandwidth.py), laid out by tui/model/links.py."""
 
 from __future__ import annotations
 

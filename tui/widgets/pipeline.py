@@ -1,6 +1,6 @@
-"""The Pipeline tab: the pipeline's schedule grid (schedule.py) of the playhead's iteration, its bubble measured
+"""The Pipeline tab: the pipeline's schedule grid (pipeline/schedule.py) of the playhead's iteration, its bubble measured
 beside the textbook's, each stage's idle time by cause, then the pipeline over all its iterations. The schedule,
-the bubbles and the idle times are the analysis' (tracer/analysis/pipeline.py, schedule.py), by iteration in
+the bubbles and the idle times are the analysis' (tracer/analysis/pipeline/stages.py, pipeline/schedule.py), by iteration in
 tui/model/schedule.py; this lays them out."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from .detail import NarrationPane
 from .schedule import ScheduleGrid
 
 class PipelineView(VerticalScroll, can_focus=False):
-    """The pipeline's schedule grid (schedule.py) of the playhead's iteration, its bubble measured beside the
+    """The pipeline's schedule grid (pipeline/schedule.py) of the playhead's iteration, its bubble measured beside the
     textbook's, each stage's idle time by cause, then the pipeline over all its iterations."""
 
     DEFAULT_CSS = """

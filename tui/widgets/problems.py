@@ -1,4 +1,4 @@
-"""The Problems tab: the report's problems (the analysis': tracer/analysis/problems.py), under what the input
+"""The Problems tab: the report's problems (the analysis': tracer/analysis/problems/checks.py), under what the input
 lost, as the report says it first; enter jumps there."""
 
 from __future__ import annotations

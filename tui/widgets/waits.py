@@ -1,5 +1,5 @@
 """The Waits tab: who waited how long for whom. The verdict, the waits, the stragglers and each step's late rank
-are the analysis' (its sentences, tracer/analysis/waits.py, stragglers.py, steps.py); the rows shown for them come
+are the analysis' (its sentences, tracer/analysis/waits/wait_states.py, waits/stragglers.py, waits/steps.py); the rows shown for them come
 from tui/model/waits.py; this lays them out."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The analysis kept in the trace store (tracer/analysis/saved.py): opening a trace again gives the very analysis
+"""The analysis kept in the trace store (tracer/analysis/core/saved_analysis.py): opening a trace again gives the very analysis
 that computing it gives (every field, every column), from the store; a stale, damaged or what-if analysis is
 computed anew, never read."""
 
@@ -196,7 +196,7 @@ def test_nothing_is_saved_without_a_store(tmp_path, monkeypatch):
     assert sorted(os.listdir(tmp_path)) == ["tui_job.jsonl"]
 
 
-# -- a large trace's first analysis, made in a child process (tracer/analysis/apart.py) ----------------------
+# -- a large trace's first analysis, made in a child process (tracer/analysis/engine/child_process.py) ----------------------
 
 @pytest.fixture
 def children(monkeypatch):

@@ -1,4 +1,4 @@
-"""The pipeline's schedule read from a trace (tracer/analysis/schedule.py) on synthetic pipelines with exact times:
+"""The pipeline's schedule read from a trace (tracer/analysis/pipeline/schedule.py) on synthetic pipelines with exact times:
 each stage's forwards and backwards where they ran, labelled with their micro-batch (and virtual stage), each
 iteration's bubble from its first forward to its last backward with the start-up waits apart, the idle time by
 cause, the textbook grid. The real jobs (torch.distributed.pipelining's schedules, hand-written ones, the demo):

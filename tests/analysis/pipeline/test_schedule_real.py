@@ -1,4 +1,4 @@
-"""The pipeline's schedule (tracer/analysis/schedule.py) read from real jobs: torch.distributed.pipelining's GPipe,
+"""The pipeline's schedule (tracer/analysis/pipeline/schedule.py) read from real jobs: torch.distributed.pipelining's GPipe,
 1F1B and interleaved 1F1B (tests/jobs/pp_schedules.py), data x pipeline parallel with pipelining and by hand
 (wi_pp_pipelining.py, wi_pp_manual.py), and the pipeline demo's program with other P, M and the interleaved
 schedule. What a loaded machine cannot move is asserted: every computation found and labelled, in the order the
