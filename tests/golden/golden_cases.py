@@ -102,27 +102,26 @@ _ENV = {"COLUMNS": "120", "LINES": None, "FORCE_COLOR": None, "NO_COLOR": None, 
         "TTY_INTERACTIVE": None, "TERM": "dumb", "TZ": "UTC"}
 
 
+def _set(env: dict) -> None:
+    for k, v in env.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+    time.tzset()
+
+
 @contextmanager
 def _environment(cwd: Path, cache: bool):
     saved = {k: os.environ.get(k) for k in (*_ENV, "DISTTRACE_CACHE")}
     here = os.getcwd()
     try:
-        for k, v in {**_ENV, "DISTTRACE_CACHE": "1" if cache else "0"}.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        time.tzset()
+        _set({**_ENV, "DISTTRACE_CACHE": "1" if cache else "0"})
         os.chdir(cwd)
         yield
     finally:
         os.chdir(here)
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        time.tzset()
+        _set(saved)
 
 
 def run(argv: list[str], cwd: Path, cache: bool) -> tuple[int, bytes, str]:
