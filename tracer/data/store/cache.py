@@ -55,8 +55,9 @@ def source_digest(*places: str) -> str:
         h = hashlib.sha1(str(STORE_VERSION).encode())
         for place in places:
             for f in _sources(place):
+                name = os.path.relpath(f, place) if os.path.isdir(place) else os.path.basename(f)
                 with open(f, "rb") as fh:
-                    h.update(os.path.relpath(f, place).encode() + b"\0" + fh.read())
+                    h.update(name.encode() + b"\0" + fh.read())
         _DIGESTS[key] = h.hexdigest()[:16]
     return _DIGESTS[key]
 
