@@ -1,5 +1,5 @@
 """A step of identical ops: each of 60 steps runs a forward (a small matmul) and then averages 100 gradients of one
-size (256 floats) from one line; rank 1 sleeps 40 ms at each step's start from step 40 on.
+size (256 floats) from one line; rank 1 sleeps 200 ms at each step's start from step 40 on.
 
 Every op is the same (op, group, site, size), so the ops alone cannot tell a step of 100 from 100 steps of one;
 the time between them can: the forward's compute is a gap far longer than the gaps between the all-reduces, and it
