@@ -74,6 +74,28 @@ def is_rank_file(name: str) -> bool:
     return name.startswith(RANK_FILE_PREFIX) and name.endswith(RANK_FILE_SUFFIX)
 
 
+# -- the black box (`disttrace run --black-box`; docs/FORMAT.md "The black box") ----------------------------
+# A black-box rank keeps its rank file (RANK_FILE_SUFFIX) for the records that are few (meta, group, clock, left,
+# stacks, aggkey) and writes its op records ("b", "e", "w", "s") and step markers into a ring beside it: a file of
+# fixed size, mapped MAP_SHARED so that it can be read (and copied) while the rank runs, is stuck, or after it died.
+RING_SUFFIX = ".ring"
+RING_MAGIC = b"DTRING01"
+# The ring's header: magic, the offset of the next write (from the file's start), how many times the writer came
+# back to the data's start, the file's size. Little-endian; the data (JSON lines, as in a rank file) follows it.
+RING_HEADER = "<8sQQQ"
+RING_DATA_AT = 64  # the header's room (its struct, then zeros)
+# The aggregates of the whole run: fixed-size binary rows after a header (magic, then zeros to AGG_DATA_AT).
+# A row: window, key id, flags, count, (pad), then total ns, max ns, bytes and the window's end (monotonic ns).
+# Key ids are defined by "aggkey" records in the rank file; the window's own row has key AGG_WINDOW_KEY.
+AGG_SUFFIX = ".agg"
+AGG_MAGIC = b"DTAGG001"
+AGG_DATA_AT = 16
+AGG_ROW = "<IHHIIqqqq"  # 48 bytes
+AGG_WINDOW_KEY = 0xFFFF
+AGGKEY, WINDOW = "aggkey", "window"  # an aggregate key's definition; (in the JSON report) a window of the run
+SNAPSHOTS_DIR = "snapshots"  # a black-box trace dir's snapshots: snapshots/NNNNNN-REASON/, each a trace dir
+
+
 # -- whose frame is it -----------------------------------------------------------------------------
 # One rule for the recorder's call sites (record/callsite.py), the stacks a hung rank's watchdog wrote
 # (data/table/stacks.stacks_site, read by the live hang diagnosis and the analysis) and Flight Recorder's frames.
