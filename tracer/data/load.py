@@ -19,9 +19,11 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..errors import TraceError
+from ..format import RING_SUFFIX
 from .importers import flightrec, kineto
 from .importers.events_files import iter_jsonl, no_events, read_jsonl
-from .importers.rank_files import find_rank_files, is_trace_dir, load_trace_dirs, run_info, written_size
+from .importers.rank_files import (find_rank_files, is_trace_dir, load_trace_dirs, run_info, trace_sources,
+                                   written_size)
 from .importers.runs import find_runs, unreadable
 from .store import head, node_stores, parallel
 from .store.parallel import PARALLEL_BYTES
@@ -70,7 +72,7 @@ def _load_store_files(paths: list[str], table: EventTable, progress, run) -> Non
 
 
 IMPORTERS: tuple[Importer, ...] = (
-    Importer("disttrace trace dir", is_trace_dir, load_trace_dirs, find_rank_files, parallel.plan_trace_dirs,
+    Importer("disttrace trace dir", is_trace_dir, load_trace_dirs, trace_sources, parallel.plan_trace_dirs,
              node_stores.merge),
     Importer("PyTorch profiler (Kineto) traces", kineto.claims, kineto.load_kineto, kineto.source_files),
     Importer("Flight Recorder dumps", flightrec.is_fr_dir, _load_fr_dirs, flightrec.source_files),
@@ -228,8 +230,9 @@ def trace_size(paths) -> int:
             total += _size(p)
         elif os.path.isdir(p):  # (a dir no importer claims yet, as a followed trace before its job began: none)
             importer = next((i for i in IMPORTERS if i.sources is not None and i.claims(p)), IMPORTERS[0])
-            size = written_size if importer is IMPORTERS[0] else _size
-            total += sum(size(f) for f in importer.sources(p))
+            grows = importer is IMPORTERS[0]  # (a rank file grows; its ring, of fixed size, does not)
+            total += sum((written_size if grows and not f.endswith(RING_SUFFIX) else _size)(f)
+                         for f in importer.sources(p))
     return total
 
 

@@ -13,6 +13,7 @@ import numpy as np
 from ...data.table.columns import extend_from_numpy, filled, order_by, run_starts, running_count, typecode
 from ...data.table import NONE, EventTable
 from ..core.matching import finished_column
+from ..core.window import align_p2p
 from ..core.tables import P2PTable
 
 
@@ -48,6 +49,15 @@ def build_p2p(t: EventTable) -> tuple[P2PTable, array]:
     for mask in (is_send, ~is_send):
         idx = np.flatnonzero(mask)
         nth[idx] = _nth((side_src[idx], side_dst[idx], side_tag[idx]), row[idx])
+    start = np.frombuffer(t.start_ns, np.int64)
+    fin = finished_column(t)
+    # a black-box trace's windows: each pair's sides aligned, those outside the window left out (core/window.py)
+    keep, nth = align_p2p(t, side_src, side_dst, side_tag, is_send, row, nth, start, fin)
+    if not keep.all():
+        side_src, side_dst, side_tag, is_send, row, nth = (c[keep] for c in (side_src, side_dst, side_tag, is_send,
+                                                                               row, nth))
+        if not len(row):
+            return p2p, p2p_of
     order = order_by(side_src, side_dst, side_tag, nth, ~is_send)  # by message, its send first
     src, dst, tg, n, snd, r = (c[order] for c in (side_src, side_dst, side_tag, nth, is_send, row))
     new = run_starts(src, dst, tg, n)
@@ -60,8 +70,6 @@ def build_p2p(t: EventTable) -> tuple[P2PTable, array]:
     first = np.flatnonzero(new)
     m_src, m_dst, m_order = src[first], dst[first], n[first]
 
-    start = np.frombuffer(t.start_ns, np.int64)
-    fin = finished_column(t)
     nbytes = np.frombuffer(t.bytes, np.int64)
     both = (s_row != NONE) & (r_row != NONE)
     s_, r_ = np.where(s_row != NONE, s_row, 0), np.where(r_row != NONE, r_row, 0)

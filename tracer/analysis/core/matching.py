@@ -8,6 +8,7 @@ from contextlib import contextmanager
 
 from ...data.table.columns import as_int64, copy_of
 from ...data.table import COLLECTIVE_OPS, NONE, EventTable
+from .window import collective_starts
 
 
 class Instances:
@@ -37,17 +38,34 @@ class Instances:
 
 
 def group_collectives(t: EventTable) -> Instances:
-    """Rows of each collective instance, instances ordered by (group, group_seq), rows in table order; in numpy."""
+    """Rows of each collective instance, instances ordered by (group, group_seq), rows in table order; in numpy.
+    Of a black-box trace, only the instances within each group's window (window.py)."""
     import numpy as np
 
     is_coll = np.array([v in COLLECTIVE_OPS for v in t.op.values] + [False], bool)
     seq = np.frombuffer(t.group_seq, np.int64)
     rows = np.flatnonzero(is_coll[as_int64(t.op.codes)] & (seq >= 0))
+    rows = rows[_in_window(t, rows)]
     key = (np.frombuffer(t.gid, np.int32)[rows].astype(np.int64) << 40) | seq[rows]
     order = np.argsort(key, kind="stable")  # (each instance's rows stay in table order)
     cuts = np.flatnonzero(np.diff(key[order])) + 1
     offsets = np.concatenate(([0], cuts, [len(order)])) if len(order) else np.zeros(1, np.int64)
     return Instances(rows[order].astype(np.int64), offsets.astype(np.int64))
+
+
+def _in_window(t: EventTable, rows):
+    """Which collective `rows` are within their group's window (all of them, without rings)."""
+    import numpy as np
+
+    gid = np.frombuffer(t.gid, np.int32)[rows].astype(np.int64)
+    seq = np.frombuffer(t.group_seq, np.int64)[rows]
+    starts = collective_starts(t, rows, gid, seq, np.frombuffer(t.start_ns, np.int64)[rows])
+    if not starts:
+        return np.ones(len(rows), bool)
+    first = np.zeros(int(gid.max()) + 1, np.int64)
+    for g, s in starts.items():
+        first[g] = s
+    return seq >= first[gid]
 
 
 def match_p2p(t: EventTable) -> list[tuple[int, int, int, int, int | None, int | None]]:

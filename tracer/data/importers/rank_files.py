@@ -31,6 +31,7 @@ from ..table.memory import gc_paused
 from ..table.progress import Progress
 from ..table.rows import text_column
 from . import rank_batches
+from .ring import has_ring, read_ring_wraps, ring_path
 from .runs import find_runs, pick_run, unreadable, written
 
 _INT = int
@@ -41,6 +42,12 @@ def find_rank_files(path: str) -> list[str]:
     except OSError as e:
         raise TraceError(f"cannot read trace directory {path}: {e.strerror or e}") from None
     return [os.path.join(path, n) for n in names if is_rank_file(n)]
+
+
+def trace_sources(path: str) -> list[str]:
+    """The files a trace dir's events come from: its rank files and, of a black-box trace, their rings."""
+    files = find_rank_files(path)
+    return files + [ring_path(f) for f in files if has_ring(f)]
 
 
 def is_trace_dir(path: str) -> bool:
@@ -99,6 +106,8 @@ class _RankFile:
         self.first_bad = ""
         self.torn = False
         self.fast = False  # begins, ends and waits are rank_batches' records (else orjson's dicts)
+        self.ring: dict | None = None  # a black-box rank's ring (ring.py): {"lines", "wraps"}
+        self.step_n: list[int] = []  # the step markers' own numbers ("n"): a ring's first is not the job's first
 
 
 def _parse_file(path: str, careful: bool = False, limit: int | None = None) -> _RankFile:
@@ -112,8 +121,14 @@ def _parse_file(path: str, careful: bool = False, limit: int | None = None) -> _
         lines.pop()
     elif lines:
         torn = True  # no newline after the last record: the rank died while writing it
+    ring = None
+    if has_ring(path):  # a black-box rank: its rank file's records, then its ring's (kept before a torn last line)
+        ring_lines, wraps = read_ring_wraps(ring_path(path))
+        ring = {"lines": len(ring_lines), "wraps": wraps}
+        lines[len(lines) - torn:len(lines) - torn] = ring_lines
     if not careful and not torn:
         rf = _RankFile(path, limit)
+        rf.ring = ring
         begins, ends, waits, others = rank_batches.split(lines)
         recs = rank_batches.decode(begins, ends, waits)
         if recs is not None and _others(rf, others):
@@ -121,7 +136,7 @@ def _parse_file(path: str, careful: bool = False, limit: int | None = None) -> _
             rf.fast = True
             return rf
     rf = _RankFile(path, limit)
-    rf.torn = torn
+    rf.torn, rf.ring = torn, ring
     loads = orjson.loads
     last = len(lines) - 1
     for n, line in enumerate(lines):
@@ -176,6 +191,8 @@ def _record(rf: _RankFile, r: dict) -> None:
         if type(r["t"]) is not int:
             raise TypeError("step time must be an integer")
         rf.steps.append((r["t"], text_field(r.get("src"))))
+        if type(r.get("n")) is int:
+            rf.step_n.append(r["n"])
     elif k == CLOCK:
         rf.clock[r.get("phase", "start")] = r
         rf.left = rf.left or says_left(r)
@@ -305,10 +322,15 @@ def _append_rank(rf: _RankFile, table: EventTable) -> None:
             cols = _columns(rf, table, rank, host, gids, step_ends, clock)
         except Exception:  # noqa: BLE001 - some record is odd or damaged: event by event, skipping the bad ones
             cols, skipped = _rows(rf, table, rank, host, gids, step_ends, align)
+    if rf.ring is not None:
+        _ring_steps(rf, cols)
     table.add_rows(cols)
     if skipped:
         table.warnings.append(f"{rf.path}: skipped {skipped} malformed event(s)")
     orphan = len(set(rf.ends) - set(_begin_values(rf, "i")))
+    if rf.ring is not None:  # ends and waits whose begin the ring overwrote: its nature, not damage
+        table.ranks[rank].ring = _ring_info(rf, align, orphan)
+        orphan = 0
     if orphan:
         table.warnings.append(f"{rf.path}: {orphan} end record(s) without a begin")
     # what this rank's file lost, for the analysis to say (and never to take the missing records as findings)
@@ -505,6 +527,33 @@ def _rows(rf: _RankFile, table: EventTable, rank: int, host: str, gids: dict, st
     return cols, skipped
 
 
+def _ring_info(rf: _RankFile, align, orphan: int) -> dict:
+    """What a black-box rank's ring holds (RankInfo.ring): its ops, the ends and waits whose begin it had
+    overwritten (dropped), how often it wrapped, the time of its oldest and newest record (aligned): an op of this
+    rank begun before `start_ns` is outside the window, not missing (analysis/core/window.py)."""
+    begins = _begin_values(rf, "t")
+    ends = [e.t if rf.fast else e.get("t") for e in rf.ends.values()]
+    times = [t for t in begins + ends + [t for t, _ in rf.steps] if type(t) is int]
+    waits = set(rf.waits) - set(_begin_values(rf, "i")) - set(rf.ends)
+    box = rf.meta.get("black_box") if isinstance(rf.meta.get("black_box"), dict) else {}
+    return {"ops": len(begins), "dropped": orphan + len(waits), "wraps": rf.ring["wraps"],
+            "ring_ops": _ns(box, "ring_ops"), "start_ns": align(min(times)) if times else NONE,
+            "end_ns": align(max(times)) if times else NONE}
+
+
+def _ring_steps(rf: _RankFile, cols: dict) -> None:
+    """A ring's ops numbered by the job's steps, not the window's: its first marker's own number says how many
+    came before it (of one source: a job that marks each step both ways numbers both)."""
+    import numpy as np
+
+    if not rf.step_n or len({src for _, src in rf.steps}) > 1:
+        return
+    before = min(rf.step_n) - 1
+    steps = np.frombuffer(cols["user_step"], np.int32).copy()
+    steps[steps != NONE] += before
+    cols["user_step"] = array("i", steps.tobytes())
+
+
 def _step_ends(rf: _RankFile) -> list[int]:
     """The raw times of the rank's marked step ends, sorted: an op's step is how many come before its begin. A
     job that marks one step end both ways (mark_step() and the profiler's step()) marks it once: a marker from
@@ -563,4 +612,4 @@ def run_info(path: str) -> dict | None:
 
 
 __all__ = ["find_rank_files", "is_trace_dir", "load_trace_dirs", "no_readable", "read_rank_files", "run_files",
-           "run_info", "written_size", "FORMAT_VERSION"]
+           "run_info", "trace_sources", "written_size", "FORMAT_VERSION"]

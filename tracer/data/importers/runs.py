@@ -22,6 +22,7 @@ import orjson
 
 from ...errors import TraceError
 from ...format import BEGIN, CLOCK, LEFT, META, kind_marker, says_left
+from .ring import has_ring, read_ring, ring_path
 
 _BEGIN, _LEFT, _CLOCK = kind_marker(BEGIN), kind_marker(LEFT), kind_marker(CLOCK)
 
@@ -45,8 +46,10 @@ class RankFile:
     def ended(self) -> Ending:
         if self.ending is None:
             data = written(self.path)
-            self.ending = Ending(data.count(_BEGIN), _left_alive(data), not data.endswith(b"\n"),
-                                 _end_wall(data, self.meta))
+            torn = not data.endswith(b"\n")
+            if has_ring(self.path):  # a black-box rank: its ops are in its ring, after its rank file's records
+                data = data.rstrip(b"\n") + b"\n" + b"\n".join(read_ring(ring_path(self.path))) + b"\n"
+            self.ending = Ending(data.count(_BEGIN), _left_alive(data), torn, _end_wall(data, self.meta))
         return self.ending
 
     @property

@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 
 from ...errors import TraceError
-from ..importers.rank_files import find_rank_files, run_files
+from ..importers.rank_files import run_files, trace_sources
 from ..table.event_table import EventTable
 from . import cache
 from .codec import StoreError, read_store
@@ -43,7 +43,7 @@ def merge(paths: list[str], run: int | None, target: str, fingerprint: dict) -> 
     at = 0
     for p, part in zip(paths, parts):
         try:
-            fp, _ = cache.fingerprint([p], None, find_rank_files(p))
+            fp, _ = cache.fingerprint([p], None, trace_sources(p))
             table = read_store(part, fp)  # (valid: the same files, undamaged)
         except (TraceError, StoreError, OSError):
             return False

@@ -60,6 +60,9 @@ class RankInfo:
     source: str = ""                  # file it came from
     damage: str = ""                  # what its file lost ("2 malformed records skipped; torn last record")
     left: bool = False                # its file says it left the job alive (destroy_process_group, a clean exit)
+    # a black-box rank's ring (data/importers/ring.py): what its window holds (ops, dropped ends whose begin was
+    # overwritten, wraps, ring_ops asked for, start_ns and end_ns of its oldest and newest record); None: not a ring
+    ring: dict | None = None
 
 
 @dataclass

@@ -1,0 +1,134 @@
+"""The window of a black-box trace: which of its ops the analysis may match (docs/ARCHITECTURE.md, "Black-box rings").
+
+A black-box rank keeps its last ops in a ring (data/importers/ring.py): its records start wherever the ring had
+overwritten them, at another op on each rank. An op that one rank's window holds and another's had overwritten is
+outside the window: not missing, not a death, not a hang, not a mismatch, not a desync. So:
+- collectives: each group's window starts at the latest first op of its members, by the group's own sequence
+  numbers ("gs"), never by position from the job's start: a member whose window holds none of the group's ops
+  starts it at the first instance begun after its oldest record. Instances before it are left out of matching.
+- point-to-point: messages of a (src, dst, tag) are in order on both sides, but a ring's first send is not the
+  pair's first message. The sides are aligned at the last message known to have arrived: the last recv that
+  finished pairs with the last send begun before that recv ended (a later send can be no earlier message's);
+  without one, at the ends. Sends and recvs before the other side's first one are outside the window.
+Traces without rings (RankInfo.ring None on every rank) are matched as they always were: from the job's start.
+
+Imports neither torch nor textual; numpy on use.
+"""
+
+from __future__ import annotations
+
+from ...data.table import NONE, EventTable
+
+
+def rings(t: EventTable) -> dict[int, dict]:
+    """rank -> its ring's window (RankInfo.ring), of the black-box ranks."""
+    return {r: info.ring for r, info in t.ranks.items() if getattr(info, "ring", None)}
+
+
+def collective_starts(t: EventTable, rows, gid, seq, start) -> dict[int, int]:
+    """gid -> the first group_seq of the group's window, for the groups that have one (a ring among their
+    members). `rows`: the collective rows; gid, seq, start: numpy columns of those rows."""
+    import numpy as np
+
+    boxes = rings(t)
+    if not boxes or not len(rows):
+        return {}
+    rank = np.frombuffer(t.rank, np.int32)[rows]
+    first: dict[tuple[int, int], int] = {}
+    for r, g, s in zip(rank.tolist(), gid.tolist(), seq.tolist()):
+        if first.get((r, g), s + 1) > s:
+            first[(r, g)] = s
+    out = {}
+    for g in set(gid.tolist()):
+        members = [r for r in t.groups[g].ranks if r in boxes] if t.groups[g].ranks else \
+            sorted({r for (r, gg) in first if gg == g and r in boxes})
+        if not members:
+            continue
+        mine = gid == g
+        out[g] = max(first[(r, g)] if (r, g) in first else
+                     _first_after(seq[mine], start[mine], boxes[r].get("start_ns", NONE)) for r in members)
+    return out
+
+
+def _first_after(seq, start, since: int) -> int:
+    """The first group_seq of the instances begun (by any member) at or after `since`: where a member whose ring
+    holds none of the group's ops starts the group's window (beyond the last instance: none is in it)."""
+    import numpy as np
+
+    order = np.argsort(seq, kind="stable")
+    s, st = seq[order], start[order]
+    cuts = np.flatnonzero(np.diff(s)) + 1
+    firsts = np.minimum.reduceat(st, np.concatenate(([0], cuts))) if len(s) else st
+    later = np.flatnonzero(firsts >= since)
+    uniq = s[np.concatenate(([0], cuts))] if len(s) else s
+    return int(uniq[later[0]]) if len(later) else int(s.max()) + 1 if len(s) else 0
+
+
+def align_p2p(t: EventTable, src, dst, tag, is_send, row, nth, start, fin):
+    """(keep, nth): which message sides of build_p2p's columns are in the window, and their order numbers with the
+    recvs' moved onto their sends' (see the module's docstring). Unchanged where neither rank has a ring."""
+    import numpy as np
+
+    boxes = rings(t)
+    keep = np.ones(len(row), bool)
+    if not boxes:
+        return keep, nth
+    nth = nth.copy()
+    unc = {r: max(0, info.clock_uncertainty_ns) for r, info in t.ranks.items()}
+    keys = np.stack((src, dst, tag))
+    for key in {tuple(k) for k in keys.T.tolist()}:
+        s_, d_, _ = key
+        if s_ not in boxes and d_ not in boxes:
+            continue
+        mine = (src == key[0]) & (dst == key[1]) & (tag == key[2])
+        sends = np.flatnonzero(mine & is_send)
+        recvs = np.flatnonzero(mine & ~is_send)
+        sends, recvs = sends[np.argsort(nth[sends])], recvs[np.argsort(nth[recvs])]
+        shift = _shift(row[sends], row[recvs], start, fin, unc.get(s_, 0) + unc.get(d_, 0))
+        nth[recvs] -= shift
+        keep[recvs[nth[recvs] < 0]] = False
+        keep[sends[nth[sends] + shift < 0]] = False
+    return keep, nth
+
+
+def _shift(sends, recvs, start, fin, slack: int) -> int:
+    """How many more of the pair's recvs than sends the windows hold before their common messages: recv j pairs
+    with send j - shift."""
+    import numpy as np
+
+    done = np.flatnonzero(fin[recvs] != NONE)
+    if len(done) and len(sends):
+        j = int(done[-1])
+        before = np.flatnonzero(start[sends] <= fin[recvs[j]] + slack)
+        if len(before):
+            return j - int(before[-1])
+    return len(recvs) - len(sends)
+
+
+def window_summary(t: EventTable) -> dict | None:
+    """What a black-box trace's windows hold (the report's line; None: no rings): per rank its ops, and over the
+    ranks the fewest and most ops, the steps (by the job's markers where they are), the span of time all windows
+    cover together, the ends and waits dropped (their begin overwritten)."""
+    import numpy as np
+
+    boxes = rings(t)
+    if not boxes:
+        return None
+    starts = [b["start_ns"] for b in boxes.values() if b.get("start_ns", NONE) != NONE]
+    ends = [b["end_ns"] for b in boxes.values() if b.get("end_ns", NONE) != NONE]
+    common = (max(starts), max(ends)) if starts and ends else (NONE, NONE)
+    steps = np.frombuffer(t.user_step, np.int32)
+    rank = np.frombuffer(t.rank, np.int32)
+    marked = steps[np.isin(rank, list(boxes)) & (steps != NONE)]
+    ops = [b.get("ops", 0) for b in boxes.values()]
+    asked = {b.get("ring_ops") for b in boxes.values()} - {None}
+    return {"ranks": sorted(boxes), "ops": {str(r): boxes[r].get("ops", 0) for r in sorted(boxes)},
+            "min_ops": min(ops), "max_ops": max(ops), "ring_ops": max(asked) if asked else None,
+            "wrapped": sorted(r for r, b in boxes.items() if b.get("wraps")),
+            "dropped": sum(b.get("dropped", 0) for b in boxes.values()),
+            "steps": [int(marked.min()), int(marked.max())] if len(marked) else None,
+            "start_ns": common[0], "end_ns": common[1],
+            "span_ns": common[1] - common[0] if common[0] != NONE and common[1] > common[0] else 0}
+
+
+__all__ = ["align_p2p", "collective_starts", "rings", "window_summary"]
