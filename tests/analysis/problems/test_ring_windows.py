@@ -1,0 +1,114 @@
+"""The analysis of black-box windows (issue 50): rings cut at another op on each rank after they wrapped. What
+one rank's window holds and another's had overwritten is outside the window: no hang, death, mismatch, desync or
+unmatched message is made of it; a fault after the wrap is still named, with its ops and ranks. Collectives are
+matched by each group's sequence numbers, P2P by each pair's order (analysis/core/window.py).
+
+Synthetic jobs (tests/synthetic.py) written as rank files, then cut into rings as the recorder writes them
+(tests/ringfiles.py), of sizes that start each rank's window at another op."""
+
+from __future__ import annotations
+
+from ringfiles import rank_files_of, to_black_box
+from synthetic import MS, Trace
+from disttrace.tracer.analysis import analyze
+from disttrace.tracer.data.load import load_trace
+
+STEPS = 60
+RINGS = {0: 4000, 1: 7000, 2: 5500}  # bytes: each rank's window starts at another op, all wrapped
+
+
+def _job(world: int = 3, steps: int = STEPS, fault=None) -> Trace:
+    """Each step: rank 0 sends 256 B to rank 1, then every rank all_reduces; `fault(tr, step, t)` may replace a
+    step's ops (returns True where it did)."""
+    tr = Trace(world)
+    for k in range(steps):
+        t = k * 10 * MS
+        if fault is not None and fault(tr, k, t):
+            continue
+        tr.send(0, 1, t, t + MS, 256, site="train.py:20 in step")
+        tr.recv(1, 0, t, t + MS, 256, site="train.py:22 in step")
+        tr.coll("all_reduce", dict.fromkeys(range(world), t + 2 * MS), t + 3 * MS, nbytes=1024,
+                site="train.py:30 in step")
+    return tr
+
+
+def _window(tr: Trace, tmp_path, rings=None):
+    box = tmp_path / "box"
+    wraps = to_black_box(rank_files_of(tr, tmp_path / "plain"), box, rings or RINGS)
+    assert all(wraps.values())
+    t = load_trace(str(box), cache=False)
+    starts = sorted(info.ring["start_ns"] for info in t.ranks.values())
+    assert starts[0] < starts[-1] - 10 * MS  # the windows start at different ops, steps apart
+    return t, analyze(t)
+
+
+def test_clean_job_windows_make_no_problem(tmp_path):
+    t, a = _window(_job(), tmp_path)
+    assert a.problems == []
+    assert not t.warnings
+
+
+def test_hang_after_the_wrap_names_the_rank_that_did_not_arrive(tmp_path):
+    """Rank 2 never reaches the last step's all_reduce (it is stuck elsewhere); ranks 0 and 1 wait in it."""
+    def fault(tr, k, t):
+        if k < STEPS - 1:
+            return False
+        tr.send(0, 1, t, t + MS, 256)
+        tr.recv(1, 0, t, t + MS, 256)
+        tr.coll("all_reduce", {0: t + 2 * MS, 1: t + 2 * MS}, None, nbytes=1024, site="train.py:30 in step")
+        return True
+
+    t, a = _window(_job(fault=fault), tmp_path)
+    (hang,) = [p for p in a.problems if p.kind == "hang"]
+    assert hang.ranks == [2] and hang.group_seq == STEPS - 1
+    assert "train.py:30" in hang.message
+    assert {p.kind for p in a.problems} == {"hang"}
+
+
+def test_order_desync_after_the_wrap(tmp_path):
+    """At step 50 rank 2 broadcasts where the others all_reduce (and goes on as they do)."""
+    def fault(tr, k, t):
+        if k != 50:
+            return False
+        tr.send(0, 1, t, t + MS, 256)
+        tr.recv(1, 0, t, t + MS, 256)
+        tr.coll("all_reduce", {0: t + 2 * MS, 1: t + 2 * MS}, t + 3 * MS, nbytes=1024, seq=50)
+        tr.coll("broadcast", {2: t + 2 * MS}, t + 3 * MS, nbytes=1024, root=0, seq=50, site="train.py:44 in step")
+        return True
+
+    t, a = _window(_job(fault=fault), tmp_path)
+    (p,) = a.problems
+    assert p.kind == "mismatch" and p.group_seq == 50
+    assert "broadcast" in p.message and "all_reduce" in p.message
+
+
+def test_p2p_size_mismatch_after_the_wrap(tmp_path):
+    """At step 52 rank 1 expects 512 B where rank 0 sends 256."""
+    def fault(tr, k, t):
+        if k != 52:
+            return False
+        tr.send(0, 1, t, t + MS, 256, site="train.py:20 in step")
+        tr.recv(1, 0, t, t + MS, 512, site="train.py:22 in step")
+        tr.coll("all_reduce", dict.fromkeys(range(3), t + 2 * MS), t + 3 * MS, nbytes=1024)
+        return True
+
+    t, a = _window(_job(fault=fault), tmp_path)
+    (p,) = a.problems
+    assert p.kind == "mismatch" and p.ranks == [0, 1]
+    assert "256 B" in p.message and "512 B" in p.message
+    assert {t.start_ns[i] for i in p.events} == {52 * 10 * MS}
+
+
+def test_p2p_hang_after_the_wrap(tmp_path):
+    """At the last step rank 1 never posts its recv: rank 0 is stuck in its send."""
+    def fault(tr, k, t):
+        if k < STEPS - 1:
+            return False
+        tr.send(0, 1, t, None, 256, site="train.py:20 in step")
+        return True
+
+    t, a = _window(_job(fault=fault), tmp_path)
+    hangs = [p for p in a.problems if p.kind == "hang" and p.op == "send"]
+    assert len(hangs) == 1 and hangs[0].ranks == [0]
+    assert "recv rank 1 never posted" in hangs[0].message
+    assert not [p for p in a.problems if p.kind in ("unmatched", "mismatch", "died")]
