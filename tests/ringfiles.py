@@ -69,9 +69,10 @@ def to_black_box(src, dst, ring_bytes: int | dict, lag: bool = False) -> dict[st
     return wraps
 
 
-def rank_files_of(trace, out) -> Path:
+def rank_files_of(trace, out, step_ends=()) -> Path:
     """A synthetic trace (tests/synthetic.py's Trace) written as a trace dir of rank files in `out`: a meta, a
-    group record per group, each event's begin and end, in time order (the recorder's order)."""
+    group record per group, each event's begin and end, in time order (the recorder's order); `step_ends`: the
+    times every rank marks a step's end (mark_step())."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     groups: dict[str, int] = {}
@@ -88,6 +89,8 @@ def rank_files_of(trace, out) -> Path:
         if ev.get("end_ns") is not None:
             per_rank[r].append((ev["end_ns"], {"k": END, "i": ev["id"], "t": ev["end_ns"]}))
     ranks_of = {ev["group"]: ev["group_ranks"] for ev in trace.events}
+    for r in per_rank:
+        per_rank[r] += [(t, {"k": STEP, "t": t, "n": n, "src": "api"}) for n, t in enumerate(step_ends, 1)]
     for r, recs in per_rank.items():
         lines = [{"k": "meta", "v": 2, "rank": r, "world_size": len(trace.world), "host": "h", "pid": 100 + r,
                   "backend": "gloo", "mono_ns": 0, "wall_ns": 0}]

@@ -11,6 +11,7 @@ from __future__ import annotations
 from ringfiles import rank_files_of, to_black_box
 from synthetic import MS, Trace
 from disttrace.tracer.analysis import analyze
+from disttrace.tracer.analysis.text.json_report import to_json
 from disttrace.tracer.data.load import load_trace
 
 STEPS = 60
@@ -32,9 +33,9 @@ def _job(world: int = 3, steps: int = STEPS, fault=None) -> Trace:
     return tr
 
 
-def _window(tr: Trace, tmp_path, rings=None):
+def _window(tr: Trace, tmp_path, rings=None, step_ends=()):
     box = tmp_path / "box"
-    wraps = to_black_box(rank_files_of(tr, tmp_path / "plain"), box, rings or RINGS)
+    wraps = to_black_box(rank_files_of(tr, tmp_path / "plain", step_ends), box, rings or RINGS)
     assert all(wraps.values())
     t = load_trace(str(box), cache=False)
     starts = sorted(info.ring["start_ns"] for info in t.ranks.values())
@@ -46,6 +47,18 @@ def test_clean_job_windows_make_no_problem(tmp_path):
     t, a = _window(_job(), tmp_path)
     assert a.problems == []
     assert not t.warnings
+
+
+def test_report_says_what_the_window_holds(tmp_path):
+    """The job marks its steps: the window's ops are numbered by the job's steps (a ring's first marker is not
+    the job's first), and the report says the trace is a window, of which steps, and how much of it is outside."""
+    t, a = _window(_job(), tmp_path, step_ends=[k * 10 * MS + 5 * MS for k in range(STEPS)])
+    w = to_json(a)["summary"]["window"]
+    assert w["ranks"] == [0, 1, 2] and w["wrapped"] == [0, 1, 2]
+    assert w["steps"][1] == STEPS - 1 and 20 <= w["steps"][0] < 40  # rank 2's window starts near step 20
+    assert w["min_ops"] == t.ranks[0].ring["ops"] and w["outside"] > 0
+    assert a.notes[0].startswith("black-box trace: a window") and f"steps {w['steps'][0]}–{STEPS - 1}" in a.notes[0]
+    assert a.problems == []
 
 
 def test_hang_after_the_wrap_names_the_rank_that_did_not_arrive(tmp_path):

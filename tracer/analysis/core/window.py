@@ -17,7 +17,9 @@ Imports neither torch nor textual; numpy on use.
 
 from __future__ import annotations
 
-from ...data.table import NONE, EventTable
+from ...data.table import COLLECTIVE_OPS, NONE, EventTable
+from ...data.table.columns import typecode
+from ...units import fmt_ns
 
 
 def rings(t: EventTable) -> dict[int, dict]:
@@ -105,15 +107,25 @@ def _shift(sends, recvs, start, fin, slack: int) -> int:
     return len(recvs) - len(sends)
 
 
-def window_summary(t: EventTable) -> dict | None:
-    """What a black-box trace's windows hold (the report's line; None: no rings): per rank its ops, and over the
-    ranks the fewest and most ops, the steps (by the job's markers where they are), the span of time all windows
-    cover together, the ends and waits dropped (their begin overwritten)."""
+def window_summary(t: EventTable, instance_of=None, p2p_of=None, found_steps: int = 0) -> dict | None:
+    """What a black-box trace's windows hold (the report's summary "window"; None: no rings): per rank its ops, and
+    over the ranks the fewest and most ops, the steps (by the job's markers, else how many the analysis found), the
+    time from the latest window's start to the last record, the ends and waits dropped (their begin overwritten),
+    and the ops one rank's window holds but a peer's had overwritten (`outside`: not matched; from the analysis'
+    instance_of and p2p_of)."""
     import numpy as np
 
     boxes = rings(t)
     if not boxes:
         return None
+    outside = 0
+    if instance_of is not None and p2p_of is not None and len(t):
+        codes = np.frombuffer(t.op.codes, typecode(t.op.codes))
+        is_coll = np.array([v in COLLECTIVE_OPS for v in t.op.values] + [False], bool)[codes]
+        is_p2p = np.array([v in ("send", "recv") for v in t.op.values] + [False], bool)[codes]
+        seq = np.frombuffer(t.group_seq, np.int64)
+        outside = int((is_coll & (seq >= 0) & (np.frombuffer(instance_of, np.int32) < 0)).sum()
+                      + (is_p2p & (np.frombuffer(p2p_of, np.int32) < 0)).sum())
     starts = [b["start_ns"] for b in boxes.values() if b.get("start_ns", NONE) != NONE]
     ends = [b["end_ns"] for b in boxes.values() if b.get("end_ns", NONE) != NONE]
     common = (max(starts), max(ends)) if starts and ends else (NONE, NONE)
@@ -126,9 +138,25 @@ def window_summary(t: EventTable) -> dict | None:
             "min_ops": min(ops), "max_ops": max(ops), "ring_ops": max(asked) if asked else None,
             "wrapped": sorted(r for r, b in boxes.items() if b.get("wraps")),
             "dropped": sum(b.get("dropped", 0) for b in boxes.values()),
-            "steps": [int(marked.min()), int(marked.max())] if len(marked) else None,
+            "steps": [int(marked.min()), int(marked.max())] if len(marked) else None, "found_steps": found_steps,
             "start_ns": common[0], "end_ns": common[1],
-            "span_ns": common[1] - common[0] if common[0] != NONE and common[1] > common[0] else 0}
+            "span_ns": common[1] - common[0] if common[0] != NONE and common[1] > common[0] else 0,
+            "outside": outside}
 
 
-__all__ = ["align_p2p", "collective_starts", "rings", "window_summary"]
+def window_sentence(w: dict) -> str:
+    """The report's line on a black-box trace: what its windows hold."""
+    ops = f"{w['min_ops']:,}" if w["min_ops"] == w["max_ops"] else f"{w['min_ops']:,}–{w['max_ops']:,}"
+    steps = (f"steps {w['steps'][0]:,}–{w['steps'][1]:,}" if w["steps"] else
+             f"{w['found_steps']} step(s) found" if w["found_steps"] else "no steps found")
+    parts = [f"black-box trace: a window, not the whole run: the rings hold the last {ops} ops of each rank "
+             f"({steps}, {fmt_ns(w['span_ns'])} held by every rank)"]
+    if w["outside"]:
+        parts.append(f"{w['outside']:,} op(s) that one rank's ring holds and a peer's had overwritten are outside "
+                     f"the window (not matched, not missing)")
+    if w["dropped"]:
+        parts.append(f"{w['dropped']:,} end(s) whose begin the ring had overwritten dropped")
+    return "; ".join(parts) + "."
+
+
+__all__ = ["align_p2p", "collective_starts", "rings", "window_sentence", "window_summary"]

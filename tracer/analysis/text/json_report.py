@@ -11,6 +11,7 @@ from math import isnan
 from ...data.table import NONE
 from ..core.results import JSON_IF_SET, NOT_IN_JSON, NULL, Analysis
 from ..core.tables import CollectiveTable, P2PTable
+from ..core.window import window_summary
 
 _IN_SUMMARY = frozenset({"span_ns", "notes"})  # fields the summary holds
 
@@ -19,7 +20,9 @@ def to_json(a: Analysis) -> dict:
     t = a.table
     out = {"summary": {"events": len(t), "ranks": t.world_ranks(), "groups": [
         {"name": g.name, "ranks": list(g.ranks)} for g in t.groups],
-        "start_ns": a.span_ns[0], "end_ns": a.span_ns[1], "warnings": list(t.warnings), "notes": list(a.notes)}}
+        "start_ns": a.span_ns[0], "end_ns": a.span_ns[1], "warnings": list(t.warnings), "notes": list(a.notes),
+        # a black-box trace's windows (core/window.py); null: a whole trace
+        "window": window_summary(t, a.instance_of, a.p2p_of, len(a.steps))}}
     for name, v in _json_items(a):
         if name not in _IN_SUMMARY:
             explicit = _EXPLICIT.get(name)
