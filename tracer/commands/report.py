@@ -286,12 +286,14 @@ def _steps(console, a: Analysis, top: int) -> None:
     if not steps:
         return
     durations = sorted(s.end_ns - s.start_ns for s in steps if not s.warmup) or [0]
-    warm = [s.index for s in steps if s.warmup]
+    warm = [s.index for s in steps if s.warmup and not s.outside]
     how = "marked by the job" if a.steps_source == "marker" else "found as the repeating sequence of ops"
-    console.print(f"[bold]Steps[/]: {len(steps)} ({how}); median {fmt_ns(median(durations))}, slowest "
+    before = sum(s.outside for s in steps)  # (a black-box window's: the steps before it are the job's, not its)
+    held = f"{len(steps) - before} in the window, {before}–{len(steps) - 1}" if before else f"{len(steps)}"
+    console.print(f"[bold]Steps[/]: {held} ({how}); median {fmt_ns(median(durations))}, slowest "
                   f"{fmt_ns(durations[-1])}" + (f"; warm-up: step{'s' if len(warm) > 1 else ''} {fmt_list(warm)}"
                                                  if warm else ""))
-    slow = sorted(steps, key=lambda s: -(s.end_ns - s.start_ns))[:top]
+    slow = sorted((s for s in steps if not s.outside), key=lambda s: -(s.end_ns - s.start_ns))[:top]
     table = rich_table("Slowest steps, and who the others waited for in them", "step", "time", "late rank",
                    "it made the others wait", "waits (per rank)")
     for s in sorted(slow, key=lambda s: s.index):

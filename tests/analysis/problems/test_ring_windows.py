@@ -55,7 +55,12 @@ def test_report_says_what_the_window_holds(tmp_path):
     t, a = _window(_job(), tmp_path, step_ends=[k * 10 * MS + 5 * MS for k in range(STEPS)])
     w = to_json(a)["summary"]["window"]
     assert w["ranks"] == [0, 1, 2] and w["wrapped"] == [0, 1, 2]
-    assert w["steps"][1] == STEPS - 1 and 20 <= w["steps"][0] < 40  # rank 2's window starts near step 20
+    # the job's step numbers: the first every rank holds whole is the one after the latest ring's first (cut)
+    latest = max(info.ring["start_ns"] for info in t.ranks.values()) // (10 * MS)
+    assert w["steps"] == [latest + 1, STEPS - 1] and latest > 40
+    held = {t.user_step[i] for i in range(len(t)) if t.rank[i] == 2}  # by the job's numbers, not the ring's
+    first = t.ranks[2].ring["first_step"]
+    assert first > 20 and held >= set(range(first, STEPS)) and min(held) >= first - 1
     assert w["min_ops"] == t.ranks[0].ring["ops"] and w["outside"] > 0
     assert a.notes[0].startswith("black-box trace: a window") and f"steps {w['steps'][0]}–{STEPS - 1}" in a.notes[0]
     assert a.problems == []

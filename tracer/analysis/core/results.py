@@ -326,7 +326,10 @@ class Step:
     wait_ns: dict[int, int]        # rank -> time it waited for peers in this step
     caused_ns: dict[int, int]      # rank -> waiting it caused the others in this step
     late_rank: int | None          # the rank the others waited for most, None when nobody waited significantly
-    warmup: bool = False           # one of the first steps, unlike the steady ones (longer, or other ops)
+    warmup: bool = False           # one of the first steps, unlike the steady ones (longer, or other ops); or outside
+    # before a black-box trace's window (core/window.py): no rank's ring holds it whole; kept out of everything as a
+    # warm-up step is (its number is the job's: the list stays indexed by step)
+    outside: bool = field(default=False, metadata=JSON_IF_SET)
 
 
 @dataclass

@@ -107,9 +107,10 @@ def _shift(sends, recvs, start, fin, slack: int) -> int:
     return len(recvs) - len(sends)
 
 
-def window_summary(t: EventTable, instance_of=None, p2p_of=None, found_steps: int = 0) -> dict | None:
+def window_summary(t: EventTable, instance_of=None, p2p_of=None, steps=(), marked: bool = False) -> dict | None:
     """What a black-box trace's windows hold (the report's summary "window"; None: no rings): per rank its ops, and
-    over the ranks the fewest and most ops, the steps (by the job's markers, else how many the analysis found), the
+    over the ranks the fewest and most ops, the steps every rank holds whole (the first and last by the job's
+    numbers where it `marked` them, else how many the analysis found in the window: Step objects), the
     time from the latest window's start to the last record, the ends and waits dropped (their begin overwritten),
     and the ops one rank's window holds but a peer's had overwritten (`outside`: not matched; from the analysis'
     instance_of and p2p_of)."""
@@ -129,16 +130,14 @@ def window_summary(t: EventTable, instance_of=None, p2p_of=None, found_steps: in
     starts = [b["start_ns"] for b in boxes.values() if b.get("start_ns", NONE) != NONE]
     ends = [b["end_ns"] for b in boxes.values() if b.get("end_ns", NONE) != NONE]
     common = (max(starts), max(ends)) if starts and ends else (NONE, NONE)
-    steps = np.frombuffer(t.user_step, np.int32)
-    rank = np.frombuffer(t.rank, np.int32)
-    marked = steps[np.isin(rank, list(boxes)) & (steps != NONE)]
+    inside = [s.index for s in steps if not s.outside]
     ops = [b.get("ops", 0) for b in boxes.values()]
     asked = {b.get("ring_ops") for b in boxes.values()} - {None}
     return {"ranks": sorted(boxes), "ops": {str(r): boxes[r].get("ops", 0) for r in sorted(boxes)},
             "min_ops": min(ops), "max_ops": max(ops), "ring_ops": max(asked) if asked else None,
             "wrapped": sorted(r for r, b in boxes.items() if b.get("wraps")),
             "dropped": sum(b.get("dropped", 0) for b in boxes.values()),
-            "steps": [int(marked.min()), int(marked.max())] if len(marked) else None, "found_steps": found_steps,
+            "steps": [inside[0], inside[-1]] if marked and inside else None, "found_steps": len(inside),
             "start_ns": common[0], "end_ns": common[1],
             "span_ns": common[1] - common[0] if common[0] != NONE and common[1] > common[0] else 0,
             "outside": outside}

@@ -77,14 +77,14 @@ def _ranks(t: EventTable) -> tuple[set[int], list[int]]:
     return traced, sorted(traced)
 
 
-def _span_and_notes(t: EventTable, traced: set[int], steps_notes: list[str], instance_of, p2p_of,
-                    steps) -> tuple[tuple[int, int], list[str]]:
+def _span_and_notes(t: EventTable, traced: set[int], steps_notes: list[str], instance_of, p2p_of, steps,
+                    steps_source: str) -> tuple[tuple[int, int], list[str]]:
     span = ((int(as_int64(t.start_ns).min()), int(max(as_int64(t.end_ns).max(), as_int64(t.wait_end_ns).max())))
             if len(t) else (0, 0))  # (in numpy: not a Python int per row)
     if span[1] == NONE:
         span = (span[0], span[0])
     notes = list(t.notes)
-    window = window_summary(t, instance_of, p2p_of, len(steps))
+    window = window_summary(t, instance_of, p2p_of, steps, steps_source == "marker")
     if window is not None:  # a black-box trace: what its rings' windows hold is said first
         notes.insert(0, window_sentence(window))
     absent = sorted({r for g in t.groups for r in g.ranks} - traced)
@@ -121,7 +121,7 @@ STAGES: tuple[Stage, ...] = (
     Stage(find_problems, ("table", "collectives", "p2p", "suspects", "nonfinite", "step_of"), ("problems",), "problems",
           0.88),
     Stage(links_of, ("p2p",), ("links",)),
-    Stage(_span_and_notes, ("table", "traced", "steps_notes", "instance_of", "p2p_of", "steps"),
+    Stage(_span_and_notes, ("table", "traced", "steps_notes", "instance_of", "p2p_of", "steps", "steps_source"),
           ("span_ns", "notes")),
     Stage(overlaps, ("table", "walker", "event_wait_ns"), ("event_overlap_ns", "overlap")),
     Stage(replay_steps, ("table", "walker", "collectives", "instance_of", "p2p", "p2p_of", "event_wait_ns",

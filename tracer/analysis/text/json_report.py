@@ -22,7 +22,7 @@ def to_json(a: Analysis) -> dict:
         {"name": g.name, "ranks": list(g.ranks)} for g in t.groups],
         "start_ns": a.span_ns[0], "end_ns": a.span_ns[1], "warnings": list(t.warnings), "notes": list(a.notes),
         # a black-box trace's windows (core/window.py); null: a whole trace
-        "window": window_summary(t, a.instance_of, a.p2p_of, len(a.steps))}}
+        "window": window_summary(t, a.instance_of, a.p2p_of, a.steps, a.steps_source == "marker")}}
     for name, v in _json_items(a):
         if name not in _IN_SUMMARY:
             explicit = _EXPLICIT.get(name)

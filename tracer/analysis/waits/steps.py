@@ -44,6 +44,7 @@ from ...data.table import NONE, EventTable
 from ...units import fmt_list
 from ..core.matching import finished_column
 from ..core.results import Step
+from ..core.window import rings
 from .wait_states import reach_before
 
 if TYPE_CHECKING:
@@ -81,7 +82,7 @@ def find_steps(t: EventTable, instance_rows, p2p: P2PTable) -> tuple[array, str,
 
     n = len(t)
     if n and (np.frombuffer(t.user_step, np.int32) != NONE).any():  # the job marked its steps
-        return array("i", t.user_step), "marker", []
+        return window_steps(t, array("i", t.user_step)), "marker", []
     step_of = filled("i", n, -1)
     steps = np.frombuffer(step_of, np.int32)  # (a view: writing it writes step_of)
     # the keys of every row, as small ints (they compare faster than tuples): (op, api, group, site, peer), and with
@@ -418,8 +419,35 @@ def build_steps(t: EventTable, step_of: array) -> list[Step]:
     np.maximum.at(hi, kk, np.where(e[in_step] != NONE, e[in_step], s[in_step]))
     steps = [Step(i, a if b >= 0 else 0, max(b, 0), {}, {}, None) for i, (a, b) in enumerate(zip(lo.tolist(),
                                                                                                hi.tolist()))]
-    _mark_warmup(t, step_of, steps)
+    outside = first_window_step(step_of) if rings(t) else 0
+    for s in steps[:outside]:
+        s.warmup = s.outside = True
+    if not outside:  # (a window after the job's start holds none of its warm-up)
+        _mark_warmup(t, step_of, steps)
     return steps
+
+
+def window_steps(t: EventTable, step_of: array) -> array:
+    """The job's marked steps of a black-box trace's rows (the job's numbers: a ring's ops are numbered from its
+    first marker's), the steps before the window left out (-1): those before the latest of the ranks' first whole
+    steps (RankInfo.ring's first_step: before its ring's first marker, a rank's step was cut by the ring)."""
+    import numpy as np
+
+    firsts = [box.get("first_step") for box in rings(t).values()]
+    if not firsts or not len(step_of):
+        return step_of
+    first = max(f if type(f) is int else 1 << 30 for f in firsts)
+    steps = np.frombuffer(step_of, np.int32)
+    return array("i", np.where(steps >= first, steps, NONE).astype(np.int32).tobytes())
+
+
+def first_window_step(step_of: array) -> int:
+    """The first step a window's rows are in (0 where none is)."""
+    import numpy as np
+
+    steps = np.frombuffer(step_of, np.dtype(step_of.typecode))
+    inside = steps[steps >= 0]
+    return int(inside.min()) if len(inside) else 0
 
 
 def _mark_warmup(t: EventTable, step_of: array, steps: list[Step]) -> None:

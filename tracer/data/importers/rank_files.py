@@ -529,14 +529,17 @@ def _rows(rf: _RankFile, table: EventTable, rank: int, host: str, gids: dict, st
 
 def _ring_info(rf: _RankFile, align, orphan: int) -> dict:
     """What a black-box rank's ring holds (RankInfo.ring): its ops, the ends and waits whose begin it had
-    overwritten (dropped), how often it wrapped, the time of its oldest and newest record (aligned): an op of this
+    overwritten (dropped), how often it wrapped, the first step it holds whole (by the job's markers; None: it
+    holds none), the time of its oldest and newest record (aligned): an op of this
     rank begun before `start_ns` is outside the window, not missing (analysis/core/window.py)."""
     begins = _begin_values(rf, "t")
     ends = [e.t if rf.fast else e.get("t") for e in rf.ends.values()]
     times = [t for t in begins + ends + [t for t, _ in rf.steps] if type(t) is int]
     waits = set(rf.waits) - set(_begin_values(rf, "i")) - set(rf.ends)
     box = rf.meta.get("black_box") if isinstance(rf.meta.get("black_box"), dict) else {}
-    return {"ops": len(begins), "dropped": orphan + len(waits), "wraps": rf.ring["wraps"],
+    # the first step it holds whole: the one its first marker begins (every one, of a ring that never wrapped)
+    first_step = 0 if not rf.ring["wraps"] else min(rf.step_n) if rf.step_n else None
+    return {"ops": len(begins), "dropped": orphan + len(waits), "wraps": rf.ring["wraps"], "first_step": first_step,
             "ring_ops": _ns(box, "ring_ops"), "start_ns": align(min(times)) if times else NONE,
             "end_ns": align(max(times)) if times else NONE}
 
