@@ -12,7 +12,7 @@ import pytest
 from ringfiles import rank_files_of, to_black_box, write_ring
 from synthetic import MS, Trace
 from disttrace.tracer.data.importers.ring import read_ring, read_ring_wraps
-from disttrace.tracer.data.importers.runs import find_runs
+from disttrace.tracer.data.importers.runs import find_runs, find_snapshots, snapshots_note
 from disttrace.tracer.data.load import find_rank_files, load_trace
 
 
@@ -92,3 +92,19 @@ def test_store_follows_the_rings(tmp_path, monkeypatch):
     (ring,) = box.glob("rank-00000-*.ring")
     write_ring(ring, [], ring.stat().st_size)  # the rank file as it was; its ring of the same size, emptied
     assert len(load_trace(str(box), settled=True)) < again
+
+
+def test_snapshots_are_trace_dirs_listed_beside_the_trace(tmp_path):
+    """A black-box trace dir's snapshots/NNNNNN-REASON/ are trace dirs of their own: each opens like any, and the
+    trace lists them (`disttrace runs`, the report's note), its own reading unchanged by them."""
+    plain = rank_files_of(_job(), tmp_path / "plain")
+    box = tmp_path / "box"
+    to_black_box(plain, box, 3000)
+    snap = box / "snapshots" / "000002-signal"
+    to_black_box(plain, snap, 5000)
+    (snap / "snapshot.json").write_text(json.dumps({"seq": 2, "reason": "signal", "by_rank": 1, "wall_ns": 5}))
+    (box / "snapshots" / "000003-empty").mkdir()  # (one being written: no rank file yet)
+    (s,) = find_snapshots(str(box))
+    assert (s["path"], s["seq"], s["reason"], s["by_rank"]) == (str(snap), 2, "signal", 1)
+    assert "000002-signal" in snapshots_note([str(box)]) and snapshots_note([str(plain)]) == ""
+    assert len(load_trace(str(snap), cache=False)) > len(load_trace(str(box), cache=False))

@@ -28,7 +28,7 @@ from ..units import fmt_bytes, fmt_gbps, fmt_list, fmt_ns, fmt_ranks, gbps_unit,
 from ..data.table.columns import typecode
 from ..errors import TraceError
 from ..data.load import load_trace, trace_size
-from ..data.load import run_info
+from ..data.load import run_info, snapshots_note
 from .run_choice import add_run_argument, chosen_runs
 from .trace_help import TRACE_HELP
 
@@ -79,6 +79,9 @@ def main(args) -> int:
             a = analyze(table, progress and (lambda f, label: progress(0.5 + f * 0.5, f"analyzing: {label}")),
                         args.what_if)
         found = found or bool(a.problems)
+        snapshots = snapshots_note(args.trace)  # (a black-box trace's: read now, they come while the job runs)
+        if snapshots and snapshots not in a.notes:
+            a.notes.append(snapshots)
         if args.json:
             sys.stdout.buffer.write(orjson.dumps(to_json(a), option=orjson.OPT_APPEND_NEWLINE))
             sys.stdout.flush()

@@ -9,7 +9,7 @@ from datetime import datetime
 import orjson
 
 from ..units import fmt_ns
-from ..data.load import find_rank_files, find_runs, unreadable
+from ..data.load import find_rank_files, find_runs, find_snapshots, unreadable
 from ..errors import TraceError
 
 
@@ -45,7 +45,20 @@ def main(args) -> int:
     widths = [max(len(r[k]) for r in rows) for k in range(len(rows[0]) - 1)]
     for r in rows:
         out.write("  ".join(v.ljust(w) for v, w in zip(r, widths)) + "  " + r[-1] + "\n")
+    _snapshots(out, args.traces)
     return 0
+
+
+def _snapshots(out, traces: list[str]) -> None:
+    """A black-box trace's snapshots, each a trace dir of its own (its path opens it)."""
+    snaps = [s for p in traces for s in find_snapshots(p)]
+    if snaps:
+        out.write(f"\nsnapshots ({len(snaps)}): each a trace dir, open it by its path\n")
+    for s in snaps:
+        when = (datetime.fromtimestamp(s["wall_ns"] / 1e9).strftime("%Y-%m-%d %H:%M:%S")
+                if type(s["wall_ns"]) is int else "?")
+        by = f" by rank {s['by_rank']}" if type(s["by_rank"]) is int else ""
+        out.write(f"  {when}  {s['reason']}{by}  {s['path']}\n")
 
 
 def _span(ranks: list[int]) -> str:

@@ -24,7 +24,7 @@ from .importers import flightrec, kineto
 from .importers.events_files import iter_jsonl, no_events, read_jsonl
 from .importers.rank_files import (find_rank_files, is_trace_dir, load_trace_dirs, run_info, trace_sources,
                                    written_size)
-from .importers.runs import find_runs, unreadable
+from .importers.runs import find_runs, find_snapshots, snapshots_note, unreadable
 from .store import head, node_stores, parallel
 from .store.parallel import PARALLEL_BYTES
 from .store.arrays import read_arrays, write_arrays
@@ -251,6 +251,7 @@ def _size(path: str) -> int:
 
 # what commands/ and tui/ use of the importers and the store (they import nothing else of data/ but data/table/)
 __all__ = ["IMPORTERS", "Importer", "load_trace", "load_stored", "trace_size",
-           "find_rank_files", "find_runs", "run_info", "unreadable", "iter_jsonl", "read_jsonl",
+           "find_rank_files", "find_runs", "find_snapshots", "run_info", "snapshots_note", "unreadable", "iter_jsonl",
+           "read_jsonl",
            "PARALLEL_BYTES", "StoreError", "StoreOrigin", "read_arrays", "source_digest", "store_enabled",
            "write_arrays"]

@@ -15,13 +15,14 @@ without parsing its events, by `disttrace runs`.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Callable, NamedTuple
 
 import orjson
 
 from ...errors import TraceError
-from ...format import BEGIN, CLOCK, LEFT, META, kind_marker, says_left
+from ...format import BEGIN, CLOCK, LEFT, META, SNAPSHOTS_DIR, is_rank_file, kind_marker, says_left
 from .ring import has_ring, read_ring, ring_path
 
 _BEGIN, _LEFT, _CLOCK = kind_marker(BEGIN), kind_marker(LEFT), kind_marker(CLOCK)
@@ -265,6 +266,46 @@ def _list(xs: list[int]) -> str:
     return ", ".join(map(str, xs))
 
 
+def find_snapshots(path: str) -> list[dict]:
+    """A black-box trace dir's snapshots (SNAPSHOTS_DIR/NNNNNN-REASON/, each a trace dir of its own), oldest first:
+    {"path", "seq", "reason", "wall_ns", "by_rank"} from its snapshot.json (its name's where that is unreadable)."""
+    folder = os.path.join(path, SNAPSHOTS_DIR)
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError:
+        return []
+    out = []
+    for name in names:
+        snap = os.path.join(folder, name)
+        try:
+            if not any(map(is_rank_file, os.listdir(snap))):
+                continue
+        except OSError:
+            continue
+        seq, _, reason = name.partition("-")
+        info = {"path": snap, "seq": int(seq) if seq.isdigit() else None, "reason": reason, "wall_ns": None,
+                "by_rank": None}
+        try:
+            with open(os.path.join(snap, "snapshot.json"), "rb") as f:
+                said = orjson.loads(f.read())
+            if isinstance(said, dict):
+                info.update({k: said[k] for k in ("seq", "reason", "wall_ns", "by_rank") if k in said})
+        except (OSError, orjson.JSONDecodeError):
+            pass
+        out.append(info)
+    return out
+
+
+def snapshots_note(paths: list[str]) -> str:
+    """The report's note on the snapshots of these trace dirs ("" for none)."""
+    snaps = [s for p in paths for s in find_snapshots(p)]
+    if not snaps:
+        return ""
+    listed = ", ".join(f"{os.path.basename(s['path'])}" for s in snaps[-8:])
+    return (f"{len(snaps)} snapshot(s) of the black box beside this trace ({listed}; the latest last): each is a "
+            f"trace of its own, `disttrace report {snaps[-1]['path']}`")
+
+
 def find_runs(files: list[str]) -> tuple[list[Run], list[str]]:
     """Scan rank files and group them: (runs, the files without a readable meta record)."""
     scanned, unreadable = [], []
@@ -274,4 +315,5 @@ def find_runs(files: list[str]) -> tuple[list[Run], list[str]]:
     return group(scanned), unreadable
 
 
-__all__ = ["Ending", "RankFile", "Run", "find_runs", "group", "pick", "pick_run", "scan", "unreadable", "written"]
+__all__ = ["Ending", "RankFile", "Run", "find_runs", "find_snapshots", "group", "pick", "pick_run", "scan",
+           "snapshots_note", "unreadable", "written"]
