@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from ...data.table.columns import as_int64, order_by, repeat_each, run_starts
 from ...data.table import NONE, EventTable, stacks_site
 from ..core.matching import finished_at, finished_column, last_event_of_rank
+from ..core.window import rings
 from . import nonfinite_scan
 from ..core.results import CollectiveInstance, P2PMatch, Problem
 from ...units import fmt_bytes, fmt_ns, fmt_ranks
@@ -521,6 +522,7 @@ def _p2p_problems(t: EventTable, p2p: P2PTable, dead: dict[int, _Death]) -> list
     withheld: Counter = Counter()
     out = []
     damaged = {r for r, info in t.ranks.items() if info.damage}
+    boxes = rings(t)  # (a black-box window's messages are numbered from its first: window.align_p2p)
     for m in map(p2p.__getitem__, _odd_messages(t, p2p)):
         gone = m.dst if m.recv is None else m.src if m.send is None else None
         if gone is not None and gone >= 0 and gone not in t.ranks:
@@ -536,7 +538,8 @@ def _p2p_problems(t: EventTable, p2p: P2PTable, dead: dict[int, _Death]) -> list
             unmatched.setdefault((m.src, m.dst), []).append(m)
         elif t.bytes[m.send] and t.bytes[m.recv] and t.bytes[m.send] != t.bytes[m.recv]:
             out.append(Problem("mismatch", "send", (m.src, m.dst), None, [m.src, m.dst],
-                               f"message #{m.order} from rank {m.src} to rank {m.dst}: the send has "
+                               f"message #{m.order}{' of the window' if {m.src, m.dst} & boxes.keys() else ''} "
+                               f"from rank {m.src} to rank {m.dst}: the send has "
                                f"{fmt_bytes(t.bytes[m.send])} but the recv expects {fmt_bytes(t.bytes[m.recv])}"
                                f"{_site(t, m.send)}.", [m.send, m.recv], t.start_ns[m.send]))
     stuck = _stuck_messages(t, unmatched)
