@@ -20,9 +20,10 @@ def to_json(a: Analysis) -> dict:
     t = a.table
     out = {"summary": {"events": len(t), "ranks": t.world_ranks(), "groups": [
         {"name": g.name, "ranks": list(g.ranks)} for g in t.groups],
-        "start_ns": a.span_ns[0], "end_ns": a.span_ns[1], "warnings": list(t.warnings), "notes": list(a.notes),
-        # a black-box trace's windows (core/window.py); null: a whole trace
-        "window": window_summary(t, a.instance_of, a.p2p_of, a.steps, a.steps_source == "marker")}}
+        "start_ns": a.span_ns[0], "end_ns": a.span_ns[1], "warnings": list(t.warnings), "notes": list(a.notes)}}
+    window = window_summary(t, a.instance_of, a.p2p_of, a.steps, a.steps_source == "marker")
+    if window is not None:  # a black-box trace's windows (core/window.py); a whole trace has no "window"
+        out["summary"]["window"] = window
     for name, v in _json_items(a):
         if name not in _IN_SUMMARY:
             explicit = _EXPLICIT.get(name)
