@@ -18,7 +18,7 @@ Imports neither torch nor textual; numpy on use.
 from __future__ import annotations
 
 from ...data.table import COLLECTIVE_OPS, NONE, EventTable
-from ...data.table.columns import typecode
+from ...data.table.columns import order_by, run_starts, typecode
 from ...units import fmt_ns
 
 
@@ -35,11 +35,10 @@ def collective_starts(t: EventTable, rows, gid, seq, start) -> dict[int, int]:
     boxes = rings(t)
     if not boxes or not len(rows):
         return {}
-    rank = np.frombuffer(t.rank, np.int32)[rows]
-    first: dict[tuple[int, int], int] = {}
-    for r, g, s in zip(rank.tolist(), gid.tolist(), seq.tolist()):
-        if first.get((r, g), s + 1) > s:
-            first[(r, g)] = s
+    rank = np.frombuffer(t.rank, np.int32)[rows].astype(np.int64)
+    order = order_by(rank, gid, seq)  # each (rank, group)'s first row: its lowest group_seq
+    at = order[run_starts(rank[order], gid[order])]
+    first = dict(zip(zip(rank[at].tolist(), gid[at].tolist()), seq[at].tolist()))
     out = {}
     for g in set(gid.tolist()):
         members = [r for r in t.groups[g].ranks if r in boxes] if t.groups[g].ranks else \
@@ -77,15 +76,14 @@ def align_p2p(t: EventTable, src, dst, tag, is_send, row, nth, start, fin):
         return keep, nth
     nth = nth.copy()
     unc = {r: max(0, info.clock_uncertainty_ns) for r, info in t.ranks.items()}
-    keys = np.stack((src, dst, tag))
-    for key in {tuple(k) for k in keys.T.tolist()}:
-        s_, d_, _ = key
+    order = order_by(src, dst, tag, ~is_send, nth)  # each pair and tag's sends, then its recvs, in order
+    cuts = np.flatnonzero(run_starts(src[order], dst[order], tag[order])).tolist() + [len(order)]
+    for a, b in zip(cuts, cuts[1:]):
+        s_, d_ = int(src[order[a]]), int(dst[order[a]])
         if s_ not in boxes and d_ not in boxes:
             continue
-        mine = (src == key[0]) & (dst == key[1]) & (tag == key[2])
-        sends = np.flatnonzero(mine & is_send)
-        recvs = np.flatnonzero(mine & ~is_send)
-        sends, recvs = sends[np.argsort(nth[sends])], recvs[np.argsort(nth[recvs])]
+        mine = order[a:b]
+        sends, recvs = mine[is_send[mine]], mine[~is_send[mine]]
         shift = _shift(row[sends], row[recvs], start, fin, unc.get(s_, 0) + unc.get(d_, 0))
         nth[recvs] -= shift
         keep[recvs[nth[recvs] < 0]] = False
