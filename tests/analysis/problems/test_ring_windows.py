@@ -130,3 +130,23 @@ def test_p2p_hang_after_the_wrap(tmp_path):
     assert len(hangs) == 1 and hangs[0].ranks == [0]
     assert "recv rank 1 never posted" in hangs[0].message
     assert not [p for p in a.problems if p.kind in ("unmatched", "mismatch", "died")]
+
+
+def test_recv_that_never_got_its_message_is_not_outside(tmp_path):
+    """The last 30 steps rank 0 only all-reduces (its ring holds no send to rank 1); then rank 1 waits in a recv
+    from rank 0 that rank 0 never sends, and rank 0 waits in an all_reduce without rank 1: the stuck recv is a
+    hang of the window, not a message whose send the ring had overwritten."""
+    def fault(tr, k, t):
+        if k < STEPS - 30:
+            return False
+        if k < STEPS - 1:
+            tr.coll("all_reduce", dict.fromkeys(range(3), t + 2 * MS), t + 3 * MS, nbytes=1024)
+            return True
+        tr.recv(1, 0, t, None, 256, site="train.py:22 in step")
+        tr.coll("all_reduce", {0: t + 2 * MS, 2: t + 2 * MS}, None, nbytes=1024)
+        return True
+
+    t, a = _window(_job(fault=fault), tmp_path)
+    hangs = [p for p in a.problems if p.kind == "hang"]
+    assert hangs and all(p.ranks == [1] for p in hangs)
+    assert any(p.op == "recv" and "rank 1 is stuck in recv" in p.message for p in hangs)

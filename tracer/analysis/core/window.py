@@ -9,7 +9,8 @@ outside the window: not missing, not a death, not a hang, not a mismatch, not a 
 - point-to-point: messages of a (src, dst, tag) are in order on both sides, but a ring's first send is not the
   pair's first message. The sides are aligned at the last message known to have arrived: the last recv that
   finished pairs with the last send begun before that recv ended (a later send can be no earlier message's);
-  without one, at the ends. Sends and recvs before the other side's first one are outside the window.
+  without one, at the ends. Sends and recvs before the other side's first one are outside the window (but for
+  an op that never finished, a message that never arrived).
 Traces without rings (RankInfo.ring None on every rank) are matched as they always were: from the job's start.
 
 Imports neither torch nor textual; numpy on use.
@@ -86,8 +87,10 @@ def align_p2p(t: EventTable, src, dst, tag, is_send, row, nth, start, fin):
         sends, recvs = mine[is_send[mine]], mine[~is_send[mine]]
         shift = _shift(row[sends], row[recvs], start, fin, unc.get(s_, 0) + unc.get(d_, 0))
         nth[recvs] -= shift
-        keep[recvs[nth[recvs] < 0]] = False
-        keep[sends[nth[sends] + shift < 0]] = False
+        # (an op never finished is never outside: had its peer's op been overwritten, it would have completed)
+        done = fin[row] != NONE
+        keep[recvs[(nth[recvs] < 0) & done[recvs]]] = False
+        keep[sends[(nth[sends] + shift < 0) & done[sends]]] = False
     return keep, nth
 
 
