@@ -9,11 +9,11 @@ import json
 
 import pytest
 
-from ringfiles import rank_files_of, to_black_box, write_ring
+from ringfiles import rank_files_of, ring_lines_of, to_black_box, write_ring
 from synthetic import MS, Trace
 from disttrace.tracer.data.importers.ring import read_ring, read_ring_wraps
 from disttrace.tracer.data.importers.runs import find_runs, find_snapshots, snapshots_note
-from disttrace.tracer.data.load import find_rank_files, load_trace
+from disttrace.tracer.data.load import find_rank_files, load_trace, trace_size
 
 
 def _lines(n: int, pad: int = 0) -> list[bytes]:
@@ -108,3 +108,15 @@ def test_snapshots_are_trace_dirs_listed_beside_the_trace(tmp_path):
     assert (s["path"], s["seq"], s["reason"], s["by_rank"]) == (str(snap), 2, "signal", 1)
     assert "000002-signal" in snapshots_note([str(box)]) and snapshots_note([str(plain)]) == ""
     assert len(load_trace(str(snap), cache=False)) > len(load_trace(str(box), cache=False))
+
+
+def test_a_followed_ring_grows(tmp_path):
+    """A live black-box trace's size (what `report --follow` and the viewer watch) grows as its rings are
+    written, although a ring's file keeps its size."""
+    plain = rank_files_of(_job(), tmp_path / "plain")
+    box = tmp_path / "box"
+    to_black_box(plain, box, 3000)
+    before = trace_size([str(box)])
+    (ring,) = box.glob("rank-00000-*.ring")
+    write_ring(ring, ring_lines_of(plain / ring.name.replace(".ring", ".jsonl")) * 2, 3000)
+    assert trace_size([str(box)]) > before and ring.stat().st_size == 3000

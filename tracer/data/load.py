@@ -24,6 +24,7 @@ from .importers import flightrec, kineto
 from .importers.events_files import iter_jsonl, no_events, read_jsonl
 from .importers.rank_files import (find_rank_files, is_trace_dir, load_trace_dirs, run_info, trace_sources,
                                    written_size)
+from .importers.ring import ring_written
 from .importers.runs import find_runs, find_snapshots, snapshots_note, unreadable
 from .store import head, node_stores, parallel
 from .store.parallel import PARALLEL_BYTES
@@ -222,7 +223,7 @@ def _unclaimed(path: str) -> str:
 def trace_size(paths) -> int:
     """Bytes of the files a trace's events come from (a directory: its importer's `sources`, not the store's dir
     nor other files beside them); of a rank file, what was written so far: it grows while a job runs (--follow);
-    of a gzipped file, its JSON's (a profiler trace compresses well). Whether the viewer reads a trace before it
+    of a black-box ring, what its writer wrote in all (more than it holds once it wrapped); of a gzipped file, its JSON's (a profiler trace compresses well). Whether the viewer reads a trace before it
     starts, and whether a followed trace grew."""
     total = 0
     for p in paths:
@@ -230,9 +231,8 @@ def trace_size(paths) -> int:
             total += _size(p)
         elif os.path.isdir(p):  # (a dir no importer claims yet, as a followed trace before its job began: none)
             importer = next((i for i in IMPORTERS if i.sources is not None and i.claims(p)), IMPORTERS[0])
-            grows = importer is IMPORTERS[0]  # (a rank file grows; its ring, of fixed size, does not)
-            total += sum((written_size if grows and not f.endswith(RING_SUFFIX) else _size)(f)
-                         for f in importer.sources(p))
+            size = _size if importer is not IMPORTERS[0] else written_size  # (a rank file grows: what it holds)
+            total += sum((ring_written if f.endswith(RING_SUFFIX) else size)(f) for f in importer.sources(p))
     return total
 
 

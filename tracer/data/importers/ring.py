@@ -57,6 +57,20 @@ def read_ring_wraps(path: str) -> tuple[list[bytes], int]:
     return _whole(oldest, 2) + _whole(newest, 1), wraps
 
 
+def ring_written(path: str) -> int:
+    """The bytes the ring's writer has written in all (its header's wraps and pos): they grow while the rank
+    writes, as a rank file's size does, where the ring's own size does not (a followed trace: has it grown?)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(_HEADER.size)
+        magic, pos, wraps, size = _HEADER.unpack(head)
+    except (OSError, struct.error):
+        return 0
+    if magic != RING_MAGIC:
+        return 0
+    return wraps * max(size - RING_DATA_AT, 0) + max(pos - RING_DATA_AT, 0)
+
+
 def _whole(lines: list[bytes], edge: int) -> list[bytes]:
     """The lines without the empty ones, and without those of the first `edge` and the last that do not parse (the
     seams, where a lagging header or the last write may leave a line in part)."""
@@ -75,4 +89,4 @@ def _parses(line: bytes) -> bool:
         return False
 
 
-__all__ = ["has_ring", "read_ring", "read_ring_wraps", "ring_path"]
+__all__ = ["has_ring", "read_ring", "read_ring_wraps", "ring_path", "ring_written"]
