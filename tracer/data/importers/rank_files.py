@@ -537,8 +537,10 @@ def _ring_info(rf: _RankFile, align, orphan: int) -> dict:
     times = [t for t in begins + ends + [t for t, _ in rf.steps] if type(t) is int]
     waits = set(rf.waits) - set(_begin_values(rf, "i")) - set(rf.ends)
     box = rf.meta.get("black_box") if isinstance(rf.meta.get("black_box"), dict) else {}
-    # the first step it holds whole: the one its first marker begins (every one, of a ring that never wrapped)
-    first_step = 0 if not rf.ring["wraps"] else min(rf.step_n) if rf.step_n else None
+    # the first step it holds whole: the one its first marker begins (every one, of a ring that never wrapped; of
+    # markers from two sources, numbered from the window's start: _ring_steps)
+    first_step = (0 if not rf.ring["wraps"] else None if not rf.step_n else
+                  1 if len({src for _, src in rf.steps}) > 1 else min(rf.step_n))
     return {"ops": len(begins), "dropped": orphan + len(waits), "wraps": rf.ring["wraps"], "first_step": first_step,
             "ring_ops": _ns(box, "ring_ops"), "start_ns": align(min(times)) if times else NONE,
             "end_ns": align(max(times)) if times else NONE}
