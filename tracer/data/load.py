@@ -223,8 +223,9 @@ def _unclaimed(path: str) -> str:
 def trace_size(paths) -> int:
     """Bytes of the files a trace's events come from (a directory: its importer's `sources`, not the store's dir
     nor other files beside them); of a rank file, what was written so far: it grows while a job runs (--follow);
-    of a black-box ring, what its writer wrote in all (more than it holds once it wrapped); of a gzipped file, its JSON's (a profiler trace compresses well). Whether the viewer reads a trace before it
-    starts, and whether a followed trace grew."""
+    of a black-box ring, what its writer wrote in all (more than it holds once it wrapped); of a gzipped file, its
+    JSON's (a profiler trace compresses well). Whether the viewer reads a trace before it starts, and whether a
+    followed trace grew."""
     total = 0
     for p in paths:
         if os.path.isfile(p):

@@ -30,6 +30,7 @@ import orjson
 
 from ...errors import TraceError
 from ..importers import events_files, rank_files
+from ..importers.ring import has_ring, ring_path
 from ..table.event_table import EventTable
 from ..table.memory import gc_paused
 from ..table.progress import Progress, part_of
@@ -81,7 +82,8 @@ def plan_trace_dirs(paths: list[str], run: int | None) -> Plan | None:
     small (or one file) to split."""
     head = EventTable()
     files = rank_files.run_files(paths, head, run)
-    sizes = [max(_file_size(f), 1) for f in files]
+    # (a black-box rank's bytes are mostly its ring's)
+    sizes = [max(_file_size(f) + (_file_size(ring_path(f)) if has_ring(f) else 0), 1) for f in files]
     k = min(_how_many(sum(sizes)), len(files))
     if k < 2:
         return None
