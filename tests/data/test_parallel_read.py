@@ -334,3 +334,21 @@ def test_what_the_nodes_stores_do_not_hold_exactly_is_read(tmp_path, node_reads,
     assert node_reads["merged"] == 0 and node_reads["files"] > 0 and opened_from_store(whole)
     assert len(whole.runs) == (2 if case.startswith("a restart") else 1)
     assert_same(load_trace(dirs, cache=False), whole)
+
+
+@pytest.mark.slow
+def test_a_split_black_box_trace_dir_reads_as_one(tmp_path, split, careful):
+    """A black-box trace dir (rank files and their rings, tests/ringfiles.py) split across workers makes the table
+    the in-process reader makes, each rank's ring window (RankInfo.ring) included."""
+    from ringfiles import rank_files_of, to_black_box
+    from test_ring import _job
+
+    box = tmp_path / "box"
+    to_black_box(rank_files_of(_job(), tmp_path / "plain"), box, {0: 3000, 1: 5000})
+    age(str(box))
+    first = load_trace(str(box))
+    assert split == [2] and opened_from_store(first)
+    whole = careful(str(box))
+    assert_same(whole, first)
+    assert {r: i.ring for r, i in first.ranks.items()} == {r: i.ring for r, i in whole.ranks.items()}
+    assert all(i.ring["wraps"] for i in first.ranks.values())
