@@ -150,3 +150,12 @@ def test_recv_that_never_got_its_message_is_not_outside(tmp_path):
     hangs = [p for p in a.problems if p.kind == "hang"]
     assert hangs and all(p.ranks == [1] for p in hangs)
     assert any(p.op == "recv" and "rank 1 is stuck in recv" in p.message for p in hangs)
+
+
+def test_rings_that_never_wrapped_hold_the_whole_run(tmp_path):
+    box = tmp_path / "box"
+    to_black_box(rank_files_of(_job(steps=8), tmp_path / "plain"), box, 64 << 10)
+    t = load_trace(str(box), cache=False)
+    a = analyze(t)
+    assert a.problems == [] and len(a.collectives) == 8 and len(a.p2p) == 8
+    assert a.notes[0].startswith("black-box trace: no ring has wrapped")

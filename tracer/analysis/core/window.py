@@ -149,8 +149,11 @@ def window_sentence(w: dict) -> str:
     ops = f"{w['min_ops']:,}" if w["min_ops"] == w["max_ops"] else f"{w['min_ops']:,}–{w['max_ops']:,}"
     steps = (f"steps {w['steps'][0]:,}–{w['steps'][1]:,}" if w["steps"] else
              f"{w['found_steps']} step(s) found" if w["found_steps"] else "no steps found")
-    parts = [f"black-box trace: a window, not the whole run: the rings hold the last {ops} ops of each rank "
-             f"({steps}, {fmt_ns(w['span_ns'])} held by every rank)"]
+    if not w["wrapped"]:  # (no ring has wrapped yet: they hold the whole run)
+        parts = [f"black-box trace: no ring has wrapped, they hold every op of the run ({ops} a rank, {steps})"]
+    else:
+        parts = [f"black-box trace: a window, not the whole run: the rings hold the last {ops} ops of each rank "
+                 f"({steps}, {fmt_ns(w['span_ns'])} held by every rank)"]
     if w["outside"]:
         parts.append(f"{w['outside']:,} op(s) that one rank's ring holds and a peer's had overwritten are outside "
                      f"the window (not matched, not missing)")
