@@ -159,3 +159,36 @@ def test_rings_that_never_wrapped_hold_the_whole_run(tmp_path):
     a = analyze(t)
     assert a.problems == [] and len(a.collectives) == 8 and len(a.p2p) == 8
     assert a.notes[0].startswith("black-box trace: no ring has wrapped")
+
+
+def _two_groups(hang: bool) -> Trace:
+    """_job's steps, and every 10th step a broadcast in the group of ranks 1 and 2; with `hang`, at the last step
+    rank 2 enters that broadcast and rank 1 never does (it is stuck before it)."""
+    def fault(tr, k, t):
+        if k % 10 and not (hang and k == STEPS - 1):
+            return False
+        tr.send(0, 1, t, t + MS, 256)
+        tr.recv(1, 0, t, t + MS, 256)
+        if hang and k == STEPS - 1:
+            tr.coll("broadcast", {2: t + 4 * MS}, None, nbytes=64, group=[1, 2], root=1, site="train.py:50 in sync")
+            return True
+        tr.coll("all_reduce", dict.fromkeys(range(3), t + 2 * MS), t + 3 * MS, nbytes=1024)
+        tr.coll("broadcast", {1: t + 4 * MS, 2: t + 4 * MS}, t + 5 * MS, nbytes=64, group=[1, 2], root=1)
+        return True
+
+    return _job(fault=fault)
+
+
+def test_a_group_none_of_whose_ops_a_ring_holds(tmp_path):
+    """Rank 1's small ring holds none of the group [1, 2]'s broadcasts that rank 2's holds: they are before its
+    window (by the time of its oldest record), not broadcasts it missed; one begun after it and never joined by
+    rank 1 is a hang."""
+    rings = {0: 7000, 1: 2500, 2: 8000}
+    t, a = _window(_two_groups(hang=False), tmp_path / "clean", rings)
+    (g,) = [k for k, grp in enumerate(t.groups) if grp.ranks == (1, 2)]
+    held = {t.rank[i] for i in range(len(t)) if t.gid[i] == g}
+    assert held == {2}  # (rank 1's ring holds none of the group's ops)
+    assert a.problems == []
+    t, a = _window(_two_groups(hang=True), tmp_path / "hang", rings)
+    (hang,) = [p for p in a.problems if p.kind == "hang"]
+    assert hang.op == "broadcast" and hang.ranks == [1]
