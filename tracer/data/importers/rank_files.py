@@ -163,9 +163,7 @@ def _record(rf: _RankFile, r: dict) -> None:
     elif k == SUMMARY:
         rf.late.setdefault(r["i"], {})[r["which"]] = r.get("s")
     elif k == GROUP:
-        # torch names the default group "0", which reads like a rank in messages: call it "world"
-        name = "world" if r.get("desc") == "default_pg" else (text_field(r.get("name"))
-                                                              or text_field(r.get("desc")))
+        name = group_name(r)
         ranks = tuple(r["ranks"])
         if not all(type(x) is int and 0 <= x < 2 ** 31 for x in ranks):
             raise TypeError("group ranks must be integers")
@@ -189,18 +187,28 @@ def _record(rf: _RankFile, r: dict) -> None:
         rf.other.append(r)
 
 
+def group_name(r: dict) -> str:
+    """A group record's name: torch names the default group "0", which reads like a rank in messages: "world"."""
+    return "world" if r.get("desc") == "default_pg" else (text_field(r.get("name")) or text_field(r.get("desc")))
+
+
 def _ns(record: dict | None, key: str) -> int | None:
     v = record.get(key) if isinstance(record, dict) else None
     return v if type(v) is int and abs(v) < 2 ** 62 else None
 
 
 def _clock(rf: _RankFile) -> tuple | None:
-    """The rank's clock alignment, raw ns -> aligned ns = t + o0 + round((min(max(t, t0), t1) - t0) * slope): the
+    return clock_of(rf.clock)
+
+
+def clock_of(records: dict[str, dict]) -> tuple | None:
+    """A rank's clock alignment from its clock records (phase -> record), raw ns -> aligned ns =
+    t + o0 + round((min(max(t, t0), t1) - t0) * slope): the
     start offset o0 plus the drift, interpolated linearly between the start and the last measurement (t0, t1), and
     held at its ends: extrapolated from a short baseline (the first re-measurement is a second after the start),
     the measurements' error would grow with the time past it. (o0, t0, t1, slope), slope None: no drift measured;
-    None: no offset. _offset_fn and _aligned apply it."""
-    start, end = rf.clock.get("start"), rf.clock.get("end")
+    None: no offset. _offset_fn and aligned apply it (and the aggregates' reader, importers/aggregates.py)."""
+    start, end = records.get("start"), records.get("end")
     o0 = _ns(start, "offset_ns")
     if o0 is None:
         return None
@@ -235,7 +243,7 @@ def _offset_fn(rf: _RankFile):
     return (lambda t: t + o0), o0, unc, drift
 
 
-def _aligned(raw, clock):
+def aligned(raw, clock):
     """_offset_fn's alignment of a numpy array of raw times (int64, each < 2^62), in numpy: the same arithmetic
     (float64 products, rounded half to even as Python's round)."""
     import numpy as np
@@ -331,7 +339,7 @@ def _columns(rf: _RankFile, table: EventTable, rank: int, host: str, gids: dict,
         raise ValueError("rank")
     if rf.fast:
         cols = rank_batches.columns(rf.begins, rf.ends, rf.waits, rf.late, rank, host, gids, step_ends, clock,
-                                    _aligned)
+                                    aligned)
         if cols is None:
             return None
     else:
@@ -373,7 +381,7 @@ def _batch(begins: list, rf: _RankFile, rank: int, host: str, gids: dict, step_e
         raw = np.frombuffer(ints(raw), np.int64)
         if n and raw.max() >= 1 << 62:
             raise ValueError("time out of range")
-        out = _aligned(raw, clock)
+        out = aligned(raw, clock)
         if n and (out if have is None else out[have]).min(initial=0) < -1:
             raise ValueError("time before the epoch")  # (as _rows checks each: -1 is NONE, the least it takes)
         if have is not None:
