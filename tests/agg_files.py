@@ -32,8 +32,10 @@ def window_row(window: int, start: int, end: int, ops: int, first: int = -1, las
 
 
 def write_rank(out: str, rank: int, world: int, rows: list[bytes], keys=KEYS, offset_ns: int = 0,
-               by: str = "steps", every: float = 10, magic: bytes = AGG_MAGIC, pid: int | None = None) -> str:
-    """A rank's rank file (meta, the world group, a clock record, its aggkey records) and `.agg` file; the stem."""
+               by: str = "steps", every: float = 10, magic: bytes = AGG_MAGIC, pid: int | None = None,
+               ops: int = 2) -> str:
+    """A rank's rank file (meta, the world group, a clock record, its aggkey records, `ops` all_reduces: what the
+    ring's reader would add) and `.agg` file; the stem."""
     os.makedirs(out, exist_ok=True)
     stem = os.path.join(out, rank_file_stem(rank, "node", pid or 1000 + rank))
     records = [
@@ -44,7 +46,11 @@ def write_rank(out: str, rank: int, world: int, rows: list[bytes], keys=KEYS, of
                        "keep_snapshots": 8}},
         {"k": "group", "g": 0, "name": "0", "desc": "default_pg", "ranks": list(range(world)), "backend": "gloo"},
         {"k": "clock", "phase": "start", "offset_ns": offset_ns, "uncertainty_ns": 1000, "mono_ns": 0, "window": 0},
-        *({"k": AGGKEY, "id": kid, "g": 0, "op": op, "lo": lo, "hi": hi} for kid, (op, lo, hi) in keys.items())]
+        *({"k": AGGKEY, "id": kid, "g": 0, "op": op, "lo": lo, "hi": hi} for kid, (op, lo, hi) in keys.items()),
+        *(r for i in range(ops) for r in (
+            {"k": "b", "i": i, "op": "all_reduce", "api": "all_reduce", "g": 0, "gs": i, "bytes": 16,
+             "dtype": "float32", "shape": [4], "t": 10 * MS * (i + 1) - offset_ns, "site": "train.py:20"},
+            {"k": "e", "i": i, "t": 10 * MS * (i + 1) + MS - offset_ns}))]
     with open(stem + RANK_FILE_SUFFIX, "wb") as f:
         f.write(b"".join(orjson.dumps(r) + b"\n" for r in records))
     with open(stem + AGG_SUFFIX, "wb") as f:

@@ -35,6 +35,7 @@ from ..widgets.messages import AnalysisReady, EventPicked, LoadProgress, ShowInT
 from ..widgets.pipeline import PipelineView
 from ..widgets.problems import ProblemsView
 from ..widgets.ring import RingView
+from ..widgets.run import RunView
 from ..widgets.schedule import ScheduleGrid
 from ..widgets.timeline import Ruler, Timeline
 from ..widgets.waits import WaitsView
@@ -74,6 +75,7 @@ VIEWS = (
     View("critical", "8", "Path", "critical path view", CriticalPathView,
          ("playhead", "selection", "zoom", "offset_ns", "path_step")),
     View("diff", "9", "Diff", "diff view (view B --baseline A)", DiffView),
+    View("run", "0", "Run", "whole run view (a black-box trace's aggregates)", RunView),
 )
 VIEW = {v.id: v for v in VIEWS}
 

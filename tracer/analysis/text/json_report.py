@@ -15,7 +15,8 @@ from ..core.tables import CollectiveTable, P2PTable
 _IN_SUMMARY = frozenset({"span_ns", "notes"})  # fields the summary holds
 
 
-def to_json(a: Analysis) -> dict:
+def to_json(a: Analysis, run=None) -> dict:
+    """`run`: the whole run over the black box's aggregates (waits/whole_run.py), its "run" key when set."""
     t = a.table
     out = {"summary": {"events": len(t), "ranks": t.world_ranks(), "groups": [
         {"name": g.name, "ranks": list(g.ranks)} for g in t.groups],
@@ -24,6 +25,8 @@ def to_json(a: Analysis) -> dict:
         if name not in _IN_SUMMARY:
             explicit = _EXPLICIT.get(name)
             out[name] = plain(v) if explicit is None else explicit(a, v)
+    if run is not None:
+        out["run"] = plain(run)
     return out
 
 
