@@ -670,3 +670,27 @@ async def test_the_ring_view_says_a_collectives_schedule_is_a_model():
         text = " ".join(line.strip() for line in screen_text(pilot.app))
         assert "Hand-written send/recv exchange" in text and "recorded messages" in text, text
         assert "A model" not in text
+
+
+async def test_run_tab_charts_the_whole_run_of_a_black_box_trace(tmp_path):
+    """Tab 0: each rank's time in collectives per window over the whole run (the black box's aggregates) and the
+    straggler's sentence; a trace without aggregates says how to get them."""
+    from agg_files import simulate
+    from disttrace.tui.loading import load_store
+
+    simulate(str(tmp_path), slow=(1, 40, 40.0))
+    store, _ = load_store([str(tmp_path)])
+    for size in ((80, 24), SIZE):
+        async with DisttraceApp([str(tmp_path)], store=store).run_test(size=size) as pilot:
+            v = await viewer(pilot)
+            await pilot.press("0")
+            await wait_until(pilot, lambda: bool(v.query("#run-chart")), "showing the run view")
+            await pilot.pause()
+            text = " ".join(line.strip() for line in screen_text(pilot.app))
+            assert "rank 1 from step 40 on, +" in text
+            assert "time in collectives a step (ms), per window and rank" in text
+    async with app_on().run_test(size=SIZE) as pilot:
+        v = await viewer(pilot)
+        await pilot.press("0")
+        await pilot.pause()
+        assert "No whole-run aggregates in this trace" in " ".join(screen_text(pilot.app))
