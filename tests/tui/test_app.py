@@ -689,8 +689,13 @@ async def test_run_tab_charts_the_whole_run_of_a_black_box_trace(tmp_path):
             text = " ".join(line.strip() for line in screen_text(pilot.app))
             assert "rank 1 from step 40 on, +" in text
             assert "time in collectives a step (ms), per window and rank" in text
-    async with app_on().run_test(size=SIZE) as pilot:
+    app = app_on()
+    told = []
+    app.notify = lambda message, **kw: told.append(message)
+    async with app.run_test(size=SIZE) as pilot:  # a trace without aggregates: no tab, its key says why
         v = await viewer(pilot)
+        assert not v.query("#run")
         await pilot.press("0")
         await pilot.pause()
-        assert "No whole-run aggregates in this trace" in " ".join(screen_text(pilot.app))
+        assert v.query_one(TabbedContent).active == "timeline"
+        assert any(m.startswith("No whole-run aggregates in this trace") for m in told), told

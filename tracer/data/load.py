@@ -20,7 +20,7 @@ from typing import Callable
 
 from ..errors import TraceError
 from .importers import flightrec, kineto
-from .importers.aggregates import Aggregates, read_aggregates
+from .importers.aggregates import Aggregates, has_aggregates, read_aggregates
 from .importers.events_files import iter_jsonl, no_events, read_jsonl
 from .importers.rank_files import find_rank_files, is_trace_dir, load_trace_dirs, run_info, written_size
 from .importers.runs import find_runs, unreadable
@@ -251,4 +251,4 @@ def _size(path: str) -> int:
 __all__ = ["IMPORTERS", "Importer", "load_trace", "load_stored", "trace_size",
            "find_rank_files", "find_runs", "run_info", "unreadable", "iter_jsonl", "read_jsonl",
            "PARALLEL_BYTES", "StoreError", "StoreOrigin", "read_arrays", "source_digest", "store_enabled",
-           "write_arrays", "Aggregates", "read_aggregates"]
+           "write_arrays", "Aggregates", "has_aggregates", "read_aggregates"]

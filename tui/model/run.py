@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from disttrace.tracer.analysis import run_straggler_sentence, whole_run
-from disttrace.tracer.data.load import read_aggregates
+from disttrace.tracer.data.load import has_aggregates, read_aggregates
 from disttrace.tracer.units import fmt_ns, ns_unit
 
 SERIES = 6
@@ -25,6 +25,11 @@ class RunChart:
     x_label: str
     sentence: str
     lines: list[str]
+
+
+def has_run(paths: list[str]) -> bool:
+    """Whether the viewer shows the Run tab for these paths: they hold a black-box trace's aggregates."""
+    return has_aggregates(list(paths))
 
 
 def run_of(paths: list[str], run: int | None):

@@ -1,6 +1,6 @@
 """The Run tab: the whole run over the black box's aggregates, each rank's time in collectives per window as a
-chart and the whole run's straggler in a sentence (tui/model/run.py works them out; a trace without aggregates
-says how to get them)."""
+chart and the whole run's straggler in a sentence (tui/model/run.py works them out). The screen shows the tab only
+for a trace with aggregates; its key on another says how to get them (NONE_HERE)."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ class RunView(Vertical):
 
     def compose(self) -> ComposeResult:
         whole = run_of(getattr(self.app, "paths", []), self.store.table.run or None)
-        if whole is None:
+        if whole is None:  # (the screen shows the tab only where there are aggregates)
             yield Static(NONE_HERE, id="run-sentence")
             return
         self.chart = run_chart(whole)

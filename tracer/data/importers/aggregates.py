@@ -81,6 +81,11 @@ def agg_files(paths: list[str]) -> list[str]:
             if n.endswith(AGG_SUFFIX)]
 
 
+def has_aggregates(paths: list[str]) -> bool:
+    """Whether these trace dirs hold aggregates (a black-box trace's)."""
+    return bool(agg_files(paths))
+
+
 def read_aggregates(paths: list[str] | str, run: int | None = None) -> Aggregates | None:
     """The aggregates of the chosen run (the reader's default run: runs.pick_run) of these trace dirs; None when
     they hold no `.agg` file (not a black-box trace)."""
