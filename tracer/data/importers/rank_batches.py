@@ -107,7 +107,7 @@ def columns(begins: list, ends: dict, waits: dict, late: dict, rank: int, host: 
             clock, aligned) -> dict | None:
     """reader._batch's columns of decode's records ("gid" as a list, None for an unknown group); None on a value
     that _batch would refuse (the caller reads the file the careful way then). `late`: the CUDA summaries written
-    after the fact (id -> {"in"/"out": object}); aligned(raw, clock): reader.aligned."""
+    after the fact (id -> {"in"/"out": object}); aligned(raw, clock): reader._aligned."""
     import numpy as np
 
     n = len(begins)

@@ -207,7 +207,7 @@ def clock_of(records: dict[str, dict]) -> tuple | None:
     start offset o0 plus the drift, interpolated linearly between the start and the last measurement (t0, t1), and
     held at its ends: extrapolated from a short baseline (the first re-measurement is a second after the start),
     the measurements' error would grow with the time past it. (o0, t0, t1, slope), slope None: no drift measured;
-    None: no offset. _offset_fn and aligned apply it (and the aggregates' reader, importers/aggregates.py)."""
+    None: no offset. _offset_fn and _aligned apply it (and the aggregates' reader, importers/aggregates.py)."""
     start, end = records.get("start"), records.get("end")
     o0 = _ns(start, "offset_ns")
     if o0 is None:
@@ -243,7 +243,7 @@ def _offset_fn(rf: _RankFile):
     return (lambda t: t + o0), o0, unc, drift
 
 
-def aligned(raw, clock):
+def _aligned(raw, clock):
     """_offset_fn's alignment of a numpy array of raw times (int64, each < 2^62), in numpy: the same arithmetic
     (float64 products, rounded half to even as Python's round)."""
     import numpy as np
@@ -254,6 +254,9 @@ def aligned(raw, clock):
     if slope is None:
         return raw + o0
     return raw + o0 + np.rint((np.clip(raw, t0, t1) - t0) * slope).astype(np.int64)
+
+
+aligned = _aligned  # (public: the aggregates' reader aligns its windows so, importers/aggregates.py)
 
 
 def read_rank_files(files: list[str], table: EventTable, progress: Progress | None = None,
@@ -339,7 +342,7 @@ def _columns(rf: _RankFile, table: EventTable, rank: int, host: str, gids: dict,
         raise ValueError("rank")
     if rf.fast:
         cols = rank_batches.columns(rf.begins, rf.ends, rf.waits, rf.late, rank, host, gids, step_ends, clock,
-                                    aligned)
+                                    _aligned)
         if cols is None:
             return None
     else:
@@ -381,7 +384,7 @@ def _batch(begins: list, rf: _RankFile, rank: int, host: str, gids: dict, step_e
         raw = np.frombuffer(ints(raw), np.int64)
         if n and raw.max() >= 1 << 62:
             raise ValueError("time out of range")
-        out = aligned(raw, clock)
+        out = _aligned(raw, clock)
         if n and (out if have is None else out[have]).min(initial=0) < -1:
             raise ValueError("time before the epoch")  # (as _rows checks each: -1 is NONE, the least it takes)
         if have is not None:
