@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ...data.table.event_table import P2P_OPS
-from .peers import spread
+from .peers import others_median, spread
 
 if TYPE_CHECKING:
     from ...data.importers.aggregates import Aggregates
@@ -140,7 +140,7 @@ def whole_run(agg: "Aggregates") -> WholeRun:
         by="steps" if marked else "seconds", every=agg.window_every, unit=unit, ranks=list(agg.ranks),
         windows=windows, aligned_first_step=firsts.tolist(), aligned_start_ns=starts.tolist(),
         aligned_steps=units.astype(np.int64).tolist() if marked else [0] * len(units),
-        per_unit_ns={r: [None if np.isnan(v) else int(v) for v in per_unit[i]] for i, r in enumerate(agg.ranks)},
+        per_unit_ns={r: [None if v != v else int(v) for v in per_unit[i].tolist()] for i, r in enumerate(agg.ranks)},
         ops=_op_totals(agg, by_key=False), keys=_op_totals(agg, by_key=True),
         straggler=max(found, key=lambda s: (s.windows, s.extra_ns)) if found else None,
         warnings=list(agg.damage), notes=notes)
@@ -203,8 +203,9 @@ def _peer_sets(agg: "Aggregates", collective: np.ndarray) -> list[list[int]]:
     """The ranks' peer sets: ranks of one role do the same collectives (op and group size; docs/ANALYSIS.md,
     "Peers"); the aggregates know no pipeline stage, so a role is its set of collective kinds."""
     kinds: dict[int, set] = {r: set() for r in agg.ranks}
-    w_of = agg.w_rank[agg.cell_window]
-    for r, k in set(zip(w_of.tolist(), agg.cell_key.tolist())):
+    n = len(agg.keys) + 1
+    pairs = np.unique(agg.w_rank[agg.cell_window] * n + agg.cell_key)  # (rank, key) once each
+    for r, k in zip((pairs // n).tolist(), (pairs % n).tolist()):
         if collective[k]:
             kinds[r].add((agg.keys[k].op, len(agg.keys[k].group_ranks)))
     sets: dict[frozenset, list[int]] = {}
@@ -254,11 +255,10 @@ def straggler(c: np.ndarray, rank_of: list[int], units: np.ndarray, firsts: np.n
 def _gaps(c: np.ndarray) -> np.ndarray:
     """[rank, window]: the median of the other ranks' values minus the rank's own (NaN where either is missing)."""
     out = np.full(c.shape, np.nan)
-    for i in range(c.shape[0]):
-        others = np.delete(c, i, axis=0)
-        have = ~np.isnan(others).all(axis=0) & ~np.isnan(c[i])
-        if have.any():
-            out[i, have] = np.nanmedian(others[:, have], axis=0) - c[i, have]
+    have = ~np.isnan(c)
+    ranks, windows = np.nonzero(have)
+    values = np.rint(c[have]).astype(np.int64)
+    out[ranks, windows] = others_median(windows.astype(np.int64), values) - values
     return out
 
 
