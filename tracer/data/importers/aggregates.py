@@ -180,11 +180,12 @@ def _keys(aggkeys: dict, groups: dict) -> dict[int, Key]:
     """id -> Key of a rank's aggkey records (a key of a group with no record: named by its index)."""
     out = {}
     for kid, r in aggkeys.items():
+        lo, hi = r.get("lo", 0), r.get("hi", 0)
+        if not (type(kid) is int and isinstance(r.get("op"), str) and type(lo) is int and type(hi) is int):
+            continue  # a malformed definition: its rows are a key no record defines (said)
         g = groups.get(r.get("g"))
-        ranks = tuple(g["ranks"]) if g and isinstance(g.get("ranks"), list) else ()
-        name = group_name(g) if g else f"group {r.get('g')}"
-        if type(kid) is int and isinstance(r.get("op"), str):
-            out[kid] = Key(name, ranks, r["op"], int(r.get("lo") or 0), int(r.get("hi") or 0))
+        ranks = tuple(x for x in g["ranks"] if type(x) is int) if g and isinstance(g.get("ranks"), list) else ()
+        out[kid] = Key(group_name(g) if g else f"group {r.get('g')}", ranks, r["op"], lo, hi)
     return out
 
 
