@@ -78,3 +78,11 @@ def test_damage_is_one_line_never_a_traceback(tmp_path, damage, said):
     assert len(a.damage) == 1 and said in a.damage[0] and "\n" not in a.damage[0], a.damage
     # what is whole is read all the same
     assert 0 in a.ranks and a.cell_count[a.w_rank[a.cell_window] == 0].tolist() == [3]
+
+
+def test_a_malformed_key_definition_is_damage_not_a_traceback(tmp_path):
+    write_rank(str(tmp_path), 0, 2, [row(0, 1, 1, MS, MS, 4), window_row(0, 0, MS, 1, first=1, last=10)],
+               keys={1: ("all_reduce", "4", 8)})
+    a = read_aggregates(str(tmp_path))
+    assert a.damage == ["rank-00000-node-1000.agg: 1 row(s) of key(s) 1 that no aggkey record defines: dropped"]
+    assert a.w_ops.tolist() == [1] and not len(a.cell_key)
