@@ -556,6 +556,8 @@ def _chart(console, title: str, kind: str, xs, ys, log_x: bool = False, labels=N
             line.lines()
             line.label(label)
             f.draw(line)
+        labelled = xs[::max(1, -(-len(xs) // 8))]  # (at most 8 labels: the windows' first steps, or seconds)
+        f.ruler(0).ticks(labelled, [f"{x:,.0f}" for x in labelled])
     else:
         if log_x:  # log2 by hand: plotext's log scale loses the points
             labels = [fmt_bytes(x) for x in xs]

@@ -14,11 +14,16 @@ SERIES = 6
 """Ranks drawn at most: more lines than this are a blur in a terminal."""
 
 
+TICKS = 8
+"""Labels on the x axis at most: each an aligned window's first step (or second)."""
+
+
 @dataclass(frozen=True)
 class RunChart:
-    """The Run tab's chart: x (the windows' first steps, or seconds into the run), one series per rank shown (None
-    where it has no value), the unit of the values, and the words around it."""
+    """The Run tab's chart: x (the windows' first steps, or seconds into the run) and the labels on it, one series
+    per rank shown (None where it has no value), the unit of the values, and the words around it."""
     xs: list[float]
+    ticks: list[tuple[float, str]]
     series: dict[int, list[float | None]]
     unit: str
     title: str
@@ -52,7 +57,8 @@ def run_chart(whole) -> RunChart:
     lines = [f"{len(whole.ranks)} ranks, {n:,} windows ({whole.by}), {len(xs):,} aligned{more}"]
     lines += [f"{o.op}: {o.count:,} ops, {fmt_ns(o.total_ns)}" for o in whole.ops[:3]]
     lines += [f"warning: {w}" for w in whole.warnings]
-    return RunChart(xs, series, unit, f"time in collectives a {whole.unit} ({unit}), per window and rank",
+    ticks = [(x, f"{x:,.0f}" if by_step else f"{x:.0f} s") for x in xs[::max(1, -(-len(xs) // TICKS))]]
+    return RunChart(xs, ticks, series, unit, f"time in collectives a {whole.unit} ({unit}), per window and rank",
                     "the window's first step" if by_step else "seconds into the run", run_straggler_sentence(whole),
                     lines)
 

@@ -51,4 +51,6 @@ class RunView(Vertical):
             line.lines()
             line.label(f"rank {rank}")
             fig.draw(line)
+        if c.ticks:
+            fig.ruler(0).ticks([x for x, _ in c.ticks], [label for _, label in c.ticks])
         fig.title(f"{c.title}, against {c.x_label}")
