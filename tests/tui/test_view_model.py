@@ -197,6 +197,7 @@ def test_run_chart_draws_the_straggler_among_at_most_six_ranks(tmp_path):
     whole = run_of([str(tmp_path)], None)
     c = run_chart(whole)
     assert len(c.series) == SERIES and 7 in c.series and c.xs == [0, 10, 20, 30, 40, 50] and c.unit == "ms"
+    assert c.ticks == [(0, "0"), (10, "10"), (20, "20"), (30, "30"), (40, "40"), (50, "50")]
     assert c.series[0][-1] > 40 > c.series[7][-1] and "6 of 8 ranks shown" in c.lines[0]
     assert "rank 7 from step 20 on" in c.sentence
     assert run_of([str(tmp_path / "none")], None) is None
