@@ -60,10 +60,12 @@ def write_rank(out: str, rank: int, world: int, rows: list[bytes], keys=KEYS, of
 
 def simulate(out: str, world: int = 4, steps: int = 60, every: int = 10, compute_ms: float = 100.0,
              slow: tuple[int, int, float] | None = None, jitter_ms: float = 2.0, marked: bool = True,
-             seconds: float = 1.0, offsets: dict[int, int] | None = None, seed: int = 0) -> None:
+             seconds: float = 1.0, offsets: dict[int, int] | None = None, seed: int = 0,
+             first: tuple[int, float] | None = None) -> None:
     """A data-parallel loop's aggregates: each step every rank computes (compute_ms ± jitter; `slow` = (rank, from
     step, extra ms): that rank computes longer from that step on), then all_reduces its gradients (ends 5 ms after
-    the last arrival) and its loss (1 ms). Windows: every `every` steps where `marked`, else every `seconds` of
+    the last arrival) and its loss (1 ms); `first` = (rank, ms): that rank
+    arrives so late at the first all_reduce (gloo connecting its pairs). Windows: every `every` steps where `marked`, else every `seconds` of
     each rank's own clock (raw = rank 0's - its offset)."""
     rnd = random.Random(seed)
     offsets = offsets or {}
@@ -76,6 +78,8 @@ def simulate(out: str, world: int = 4, steps: int = 60, every: int = 10, compute
             c = compute_ms + rnd.uniform(-jitter_ms, jitter_ms)
             if slow and r == slow[0] and step >= slow[1]:
                 c += slow[2]
+            if first and r == first[0] and step == 0:
+                c += first[1]
             arrive[r] = t + int(c * MS)
         end = max(arrive.values()) + 5 * MS
         for r in range(world):

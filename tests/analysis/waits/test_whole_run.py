@@ -59,6 +59,16 @@ def test_steps_unmarked_windows_by_time_aligned_by_the_clocks(tmp_path):
     assert "from 3." in run_straggler_sentence(r) and "a second" in run_straggler_sentence(r)
 
 
+def test_a_first_window_of_connecting_is_no_onset(tmp_path):
+    """Rank 1 late 1.5 s at the first all_reduce (gloo connecting), then slower from step 20: its onset is step
+    20's window, not the first (led alone, with a window it did not lead after it)."""
+    r = run_of(tmp_path, world=2, steps=120, marked=False, slow=(1, 20, 40.0), first=(1, 1500.0))
+    s = r.straggler
+    assert s is not None and s.rank == 1 and s.onset_window >= 2, s
+    began = 1_000 * MS + 1_500 * MS + 20 * 107 * MS  # rank 0's clock: the first step's wait, then 20 steps
+    assert abs(s.onset_ns - began) < 250 * MS, (s.onset_ns - began) / MS
+
+
 def test_time_and_bytes_per_op_kind(tmp_path):
     r = run_of(tmp_path, world=2, steps=20, jitter_ms=0.0)
     (op,) = r.ops

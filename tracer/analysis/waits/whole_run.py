@@ -12,12 +12,13 @@ The straggler (docs/ANALYSIS.md, "The whole run's straggler"): a rank slower tha
 inside every collective, so that it spends the least time in collectives of them all. In each aligned window, each
 rank's *gap* is its peers' median time in collectives per unit minus its own. A rank is named when, from an onset
 window on to the end of the run, it has the largest gap and a gap past the threshold in at least PERSISTENT of the
-windows (at least MIN_WINDOWS of them), the onset window included. The threshold is the largest of NOISE times
+windows, the onset window and the MIN_WINDOWS - 1 after it included. The threshold is the largest of NOISE times
 the ranks' jitter (the spread of the window-to-window changes of each rank's gap, over √2, the median rank's: the
-swings all ranks share, a time window that holds one step more, cancel in the gap), FLOOR of the unit's time (the
+swings all ranks share, a time window that holds one step more, cancel in the gap; each rank's first window, the
+run's warm-up, where gloo connects its pairs, left out), FLOOR of the unit's time (the
 median step, or the second) and MIN_NS. Its excess (ms a step) is the median gap over the windows
-past the onset one; the onset step inside the onset window is where the window's gap, as a share of the excess,
-says the excess began. Windows whose ring overran (lost ops: their counts are lower bounds) are left out of the
+past the onset one; the onset step inside the onset window (or the window before it, where the rank led by more
+than twice the jitter already) is where that window's gap, as a share of the excess, says the excess began. Windows whose ring overran (lost ops: their counts are lower bounds) are left out of the
 rule.
 
 Constants, and why:
@@ -27,7 +28,8 @@ Constants, and why:
 - FLOOR = 0.05: a rank 5% of a step ahead of its peers in every window is steady straggling, below that a constant
   small difference (a logging rank 0) is not worth naming.
 - PERSISTENT = 0.8 and MIN_WINDOWS = 2: from its onset on, the straggler leads nearly every window (a window of
-  jitter may hide one), and one window alone is no persistence.
+  jitter may hide one), and one window alone is no persistence: its onset starts two windows it led in a row (the
+  first window of a real job, where gloo connects its pairs, passed alone, with a window that did not after it).
 - MIN_NS = 50 µs: a floor for traces without jitter (synthetic, or windows of identical sums).
 """
 
@@ -224,7 +226,7 @@ def straggler(c: np.ndarray, rank_of: list[int], units: np.ndarray, firsts: np.n
     if c.shape[0] < 2 or c.shape[1] < MIN_WINDOWS:
         return None
     gap = _gaps(c)
-    jitter = float(np.median([spread(np.diff(row[~np.isnan(row)])) / np.sqrt(2) for row in gap]))
+    jitter = float(np.median([spread(np.diff(row[~np.isnan(row)][1:])) / np.sqrt(2) for row in gap]))
     threshold = max(NOISE * jitter, FLOOR * unit_ns, MIN_NS)
     valid = ~np.isnan(gap).all(axis=0)
     leader = np.where(valid, np.argmax(np.where(np.isnan(gap), -np.inf, gap), axis=0), -1)
@@ -243,7 +245,7 @@ def straggler(c: np.ndarray, rank_of: list[int], units: np.ndarray, firsts: np.n
     if best is None:
         return None
     windows, extra, i, onset, led = best
-    share = float(np.clip(gap[i, onset] / extra, 0, 1)) if extra > 0 else 1.0
+    onset, share = _began(gap[i], leader == i, valid, onset, extra, jitter)
     step = None
     if unit == "step":
         n = int(units[onset])
@@ -252,6 +254,18 @@ def straggler(c: np.ndarray, rank_of: list[int], units: np.ndarray, firsts: np.n
     return RunStraggler(rank=rank_of[i], onset_step=step, onset_ns=onset_ns, onset_window=int(onset),
                         extra_ns=int(round(extra)), unit=unit, windows=windows, led=led,
                         threshold_ns=int(round(threshold)), peers=[r for r in rank_of if r != rank_of[i]])
+
+
+def _began(gap: np.ndarray, led: np.ndarray, valid: np.ndarray, onset: int, extra: float,
+           jitter: float) -> tuple[int, float]:
+    """The window the delay began in and the share of it that the delay held: the onset window, or the valid window
+    before it where the rank led by more than twice the jitter already (a delay that began late in that window: its
+    share of the excess was under the threshold)."""
+    before = np.flatnonzero(valid[:onset])
+    k = onset
+    if len(before) and led[before[-1]] and gap[before[-1]] > 2 * jitter:
+        k = int(before[-1])
+    return k, float(np.clip(gap[k] / extra, 0, 1)) if extra > 0 else 1.0
 
 
 def _gaps(c: np.ndarray) -> np.ndarray:
@@ -265,13 +279,19 @@ def _gaps(c: np.ndarray) -> np.ndarray:
 
 
 def _onset(passed: np.ndarray, valid: np.ndarray) -> int | None:
-    """The first window that passes from which on the rank passes in PERSISTENT of the valid windows, at least
-    MIN_WINDOWS of them; None: no such window."""
-    led = np.cumsum(passed[::-1])[::-1]      # windows passed from k on
-    seen = np.cumsum(valid[::-1])[::-1]      # valid windows from k on
-    ok = passed & (led >= MIN_WINDOWS) & (led >= PERSISTENT * seen)
-    k = np.flatnonzero(ok)
-    return int(k[0]) if len(k) else None
+    """The first window that starts MIN_WINDOWS valid windows passed in a row and from which on the rank passes in
+    PERSISTENT of the valid windows; None: no such window. (In a row: a warm-up window, gloo connecting its pairs
+    on the first ops, passes alone.)"""
+    at = np.flatnonzero(valid)
+    p = passed[at]
+    led = np.cumsum(p[::-1])[::-1]           # windows passed from k on
+    seen = np.arange(len(p), 0, -1)          # valid windows from k on
+    in_row = p.copy()
+    for j in range(1, MIN_WINDOWS):
+        in_row[:len(p) - j] &= p[j:]
+        in_row[len(p) - j:] = False
+    k = np.flatnonzero(in_row & (led >= PERSISTENT * seen))
+    return int(at[k[0]]) if len(k) else None
 
 
 def _rank_windows(agg: "Aggregates", coll_ns: np.ndarray, at: np.ndarray, rank: int) -> RankWindows:
