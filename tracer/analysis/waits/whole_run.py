@@ -129,10 +129,10 @@ def whole_run(agg: "Aggregates") -> WholeRun:
         at, firsts, starts, units = _by_steps(agg)
     else:
         at, firsts, starts, units = _by_time(agg)
-    per_unit = _per_unit(agg, coll_ns, at, units)
+    per_unit = _per_unit(agg, coll_ns, at, len(units), marked)
     windows = {r: _rank_windows(agg, coll_ns, at, r) for r in agg.ranks}
     unit = "step" if marked else "second"
-    step_ns = _unit_ns(agg, units, marked)
+    step_ns = _unit_ns(agg, marked)
     peers = _peer_sets(agg, collective)
     found = [s for ranks in peers if (s := straggler(per_unit[[agg.ranks.index(r) for r in ranks]], ranks, units,
                                                      firsts, starts, unit, step_ns))]
@@ -155,7 +155,7 @@ def _by_steps(agg: "Aggregates"):
     step, its start (the earliest rank's) and its steps (the most any rank's row of it holds)."""
     has = agg.w_first_step >= 0
     first = np.where(has, agg.w_first_step - 1, -1)
-    steps = np.where(has, agg.w_last_step - agg.w_first_step + 1, 0)
+    steps = _row_steps(agg)
     keys = np.unique(first[has])
     at = np.where(has, np.searchsorted(keys, first), -1)
     starts = np.full(len(keys), np.iinfo(np.int64).max, np.int64)
@@ -181,24 +181,27 @@ def _by_time(agg: "Aggregates"):
     return at, np.full(len(starts), -1, np.int64), starts, (ends - starts) / SECOND
 
 
-def _per_unit(agg: "Aggregates", coll_ns: np.ndarray, at: np.ndarray, units: np.ndarray) -> np.ndarray:
+def _row_steps(agg: "Aggregates") -> np.ndarray:
+    """Per window row, the steps it holds whole: its markers' (0 without)."""
+    return np.where(agg.w_first_step >= 0, agg.w_last_step - agg.w_first_step + 1, 0)
+
+
+def _per_unit(agg: "Aggregates", coll_ns: np.ndarray, at: np.ndarray, aligned: int, marked: bool) -> np.ndarray:
     """[rank, aligned window]: the rank's time in collectives per unit of its own row there (NaN: no row, a row
     with no unit, or lost ops)."""
-    out = np.full((len(agg.ranks), len(units)), np.nan)
-    row_units = np.where(agg.w_first_step >= 0, agg.w_last_step - agg.w_first_step + 1, 0).astype(np.float64) \
-        if (agg.w_first_step >= 0).any() and len(units) and agg.window_by != "seconds" \
-        else (agg.w_end - agg.w_start) / SECOND
+    out = np.full((len(agg.ranks), aligned), np.nan)
+    row_units = _row_steps(agg).astype(np.float64) if marked else (agg.w_end - agg.w_start) / SECOND
     ok = (at >= 0) & (row_units > 0) & ~agg.w_lost
     rank_at = np.searchsorted(np.array(agg.ranks), agg.w_rank)
     out[rank_at[ok], at[ok]] = coll_ns[ok] / row_units[ok]
     return out
 
 
-def _unit_ns(agg: "Aggregates", units: np.ndarray, marked: bool) -> float:
+def _unit_ns(agg: "Aggregates", marked: bool) -> float:
     """The unit's typical time: the median window's time a step (with steps), else a second."""
     if not marked:
         return float(SECOND)
-    steps = np.where(agg.w_first_step >= 0, agg.w_last_step - agg.w_first_step + 1, 0)
+    steps = _row_steps(agg)
     ok = steps > 0
     return float(np.median((agg.w_end[ok] - agg.w_start[ok]) / steps[ok])) if ok.any() else 0.0
 
