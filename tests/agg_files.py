@@ -64,9 +64,9 @@ def simulate(out: str, world: int = 4, steps: int = 60, every: int = 10, compute
              first: tuple[int, float] | None = None) -> None:
     """A data-parallel loop's aggregates: each step every rank computes (compute_ms ± jitter; `slow` = (rank, from
     step, extra ms): that rank computes longer from that step on), then all_reduces its gradients (ends 5 ms after
-    the last arrival) and its loss (1 ms); `first` = (rank, ms): that rank
-    arrives so late at the first all_reduce (gloo connecting its pairs). Windows: every `every` steps where `marked`, else every `seconds` of
-    each rank's own clock (raw = rank 0's - its offset)."""
+    the last arrival) and its loss (1 ms); `first` = (rank, ms): that rank arrives so late at the first all_reduce
+    (gloo connecting its pairs). Windows: every `every` steps where `marked`, else every `seconds` of each rank's own
+    clock (raw = rank 0's - its offset)."""
     rnd = random.Random(seed)
     offsets = offsets or {}
     t = 1_000 * MS  # rank 0's clock

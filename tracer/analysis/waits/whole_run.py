@@ -18,8 +18,8 @@ swings all ranks share, a time window that holds one step more, cancel in the ga
 run's warm-up, where gloo connects its pairs, left out), FLOOR of the unit's time (the
 median step, or the second) and MIN_NS. Its excess (ms a step) is the median gap over the windows
 past the onset one; the onset step inside the onset window (or the window before it, where the rank led by more
-than twice the jitter already) is where that window's gap, as a share of the excess, says the excess began. Windows whose ring overran (lost ops: their counts are lower bounds) are left out of the
-rule.
+than twice the jitter already) is where that window's gap, as a share of the excess, says the excess began.
+Windows whose ring overran (lost ops: their counts are lower bounds) are left out of the rule.
 
 Constants, and why:
 - NOISE = 5: a balanced run's largest gap of a window is 1-3 jitters (the max over the ranks of the differences of
