@@ -593,16 +593,21 @@ async def test_a_long_narration_scrolls_to_its_last_line(size):
         await wait_until(pilot, lambda: pane.scroll_y == 0 and pane.border_subtitle == "", "at the next text's top")
 
 
+async def chart_text(app, key: str, chart: str, size) -> str:
+    """The screen's text once the view of `key` shows its chart (id `chart`), lines joined."""
+    async with app.run_test(size=size) as pilot:
+        v = await viewer(pilot)
+        await pilot.press(key)
+        await wait_until(pilot, lambda: bool(v.query(f"#{chart}")), f"showing {chart}")
+        await pilot.pause()
+        return " ".join(line.strip() for line in screen_text(pilot.app))
+
+
 async def test_at_80x24_the_charts_keep_their_titles():
     """plotext leaves out a title wider than the plot: the chart writes it itself, wrapped."""
-    async with app_on().run_test(size=(80, 24)) as pilot:
-        v = await viewer(pilot)
-        await pilot.press("6")
-        await wait_until(pilot, lambda: bool(v.query("#bw-chart")), "showing the charts")
-        await pilot.pause()
-        text = " ".join(line.strip() for line in screen_text(pilot.app))
-        assert "busbw (GB/s) against message size (bytes): measured (median per size) and the α-β model" in text
-        assert "durations of all_reduce (ms)" in text
+    text = await chart_text(app_on(), "6", "bw-chart", (80, 24))
+    assert "busbw (GB/s) against message size (bytes): measured (median per size) and the α-β model" in text
+    assert "durations of all_reduce (ms)" in text
 
 
 async def test_at_80x24_the_path_view_shows_its_root_causes():
@@ -670,3 +675,27 @@ async def test_the_ring_view_says_a_collectives_schedule_is_a_model():
         text = " ".join(line.strip() for line in screen_text(pilot.app))
         assert "Hand-written send/recv exchange" in text and "recorded messages" in text, text
         assert "A model" not in text
+
+
+async def test_run_tab_charts_the_whole_run_of_a_black_box_trace(tmp_path):
+    """Tab 0: each rank's time in collectives per window over the whole run (the black box's aggregates) and the
+    straggler's sentence; a trace without aggregates says how to get them."""
+    from agg_files import simulate
+    from disttrace.tui.loading import load_store
+
+    simulate(str(tmp_path), slow=(1, 40, 40.0))
+    store, _ = load_store([str(tmp_path)])
+    for size in ((80, 24), SIZE):
+        text = await chart_text(DisttraceApp([str(tmp_path)], store=store), "0", "run-chart", size)
+        assert "rank 1 from step 40 on, +" in text
+        assert "time in collectives a step (ms), per window and rank" in text
+    app = app_on()
+    told = []
+    app.notify = lambda message, **kw: told.append(message)
+    async with app.run_test(size=SIZE) as pilot:  # a trace without aggregates: no tab, its key says why
+        v = await viewer(pilot)
+        assert not v.query("#run")
+        await pilot.press("0")
+        await pilot.pause()
+        assert v.query_one(TabbedContent).active == "timeline"
+        assert any(m.startswith("No whole-run aggregates in this trace") for m in told), told

@@ -138,3 +138,16 @@ def test_diff_view(snap_compare):
         assert snap_compare(app, press=["9"], terminal_size=SIZE)
     finally:
         set_baseline(None)
+
+
+@pytest.mark.parametrize("size", [(80, 24), SIZE])
+def test_run_view(snap_compare, tmp_path, monkeypatch, size):
+    """The Run tab (tab 0) on a black-box trace's aggregates (tests/agg_files.py: rank 1 40 ms slower from step 40 of
+    60, seeded): each rank's time in collectives per window, the straggler's sentence."""
+    from agg_files import simulate
+    from disttrace.tui.loading import load_store
+
+    simulate(str(tmp_path / "bb"), slow=(1, 40, 40.0))
+    monkeypatch.chdir(tmp_path)  # the header shows the path: a relative one, the same wherever the test runs
+    store, _ = load_store(["bb"])
+    assert snap_compare(DisttraceApp(["bb"], store=store, step_mode=True), press=["0"], terminal_size=size)

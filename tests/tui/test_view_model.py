@@ -186,3 +186,18 @@ def test_a_path_s_shares_of_compute_comm_and_wait():
              PathPart(0, "compute", 0, 100)]
     assert shares(CriticalPath(3, 100, parts)) == {"compute": 60.0, "comm": 30.0, "wait": 10.0}
     assert shares(CriticalPath(0, 0, [])) == {"compute": 0.0, "comm": 0.0, "wait": 0.0}
+
+
+def test_run_chart_draws_the_straggler_among_at_most_six_ranks(tmp_path):
+    """tui/model/run.py: a rank's series per aligned window, the straggler among the ranks drawn."""
+    from agg_files import simulate
+    from disttrace.tui.model.run import SERIES, run_chart, run_of
+
+    simulate(str(tmp_path), world=8, steps=60, slow=(7, 20, 40.0))
+    whole = run_of([str(tmp_path)], None)
+    c = run_chart(whole)
+    assert len(c.series) == SERIES and 7 in c.series and c.xs == [0, 10, 20, 30, 40, 50] and c.unit == "ms"
+    assert c.ticks == [(0, "0"), (10, "10"), (20, "20"), (30, "30"), (40, "40"), (50, "50")]
+    assert c.series[0][-1] > 40 > c.series[7][-1] and "6 of 8 ranks shown" in c.lines[0]
+    assert "rank 7 from step 20 on" in c.sentence
+    assert run_of([str(tmp_path / "none")], None) is None

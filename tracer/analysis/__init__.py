@@ -10,11 +10,12 @@ are imported on first use: `disttrace report` never needs them.
 
 from importlib import import_module
 
-from .text.sentences import (attribution_summary, describe, micro_batches, startup_sentence, straggler_sentence,
-                             straggler_verdict, what_if_sentence)
+from .text.sentences import (attribution_summary, describe, micro_batches, run_straggler_sentence, startup_sentence,
+                             straggler_sentence, straggler_verdict, what_if_sentence)
 from .engine.run import analyze, pending_analysis
 from .text.json_report import to_json
 from .waits.wait_states import merged
+from .waits.whole_run import whole_run
 
 # name -> (module, its name there), imported when first asked for
 _ON_USE = {
@@ -35,4 +36,5 @@ def __getattr__(name: str):
 
 
 __all__ = ["analyze", "to_json", "describe", "straggler_sentence", "straggler_verdict", "attribution_summary",
-           "micro_batches", "startup_sentence", "what_if_sentence", "pending_analysis", "merged", *_ON_USE]
+           "micro_batches", "startup_sentence", "what_if_sentence", "pending_analysis", "merged", "whole_run",
+           "run_straggler_sentence", *_ON_USE]

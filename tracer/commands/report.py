@@ -18,9 +18,9 @@ from statistics import median
 
 import orjson
 
-from ..analysis import analyze, to_json
-from ..analysis.text.sentences import (attribution_lines, micro_batches, startup_sentence, straggler_verdict,
-                                  what_if_sentence)
+from ..analysis import analyze, to_json, whole_run
+from ..analysis.text.sentences import (attribution_lines, micro_batches, run_straggler_sentence, startup_sentence,
+                                  straggler_verdict, what_if_sentence)
 from ..analysis.core.results import NULL, Analysis
 from ..analysis.comms.alpha_beta import typical_spread
 from ..analysis.causal.what_if import ChangeSpec, parse_change
@@ -28,7 +28,7 @@ from ..units import fmt_bytes, fmt_gbps, fmt_list, fmt_ns, fmt_ranks, gbps_unit,
 from ..data.table.columns import typecode
 from ..errors import TraceError
 from ..data.load import load_trace, trace_size
-from ..data.load import run_info, snapshots_note
+from ..data.load import read_aggregates, run_info, snapshots_note
 from .run_choice import add_run_argument, chosen_runs
 from .trace_help import TRACE_HELP
 
@@ -82,15 +82,22 @@ def main(args) -> int:
         snapshots = snapshots_note(args.trace)  # (a black-box trace's: read now, they come while the job runs)
         if snapshots and snapshots not in a.notes:
             a.notes.append(snapshots)
+        whole = run_of(args.trace, a.table.run or run)
         if args.json:
-            sys.stdout.buffer.write(orjson.dumps(to_json(a), option=orjson.OPT_APPEND_NEWLINE))
+            sys.stdout.buffer.write(orjson.dumps(to_json(a, whole), option=orjson.OPT_APPEND_NEWLINE))
             sys.stdout.flush()
         else:
             console = make_console()
             if len(runs) > 1:
                 console.rule(f"run {run} of {len(runs)}")
-            render(a, args.top, console, asked=bool(args.what_if))
+            render(a, args.top, console, asked=bool(args.what_if), whole=whole)
     return 1 if found else 0
+
+
+def run_of(paths: list[str], run: int | None):
+    """The whole run over the black box's aggregates of these trace dirs (None: they hold none)."""
+    agg = read_aggregates(paths, run)
+    return None if agg is None else whole_run(agg)
 
 
 def make_console(**kwargs):
@@ -170,8 +177,9 @@ class progress_bar:
 
 # -- the person-readable report -----------------------------------------------------------------------------
 
-def render(a: Analysis, top: int = 10, console=None, asked: bool = False) -> None:
-    """The report; `asked`: the what-ifs are the user's (--what-if), answered first, before the report."""
+def render(a: Analysis, top: int = 10, console=None, asked: bool = False, whole=None) -> None:
+    """The report; `asked`: the what-ifs are the user's (--what-if), answered first, before the report; `whole`:
+    the whole run over the black box's aggregates (its own section, when the trace has them)."""
     from rich.markup import escape
     from rich.text import Text
 
@@ -204,6 +212,8 @@ def render(a: Analysis, top: int = 10, console=None, asked: bool = False) -> Non
     _links(console, a, top)
     _pipeline(console, a)
     _models(console, a)
+    if whole is not None:
+        _whole_run(console, whole, top)
     if a.problems:
         console.print(f"[bold red]{len(a.problems)} problem(s) found.[/]")
     else:
@@ -483,6 +493,42 @@ def _schedule(console, p) -> None:
     console.print(table)
 
 
+def _whole_run(console, run, top: int) -> None:
+    """The whole run over the black box's aggregates: its windows, its straggler, the time and bytes per op kind,
+    and each rank's time in collectives per window as a chart."""
+    from rich.markup import escape
+    from rich.text import Text
+
+    n = sum(len(w.start_ns) for w in run.windows.values())
+    every = f"every {run.every:g} {run.by}" if run.every else f"by {run.by}"
+    span = max((max(w.end_ns, default=0) for w in run.windows.values()), default=0) - \
+        min(run.aligned_start_ns, default=0)
+    console.print(f"[bold]Whole run[/] (the black box's aggregates): {len(run.ranks)} ranks, {n:,} windows ({every}), "
+                  f"{len(run.aligned_start_ns):,} aligned across the ranks, {fmt_ns(max(span, 0))}", soft_wrap=True)
+    for w in run.warnings:
+        console.print(f"[bold yellow]warning:[/] {escape(w)}")
+    for w in run.notes:
+        console.print(f"[yellow]note:[/] {escape(w)}")
+    console.print(Text(run_straggler_sentence(run), style="bold" if run.straggler else ""))
+    table = rich_table("Time and bytes per op kind over the whole run (every rank)", "op", "count", "time", "max",
+                       "bytes")
+    for o in run.ops[:top]:
+        table.add_row(o.op, f"{o.count:,}", fmt_ns(o.total_ns), fmt_ns(o.max_ns), fmt_bytes(o.bytes))
+    console.print(table)
+    ranks = run.ranks[:8]
+    if len(run.aligned_start_ns) >= 2 and ranks:
+        cols = [(i, [run.per_unit_ns[r][i] for r in ranks]) for i in range(len(run.aligned_start_ns))]
+        peak = max((v for _, vs in cols for v in vs if v is not None), default=0)
+        unit, _ = ns_unit(max(peak, 1))
+        per = "step" if run.unit == "step" else "second"
+        x = run.aligned_first_step if run.unit == "step" else [
+            (t - run.aligned_start_ns[0]) / 1e9 for t in run.aligned_start_ns]
+        _chart(console, f"time in collectives a {per} ({unit}) per window, ranks {fmt_list(ranks)}, against the "
+               f"window's first {'step' if run.unit == 'step' else 'second'}", "lines", x,
+               [[in_unit(v, unit) if v is not None else None for v in (vs[k] for _, vs in cols)]
+                for k in range(len(ranks))], labels=[f"rank {r}" for r in ranks])
+
+
 def _models(console, a: Analysis) -> None:
     if not a.models:
         return
@@ -494,8 +540,9 @@ def _models(console, a: Analysis) -> None:
     console.print(table)
 
 
-def _chart(console, title: str, kind: str, xs, ys, log_x: bool = False) -> None:
-    """A plotext chart printed as plain text (colour would not survive pipes and logs)."""
+def _chart(console, title: str, kind: str, xs, ys, log_x: bool = False, labels=None) -> None:
+    """A plotext chart printed as plain text (colour would not survive pipes and logs); "lines": ys is a list of
+    series (None: no value there), each labelled."""
     if console.width < 40:
         return
     import plotext as plt
@@ -507,6 +554,15 @@ def _chart(console, title: str, kind: str, xs, ys, log_x: bool = False) -> None:
     f.plot_size(min(console.width, 100), 14)
     if kind == "bar":
         f.draw(f.bar(xs, ys))
+    elif kind == "lines":
+        for series, label in zip(ys, labels):
+            have = [(x, y) for x, y in zip(xs, series) if y is not None]
+            line = f.signal([x for x, _ in have], [y for _, y in have], marker="braille")
+            line.lines()
+            line.label(label)
+            f.draw(line)
+        labelled = xs[::max(1, -(-len(xs) // 8))]  # (at most 8 labels: the windows' first steps, or seconds)
+        f.ruler(0).ticks(labelled, [f"{x:,.0f}" for x in labelled])
     else:
         if log_x:  # log2 by hand: plotext's log scale loses the points
             labels = [fmt_bytes(x) for x in xs]

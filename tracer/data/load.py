@@ -21,6 +21,7 @@ from typing import Callable
 from ..errors import TraceError
 from ..format import RING_SUFFIX
 from .importers import flightrec, kineto
+from .importers.aggregates import Aggregates, has_aggregates, read_aggregates
 from .importers.events_files import iter_jsonl, no_events, read_jsonl
 from .importers.rank_files import (find_rank_files, is_trace_dir, load_trace_dirs, run_info, trace_sources,
                                    written_size)
@@ -255,4 +256,4 @@ __all__ = ["IMPORTERS", "Importer", "load_trace", "load_stored", "trace_size",
            "find_rank_files", "find_runs", "find_snapshots", "run_info", "snapshots_note", "unreadable", "iter_jsonl",
            "read_jsonl",
            "PARALLEL_BYTES", "StoreError", "StoreOrigin", "read_arrays", "source_digest", "store_enabled",
-           "write_arrays"]
+           "write_arrays", "Aggregates", "has_aggregates", "read_aggregates"]

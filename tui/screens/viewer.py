@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
+from typing import Callable
 
 from textual import on, work
 from textual.app import ComposeResult
@@ -23,6 +24,7 @@ from ..loading import row_of, settle
 from ..model import viewport
 from ..model.critical import step_paths
 from ..model.replay import SPEEDS, parse_goto, search, step_collective, step_event
+from ..model.run import has_run
 from ..model.store import TraceStore
 from ..widgets.charts import ChartsView
 from ..widgets.critical_path import CriticalPathView
@@ -35,6 +37,7 @@ from ..widgets.messages import AnalysisReady, EventPicked, LoadProgress, ShowInT
 from ..widgets.pipeline import PipelineView
 from ..widgets.problems import ProblemsView
 from ..widgets.ring import RingView
+from ..widgets.run import NONE_HERE, RunView
 from ..widgets.schedule import ScheduleGrid
 from ..widgets.timeline import Ruler, Timeline
 from ..widgets.waits import WaitsView
@@ -61,6 +64,9 @@ class View:
     of the same names."""
     narrated: bool = False
     """Whether the view shows a demo's narration too (built as widget(store, narration=...))."""
+    shown: Callable[[list[str]], bool] | None = None
+    """Whether the tab is there for the trace of these paths (None: always); `absent` says why not."""
+    absent: str = ""
 
 
 VIEWS = (
@@ -74,6 +80,8 @@ VIEWS = (
     View("critical", "8", "Path", "critical path view", CriticalPathView,
          ("playhead", "selection", "zoom", "offset_ns", "path_step")),
     View("diff", "9", "Diff", "diff view (view B --baseline A)", DiffView),
+    View("run", "0", "Run", "whole run view (a black-box trace's aggregates)", RunView, shown=has_run,
+         absent=NONE_HERE),
 )
 VIEW = {v.id: v for v in VIEWS}
 
@@ -209,6 +217,8 @@ class ViewerScreen(Screen):
         yield ViewerHeader(icon="◆")
         with TabbedContent(initial=VIEWS[0].id):
             for view in VIEWS:
+                if view.shown is not None and not view.shown(getattr(self.app, "paths", [])):
+                    continue
                 with TabPane(f"{view.key} {view.title}", id=view.id):
                     if view.widget is None:
                         yield from self._compose_timeline()
@@ -476,6 +486,9 @@ class ViewerScreen(Screen):
             self.playhead = self.selection
 
     async def action_view(self, name: str) -> None:
+        if not self.query(f"#{name}"):  # a tab this trace has not (VIEW[name].shown)
+            self.notify(VIEW[name].absent, severity="warning")
+            return
         tc = self.query_one(TabbedContent)
         tc.active = name
         # the view built now, not when TabActivated comes: a key read right after this one ("2" then "]") finds it

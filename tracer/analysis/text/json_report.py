@@ -16,7 +16,8 @@ from ..core.window import window_summary
 _IN_SUMMARY = frozenset({"span_ns", "notes"})  # fields the summary holds
 
 
-def to_json(a: Analysis) -> dict:
+def to_json(a: Analysis, run=None) -> dict:
+    """`run`: the whole run over the black box's aggregates (waits/whole_run.py), its "run" key when set."""
     t = a.table
     out = {"summary": {"events": len(t), "ranks": t.world_ranks(), "groups": [
         {"name": g.name, "ranks": list(g.ranks)} for g in t.groups],
@@ -28,6 +29,8 @@ def to_json(a: Analysis) -> dict:
         if name not in _IN_SUMMARY:
             explicit = _EXPLICIT.get(name)
             out[name] = plain(v) if explicit is None else explicit(a, v)
+    if run is not None:
+        out["run"] = plain(run)
     return out
 
 

@@ -210,3 +210,17 @@ def startup_sentence(a: Analysis, top: int = 4) -> str:
         said.append(f"{fmt_ranks(first)} first to start")
     return "Start-up, apart from the steps' causes (each rank's first op after the trace's first): " + "; ".join(
         said) + "."
+
+
+def run_straggler_sentence(run) -> str:
+    """The whole run's straggler over the black box's aggregates (waits/whole_run.py), in one sentence."""
+    s = run.straggler
+    if s is None:
+        return ("No straggler over the whole run: no rank spent persistently less time in collectives than its "
+                "peers, past their jitter.")
+    if s.onset_step is not None:
+        when = f"from step {s.onset_step:,} on"
+    else:
+        when = f"from {fmt_ns(s.onset_ns - min(run.aligned_start_ns, default=s.onset_ns))} into the run on"
+    return (f"Straggler over the whole run: rank {s.rank} {when}, +{fmt_ns(s.extra_ns)} a {s.unit} (its peers' "
+            f"time in collectives beyond its own, in {s.led} of the {s.windows} windows since).")

@@ -178,9 +178,7 @@ def _record(rf: _RankFile, r: dict) -> None:
     elif k == SUMMARY:
         rf.late.setdefault(r["i"], {})[r["which"]] = r.get("s")
     elif k == GROUP:
-        # torch names the default group "0", which reads like a rank in messages: call it "world"
-        name = "world" if r.get("desc") == "default_pg" else (text_field(r.get("name"))
-                                                              or text_field(r.get("desc")))
+        name = group_name(r)
         ranks = tuple(r["ranks"])
         if not all(type(x) is int and 0 <= x < 2 ** 31 for x in ranks):
             raise TypeError("group ranks must be integers")
@@ -206,18 +204,28 @@ def _record(rf: _RankFile, r: dict) -> None:
         rf.other.append(r)
 
 
+def group_name(r: dict) -> str:
+    """A group record's name: torch names the default group "0", which reads like a rank in messages: "world"."""
+    return "world" if r.get("desc") == "default_pg" else (text_field(r.get("name")) or text_field(r.get("desc")))
+
+
 def _ns(record: dict | None, key: str) -> int | None:
     v = record.get(key) if isinstance(record, dict) else None
     return v if type(v) is int and abs(v) < 2 ** 62 else None
 
 
 def _clock(rf: _RankFile) -> tuple | None:
-    """The rank's clock alignment, raw ns -> aligned ns = t + o0 + round((min(max(t, t0), t1) - t0) * slope): the
+    return clock_of(rf.clock)
+
+
+def clock_of(records: dict[str, dict]) -> tuple | None:
+    """A rank's clock alignment from its clock records (phase -> record), raw ns -> aligned ns =
+    t + o0 + round((min(max(t, t0), t1) - t0) * slope): the
     start offset o0 plus the drift, interpolated linearly between the start and the last measurement (t0, t1), and
     held at its ends: extrapolated from a short baseline (the first re-measurement is a second after the start),
     the measurements' error would grow with the time past it. (o0, t0, t1, slope), slope None: no drift measured;
-    None: no offset. _offset_fn and _aligned apply it."""
-    start, end = rf.clock.get("start"), rf.clock.get("end")
+    None: no offset. _offset_fn and _aligned apply it (and the aggregates' reader, importers/aggregates.py)."""
+    start, end = records.get("start"), records.get("end")
     o0 = _ns(start, "offset_ns")
     if o0 is None:
         return None
@@ -263,6 +271,9 @@ def _aligned(raw, clock):
     if slope is None:
         return raw + o0
     return raw + o0 + np.rint((np.clip(raw, t0, t1) - t0) * slope).astype(np.int64)
+
+
+aligned = _aligned  # (public: the aggregates' reader aligns its windows so, importers/aggregates.py)
 
 
 def read_rank_files(files: list[str], table: EventTable, progress: Progress | None = None,

@@ -1,0 +1,116 @@
+"""The whole run over the black box's aggregates (analysis/waits/whole_run.py; docs/ANALYSIS.md, "The whole run's
+straggler") on synthetic aggregates (tests/agg_files.py: a data-parallel loop's arithmetic), and its report."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from agg_files import MS, simulate
+from disttrace.tracer.analysis import run_straggler_sentence, whole_run
+from disttrace.tracer.cli import main
+from disttrace.tracer.data.load import read_aggregates
+
+
+def run_of(tmp_path, **kw):
+    simulate(str(tmp_path), **kw)
+    return whole_run(read_aggregates(str(tmp_path)))
+
+
+@pytest.mark.parametrize("world, rank, onset", [(4, 1, 40), (4, 2, 35), (2, 1, 40), (8, 5, 100)])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_straggler_from_step_k_is_named_with_its_onset_and_ms_a_step(tmp_path, world, rank, onset, seed):
+    steps = 200 if world == 8 else 60
+    r = run_of(tmp_path, world=world, steps=steps, slow=(rank, onset, 40.0), seed=seed,
+               jitter_ms=20.0 if world == 8 else 2.0)
+    s = r.straggler
+    assert s is not None and s.rank == rank and s.unit == "step"
+    assert abs(s.onset_step - onset) <= 1, s   # (35: inside its window, from the window's share of the excess)
+    assert abs(s.extra_ns - 40 * MS) <= 3 * MS, s
+    assert sorted(s.peers) == [q for q in range(world) if q != rank]
+    assert f"rank {rank} from step {s.onset_step} on, +" in run_straggler_sentence(r)
+
+
+def test_a_straggler_from_the_start(tmp_path):
+    s = run_of(tmp_path, slow=(3, 0, 40.0)).straggler
+    assert (s.rank, s.onset_step) == (3, 0) and abs(s.extra_ns - 40 * MS) <= 3 * MS
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(world=2), dict(jitter_ms=20.0), dict(world=8, steps=200, jitter_ms=20.0),
+                                dict(marked=False), dict(marked=False, world=2)])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_no_straggler_invented_on_a_balanced_run(tmp_path, kw, seed):
+    r = run_of(tmp_path, seed=seed, **kw)
+    assert r.straggler is None
+    assert run_straggler_sentence(r).startswith("No straggler over the whole run")
+
+
+def test_steps_unmarked_windows_by_time_aligned_by_the_clocks(tmp_path):
+    """Windows of 1 s of each rank's own clock, the clocks apart by up to 8 ms: the straggler named from the time
+    its delay began (step 30: ~3.2 s into the run), per second."""
+    r = run_of(tmp_path, marked=False, slow=(1, 30, 40.0), offsets={1: 5 * MS, 2: -3 * MS})
+    assert r.by == "seconds" and r.unit == "second" and len(r.aligned_start_ns) == 8
+    assert all(w.aligned == list(range(8)) for w in r.windows.values())  # each rank's windows in their place
+    s = r.straggler
+    assert s is not None and s.rank == 1 and s.onset_step is None
+    began = 1_000 * MS + 30 * 107 * MS  # rank 0's clock: 30 steps of ~107 ms from 1 s
+    assert abs(s.onset_ns - began) < 250 * MS, s
+    assert 200 * MS < s.extra_ns < 350 * MS  # 40 ms of ~147 ms steps: ~270 ms a second
+    assert "from 3." in run_straggler_sentence(r) and "a second" in run_straggler_sentence(r)
+
+
+def test_a_first_window_of_connecting_is_no_onset(tmp_path):
+    """Rank 1 late 1.5 s at the first all_reduce (gloo connecting), then slower from step 20: its onset is step
+    20's window, not the first (led alone, with a window it did not lead after it)."""
+    r = run_of(tmp_path, world=2, steps=120, marked=False, slow=(1, 20, 40.0), first=(1, 1500.0))
+    s = r.straggler
+    assert s is not None and s.rank == 1 and s.onset_window >= 2, s
+    began = 1_000 * MS + 1_500 * MS + 20 * 107 * MS  # rank 0's clock: the first step's wait, then 20 steps
+    assert abs(s.onset_ns - began) < 250 * MS, (s.onset_ns - began) / MS
+
+
+def test_time_and_bytes_per_op_kind(tmp_path):
+    r = run_of(tmp_path, world=2, steps=20, jitter_ms=0.0)
+    (op,) = r.ops
+    assert (op.op, op.count, op.bytes) == ("all_reduce", 2 * 20 * 2, 2 * 20 * ((4 << 20) + 4))
+    grad, loss = r.keys
+    assert (grad.lo, grad.count, loss.lo, loss.count, loss.total_ns) == (4 << 20, 40, 4, 40, 40 * MS)
+    assert op.total_ns == grad.total_ns + loss.total_ns and op.max_ns == grad.max_ns
+
+
+def test_lost_windows_are_said_and_left_out(tmp_path):
+    import numpy as np
+
+    simulate(str(tmp_path), slow=(1, 30, 40.0))
+    agg = read_aggregates(str(tmp_path))
+    agg.w_lost = np.isin(agg.w_index, [5])
+    r = whole_run(agg)
+    assert "4 window(s) lost ops" in r.notes[0]
+    assert all(r.per_unit_ns[q][5] is None for q in r.ranks)
+    assert r.straggler.rank == 1 and r.straggler.onset_step == 30
+
+
+def test_report_has_a_whole_run_section_and_a_run_key(tmp_path, capsysbinary):
+    simulate(str(tmp_path), slow=(1, 40, 40.0))
+    main(["report", "--json", str(tmp_path)])
+    doc = orjson.loads(capsysbinary.readouterr().out)
+    run = doc["run"]
+    assert run["by"] == "steps" and run["ranks"] == [0, 1, 2, 3] and len(run["windows"]["1"]["start_ns"]) == 6
+    assert run["straggler"]["rank"] == 1 and run["straggler"]["onset_step"] == 40
+    assert run["ops"][0]["op"] == "all_reduce" and run["per_unit_ns"]["1"][0] > 0
+    main(["report", str(tmp_path)])
+    text = capsysbinary.readouterr().out.decode()
+    assert "Whole run (the black box's aggregates): 4 ranks, 24 windows (every 10 steps)" in text
+    assert "Straggler over the whole run: rank 1 from step 40 on, +" in text
+    assert "time in collectives a step (ms) per window" in text
+
+
+def test_no_run_key_without_aggregates(tmp_path, capsysbinary):
+    from synthetic import Trace
+
+    t = Trace(2)
+    t.coll("all_reduce", {0: 0, 1: MS}, 2 * MS)
+    path = tmp_path / "events.jsonl"
+    path.write_bytes(b"".join(orjson.dumps({"v": 3, **e}) + b"\n" for e in t.events))
+    main(["report", "--json", str(path)])
+    assert "run" not in orjson.loads(capsysbinary.readouterr().out)

@@ -1,0 +1,320 @@
+"""The whole run over the black box's aggregates (data/importers/aggregates.py): time per window and rank in
+collectives, time and bytes per op kind, the windows aligned across ranks, and a straggler that began at some step.
+
+The rings hold a rank's last ops only; the aggregates hold every window of the run, per (group, op, size bucket):
+count, total and max duration, bytes. A window is aligned across ranks by its steps where the job marks them (its
+first marker n ends step n - 1: the window holds steps first - 1 .. last - 1), else by time: each rank's windows
+are mapped to the reference rank's (the one with the most windows) by their midpoints on rank 0's clock, as the
+ops are aligned. Per aligned window and rank, the time in collectives is taken per unit: per step with markers,
+per second of the window without.
+
+The straggler (docs/ANALYSIS.md, "The whole run's straggler"): a rank slower than its peers makes them wait for it
+inside every collective, so that it spends the least time in collectives of them all. In each aligned window, each
+rank's *gap* is its peers' median time in collectives per unit minus its own. A rank is named when, from an onset
+window on to the end of the run, it has the largest gap and a gap past the threshold in at least PERSISTENT of the
+windows, the onset window and the MIN_WINDOWS - 1 after it included. The threshold is the largest of NOISE times
+the ranks' jitter (the spread of the window-to-window changes of each rank's gap, over √2, the median rank's: the
+swings all ranks share, a time window that holds one step more, cancel in the gap; each rank's first window, the
+run's warm-up, where gloo connects its pairs, left out), FLOOR of the unit's time (the
+median step, or the second) and MIN_NS. Its excess (ms a step) is the median gap over the windows
+past the onset one; the onset step inside the onset window (or the window before it, where the rank led by more
+than twice the jitter already) is where that window's gap, as a share of the excess, says the excess began.
+Windows whose ring overran (lost ops: their counts are lower bounds) are left out of the rule.
+
+Constants, and why:
+- NOISE = 5: a balanced run's largest gap of a window is 1-3 jitters (the max over the ranks of the differences of
+  near-normal values), 5 is past it; on the real 2-rank job of tests/jobs/bb_straggler.py (a busy 2-core machine)
+  the threshold came to 12-21 ms beside its 40 ms straggler.
+- FLOOR = 0.05: a rank 5% of a step ahead of its peers in every window is steady straggling, below that a constant
+  small difference (a logging rank 0) is not worth naming.
+- PERSISTENT = 0.8 and MIN_WINDOWS = 2: from its onset on, the straggler leads nearly every window (a window of
+  jitter may hide one), and one window alone is no persistence: its onset starts two windows it led in a row (the
+  first window of a real job, where gloo connects its pairs, passed alone, with a window that did not after it).
+- MIN_NS = 50 µs: a floor for traces without jitter (synthetic, or windows of identical sums).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ...data.table.event_table import P2P_OPS
+from .peers import others_median, spread
+
+if TYPE_CHECKING:
+    from ...data.importers.aggregates import Aggregates
+
+NOISE = 5.0
+FLOOR = 0.05
+PERSISTENT = 0.8
+MIN_WINDOWS = 2
+MIN_NS = 50_000
+SECOND = 1_000_000_000
+
+
+@dataclass
+class RankWindows:
+    """One rank's windows, as columns in window order: aligned start and end ns, first and last step marker's
+    numbers (-1: none), ops ended, lost (the ring overran: lower bounds), time in collectives (ns, summed over
+    their ops), and `aligned`: the index of the aligned window it is in (-1: none)."""
+    start_ns: list[int]
+    end_ns: list[int]
+    first_step: list[int]
+    last_step: list[int]
+    ops: list[int]
+    lost: list[bool]
+    collective_ns: list[int]
+    aligned: list[int]
+
+
+@dataclass
+class OpTotal:
+    """An op kind (or one key: group, op, size bucket [lo, hi) bytes) over the whole run and every rank."""
+    op: str
+    count: int
+    total_ns: int
+    max_ns: int
+    bytes: int
+    group: str = ""
+    lo: int = 0
+    hi: int = 0
+
+
+@dataclass
+class RunStraggler:
+    """The rank its peers waited for from `onset_step` (time windows: `onset_ns`) on, `extra_ns` a unit (a step,
+    or a second without step markers) beyond its own time in collectives."""
+    rank: int
+    onset_step: int | None
+    onset_ns: int
+    onset_window: int                # the aligned window it began in
+    extra_ns: int
+    unit: str                        # "step" or "second"
+    windows: int                     # aligned windows from the onset on, and of those it led past the threshold
+    led: int
+    threshold_ns: int
+    peers: list[int]
+
+
+@dataclass
+class WholeRun:
+    """The whole run over the aggregates. `aligned_*`: the aligned windows (first step, or start ns without steps;
+    steps in it; per rank, its time in collectives per unit, None where it has no window there or lost ops)."""
+    by: str                          # "steps" (aligned by steps) or "seconds"
+    every: float
+    unit: str                        # "step" or "second"
+    ranks: list[int]
+    windows: dict[int, RankWindows]
+    aligned_first_step: list[int]
+    aligned_start_ns: list[int]
+    aligned_steps: list[int]
+    per_unit_ns: dict[int, list[int | None]]
+    ops: list[OpTotal]
+    keys: list[OpTotal]
+    straggler: RunStraggler | None
+    warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def whole_run(agg: "Aggregates") -> WholeRun:
+    """The whole run's analysis of the aggregates of one run (docs/ANALYSIS.md, "The whole run's straggler")."""
+    collective = np.array([k.op not in P2P_OPS and len(k.group_ranks) != 1 for k in agg.keys], bool)
+    coll_ns = np.bincount(agg.cell_window, weights=agg.cell_total * collective[agg.cell_key],
+                          minlength=len(agg.w_rank)).astype(np.int64) if len(agg.keys) else \
+        np.zeros(len(agg.w_rank), np.int64)
+    marked = bool(len(agg.w_rank)) and bool((agg.w_last_step >= 0).any()) and agg.window_by != "seconds"
+    if marked:
+        at, firsts, starts, units = _by_steps(agg)
+    else:
+        at, firsts, starts, units = _by_time(agg)
+    per_unit = _per_unit(agg, coll_ns, at, len(units), marked)
+    windows = {r: _rank_windows(agg, coll_ns, at, r) for r in agg.ranks}
+    unit = "step" if marked else "second"
+    step_ns = _unit_ns(agg, marked)
+    peers = _peer_sets(agg, collective)
+    found = [s for ranks in peers if (s := straggler(per_unit[[agg.ranks.index(r) for r in ranks]], ranks, units,
+                                                     firsts, starts, unit, step_ns))]
+    notes = []
+    if agg.w_lost.any():
+        notes.append(f"{int(agg.w_lost.sum())} window(s) lost ops (the ring overran between two reads of the "
+                     "aggregator): their counts are lower bounds, and the straggler rule leaves them out")
+    return WholeRun(
+        by="steps" if marked else "seconds", every=agg.window_every, unit=unit, ranks=list(agg.ranks),
+        windows=windows, aligned_first_step=firsts.tolist(), aligned_start_ns=starts.tolist(),
+        aligned_steps=units.astype(np.int64).tolist() if marked else [0] * len(units),
+        per_unit_ns={r: [None if v != v else int(v) for v in per_unit[i].tolist()] for i, r in enumerate(agg.ranks)},
+        ops=_op_totals(agg, by_key=False), keys=_op_totals(agg, by_key=True),
+        straggler=max(found, key=lambda s: (s.windows, s.extra_ns)) if found else None,
+        warnings=list(agg.damage), notes=notes)
+
+
+def _by_steps(agg: "Aggregates"):
+    """Each window row's aligned window (by its first step: first marker - 1), and per aligned window its first
+    step, its start (the earliest rank's) and its steps (the most any rank's row of it holds)."""
+    has = agg.w_first_step >= 0
+    first = np.where(has, agg.w_first_step - 1, -1)
+    steps = _row_steps(agg)
+    keys = np.unique(first[has])
+    at = np.where(has, np.searchsorted(keys, first), -1)
+    starts = np.full(len(keys), np.iinfo(np.int64).max, np.int64)
+    units = np.zeros(len(keys), np.float64)
+    np.minimum.at(starts, at[has], agg.w_start[has])
+    np.maximum.at(units, at[has], steps[has])
+    return at, keys, starts, units
+
+
+def _by_time(agg: "Aggregates"):
+    """Each window row's aligned window: the reference rank's (the most windows; the lowest such rank) window
+    that holds its midpoint on rank 0's clock; per aligned window: no step (-1), its start, its seconds."""
+    if not len(agg.w_rank):
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0)
+    counts = {r: int((agg.w_rank == r).sum()) for r in agg.ranks}
+    ref = max(agg.ranks, key=lambda r: (counts[r], -r))
+    mine = agg.w_rank == ref
+    starts, ends = agg.w_start[mine], agg.w_end[mine]
+    mid = (agg.w_start + agg.w_end) // 2
+    at = np.searchsorted(starts, mid, side="right") - 1
+    inside = (at >= 0) & (mid < ends[np.clip(at, 0, len(ends) - 1)])
+    at = np.where(inside, at, -1)
+    return at, np.full(len(starts), -1, np.int64), starts, (ends - starts) / SECOND
+
+
+def _row_steps(agg: "Aggregates") -> np.ndarray:
+    """Per window row, the steps it holds whole: its markers' (0 without)."""
+    return np.where(agg.w_first_step >= 0, agg.w_last_step - agg.w_first_step + 1, 0)
+
+
+def _per_unit(agg: "Aggregates", coll_ns: np.ndarray, at: np.ndarray, aligned: int, marked: bool) -> np.ndarray:
+    """[rank, aligned window]: the rank's time in collectives per unit of its own row there (NaN: no row, a row
+    with no unit, or lost ops)."""
+    out = np.full((len(agg.ranks), aligned), np.nan)
+    row_units = _row_steps(agg).astype(np.float64) if marked else (agg.w_end - agg.w_start) / SECOND
+    ok = (at >= 0) & (row_units > 0) & ~agg.w_lost
+    rank_at = np.searchsorted(np.array(agg.ranks), agg.w_rank)
+    out[rank_at[ok], at[ok]] = coll_ns[ok] / row_units[ok]
+    return out
+
+
+def _unit_ns(agg: "Aggregates", marked: bool) -> float:
+    """The unit's typical time: the median window's time a step (with steps), else a second."""
+    if not marked:
+        return float(SECOND)
+    steps = _row_steps(agg)
+    ok = steps > 0
+    return float(np.median((agg.w_end[ok] - agg.w_start[ok]) / steps[ok])) if ok.any() else 0.0
+
+
+def _peer_sets(agg: "Aggregates", collective: np.ndarray) -> list[list[int]]:
+    """The ranks' peer sets: ranks of one role do the same collectives (op and group size; docs/ANALYSIS.md,
+    "Peers"); the aggregates know no pipeline stage, so a role is its set of collective kinds."""
+    kinds: dict[int, set] = {r: set() for r in agg.ranks}
+    n = len(agg.keys) + 1
+    pairs = np.unique(agg.w_rank[agg.cell_window] * n + agg.cell_key)  # (rank, key) once each
+    for r, k in zip((pairs // n).tolist(), (pairs % n).tolist()):
+        if collective[k]:
+            kinds[r].add((agg.keys[k].op, len(agg.keys[k].group_ranks)))
+    sets: dict[frozenset, list[int]] = {}
+    for r in agg.ranks:
+        if kinds[r]:
+            sets.setdefault(frozenset(kinds[r]), []).append(r)
+    return [ranks for ranks in sets.values() if len(ranks) >= 2]
+
+
+def straggler(c: np.ndarray, rank_of: list[int], units: np.ndarray, firsts: np.ndarray, starts: np.ndarray,
+              unit: str, unit_ns: float) -> RunStraggler | None:
+    """The persistent straggler among peers (c: [peer, aligned window], their time in collectives per unit;
+    rank_of: their ranks) from its onset window on, or None (the module's rule)."""
+    if c.shape[0] < 2 or c.shape[1] < MIN_WINDOWS:
+        return None
+    gap = _gaps(c)
+    jitter = float(np.median([spread(np.diff(row[~np.isnan(row)][1:])) / np.sqrt(2) for row in gap]))
+    threshold = max(NOISE * jitter, FLOOR * unit_ns, MIN_NS)
+    valid = ~np.isnan(gap).all(axis=0)
+    leader = np.where(valid, np.argmax(np.where(np.isnan(gap), -np.inf, gap), axis=0), -1)
+    best = None
+    for i in range(c.shape[0]):
+        passed = (leader == i) & (np.nan_to_num(gap[i], nan=-np.inf) > threshold)
+        onset = _onset(passed, valid)
+        if onset is None:
+            continue
+        later = np.flatnonzero(passed[onset + 1:]) + onset + 1
+        extra = float(np.median(gap[i, later if len(later) else [onset]]))
+        windows, led = int(valid[onset:].sum()), int(passed[onset:].sum())
+        cand = (windows, extra, i, onset, led)
+        if best is None or cand[:2] > best[:2]:
+            best = cand
+    if best is None:
+        return None
+    windows, extra, i, onset, led = best
+    onset, share = _began(gap[i], leader == i, valid, onset, extra, jitter)
+    step = None
+    if unit == "step":
+        n = int(units[onset])
+        step = int(firsts[onset]) + n - int(round(share * n))
+    onset_ns = int(starts[onset] + (1 - share) * units[onset] * (unit_ns if unit == "step" else SECOND))
+    return RunStraggler(rank=rank_of[i], onset_step=step, onset_ns=onset_ns, onset_window=int(onset),
+                        extra_ns=int(round(extra)), unit=unit, windows=windows, led=led,
+                        threshold_ns=int(round(threshold)), peers=[r for r in rank_of if r != rank_of[i]])
+
+
+def _began(gap: np.ndarray, led: np.ndarray, valid: np.ndarray, onset: int, extra: float,
+           jitter: float) -> tuple[int, float]:
+    """The window the delay began in and the share of it that the delay held: the onset window, or the valid window
+    before it where the rank led by more than twice the jitter already (a delay that began late in that window: its
+    share of the excess was under the threshold)."""
+    before = np.flatnonzero(valid[:onset])
+    k = onset
+    if len(before) and led[before[-1]] and gap[before[-1]] > 2 * jitter:
+        k = int(before[-1])
+    return k, float(np.clip(gap[k] / extra, 0, 1)) if extra > 0 else 1.0
+
+
+def _gaps(c: np.ndarray) -> np.ndarray:
+    """[rank, window]: the median of the other ranks' values minus the rank's own (NaN where either is missing)."""
+    out = np.full(c.shape, np.nan)
+    have = ~np.isnan(c)
+    ranks, windows = np.nonzero(have)
+    values = np.rint(c[have]).astype(np.int64)
+    out[ranks, windows] = others_median(windows.astype(np.int64), values) - values
+    return out
+
+
+def _onset(passed: np.ndarray, valid: np.ndarray) -> int | None:
+    """The first window that starts MIN_WINDOWS valid windows passed in a row and from which on the rank passes in
+    PERSISTENT of the valid windows; None: no such window. (In a row: a warm-up window, gloo connecting its pairs
+    on the first ops, passes alone.)"""
+    at = np.flatnonzero(valid)
+    p = passed[at]
+    led = np.cumsum(p[::-1])[::-1]           # windows passed from k on
+    seen = np.arange(len(p), 0, -1)          # valid windows from k on
+    in_row = p.copy()
+    for j in range(1, MIN_WINDOWS):
+        in_row[:len(p) - j] &= p[j:]
+        in_row[len(p) - j:] = False
+    k = np.flatnonzero(in_row & (led >= PERSISTENT * seen))
+    return int(at[k[0]]) if len(k) else None
+
+
+def _rank_windows(agg: "Aggregates", coll_ns: np.ndarray, at: np.ndarray, rank: int) -> RankWindows:
+    mine = np.flatnonzero(agg.w_rank == rank)
+    return RankWindows(agg.w_start[mine].tolist(), agg.w_end[mine].tolist(), agg.w_first_step[mine].tolist(),
+                       agg.w_last_step[mine].tolist(), agg.w_ops[mine].tolist(), agg.w_lost[mine].tolist(),
+                       coll_ns[mine].tolist(), at[mine].tolist())
+
+
+def _op_totals(agg: "Aggregates", by_key: bool) -> list[OpTotal]:
+    """Per op kind (by_key: per key: group, op, size bucket), over every rank and window, the most time first."""
+    names = [(k.group, k.op, k.lo, k.hi) if by_key else ("", k.op, 0, 0) for k in agg.keys]
+    code = {n: i for i, n in enumerate(dict.fromkeys(names))}
+    of_key = np.array([code[n] for n in names], np.int64)
+    group = of_key[agg.cell_key] if len(agg.cell_key) else np.zeros(0, np.int64)
+    m = len(code)
+    count, total, nbytes = (np.bincount(group, weights=w, minlength=m).astype(np.int64)
+                            for w in (agg.cell_count, agg.cell_total, agg.cell_bytes))
+    most = np.zeros(m, np.int64)
+    np.maximum.at(most, group, agg.cell_max)
+    out = [OpTotal(op, int(count[i]), int(total[i]), int(most[i]), int(nbytes[i]), g, lo, hi)
+           for (g, op, lo, hi), i in code.items()]
+    return sorted(out, key=lambda o: -o.total_ns)
