@@ -1,0 +1,184 @@
+"""The black box's aggregates: per window and key, what a rank's ops cost over the whole run (the `.agg` file).
+
+Computed off the job's thread: the watchdog thread (watchdog.py) calls tick() every half second; it reads the lines
+the ring (ring.py) got since its last read, pairs each op's begin with its end by id, and adds the op to its key's
+row of the current window. Rows are binary (format.AGG_ROW, 48 bytes) and appended when a window closes; the keys'
+definitions are "aggkey" records in the rank file. docs/FORMAT.md, "The black box", defines both.
+
+Windows: where the job marks steps, a window ends at each step marker whose number is a multiple of `every`; before
+its first marker, and in a job that marks none (or with `--window Ns`), every `every` seconds of monotonic time.
+If the ring overran between two reads (its writer lapped the reader), the window's flags say so (bit 0): its
+counts are then a lower bound.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import time
+
+import orjson
+
+from ..format import AGG_DATA_AT, AGG_MAGIC, AGG_ROW, AGG_WINDOW_KEY, AGGKEY, RING_DATA_AT, RING_HEADER
+
+_BEGIN, _END, _STEP = b'{"k":"b",', b'{"k":"e","i":', b'{"k":"step",'
+_END_ID = len(_END)
+OPEN_LIMIT = 100_000  # ops begun and not yet ended that are kept (an op's begin whose end never comes is dropped)
+LOST = 1  # a row's flags: ops were lost (the ring overran between two reads)
+
+
+def size_bucket(nbytes: int) -> tuple[int, int]:
+    """The power-of-two bucket [lo, hi) that holds nbytes: [0, 1), [1, 2), [2, 4), ..."""
+    if nbytes <= 0:
+        return 0, 1
+    lo = 1 << (nbytes.bit_length() - 1)
+    return lo, lo * 2
+
+
+class Aggregates:
+    """The .agg file at `path`, fed from `ring`; new keys' records go through `write_head`."""
+
+    def __init__(self, path: str, ring, write_head, by: str = "steps", every: int = 10, seconds: float = 10.0):
+        self.path, self.ring, self.write_head = path, ring, write_head
+        self.by, self.every, self.seconds_ns = by, int(every), int(seconds * 1e9)
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600)
+        os.write(self._fd, AGG_MAGIC.ljust(AGG_DATA_AT, b"\0"))
+        self._heads: dict[bytes, tuple[int, int]] = {}  # a begin record's head -> (key id, bytes)
+        self._keys: dict[tuple, int] = {}  # (group, op, bucket's lo) -> key id
+        self._open: dict[int, tuple] = {}  # op id -> ((key id, bytes), begin time)
+        self._acc: dict[int, list] = {}  # key id -> [count, total ns, max ns, bytes] of the current window
+        self._wraps, self._pos = 0, RING_DATA_AT  # where the last read of the ring ended
+        self.window, self.start = 0, time.monotonic_ns()
+        self.count, self.flags, self.first_step, self.last_step = 0, 0, -1, -1
+        self.steps_seen = False
+        self.consumed = 0  # bytes of the ring the last tick read (the watchdog looks sooner when it is large)
+        self.rows = 0  # rows written
+
+    # -- reading the ring ----------------------------------------------------------------------------
+    def tick(self, now: int | None = None) -> None:
+        """Add the ring's new lines, then close the windows of time that have passed."""
+        for line in self._new_lines():
+            try:
+                self._line(line)
+            except (ValueError, IndexError, TypeError, AttributeError, KeyError):
+                pass  # a line torn at the ring's edge
+        if self._by_time():
+            now = time.monotonic_ns() if now is None else now
+            while now >= self.start + self.seconds_ns:
+                self._close(self.start + self.seconds_ns)
+
+    def _new_lines(self) -> list[bytes]:
+        m = self.ring._map
+        if m.closed:
+            return []
+        _, pos, wraps, _ = struct.unpack_from(RING_HEADER, m, 0)
+        if (pos, wraps) == (self._pos, self._wraps):
+            self.consumed = 0
+            return []
+        buf = self.ring.copy()  # one copy: consistent with itself (see Ring.copy)
+        _, pos, wraps, _ = struct.unpack_from(RING_HEADER, buf, 0)
+        lw, lp = self._wraps, self._pos
+        if wraps == lw:
+            chunks = [buf[lp:pos]] if pos > lp else []
+        elif wraps == lw + 1 and pos <= lp:  # one wrap, and nothing unread overwritten
+            chunks = [buf[lp:].rstrip(b"\0"), buf[RING_DATA_AT:pos]]
+        else:  # the writer lapped us: what it overwrote is lost
+            self.flags |= LOST
+            old = buf[pos:].rstrip(b"\0")
+            cut = old.find(b"\n")
+            chunks = [old[cut + 1:] if cut >= 0 else b"", buf[RING_DATA_AT:pos]]
+        if wraps != lw or pos >= lp:
+            self._wraps, self._pos = wraps, pos
+        data = b"".join(chunks)
+        self.consumed = len(data)
+        return data.split(b"\n")
+
+    def _line(self, line: bytes) -> None:
+        if line.startswith(_BEGIN):
+            j = line.find(b'"i":')  # the first "i" key: a string's quotes are escaped, so it is the record's
+            head = line[:j]
+            key = self._heads.get(head)
+            if key is None:
+                key = self._key_of(line, head)
+            k = line.find(b",", j)
+            r = line.rfind(b'"t":')  # "t" is the begin record's last key
+            if len(self._open) >= OPEN_LIMIT:
+                self._open.clear()
+                self.flags |= LOST
+            self._open[int(line[j + 4:k])] = (key, int(line[r + 4:line.rindex(b"}")]))
+        elif line.startswith(_END):
+            k = line.find(b",", _END_ID)
+            begun = self._open.pop(int(line[_END_ID:k]), None)
+            if begun is None:
+                return  # its begin is not in the ring any more (or was before tracing)
+            k2 = line.find(b",", k + 5)
+            t = int(line[k + 5:k2 if k2 > 0 else line.rindex(b"}")])  # "t" follows "i" in an end record
+            (kid, nbytes), t0 = begun
+            if kid < 0:
+                return
+            d = t - t0
+            acc = self._acc.get(kid)
+            if acc is None:
+                self._acc[kid] = [1, d, d, nbytes]
+            else:
+                acc[0] += 1
+                acc[1] += d
+                if d > acc[2]:
+                    acc[2] = d
+                acc[3] += nbytes
+            self.count += 1
+        elif line.startswith(_STEP):
+            rec = orjson.loads(line)
+            n, t = int(rec["n"]), int(rec["t"])
+            if self.first_step < 0:
+                self.first_step = n
+            self.last_step = n
+            self.steps_seen = True
+            if self.by == "steps" and n % self.every == 0:
+                self._close(t)
+
+    def _key_of(self, line: bytes, head: bytes) -> tuple[int, int]:
+        """(key id, bytes) of a begin record's head seen for the first time; a new key gets its "aggkey" record."""
+        rec = orjson.loads(line)
+        nbytes = int(rec.get("bytes") or 0)
+        lo, hi = size_bucket(nbytes)
+        ident = (rec.get("g"), rec.get("op"), lo)
+        kid = self._keys.get(ident)
+        if kid is None:
+            kid = len(self._keys)
+            if kid >= AGG_WINDOW_KEY:
+                kid = -1  # (more keys than a row can name: not counted)
+                self.flags |= LOST
+            else:
+                self._keys[ident] = kid
+                self.write_head({"k": AGGKEY, "id": kid, "g": rec.get("g"), "op": rec.get("op"), "lo": lo, "hi": hi})
+        self._heads[head] = key = (kid, nbytes)
+        return key
+
+    # -- windows -------------------------------------------------------------------------------------
+    def _by_time(self) -> bool:
+        return self.by == "seconds" or not self.steps_seen
+
+    def _close(self, end: int) -> None:
+        w = self.window
+        rows = [struct.pack(AGG_ROW, w, kid, 0, c, 0, tot, mx, b, end) for kid, (c, tot, mx, b) in self._acc.items()]
+        rows.append(struct.pack(AGG_ROW, w, AGG_WINDOW_KEY, self.flags, self.count, 0, self.start, self.last_step,
+                                self.first_step, end))
+        os.write(self._fd, b"".join(rows))
+        self.rows += len(rows)
+        self._acc = {}
+        self.window, self.start = w + 1, end
+        self.count, self.flags, self.first_step, self.last_step = 0, 0, -1, -1
+
+    def finish(self) -> None:
+        """The rank's end: read the ring's last lines and close the window in progress (at now)."""
+        if self._fd < 0:
+            return
+        try:
+            self.tick()
+            now = time.monotonic_ns()
+            if self.count or self.first_step >= 0:  # (an empty last window says nothing)
+                self._close(now)
+        finally:
+            os.close(self._fd)
+            self._fd = -1
