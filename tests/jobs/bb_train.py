@@ -5,8 +5,8 @@ run with `disttrace run --black-box --ring 200`, it issues about ten times the r
 Faults (`--fault`): `hang` (rank --rank sleeps --hang-s seconds in its data loading at step --at: the others wait
 in the all-reduce), `raise` (rank --rank raises at step --at), `pause` (rank 0 writes READY=--ready at step --at,
 then the job goes on slowly for --pause-s seconds so that a test can ask for snapshots while it runs).
-Ground truth: each rank writes --truth.RANK (JSON): the ops it issued by (op, bytes), and the checksum of its
-parameters, which it also prints.
+Ground truth: each rank writes --truth.RANK (JSON): the ops it issued by (op, bytes), the checksum of its parameters
+(which it also prints), its resident memory at step 50 and at the end.
 """
 
 import argparse
@@ -31,6 +31,11 @@ def load_batch(step, rank, args):
     return torch.randn(16, 32, generator=g), torch.randn(16, 4, generator=g)
 
 
+def resident_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=300)
@@ -51,7 +56,10 @@ def main():
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     issued = {}
     slow_until = None
+    rss = {}
     for step in range(args.steps):
+        if step == 50:
+            rss["at_50"] = resident_bytes()
         x, y = load_batch(step, rank, args)
         loss = torch.nn.functional.mse_loss(model(x), y)
         opt.zero_grad()
@@ -77,7 +85,8 @@ def main():
     print(f"rank {rank} checksum {checksum:.12f}", flush=True)
     if args.truth:
         with open(f"{args.truth}.{rank}", "w") as f:
-            json.dump({"allreduce": issued, "checksum": checksum, "steps": args.steps}, f)
+            json.dump({"allreduce": issued, "checksum": checksum, "steps": args.steps,
+                       "rss": {**rss, "at_end": resident_bytes()}}, f)
     dist.destroy_process_group()
 
 

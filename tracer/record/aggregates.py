@@ -63,9 +63,7 @@ class Aggregates:
             except (ValueError, IndexError, TypeError, AttributeError, KeyError):
                 pass  # a line torn at the ring's edge
         if self._by_time():
-            now = time.monotonic_ns() if now is None else now
-            while now >= self.start + self.seconds_ns:
-                self._close(self.start + self.seconds_ns)
+            self._roll(time.monotonic_ns() if now is None else now)
 
     def _new_lines(self) -> list[bytes]:
         m = self.ring._map
@@ -113,6 +111,8 @@ class Aggregates:
                 return  # its begin is not in the ring any more (or was before tracing)
             k2 = line.find(b",", k + 5)
             t = int(line[k + 5:k2 if k2 > 0 else line.rindex(b"}")])  # "t" follows "i" in an end record
+            if t >= self.start + self.seconds_ns and self._by_time():
+                self._roll(t)
             (kid, nbytes), t0 = begun
             if kid < 0:
                 return
@@ -158,6 +158,11 @@ class Aggregates:
     # -- windows -------------------------------------------------------------------------------------
     def _by_time(self) -> bool:
         return self.by == "seconds" or not self.steps_seen
+
+    def _roll(self, t: int) -> None:
+        """Close the windows of time that end at or before t."""
+        while t >= self.start + self.seconds_ns:
+            self._close(self.start + self.seconds_ns)
 
     def _close(self, end: int) -> None:
         w = self.window
