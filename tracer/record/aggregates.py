@@ -165,6 +165,9 @@ class Aggregates:
             self._close(self.start + self.seconds_ns)
 
     def _close(self, end: int) -> None:
+        if not self.count and self.first_step < 0 and not self.flags:
+            self.start = end  # a window in which nothing happened is not written (the next starts where it ends)
+            return
         w = self.window
         rows = [struct.pack(AGG_ROW, w, kid, 0, c, 0, tot, mx, b, end) for kid, (c, tot, mx, b) in self._acc.items()]
         rows.append(struct.pack(AGG_ROW, w, AGG_WINDOW_KEY, self.flags, self.count, 0, self.start, self.last_step,
