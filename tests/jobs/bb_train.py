@@ -3,7 +3,7 @@ the loss averaged, `mark_step()` at the end of each iteration. For the black box
 run with `disttrace run --black-box --ring 200`, it issues about ten times the ring in ops.
 
 Faults (`--fault`): `hang` (rank --rank sleeps --hang-s seconds in its data loading at step --at: the others wait
-in the all-reduce), `raise` (rank --rank raises at step --at), `pause` (rank 0 writes READY=--ready at step --at,
+in the all-reduce), `raise` (rank --rank raises at step --at), `kill` (rank --rank is SIGKILLed at step --at), `pause` (rank 0 writes READY=--ready at step --at,
 then the job goes on slowly for --pause-s seconds so that a test can ask for snapshots while it runs).
 Ground truth: each rank writes --truth.RANK (JSON): the ops it issued by (op, bytes), the checksum of its parameters
 (which it also prints), its resident memory at step 50 and at the end.
@@ -12,6 +12,7 @@ Ground truth: each rank writes --truth.RANK (JSON): the ops it issued by (op, by
 import argparse
 import json
 import os
+import signal
 import time
 
 import torch
@@ -27,6 +28,8 @@ def load_batch(step, rank, args):
         time.sleep(args.hang_s)  # a slow file system: this rank is late at the all-reduce
     if args.fault == "raise" and rank == args.rank and step == args.at:
         raise RuntimeError(f"corrupt batch at step {step}")
+    if args.fault == "kill" and rank == args.rank and step == args.at:
+        os.kill(os.getpid(), signal.SIGKILL)  # the OOM killer
     g = torch.Generator().manual_seed(1000 * step + rank)
     return torch.randn(16, 32, generator=g), torch.randn(16, 4, generator=g)
 
@@ -39,7 +42,7 @@ def resident_bytes() -> int:
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=300)
-    p.add_argument("--fault", choices=("none", "hang", "raise", "pause"), default="none")
+    p.add_argument("--fault", choices=("none", "hang", "raise", "kill", "pause"), default="none")
     p.add_argument("--rank", type=int, default=1)
     p.add_argument("--at", type=int, default=250)
     p.add_argument("--hang-s", type=float, default=8.0)

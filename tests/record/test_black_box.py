@@ -217,6 +217,20 @@ def test_a_rank_that_raises_keeps_its_last_ops_and_the_exception_and_the_others_
     assert len([r for r in records if r["k"] == "b"]) >= 200
 
 
+def test_a_sigkilled_ranks_ring_joins_the_snapshot_taken_when_the_job_failed(tmp_path):
+    out = tmp_path / "trace"
+    proc = run_traced("bb_train.py", out, 2, ["--steps", STEPS, "--fault", "kill", "--at", 250], summaries="off",
+                      run_args=BB)
+    assert proc.returncode != 0
+    snaps = sorted((out / "snapshots").iterdir())
+    assert snaps, proc.stderr[-2000:]
+    last = snaps[-1]  # rank 0's (its gloo error once rank 1 was gone), or the launcher's own at the job's end
+    assert _complete(last), sorted(p.name for p in last.iterdir())
+    records = _ring_records(next(last.glob("rank-00001-*.ring")))  # the dead rank's ring, from the disk
+    assert [r["n"] for r in records if r["k"] == "step"][-1] == 250
+    assert len([r for r in records if r["k"] == "b"]) >= 200
+
+
 # -- asked while it runs: disttrace snapshot, SIGUSR1 ------------------------------------------------------------
 def test_snapshot_command_and_sigusr1_on_a_running_job_leave_its_results_as_untraced(tmp_path):
     args = ["--steps", 300, "--fault", "pause", "--at", 100, "--pause-s", 20, "--ready", tmp_path / "ready"]

@@ -165,6 +165,7 @@ def test_windows_of_seconds_where_the_job_marks_no_steps(tmp_path):
     wins = [r for r in rows if r[1] == AGG_WINDOW_KEY]
     assert [(w[3], w[5] - start, w[8] - start, w[6], w[7]) for w in wins] == [
         (3, 0, 1_000_000_000, -1, -1), (2, 1_000_000_000, 2_000_000_000, -1, -1)]
+    assert [(r[0], r[3]) for r in rows if r[1] == 0] == [(0, 3), (1, 2)]  # the key's rows, window by window
 
 
 def test_an_overrun_between_two_reads_is_flagged(tmp_path):
