@@ -37,8 +37,6 @@ def trace(out: str, summaries: str = "off", black_box: bool = False, ring: int |
     (default 4,000) in a ring of fixed size, the aggregates of the whole run per `window` (W steps, or "Ws"
     seconds), snapshots on a hang (with hang_timeout seconds), an uncaught exception or SIGUSR1, the last
     `keep_snapshots` kept. ValueError on a wrong option."""
-    from .record import hooks
-
     config = None
     if black_box:
         from .record.blackbox import Config
@@ -46,6 +44,8 @@ def trace(out: str, summaries: str = "off", black_box: bool = False, ring: int |
         config = Config.make(ring, keep_snapshots, window)
     elif ring is not None or keep_snapshots is not None or window is not None:
         raise ValueError("ring, keep_snapshots and window are the black box's: pass black_box=True")
+    from .record import hooks
+
     hooks.install(out, summaries, hang_timeout, black_box=config)
     try:
         yield

@@ -5,6 +5,7 @@ run with `disttrace run --black-box --ring 200`, it issues about ten times the r
 Faults (`--fault`): `hang` (rank --rank sleeps --hang-s seconds in its data loading at step --at: the others wait
 in the all-reduce), `raise` (rank --rank raises at step --at), `kill` (rank --rank is SIGKILLed at step --at), `pause` (rank 0 writes READY=--ready at step --at,
 then the job goes on slowly for --pause-s seconds so that a test can ask for snapshots while it runs).
+`--trace DIR`: the job records itself with the Python API, `trace(out=DIR, black_box=True, ring=200)`.
 Ground truth: each rank writes --truth.RANK (JSON): the ops it issued by (op, bytes), the checksum of its parameters
 (which it also prints), its resident memory at step 50 and at the end.
 """
@@ -18,7 +19,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from disttrace.tracer import mark_step
+from disttrace.tracer import mark_step, trace
 
 OPS_PER_STEP = 7  # 6 parameters' gradients, then the loss
 
@@ -49,8 +50,16 @@ def main():
     p.add_argument("--pause-s", type=float, default=8.0)
     p.add_argument("--ready", default="")
     p.add_argument("--truth", default="")
+    p.add_argument("--trace", default="", help="record with trace(out=..., black_box=True, ring=200) itself")
     args = p.parse_args()
+    if args.trace:
+        with trace(out=args.trace, black_box=True, ring=200):
+            train(args)
+    else:
+        train(args)
 
+
+def train(args):
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)

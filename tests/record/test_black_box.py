@@ -259,6 +259,20 @@ def test_snapshot_command_and_sigusr1_on_a_running_job_leave_its_results_as_untr
     assert checksums(done.stdout) == checksums(plain.stdout) and len(checksums(done.stdout)) == 2
 
 
+def test_the_python_api_records_a_black_box_too(tmp_path):
+    out = tmp_path / "trace"
+    proc = subprocess.run(torchrun_cmd("bb_train.py", 2, ["--steps", 100, "--trace", out]), capture_output=True,
+                          text=True, timeout=180)
+    assert proc.returncode == 0 or aborted_at_exit(proc), proc.stderr[-3000:]
+    stems = _stems(out)
+    assert len(stems) == 2
+    for stem in stems:
+        assert (out / f"{stem}.ring").stat().st_size == ring_size(200)
+        assert _records(out / f"{stem}.jsonl")[0]["black_box"]["ring_ops"] == 200
+        wins = [r for r in _agg(out / f"{stem}.agg") if r[1] == AGG_WINDOW_KEY]
+        assert sum(w[3] for w in wins) == 100 * OPS_PER_STEP
+
+
 def test_snapshot_of_a_job_that_is_not_running_says_so_in_one_line(clean):
     out, _ = clean
     proc = run_disttrace("snapshot", out, timeout=30)

@@ -221,3 +221,14 @@ def test_options_reach_the_ranks_through_the_environment():
     assert (c.ring, c.keep, c.by, c.every) == (200, 3, "seconds", 30)
     assert Config.from_env({"DISTTRACE_BLACK_BOX": "1", **c.env()}) == c
     assert Config.from_env({}) is None
+
+
+def test_the_python_api_refuses_the_black_box_options_without_it():
+    from disttrace.tracer import trace
+
+    with pytest.raises(ValueError, match="black_box=True"):
+        with trace("unused", ring=200):
+            pass
+    with pytest.raises(ValueError, match="--ring 0"):
+        with trace("unused", black_box=True, ring=0):
+            pass

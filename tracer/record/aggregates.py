@@ -22,15 +22,14 @@ import orjson
 
 from ..format import AGG_DATA_AT, AGG_MAGIC, AGG_ROW, AGG_WINDOW_KEY, AGGKEY, RING_DATA_AT, RING_HEADER
 
-# The records the aggregates need, found in the ring's bytes in one pass of C (cheaper per op than a loop over
-# the lines in Python): a begin's head (the key's fields: "op", "g", "bytes", ...), its id and time; an end's id
-# and time; a step marker's time and number. Records are compact JSON with "k" first, written by op_records.py's
-# templates (or orjson, in the same order); "t" is a begin's last key, and follows "i" in an end. A line torn at
-# the ring's edge does not match (no pattern crosses a newline).
-_RECORDS = re.compile(
-    rb'\{"k":"(?:b",(.*?"i":)(\d+)(?:,"gs":\d+)?(?:,"in":.*)?,"t":(\d+)\}'
-    rb'|e","i":(\d+),"t":(\d+)'
-    rb'|step","t":(\d+),"n":(\d+))')
+# The records the aggregates need, found in the ring's bytes by regular expressions (C: several times cheaper per op
+# than a loop over the lines in Python): a begin's head (its key's fields: "op", "g", "bytes", ...), id and time;
+# an end's id and time. Records are compact JSON with "k" first (op_records.py's templates, or orjson in the same
+# order); "t" is a begin's last key, "i" its last before "gs" and the summary (whose keys are never "i"), and "t"
+# follows "i" in an end. A line torn at the ring's edge does not match: no pattern crosses a newline.
+_BEGINS = re.compile(rb'\n\{"k":"b",([^\n]*"i":)(\d+)[^\n]*"t":(\d+)\}')
+_ENDS = re.compile(rb'\n\{"k":"e","i":(\d+),"t":(\d+)')
+_STEP = b'\n{"k":"step",'
 OPEN_LIMIT = 100_000  # ops begun and not yet ended that are kept (an op's begin whose end never comes is dropped)
 LOST = 1  # a row's flags: ops were lost (the ring overran between two reads)
 
@@ -98,49 +97,74 @@ class Aggregates:
         return data
 
     def _add(self, data: bytes) -> None:
-        """Pair the begins and ends of `data` (whole lines, in the ring's order) into the current window."""
-        heads, opened, acc, by_time = self._heads, self._open, self._acc, self._by_time()
-        for head, bi, bt, ei, et, st, sn in _RECORDS.findall(data):
-            if ei:
-                begun = opened.pop(int(ei), None)
-                if begun is None:
-                    continue  # its begin is not in the ring any more (or was before tracing)
-                t = int(et)
-                if by_time and t >= self.start + self.seconds_ns:
-                    self._roll(t)
-                    acc = self._acc
-                (kid, nbytes), t0 = begun
-                if kid < 0:
-                    continue
-                d = t - t0
-                a = acc.get(kid)
-                if a is None:
-                    acc[kid] = [1, d, d, nbytes]
-                else:
-                    a[0] += 1
-                    a[1] += d
-                    if d > a[2]:
-                        a[2] = d
-                    a[3] += nbytes
-                self.count += 1
-            elif bi:
-                key = heads.get(head)
-                if key is None:
-                    key = self._key_of(head)
-                if len(opened) >= OPEN_LIMIT:
-                    opened.clear()
-                    self.flags |= LOST
-                opened[int(bi)] = (key, int(bt))
-            elif sn:
-                n = int(sn)
-                if self.first_step < 0:
-                    self.first_step = n
-                self.last_step = n
-                self.steps_seen = True
-                by_time = self.by == "seconds"
-                if not by_time and n % self.every == 0:
-                    self._close(int(st))
+        """Pair the begins and ends of `data` (whole lines, in the ring's order) into the windows: between two step
+        markers, the begins first (an op's end never comes before its begin), then the ends."""
+        data = b"\n" + data
+        at = 0
+        while True:
+            marker = data.find(_STEP, at)
+            end = marker if marker >= 0 else len(data)
+            self._begins(data, at, end)
+            self._ends(data, at, end)
+            if marker < 0:
+                return
+            at = data.find(b"\n", marker + 1)
+            if at < 0:
+                return
+            try:
+                rec = orjson.loads(data[marker + 1:at])
+                self._step(int(rec["n"]), int(rec["t"]))
+            except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+                pass
+
+    def _begins(self, data: bytes, at: int, end: int) -> None:
+        heads, opened = self._heads, self._open
+        for head, i, t in _BEGINS.findall(data, at, end):
+            key = heads.get(head)
+            if key is None:
+                key = self._key_of(head)
+            opened[int(i)] = (key, int(t))
+        if len(opened) > OPEN_LIMIT:  # begins whose end never came (or fell out of the ring): forget them
+            opened.clear()
+            self.flags |= LOST
+
+    def _ends(self, data: bytes, at: int, end: int) -> None:
+        opened, acc = self._open, self._acc
+        by_time = self._by_time()
+        count = 0
+        for i, t in _ENDS.findall(data, at, end):
+            begun = opened.pop(int(i), None)
+            if begun is None:
+                continue  # its begin is not in the ring any more (or was before tracing)
+            t = int(t)
+            if by_time and t >= self.start + self.seconds_ns:
+                self.count += count
+                count = 0
+                self._roll(t)
                 acc = self._acc
+            (kid, nbytes), t0 = begun
+            if kid < 0:
+                continue
+            d = t - t0
+            a = acc.get(kid)
+            if a is None:
+                acc[kid] = [1, d, d, nbytes]
+            else:
+                a[0] += 1
+                a[1] += d
+                if d > a[2]:
+                    a[2] = d
+                a[3] += nbytes
+            count += 1
+        self.count += count
+
+    def _step(self, n: int, t: int) -> None:
+        if self.first_step < 0:
+            self.first_step = n
+        self.last_step = n
+        self.steps_seen = True
+        if self.by == "steps" and n % self.every == 0:
+            self._close(t)
 
     def _key_of(self, head: bytes) -> tuple[int, int]:
         """(key id, bytes) of a begin record's head seen for the first time; a new key gets its "aggkey" record."""
