@@ -116,7 +116,7 @@ def _worker(mode: str, n: int, out: str, requests: bool) -> None:
     hang_timeout = None if summaries is None else _run_default("hang_timeout")
     black_box = None
     if mode == "bb":
-        from disttrace.tracer.record.blackbox import Config
+        from disttrace.tracer.blackbox_files import Config
 
         black_box = Config.make()
 

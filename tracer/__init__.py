@@ -39,7 +39,7 @@ def trace(out: str, summaries: str = "off", black_box: bool = False, ring: int |
     `keep_snapshots` kept. ValueError on a wrong option."""
     config = None
     if black_box:
-        from .record.blackbox import Config
+        from .blackbox_files import Config
 
         config = Config.make(ring, keep_snapshots, window)
     elif ring is not None or keep_snapshots is not None or window is not None:

@@ -12,9 +12,10 @@ import pytest
 from disttrace.tracer.data.importers.ring import read_ring
 from disttrace.tracer.format import (AGG_DATA_AT, AGG_MAGIC, AGG_ROW, AGG_WINDOW_KEY, AGGKEY, RING_DATA_AT,
                                      RING_HEADER, RING_MAGIC, SNAPSHOT_INFO)
+from disttrace.tracer import blackbox_files as snapshot_files
 from disttrace.tracer.record import snapshots
 from disttrace.tracer.record.aggregates import LOST, Aggregates, size_bucket
-from disttrace.tracer.record.blackbox import Config
+from disttrace.tracer.blackbox_files import Config
 from disttrace.tracer.record.ring import Ring, ring_size
 
 
@@ -185,7 +186,7 @@ def test_an_overrun_between_two_reads_is_flagged(tmp_path):
 def test_snapshots_keep_the_last_k_of_a_ranks_files(tmp_path):
     for seq in range(1, 6):
         info = {"seq": seq, "reason": "signal", "by_rank": 0, "wall_ns": seq}
-        snapshots.write_snapshot(str(tmp_path), info, {"/x/rank-00000-h-1.ring": b"r%d" % seq}, keep=3)
+        snapshot_files.write_snapshot(str(tmp_path), info, {"/x/rank-00000-h-1.ring": b"r%d" % seq}, keep=3)
     root = tmp_path / "snapshots"
     assert sorted(os.listdir(root)) == ["000003-signal", "000004-signal", "000005-signal"]
     assert (root / "000005-signal" / "rank-00000-h-1.ring").read_bytes() == b"r5"

@@ -140,7 +140,7 @@ def main(args) -> int:
         rc = 128 - rc  # killed by a signal: the shell's convention
     _write_run_info(out, command, started, rc)
     if black_box is not None and rc != 0:
-        from ..record.snapshots import add_dead_ranks
+        from ..blackbox_files import add_dead_ranks
 
         add_dead_ranks(out, started, black_box.keep)
     files = [os.path.join(out, f) for f in os.listdir(out) if is_rank_file(f)]
@@ -169,7 +169,7 @@ def _black_box(args):
         if given:
             raise TraceError(f"{given[0]} is an option of the black box: add --black-box")
         return None
-    from ..record.blackbox import Config
+    from ..blackbox_files import Config
 
     try:
         return Config.make(args.ring, args.keep_snapshots, args.window)

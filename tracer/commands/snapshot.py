@@ -17,7 +17,7 @@ import orjson
 
 from ..errors import TraceError
 from ..format import LEFT, RANK_FILE_SUFFIX, RING_SUFFIX, SNAPSHOT_REQUEST, is_rank_file, kind_marker
-from ..record.snapshots import snapshot_root, snapshots
+from ..blackbox_files import snapshot_root, snapshots
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -15,71 +15,16 @@ import os
 import threading
 import time
 import traceback
-from dataclasses import dataclass
 
-from ..format import (AGG_SUFFIX, AGGKEY, CLOCK, EXCEPTION, GROUP, KEEP_SNAPSHOTS_DEFAULT, LEFT, META,
-                      RANK_FILE_SUFFIX, RING_DEFAULT_OPS, RING_SUFFIX, STACKS, WINDOW_DEFAULT)
-from . import snapshots
+from ..blackbox_files import Config, snapshot_root, snapshots, write_snapshot
+from ..format import (AGG_SUFFIX, AGGKEY, CLOCK, EXCEPTION, GROUP, LEFT, META, RANK_FILE_SUFFIX, RING_SUFFIX,
+                      STACKS)
+from . import snapshots as protocol
 from .aggregates import Aggregates
 from .recorder import Recorder, warn_once
 from .ring import Ring, ring_size
 
 HEAD_KINDS = frozenset((META, GROUP, CLOCK, LEFT, STACKS, AGGKEY, EXCEPTION))  # the rank file's; the rest: the ring
-RING_MAX_OPS = 10_000_000
-ENV = {"ring": "DISTTRACE_RING", "keep": "DISTTRACE_KEEP_SNAPSHOTS", "window": "DISTTRACE_WINDOW"}
-
-
-@dataclass(frozen=True)
-class Config:
-    ring: int = RING_DEFAULT_OPS  # ops the ring holds at least
-    keep: int = KEEP_SNAPSHOTS_DEFAULT  # snapshots kept
-    by: str = "steps"  # windows: "steps" (every `every` steps; `every` seconds before the first marker) | "seconds"
-    every: int = WINDOW_DEFAULT
-
-    @classmethod
-    def make(cls, ring=None, keep=None, window=None) -> "Config":
-        """From the options' values (None: the default); ValueError with a one-line message if one is wrong.
-        window: W (steps, or W seconds in a job that marks none) or "Ws" (seconds only)."""
-        by, every = "steps", WINDOW_DEFAULT
-        if window is not None:
-            text = str(window).strip()
-            by = "seconds" if text.endswith("s") else "steps"
-            every = _positive(text.removesuffix("s"), "--window", "a number of steps, or of seconds as 30s", text)
-        ring = RING_DEFAULT_OPS if ring is None else _positive(ring, "--ring", "a number of ops")
-        if ring > RING_MAX_OPS:
-            raise ValueError(f"--ring {ring}: at most {RING_MAX_OPS:,} ops")
-        keep = KEEP_SNAPSHOTS_DEFAULT if keep is None else _positive(keep, "--keep-snapshots", "a number")
-        return cls(ring, keep, by, every)
-
-    def env(self) -> dict:
-        return {ENV["ring"]: str(self.ring), ENV["keep"]: str(self.keep),
-                ENV["window"]: f"{self.every}{'s' if self.by == 'seconds' else ''}"}
-
-    @classmethod
-    def from_env(cls, environ=os.environ) -> "Config | None":
-        """The config `disttrace run --black-box` passed (None: not in black-box mode)."""
-        if environ.get("DISTTRACE_BLACK_BOX") != "1":
-            return None
-        return cls.make(environ.get(ENV["ring"]), environ.get(ENV["keep"]), environ.get(ENV["window"]))
-
-    def meta(self, ring_bytes: int) -> dict:
-        window = {"by": self.by, "every": self.every}
-        if self.by == "steps":
-            window["seconds"] = self.every  # before the first step marker (or in a job that marks none)
-        return {"ring_bytes": ring_bytes, "ring_ops": self.ring, "window": window, "keep_snapshots": self.keep}
-
-
-def _positive(value, option: str, what: str, shown=None) -> int:
-    shown = value if shown is None else shown
-    try:
-        n = int(str(value))
-    except ValueError:
-        raise ValueError(f"{option} {shown}: expected {what}") from None
-    if n < 1:
-        raise ValueError(f"{option} {shown}: expected {what}, at least 1")
-    return n
-
-
 class BlackBox:
     """A black-box rank's recorder: the rank file at `path`, the ring and the aggregates beside it."""
 
@@ -132,7 +77,7 @@ class BlackBox:
                 return None
             self.taken = int(info["seq"])
             files = {self.head.path: self.head.copy(), self.ring.path: self.ring.copy()}
-            return snapshots.write_snapshot(self.out, info, files, self.config.keep)
+            return write_snapshot(self.out, info, files, self.config.keep)
 
     def exception(self, exc: BaseException) -> dict:
         """The uncaught exception that ends this rank: its record (strings and line numbers only)."""
@@ -171,7 +116,7 @@ def ask(box: BlackBox, store, reason: str, rank: int) -> tuple[dict, bool]:
     rank's is taken, numbered after the trace dir's last)."""
     if store is not None:
         try:
-            return snapshots.request(store, reason, rank)[1], True
+            return protocol.request(store, reason, rank)[1], True
         except Exception:  # noqa: BLE001
             pass
     return {"seq": local_seq(box), "reason": reason, "by_rank": rank, "wall_ns": time.time_ns()}, False
@@ -189,8 +134,8 @@ def exception_trigger(tracer, exc: BaseException) -> None:
     box.take(info)
     if shared:
         try:
-            snapshots.ack(store, info["seq"])
-            snapshots.wait_acks(store, info["seq"], tracer.world_size)
+            protocol.ack(store, info["seq"])
+            protocol.wait_acks(store, info["seq"], tracer.world_size)
         except Exception:  # noqa: BLE001
             pass
 
@@ -198,7 +143,7 @@ def exception_trigger(tracer, exc: BaseException) -> None:
 def local_seq(box: BlackBox) -> int:
     """A snapshot's number where the store cannot be asked: after the trace dir's last."""
     try:
-        taken = snapshots.snapshots(snapshots.snapshot_root(box.out))
+        taken = snapshots(snapshot_root(box.out))
     except OSError:
         taken = []
     return max([box.taken] + [s for s, _ in taken]) + 1
