@@ -52,7 +52,7 @@ class Aggregates:
         os.write(self._fd, AGG_MAGIC.ljust(AGG_DATA_AT, b"\0"))
         self._heads: dict[bytes, tuple[int, int]] = {}  # a begin record's head -> (key id, bytes)
         self._keys: dict[tuple, int] = {}  # (group, op, bucket's lo) -> key id
-        self._open: dict[int, tuple] = {}  # op id -> ((key id, bytes), begin time)
+        self._open: dict[bytes, tuple] = {}  # op id (its digits) -> ((key id, bytes), begin time)
         self._acc: dict[int, list] = {}  # key id -> [count, total ns, max ns, bytes] of the current window
         self._wraps, self._pos = 0, RING_DATA_AT  # where the last read of the ring ended
         self.window, self.start = 0, time.monotonic_ns()
@@ -123,7 +123,7 @@ class Aggregates:
             key = heads.get(head)
             if key is None:
                 key = self._key_of(head)
-            opened[int(i)] = (key, int(t))
+            opened[i] = (key, int(t))  # (ids as written: an end's are the same bytes, no int() needed)
         if len(opened) > OPEN_LIMIT:  # begins whose end never came (or fell out of the ring): forget them
             opened.clear()
             self.flags |= LOST
@@ -133,7 +133,7 @@ class Aggregates:
         by_time = self._by_time()
         count = 0
         for i, t in _ENDS.findall(data, at, end):
-            begun = opened.pop(int(i), None)
+            begun = opened.pop(i, None)
             if begun is None:
                 continue  # its begin is not in the ring any more (or was before tracing)
             t = int(t)
