@@ -15,12 +15,13 @@ from ...format import RING_DATA_AT, RING_HEADER, RING_MAGIC
 
 
 def ring_lines(data: bytes) -> list[bytes]:
-    """The lines of a ring's bytes (a file's or a copy's), oldest first; ValueError if they are not a ring."""
+    """The lines of a ring's bytes (a file's or a copy's), oldest first ([] if they are not a ring: too short,
+    another magic)."""
     if len(data) < RING_DATA_AT:
-        raise ValueError("too short for a ring")
+        return []
     magic, pos, wraps, _size = struct.unpack_from(RING_HEADER, data, 0)
     if magic != RING_MAGIC:
-        raise ValueError("not a disttrace ring (bad magic)")
+        return []
     pos = min(max(pos, RING_DATA_AT), len(data))
     lines: list[bytes] = []
     if wraps:
