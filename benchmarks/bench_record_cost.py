@@ -1,6 +1,6 @@
 """Instructions that recording adds to each op, counted with callgrind: issue 50's yardstick.
 
-    python benchmarks/bench_record_cost.py [--ops 100,600] [--reps 1] [--modes untraced,fr,off,stats,full]
+    python benchmarks/bench_record_cost.py [--ops 100,600] [--reps 1] [--modes untraced,fr,off,stats,full,bb]
                                            [--fr-entries 2000] [--instrument-all] [--keep DIR]
 
 Needs valgrind (callgrind) on PATH. A world of one on gloo (init_process_group with a HashStore, no torchrun), a
@@ -10,7 +10,9 @@ loop of 4 KiB all_reduces (1024 float32), under `valgrind --tool=callgrind --sep
 - fr: PyTorch's Flight Recorder on, TORCH_FR_BUFFER_SIZE=--fr-entries (the variable torch 2.13's C++
   FlightRecorder reads, TORCH_NCCL_TRACE_BUFFER_SIZE its fallback, for gloo as for NCCL);
 - off, stats, full: disttrace's full trace as `disttrace run` installs it in a rank, with its defaults (the hang
-  watchdog included) and each --summaries mode (off is the default); Flight Recorder off.
+  watchdog included) and each --summaries mode (off is the default); Flight Recorder off;
+- bb: `disttrace run --black-box` with its defaults (a ring of 4,000 ops; the watchdog thread feeds the aggregates
+  from the ring); Flight Recorder off.
 
 The yardstick, per mode: (I[600 ops] - I[100 ops]) / 500, the instructions (callgrind's Ir) of two processes that
 differ only in the loop's length, on the job's main thread and on all of the process's threads together (gloo's
@@ -57,6 +59,7 @@ MODES = {  # name -> (label, TORCH_FR_BUFFER_SIZE, disttrace's --summaries or No
     "off": ("disttrace (default: summaries off)", "0", "off"),
     "stats": ("disttrace --summaries stats", "0", "stats"),
     "full": ("disttrace --summaries full", "0", "full"),
+    "bb": ("disttrace --black-box", "0", "off"),  # the black box (its defaults: a ring of 4,000 ops)
 }
 
 
@@ -111,6 +114,11 @@ def _worker(mode: str, n: int, out: str, requests: bool) -> None:
     t = torch.ones(NUMEL)
     summaries = MODES[mode][2]
     hang_timeout = None if summaries is None else _run_default("hang_timeout")
+    black_box = None
+    if mode == "bb":
+        from disttrace.tracer.blackbox_files import Config
+
+        black_box = Config.make()
 
     def window(ops: int, name: str) -> None:
         if summaries is None:
@@ -119,7 +127,8 @@ def _worker(mode: str, n: int, out: str, requests: bool) -> None:
             return
         from disttrace.tracer.record import hooks
 
-        hooks.install(os.path.join(out, name), summaries, hang_timeout)  # what `disttrace run` installs in a rank
+        # what `disttrace run` installs in a rank
+        hooks.install(os.path.join(out, name), summaries, hang_timeout, black_box=black_box)
         try:
             for _ in range(ops):
                 dist.all_reduce(t)

@@ -26,14 +26,27 @@ _CURRENT = __name__ + ".record.current"  # the process's tracer, set by the hook
 
 
 @contextlib.contextmanager
-def trace(out: str, summaries: str = "off"):
+def trace(out: str, summaries: str = "off", black_box: bool = False, ring: int | None = None,
+          keep_snapshots: int | None = None, window=None, hang_timeout: float = 0.0):
     """Record this process's torch.distributed ops into trace dir `out` while the block runs.
 
     Tracing starts when the default process group is initialized (at once if it already is) and stops at the
-    end of the block, which also closes the rank file. `summaries`: off, stats or full."""
+    end of the block, which also closes the rank file. `summaries`: off, stats or full.
+
+    black_box=True: the mode a production job leaves on (docs/FORMAT.md, "The black box"): the last `ring` ops
+    (default 4,000) in a ring of fixed size, the aggregates of the whole run per `window` (W steps, or "Ws"
+    seconds), snapshots on a hang (with hang_timeout seconds), an uncaught exception or SIGUSR1, the last
+    `keep_snapshots` kept. ValueError on a wrong option."""
+    config = None
+    if black_box:
+        from .blackbox_files import Config
+
+        config = Config.make(ring, keep_snapshots, window)
+    elif ring is not None or keep_snapshots is not None or window is not None:
+        raise ValueError("ring, keep_snapshots and window are the black box's: pass black_box=True")
     from .record import hooks
 
-    hooks.install(out, summaries)
+    hooks.install(out, summaries, hang_timeout, black_box=config)
     try:
         yield
     finally:

@@ -21,6 +21,7 @@ SUBCOMMANDS = {
     "report": ("disttrace.tracer.commands.report", "analyse a trace: waits, stragglers, bandwidth, bubbles, problems"),
     "runs": ("disttrace.tracer.commands.runs", "list the runs a trace holds (restarts, successive jobs)"),
     "diff": ("disttrace.tracer.commands.diff", "compare two runs: what changed, and why B's step is longer or shorter"),
+    "snapshot": ("disttrace.tracer.commands.snapshot", "ask a running black-box job for a snapshot of every rank"),
     "events": ("disttrace.tracer.commands.events", "print the merged, aligned events as JSON Lines"),
     "export": ("disttrace.tracer.commands.export", "export a trace for Perfetto / chrome://tracing"),
     "demo": ("disttrace.demos.cli", "run a teaching demo and open it in the viewer"),

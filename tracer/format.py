@@ -94,6 +94,18 @@ AGG_ROW = "<IHHIIqqqq"  # 48 bytes
 AGG_WINDOW_KEY = 0xFFFF
 AGGKEY, WINDOW = "aggkey", "window"  # an aggregate key's definition; (in the JSON report) a window of the run
 SNAPSHOTS_DIR = "snapshots"  # a black-box trace dir's snapshots: snapshots/NNNNNN-REASON/, each a trace dir
+EXCEPTION = "exception"  # (a black-box rank file's record) the uncaught exception that ended the rank
+SNAPSHOT_INFO = "snapshot.json"  # in each snapshot: {"seq", "reason", "by_rank", "wall_ns"}
+SNAPSHOT_REASONS = ("hang", "exception", "signal", "request", "exit")
+SNAPSHOT_REQUEST = ".snapshot-request"  # `disttrace snapshot DIR` asks the running job by this file in DIR
+RING_OP_BYTES = 512  # --ring N: the ring is N x this, rounded up to RING_ROUND (an op's "b" and "e": 250-350 bytes)
+RING_ROUND = 64 << 10
+RING_DEFAULT_OPS, WINDOW_DEFAULT, KEEP_SNAPSHOTS_DEFAULT = 4000, 10, 8
+
+
+def snapshot_dir_name(seq: int, reason: str) -> str:
+    """snapshots/NNNNNN-REASON: the seq-th snapshot of the job, taken for REASON (one of SNAPSHOT_REASONS)."""
+    return f"{seq:06d}-{reason}"
 
 
 # -- whose frame is it -----------------------------------------------------------------------------

@@ -17,10 +17,12 @@ def _disttrace_bootstrap():
 
     def _enable():
         try:
+            from disttrace.tracer import blackbox_files
             from disttrace.tracer.record import hooks
 
             hooks.install(os.environ["DISTTRACE_OUT"], os.environ.get("DISTTRACE_SUMMARIES", "off"),
-                          float(os.environ.get("DISTTRACE_HANG_TIMEOUT", "0") or 0))
+                          float(os.environ.get("DISTTRACE_HANG_TIMEOUT", "0") or 0),
+                          black_box=blackbox_files.Config.from_env())
         except Exception as e:  # noqa: BLE001 - never break the job
             sys.stderr.write(f"disttrace: tracing disabled: {type(e).__name__}: {e}\n")
 

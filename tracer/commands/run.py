@@ -45,6 +45,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     store.add_argument("--no-store", dest="store", action="store_false",
                        help="do not write the trace store nor the analysis when the job ends; the first reader "
                             "writes them")
+    bb = p.add_argument_group("the black box (docs/FORMAT.md): the mode a production job leaves on")
+    bb.add_argument("--black-box", action="store_true",
+                    help="keep each rank's last ops in a ring of fixed size and the whole run's aggregates, not "
+                         "every op; snapshots on a hang, an exception, SIGUSR1, `disttrace snapshot DIR`")
+    bb.add_argument("--ring", metavar="N", help="the ring holds at least the last N ops of each rank (default "
+                                                "4000: 2 MB a rank)")
+    bb.add_argument("--keep-snapshots", metavar="K", help="snapshots kept, the last K (default 8)")
+    bb.add_argument("--window", metavar="W", help="the aggregates' window: W steps where the job marks steps, "
+                                                  "else W seconds; Ws: W seconds always (default 10)")
     p.add_argument("job", nargs=argparse.REMAINDER, metavar="COMMAND", help="the job's command line")
 
 
@@ -71,11 +80,14 @@ def prepare_out(path: str) -> str:
     return out
 
 
-def child_env(out: str, summaries: str, hang_timeout: float) -> dict:
+def child_env(out: str, summaries: str, hang_timeout: float, black_box=None) -> dict:
     env = dict(os.environ)
     env["DISTTRACE_OUT"] = out
     env["DISTTRACE_SUMMARIES"] = summaries
     env["DISTTRACE_HANG_TIMEOUT"] = str(hang_timeout)
+    env["DISTTRACE_BLACK_BOX"] = "1" if black_box is not None else "0"
+    if black_box is not None:
+        env.update(black_box.env())
     env["PYTHONPATH"] = os.pathsep.join(p for p in (BOOTSTRAP_DIR, env.get("PYTHONPATH", "")) if p)
     return env
 
@@ -88,8 +100,9 @@ def main(args) -> int:
         raise TraceError("no command to run: disttrace run [options] torchrun ... (see --help)")
     if args.hang_timeout < 0:
         raise TraceError("--hang-timeout must be 0 (off) or a number of seconds")
+    black_box = _black_box(args)
     out = prepare_out(args.out or _default_out())
-    env = child_env(out, args.summaries, args.hang_timeout)
+    env = child_env(out, args.summaries, args.hang_timeout, black_box)
     started = time.time()
     try:
         proc = subprocess.Popen(command, env=env)
@@ -126,6 +139,10 @@ def main(args) -> int:
     if rc < 0:
         rc = 128 - rc  # killed by a signal: the shell's convention
     _write_run_info(out, command, started, rc)
+    if black_box is not None and rc != 0:
+        from ..blackbox_files import add_dead_ranks
+
+        add_dead_ranks(out, started, black_box.keep)
     files = [os.path.join(out, f) for f in os.listdir(out) if is_rank_file(f)]
     if files and args.store is not False:
         _write_store(out, files, always=bool(args.store))
@@ -142,6 +159,22 @@ def main(args) -> int:
         sys.stderr.write(f"disttrace: no rank was traced (no process group was initialized under {command[0]})"
                          f"; {where}/ is empty\n")
     return rc
+
+
+def _black_box(args):
+    """The black box's config (None: a whole trace), or TraceError: one line."""
+    given = [o for o, v in (("--ring", args.ring), ("--keep-snapshots", args.keep_snapshots),
+                            ("--window", args.window)) if v is not None]
+    if not args.black_box:
+        if given:
+            raise TraceError(f"{given[0]} is an option of the black box: add --black-box")
+        return None
+    from ..blackbox_files import Config
+
+    try:
+        return Config.make(args.ring, args.keep_snapshots, args.window)
+    except ValueError as e:
+        raise TraceError(str(e)) from None
 
 
 _COMPILE_AHEAD = "import os; os.nice(19); from disttrace.tracer.analysis.core import jit; jit.compile_ahead()"

@@ -32,6 +32,7 @@ from . import background, callsite, faults, ncclhook, summaries
 from .completion import Completion, Event
 from .groups import Group, Groups
 from .op_records import BEGIN_LINE, BEGIN_LINE_GS, BEGIN_LINE_GS_IN, BEGIN_LINE_IN, BeginHeads, first_tensor, nbytes
+from .blackbox import BlackBox
 from .recorder import Recorder
 from .specs import SYNC_P2P_APIS, Spec
 
@@ -41,7 +42,7 @@ _Tensor = torch.Tensor
 class Tracer:
     """One per traced process, created when the process group is initialized."""
 
-    def __init__(self, out_dir: str, mode: str = "off", init: int = 1):
+    def __init__(self, out_dir: str, mode: str = "off", init: int = 1, black_box=None):
         self.mode = mode  # summaries: off | stats | full
         self.rank = dist.get_rank()
         self.world_size = dist.get_world_size()
@@ -55,7 +56,8 @@ class Tracer:
         while os.path.exists(self.path):  # a second trace() block or process group world in the same process
             n += 1
             self.path = os.path.join(out_dir, f"{name}-s{n}{RANK_FILE_SUFFIX}")
-        self.rec = Recorder(self.path)
+        # black_box (a blackbox.Config): the op records go into a ring of fixed size, the rest into the rank file
+        self.rec = Recorder(self.path) if black_box is None else BlackBox(self.path, black_box)
         self._ids = faults.event_ids()
         self.heads = BeginHeads()  # the fixed part of each begin record, by begin_fields() key
         self.groups = Groups(self.rec.write)
@@ -72,6 +74,7 @@ class Tracer:
             "backend": str(dist.get_backend()), "torch": torch.__version__, "summaries": mode,
             "mono_ns": time.monotonic_ns(), "wall_ns": time.time_ns(), "argv": sys.argv[:20],
             "restart": int(restart) if restart.isdigit() else 0, **_world_identity(init),
+            **({"black_box": self.rec.meta()} if black_box is not None else {}),
         })
 
     # -- the hot path ------------------------------------------------------------------------------

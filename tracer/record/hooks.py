@@ -43,14 +43,16 @@ _funcol_lib = None
 _installed = False
 
 
-def install(out_dir: str, summaries: str = "off", hang_timeout: float = 0.0) -> None:
-    """Arrange for tracing to start when the default process group is initialized (or now, if it is)."""
+def install(out_dir: str, summaries: str = "off", hang_timeout: float = 0.0, black_box=None) -> None:
+    """Arrange for tracing to start when the default process group is initialized (or now, if it is).
+    black_box: a blackbox.Config to record into a ring of fixed size (None: the whole trace)."""
     global _installed
-    _config.update(out=os.path.abspath(out_dir), summaries=summaries, hang_timeout=hang_timeout)
+    _config.update(out=os.path.abspath(out_dir), summaries=summaries, hang_timeout=hang_timeout, black_box=black_box)
     if not _installed:
         _installed = True
         _patch_lifecycle()
         tracebacks.install()  # from here on: an error in init_process_group passes through our wrapper too
+    tracebacks.on_uncaught = _uncaught if black_box is not None else None
     if dist.is_initialized() and current.tracer is None:
         _start()
 
@@ -66,6 +68,7 @@ def uninstall() -> None:
     _lib = _funcol_lib = None
     fastpath.uninstall()
     tracebacks.uninstall()
+    tracebacks.on_uncaught = None
     c10d = dist.distributed_c10d
     for owner, name in ((c10d.Work, "wait"), (torch.autograd, "backward"), (torch.profiler.profile, "step")):
         _restore(owner, name)
@@ -129,7 +132,8 @@ def _start() -> None:
     _steps = 0
     _inits += 1
     try:
-        t = current.tracer = Tracer(_config["out"], _config.get("summaries", "off"), init=_inits)
+        t = current.tracer = Tracer(_config["out"], _config.get("summaries", "off"), init=_inits,
+                                    black_box=_config.get("black_box"))
     except Exception as e:  # noqa: BLE001
         from .recorder import warn_once
 
@@ -144,16 +148,38 @@ def _start() -> None:
         _patch_backward()
         _patch_profiler_step()
         atexit.register(stop)
-        if _config.get("hang_timeout"):
+        if _config.get("hang_timeout") or _config.get("black_box") is not None:
             from .watchdog import start_watchdog
 
-            start_watchdog(t, float(_config["hang_timeout"]))
+            if _config.get("black_box") is not None:
+                _catch_sigusr1(t)
+            start_watchdog(t, float(_config.get("hang_timeout") or 0))
         if t.mode != "off":
             summaries.warm_up()
         # torch.compile must not see the tracer: every in-rank module is loaded by now
         nocompile.hide(m for name, m in list(sys.modules.items()) if name.startswith(_PACKAGE) and m is not None)
     except Exception as e:  # noqa: BLE001
         t.fail(e)
+
+
+def _catch_sigusr1(t) -> None:
+    """Black box: SIGUSR1 to this rank is a snapshot of every rank (signals.py; where the main thread starts us)."""
+    from .signals import SignalPipe
+
+    pipe = SignalPipe()
+    if pipe.install():
+        t.rec.signals = pipe
+    else:
+        pipe.close()
+
+
+def _uncaught(exc: BaseException) -> None:
+    """The program ends with an uncaught exception (tracebacks.py): the black box's snapshot of every rank."""
+    t = current.tracer
+    if t is not None:
+        from .blackbox import exception_trigger
+
+        exception_trigger(t, exc)
 
 
 def _start_clock() -> None:

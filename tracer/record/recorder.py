@@ -96,6 +96,12 @@ class Recorder:
         except Exception as e:  # noqa: BLE001 - tracing must never break the job
             self.disable(f"cannot write {self.path}: {e}")
 
+    def copy(self) -> bytes:
+        """The records written so far (a snapshot's copy): one slice of the map, under the GIL."""
+        with self._lock:  # (not while the map grows)
+            m = self._map
+            return m[:m.tell()] if m is not None and not m.closed else b""
+
     def close(self) -> None:
         """Unmap and cut the file to the bytes written. Safe to call twice."""
         with self._lock:

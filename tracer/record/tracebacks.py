@@ -37,6 +37,10 @@ def _strip(exc: BaseException | None, seen: set) -> None:
         exc = exc.__context__
 
 
+# Called with the exception that ends the program, once it is printed (the black box's snapshot: hooks.py sets it)
+on_uncaught = None
+
+
 def _excepthook(orig):
     def excepthook(typ, value, tb):
         try:
@@ -44,7 +48,14 @@ def _excepthook(orig):
             tb = value.__traceback__
         except Exception:  # noqa: BLE001 - the original traceback, then
             pass
-        return orig(typ, value, tb)
+        try:
+            return orig(typ, value, tb)
+        finally:
+            if on_uncaught is not None:
+                try:
+                    on_uncaught(value)
+                except Exception:  # noqa: BLE001
+                    pass
 
     excepthook._disttrace_orig = orig  # type: ignore[attr-defined]
     return excepthook

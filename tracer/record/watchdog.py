@@ -6,19 +6,30 @@ of all its threads (sys._current_frames: no signals needed) and raises a flag in
 watchdog also looks for that flag, because the rank that matters most is the one with nothing in flight: the one
 that never arrived, busy or stuck somewhere in its own code. Each rank records its stacks once per flag.
 `disttrace run` (hangwatch.py) reads these "stacks" records to print its diagnosis.
+
+In black-box mode (blackbox.py) the same thread, always started, also feeds the aggregates from the ring, and
+takes the snapshots: its own triggers (a hang it saw, SIGUSR1 through the signal pipe it select()s on,
+`disttrace snapshot`'s request file) and the other ranks' (the store's snapshot counter, looked at instead of the
+hang flag every FLAG_EVERY ticks: a hang is a snapshot whose reason is "hang", then the flag is read).
 """
 
 from __future__ import annotations
 
+import os
+import select
+import signal
 import sys
 import threading
 import time
 import traceback
 
 from ..format import STACKS
+from . import snapshots
+from .blackbox import BlackBox, ask
 
 FLAG = "disttrace/hang"
 FLAG_EVERY = 3  # ticks of 0.5 s between looks at the store's flag (each look, of every rank, is a request to one store)
+TICK_S, TICK_BUSY_S = 0.5, 0.05  # black box: sooner while the ring fills fast (the aggregator must not be lapped)
 
 
 def thread_stacks(skip: int | None = None) -> list[dict]:
@@ -41,18 +52,60 @@ class Watchdog(threading.Thread):
         self.seen_flag = b""
         self._stop = threading.Event()
         self._ticks = 0
+        self.box = tracer.rec if isinstance(tracer.rec, BlackBox) else None
+        self.seen_snapshot = 0
+        self._signalled = False
+        self._looks_for_requests = int(os.environ.get("LOCAL_RANK", -1)) <= 0  # one rank a node stats the file
 
     def run(self) -> None:
-        while not self._stop.wait(0.5):
+        while not self._stop.is_set():
+            self._wait()
+            if self._stop.is_set():
+                break
             try:
                 self.check()
             except Exception:  # noqa: BLE001 - the watchdog must never take the job down
                 pass
 
+    def _wait(self) -> None:
+        box = self.box
+        pipe = box.signals if box is not None else None
+        timeout = TICK_BUSY_S if box is not None and box.busy() else TICK_S
+        if pipe is None:
+            self._stop.wait(timeout)
+            return
+        ready, _, _ = select.select([pipe.r], [], [], timeout)
+        if ready and signal.SIGUSR1 in pipe.drain():
+            self._signalled = True
+
     def check(self) -> None:
         t = self.tracer
         if not t.rec.enabled:
             return
+        if self.box is not None:
+            self.box.tick()
+            if self._signalled:
+                self._signalled = False
+                self.trigger("signal")
+        if self.timeout_ns:
+            self.check_hang()
+        self._ticks += 1
+        if self._ticks % FLAG_EVERY:
+            return  # the store is shared by every rank of the job: ask it only every FLAG_EVERY ticks
+        if self.box is not None:
+            self.look_for_snapshots()
+            return
+        self.peer_stacks()
+
+    def peer_stacks(self) -> None:
+        """Another rank raised the hang flag: this rank's stacks, once per flag."""
+        flag = self.read_flag()
+        if flag and flag != self.seen_flag:
+            self.seen_flag = flag
+            self.dump({"reason": "peer", "flag": flag.decode(errors="replace")})
+
+    def check_hang(self) -> None:
+        t = self.tracer
         now = time.monotonic_ns()
         stuck = [(i, info) for i, info in list(t.in_flight.items())
                  if now - info[3] > self.timeout_ns and i not in self.reported]
@@ -62,14 +115,40 @@ class Watchdog(threading.Thread):
             self.dump({"reason": "in_flight", "i": i, "op": op, "g": group.gidx, "gs": seq,
                        "for_ns": now - start})
             self.raise_flag(f"{t.rank}:{i}")
+            if self.box is not None:
+                self.trigger("hang")
+
+    # -- the black box's snapshots ---------------------------------------------------------------------
+    def look_for_snapshots(self) -> None:
+        """`disttrace snapshot`'s request (one rank a node looks), then the snapshots other ranks asked for."""
+        if self._looks_for_requests and snapshots.claim_request(self.box.out, self.tracer.rank):
+            self.trigger("request")
+        if self.store is None:
             return
-        self._ticks += 1
-        if self._ticks % FLAG_EVERY:
-            return  # the store is shared by every rank of the job: ask it only every FLAG_EVERY ticks
-        flag = self.read_flag()
-        if flag and flag != self.seen_flag:
-            self.seen_flag = flag
-            self.dump({"reason": "peer", "flag": flag.decode(errors="replace")})
+        seq, info = snapshots.poll(self.store, self.seen_snapshot)
+        if info is None:
+            return
+        self.seen_snapshot = seq
+        if info["reason"] == "hang":  # the peer's hang: this rank's stacks first, as without the black box
+            self.peer_stacks()
+        self.take(info)
+
+    def trigger(self, reason: str) -> None:
+        """This rank's trigger: a snapshot of every rank (through the store), this rank's taken now."""
+        info, shared = ask(self.box, self.store, reason, self.tracer.rank)
+        if shared:
+            self.seen_snapshot = max(self.seen_snapshot, info["seq"])
+        self.take(info)
+
+    def take(self, info: dict) -> None:
+        try:
+            self.box.take(info)
+        finally:
+            if self.store is not None:
+                try:
+                    snapshots.ack(self.store, int(info["seq"]))
+                except Exception:  # noqa: BLE001
+                    pass
 
     def dump(self, reason: dict) -> None:
         self.tracer.write({"k": STACKS, "t": time.monotonic_ns(), **reason,
@@ -96,6 +175,11 @@ class Watchdog(threading.Thread):
 
     def stop(self) -> None:
         self._stop.set()
+        pipe = self.box.signals if self.box is not None else None
+        if pipe is not None:
+            from .signals import STOP
+
+            pipe.poke(STOP)
 
 
 def start_watchdog(tracer, timeout_s: float) -> Watchdog:

@@ -1,0 +1,234 @@
+"""The black box's arithmetic, without a job: the ring's wrap (record/ring.py, read back by
+data/importers/ring.py), the aggregates' rows (record/aggregates.py), the snapshots' bound, the options."""
+
+from __future__ import annotations
+
+import os
+import struct
+
+import orjson
+import pytest
+
+from disttrace.tracer.data.importers.ring import read_ring
+from disttrace.tracer.format import (AGG_DATA_AT, AGG_MAGIC, AGG_ROW, AGG_WINDOW_KEY, AGGKEY, RING_DATA_AT,
+                                     RING_HEADER, RING_MAGIC, SNAPSHOT_INFO)
+from disttrace.tracer import blackbox_files as snapshot_files
+from disttrace.tracer.record import snapshots
+from disttrace.tracer.record.aggregates import LOST, Aggregates, size_bucket
+from disttrace.tracer.blackbox_files import Config
+from disttrace.tracer.record.ring import Ring, ring_size
+
+
+def _line(n: int, width: int = 100) -> bytes:
+    body = b'{"k":"w","i":%d,"pad":"' % n
+    return body + b"x" * (width - len(body) - 3) + b'"}\n'
+
+
+def test_ring_size_is_n_times_512_rounded_up_to_64_kib():
+    assert ring_size(200) == 128 << 10  # 200 x 512 = 100 KiB, plus the header
+    assert ring_size(4000) == 2 << 20  # the default: 2 MB a rank
+    assert ring_size(1) == 64 << 10
+
+
+def test_ring_wraps_in_place_and_reads_back_its_last_lines_in_order(tmp_path):
+    path = tmp_path / "r.ring"
+    ring = Ring(str(path), ring_size(1))
+    size = os.path.getsize(path)
+    for n in range(2000):  # 200 KB of lines through a 64 KiB ring: three wraps and more
+        ring.write_raw(_line(n))
+    ring.close()
+    assert os.path.getsize(path) == size  # fixed: never grows
+    magic, pos, wraps, hsize = struct.unpack_from(RING_HEADER, path.read_bytes())
+    per_lap = (size - RING_DATA_AT) // 100
+    assert (magic, hsize, wraps) == (RING_MAGIC, size, (2000 - 1) // per_lap)
+    assert pos == RING_DATA_AT + 100 * (2000 - wraps * per_lap)
+    ids = [orjson.loads(line)["i"] for line in read_ring(path)]
+    # the newest line last; every line of the last lap and of the older one after pos, in order, none torn
+    assert ids[-1] == 1999 and ids == list(range(ids[0], 2000))
+    assert len(ids) >= per_lap - 2
+
+
+def test_ring_reader_drops_the_line_torn_by_the_wrap(tmp_path):
+    path = tmp_path / "r.ring"
+    ring = Ring(str(path), ring_size(1))
+    for n in range(654):  # (64 KiB - the header) // 100: the data is full but for 72 bytes
+        ring.write_raw(_line(n, 100))
+    ring.write_raw(_line(654, 250))  # does not fit before the end: wraps, overwriting 2.5 lines' worth
+    ring.close()
+    lines = read_ring(path)
+    ids = [orjson.loads(line)["i"] for line in lines]  # all parse: the torn one was left out
+    assert ids[-1] == 654 and ids[:-1] == list(range(ids[0], 654))
+    assert ids[0] == 3  # lines 0 and 1 overwritten, line 2 torn
+
+
+def test_ring_without_a_wrap_holds_everything(tmp_path):
+    ring = Ring(str(tmp_path / "r.ring"), ring_size(1))
+    for n in range(10):
+        ring.write_raw(_line(n))
+    ring.write({"k": "step", "t": 5, "n": 1, "src": "api"})
+    ring.close()
+    lines = read_ring(tmp_path / "r.ring")
+    assert len(lines) == 11 and orjson.loads(lines[-1])["k"] == "step"
+
+
+def test_not_a_ring_has_no_lines(tmp_path):
+    (tmp_path / "x.ring").write_bytes(b"\0" * 100)
+    assert read_ring(tmp_path / "x.ring") == []
+
+
+# -- the aggregates ----------------------------------------------------------------------------------------------
+def _begin(i: int, t: int, op="allreduce", g=0, nbytes=4096, gs=None) -> bytes:
+    head = b'{"k":"b","op":"%s","api":"dist.all_reduce","g":%d,"bytes":%d,"dtype":"float32","shape":[1024],' \
+           b'"async":false,"site":["train.py",12,"main"],"i":' % (op.encode(), g, nbytes)
+    return head + (b'%d,"gs":%d,"t":%d}\n' % (i, gs if gs is not None else i, t))
+
+
+def _end(i: int, t: int) -> bytes:
+    return b'{"k":"e","i":%d,"t":%d,"seq":%d}\n' % (i, t, i)
+
+
+def _step(n: int, t: int) -> bytes:
+    return orjson.dumps({"k": "step", "t": t, "n": n, "src": "api"}, option=orjson.OPT_APPEND_NEWLINE)
+
+
+def _rows(path) -> list[tuple]:
+    data = path.read_bytes()
+    assert data[:8] == AGG_MAGIC
+    return [struct.unpack_from(AGG_ROW, data, at) for at in range(AGG_DATA_AT, len(data), 48)]
+
+
+def _agg(tmp_path, by="steps", every=2, ring_ops=1):
+    ring = Ring(str(tmp_path / "r.ring"), ring_size(ring_ops))
+    keys = []
+    agg = Aggregates(str(tmp_path / "r.agg"), ring, keys.append, by, every, float(every))
+    return ring, agg, keys
+
+
+def test_size_buckets_are_powers_of_two():
+    assert [size_bucket(n) for n in (0, 1, 3, 4, 4095, 4096)] == [(0, 1), (1, 2), (2, 4), (4, 8), (2048, 4096),
+                                                                 (4096, 8192)]
+
+
+def test_aggregate_rows_per_window_of_steps(tmp_path):
+    ring, agg, keys = _agg(tmp_path, every=2)
+    t = agg.start + 1_000
+    for step in range(1, 5):  # 4 steps: two windows of 2 steps
+        for k in range(3):  # two 4 KiB all-reduces and a 100-byte broadcast a step
+            i = step * 10 + k
+            op, nbytes = ("broadcast", 100) if k == 2 else ("allreduce", 4096)
+            ring.write_raw(_begin(i, t, op=op, nbytes=nbytes))
+            ring.write_raw(_end(i, t + 50 * (k + 1)))
+            t += 1000
+        ring.write_raw(_step(step, t))
+        if step == 3:
+            agg.tick(now=t)  # read in two parts
+    agg.finish()
+    assert keys == [{"k": AGGKEY, "id": 0, "g": 0, "op": "allreduce", "lo": 4096, "hi": 8192},
+                    {"k": AGGKEY, "id": 1, "g": 0, "op": "broadcast", "lo": 64, "hi": 128}]
+    rows = _rows(tmp_path / "r.agg")
+    assert len(rows) == 2 * 3  # 2 windows x (2 keys + the window's own row)
+    w0 = [r for r in rows if r[0] == 0]
+    by_key = {r[1]: r for r in w0}
+    # window, key, flags, count, pad, total, max, bytes, end
+    assert by_key[0][3:8] == (4, 0, 4 * 75, 100, 4 * 4096)
+    assert by_key[1][3:8] == (2, 0, 2 * 150, 150, 200)
+    win = by_key[AGG_WINDOW_KEY]
+    assert (win[2], win[3], win[6], win[7]) == (0, 6, 2, 1)  # flags, ops, last step, first step
+    assert win[8] == by_key[0][8] and win[8] > win[5]  # the window ends at step 2's marker, after it began
+    assert os.path.getsize(tmp_path / "r.agg") == AGG_DATA_AT + 48 * len(rows)
+
+
+def test_an_op_counts_in_the_window_where_it_ended_and_an_end_without_its_begin_not_at_all(tmp_path):
+    ring, agg, _ = _agg(tmp_path, every=1)
+    t = agg.start
+    ring.write_raw(_end(99, t + 500))  # its begin was never in the ring
+    ring.write_raw(_begin(1, t + 1000))
+    ring.write_raw(_step(1, t + 1500))
+    ring.write_raw(_end(1, t + 2000))
+    ring.write_raw(_step(2, t + 2500))
+    agg.finish()
+    rows = _rows(tmp_path / "r.agg")
+    wins = [r for r in rows if r[1] == AGG_WINDOW_KEY]
+    assert [w[3] for w in wins] == [0, 1]
+    assert [r[0] for r in rows if r[1] == 0] == [1] and [r[5] for r in rows if r[1] == 0] == [1000]
+
+
+def test_windows_of_seconds_where_the_job_marks_no_steps(tmp_path):
+    ring, agg, _ = _agg(tmp_path, by="steps", every=1)  # no marker: every second
+    start = agg.start
+    for k in range(5):  # an op every 0.4 s: windows [0, 1), [1, 2) s hold 3 and 2 of them (ends at +0.1 s)
+        t = start + k * 400_000_000
+        ring.write_raw(_begin(k, t))
+        ring.write_raw(_end(k, t + 100_000_000))
+    agg.tick(now=start + 2_100_000_000)
+    rows = _rows(tmp_path / "r.agg")
+    wins = [r for r in rows if r[1] == AGG_WINDOW_KEY]
+    assert [(w[3], w[5] - start, w[8] - start, w[6], w[7]) for w in wins] == [
+        (3, 0, 1_000_000_000, -1, -1), (2, 1_000_000_000, 2_000_000_000, -1, -1)]
+    assert [(r[0], r[3]) for r in rows if r[1] == 0] == [(0, 3), (1, 2)]  # the key's rows, window by window
+
+
+def test_an_overrun_between_two_reads_is_flagged(tmp_path):
+    ring, agg, _ = _agg(tmp_path, every=1)
+    t = agg.start
+    for i in range(1000):  # 300 KB between two reads of a 64 KiB ring
+        ring.write_raw(_begin(i, t))
+        ring.write_raw(_end(i, t + 10))
+        t += 100
+    ring.write_raw(_step(1, t))
+    agg.finish()
+    win = [r for r in _rows(tmp_path / "r.agg") if r[1] == AGG_WINDOW_KEY][0]
+    assert win[2] & LOST and 0 < win[3] < 1000  # a lower bound, and said to be
+
+
+# -- snapshots: bounded, private -------------------------------------------------------------------------------
+def test_snapshots_keep_the_last_k_of_a_ranks_files(tmp_path):
+    for seq in range(1, 6):
+        info = {"seq": seq, "reason": "signal", "by_rank": 0, "wall_ns": seq}
+        snapshot_files.write_snapshot(str(tmp_path), info, {"/x/rank-00000-h-1.ring": b"r%d" % seq}, keep=3)
+    root = tmp_path / "snapshots"
+    assert sorted(os.listdir(root)) == ["000003-signal", "000004-signal", "000005-signal"]
+    assert (root / "000005-signal" / "rank-00000-h-1.ring").read_bytes() == b"r5"
+    assert orjson.loads((root / "000005-signal" / SNAPSHOT_INFO).read_bytes())["seq"] == 5
+    assert oct(root.stat().st_mode & 0o777) == "0o700"
+    assert oct((root / "000005-signal" / "rank-00000-h-1.ring").stat().st_mode & 0o777) == "0o600"
+
+
+def test_a_request_file_of_another_user_is_not_honoured(tmp_path):
+    req = tmp_path / ".snapshot-request"
+    req.write_bytes(b"{}")
+    assert snapshots.claim_request(str(tmp_path), 0) and not req.exists()
+    assert not snapshots.claim_request(str(tmp_path), 0)  # taken once
+    if os.getuid() == 0:
+        req.write_bytes(b"{}")
+        os.chown(req, 12345, 12345)
+        assert not snapshots.claim_request(str(tmp_path), 0)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"ring": "0"}, "--ring 0: expected a number of ops, at least 1"),
+    ({"ring": "x"}, "--ring x: expected a number of ops"),
+    ({"keep": "-1"}, "--keep-snapshots -1"),
+    ({"window": "0s"}, "--window 0s"),
+])
+def test_bad_options_say_which_in_one_line(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        Config.make(**kwargs)
+
+
+def test_options_reach_the_ranks_through_the_environment():
+    c = Config.make("200", "3", "30s")
+    assert (c.ring, c.keep, c.by, c.every) == (200, 3, "seconds", 30)
+    assert Config.from_env({"DISTTRACE_BLACK_BOX": "1", **c.env()}) == c
+    assert Config.from_env({}) is None
+
+
+def test_the_python_api_refuses_the_black_box_options_without_it():
+    from disttrace.tracer import trace
+
+    with pytest.raises(ValueError, match="black_box=True"):
+        with trace("unused", ring=200):
+            pass
+    with pytest.raises(ValueError, match="--ring 0"):
+        with trace("unused", black_box=True, ring=0):
+            pass
