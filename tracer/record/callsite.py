@@ -46,11 +46,12 @@ _GENERIC = frozenset({"<listcomp>", "<genexpr>", "<dictcomp>", "<lambda>", "wrap
                       "_fn", "fn"})
 # A tensor subclass's or mode's handler passes the op on; the line that called the collective is further out
 _HANDLERS = frozenset({"__torch_dispatch__", "__torch_function__"})
-# id(code object) -> (kind, name, sites, code): the api a C10D frame names, the origin a component's frame names,
-# and for the user's code its call sites by instruction offset ("file:line in function"). Keyed by id because a code
-# object's own hash is recomputed on every lookup from its name, constants and names (a cost the walk would pay on
-# every frame); the entry holds the code, so that no other code object can take its id while the entry exists.
-_cache: dict = {}
+# Each code object is classified once, keyed by id (a code object's own hash is recomputed on every lookup from its
+# name, constants and names: a cost the walk would pay on every frame). The user's code objects: id -> their call
+# sites by instruction offset ("file:line in function"; the code itself under -1, so that no other code object can
+# take its id while the entry exists). Every other code object: id -> (kind, the api or origin it names, code).
+_users: dict = {}
+_others: dict = {}
 _SITES_LIMIT = 2000  # call sites kept per code object; a generated-code pathology is cut
 
 
@@ -74,15 +75,19 @@ def _classify(code) -> tuple[int, str | None]:
     return TORCH, None
 
 
-def _entry(code) -> tuple:
+def _enter(code) -> None:
     kind, name = _classify(code)
-    entry = _cache[id(code)] = (kind, name, {} if kind == USER else None, code)
-    return entry
+    if kind == USER:
+        _users[id(code)] = {-1: code}
+    else:
+        _others[id(code)] = (kind, name, code)
 
 
 def _site(f, sites: dict) -> str:
     if len(sites) > _SITES_LIMIT:
+        code = sites[-1]
         sites.clear()
+        sites[-1] = code
     code = f.f_code
     site = sites[f.f_lasti] = f"{code.co_filename}:{f.f_lineno} in {code.co_name}"
     return site
@@ -90,18 +95,20 @@ def _site(f, sites: dict) -> str:
 
 def walk(depth: int = 2) -> tuple[str | None, str | None, str | None]:
     """(site, api, origin) for the code that called into the frame `depth` levels up."""
-    cache = _cache
+    users, others = _users, _others
     f = sys._getframe(depth)
     api = origin = None
     while f is not None:
-        entry = cache.get(id(f.f_code))
-        if entry is None:
-            entry = _entry(f.f_code)
-        sites = entry[2]
+        key = id(f.f_code)
+        sites = users.get(key)
         if sites is not None:  # the user's code
             # keyed by the instruction offset: the line number is computed from it by scanning a table
             site = sites.get(f.f_lasti)
             return site if site is not None else _site(f, sites), api, origin
+        entry = others.get(key)
+        if entry is None:
+            _enter(f.f_code)
+            continue  # (looked at again, now known)
         name = entry[1]
         if name is not None:
             if entry[0] == C10D:

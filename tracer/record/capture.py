@@ -28,7 +28,8 @@ import torch
 import torch.distributed as dist
 
 from ..format import FORMAT_VERSION, META, RANK_FILE_SUFFIX, rank_file_stem
-from . import background, callsite, faults, ncclhook, summaries
+from . import background, faults, ncclhook, summaries
+from .callsite import walk
 from .completion import Completion, Event
 from .groups import Group, Groups
 from .op_records import BEGIN_LINE, BEGIN_LINE_GS, BEGIN_LINE_GS_IN, BEGIN_LINE_IN, BeginHeads, first_tensor, nbytes
@@ -99,7 +100,7 @@ class Tracer:
         """Write the begin record of an op about to be issued, and return its Event. Called by begin() and by
         fastpath.py's ProcessGroup method wrapper; root, peer: group-local; is_async: the op's async flag (None:
         it has none)."""
-        site, api, origin = callsite.walk(3)  # from the kernel or the wrapper outwards
+        site, api, origin = walk(3)  # from the kernel or the wrapper outwards
         if site is None:
             # no Python frame of the user's: an autograd device thread (CUDA) runs this backward
             site = self.backward_site
@@ -154,7 +155,11 @@ class Tracer:
             # what the watchdog watches: ops the program is blocked in (a CPU async op only while waited on;
             # a CUDA op until the device completes it)
             self.in_flight[ev.id] = ev.info
-        self.rec.write_raw(line)
+        rec = self.rec
+        try:
+            rec.raw(line)
+        except ValueError:  # the map is full (or closed): write_raw grows it (or drops the line)
+            rec.write_raw(line)
         return ev
 
     @staticmethod

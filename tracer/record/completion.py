@@ -99,7 +99,10 @@ class Completion:
         # event id -> Event, for the async ops whose future's callback will end them: the job may let go of the
         # Work (DDP does, once its reducer waited in C++) before gloo's thread has run the callback
         self.awaited: dict[int, Event] = {}
-        self.tls = _ThreadSlot()
+        # id(the job's Work) -> the synchronous op the fast path issued with it (distributed_c10d waits on that very
+        # Work next, on the same thread): the job's own object is known there, so no thread-local is needed
+        self.sync_works: dict[int, Event] = {}
+        self.tls = _ThreadSlot()  # the kernel's path: its Work is ours, the job may be handed another object
 
     # -- issue ----------------------------------------------------------------------------------
     def issued(self, ev: Event, result) -> None:
@@ -123,7 +126,14 @@ class Completion:
                 self.complete(ev)  # the backend finished it synchronously (monitored_barrier, ...)
                 return
         if ev.sync and not ev.cuda:
-            self.tls.sync = ev   # distributed_c10d waits on it next, on this thread
+            # distributed_c10d waits on it next, on this thread
+            if ours:
+                self.tls.sync = ev
+            else:
+                sync_works = self.sync_works
+                if len(sync_works) > PENDING_LIMIT:  # Works never waited on (an exception between): forget them
+                    sync_works.clear()
+                sync_works[id(work)] = ev
             return
         self.track(ev, work, ours)
 
@@ -213,6 +223,21 @@ class Completion:
                 pending.pop(k, None)
 
     # -- the end ----------------------------------------------------------------------------------
+    def end_sync(self, ev: Event, t: int) -> None:
+        """A synchronous op's wait() returned at t: the common end, formatted directly (complete() for the rest)."""
+        if ev.ended or ev.tensors is not None or ev.peer_any or ev.out_ptr:
+            self.complete(ev, None, t)
+            return
+        ev.ended = True
+        self.in_flight.pop(ev.id, None)
+        seq = ev.seq
+        line = END_LINE_SEQ % (ev.id, t, seq) if type(seq) is int else END_LINE % (ev.id, t)
+        rec = self.rec
+        try:
+            rec.raw(line)
+        except ValueError:  # the map is full (or closed): write_raw grows it (or drops the line)
+            rec.write_raw(line)
+
     def complete(self, ev: Event, err: BaseException | None = None, t: int | None = None, bound=False,
                  dev: int | None = None) -> None:
         """ev's op ended at t (now if None); dev: its duration on the device, ns (the NCCL completion hook's)."""

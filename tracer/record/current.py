@@ -7,16 +7,12 @@ once per op (`current.tracer`), so that a stopped trace is seen at the next op.
 
 from __future__ import annotations
 
-import threading
-
 tracer = None  # the capture.Tracer of this process while tracing runs, else None
 
-
-class _Nesting(threading.local):
-    depth = 0  # > 0 while a recorded op runs on this thread: ops it issues inside are not recorded again
-
-
-nesting = _Nesting()
+# The threads (get_ident()) in which a recorded op runs on the kernel's path: ops it issues inside are not recorded
+# again. A set, not a threading.local: the hot path's look is a truth test of an empty set (a thread-local's
+# attribute costs a TLS lookup on every op).
+nested: set[int] = set()
 
 
 def safe(fn, *args) -> None:

@@ -23,6 +23,8 @@ records the same fields. Both read the tracer and the nesting guard from current
 
 from __future__ import annotations
 
+from threading import get_ident
+
 import torch
 import torch.distributed as dist
 
@@ -124,13 +126,13 @@ def uninstall() -> None:
 
 
 def _wrap(orig, spec, decode, direct, profiler):
-    nesting = current.nesting
+    nested = current.nested
     dispatch_modes = _C._len_torch_dispatch_stack
     inflight = _inflight_as_graph_input
 
     def method(self, *args, **kwargs):
         t = current.tracer
-        if t is None or kwargs or nesting.depth or dispatch_modes():
+        if t is None or kwargs or (nested and get_ident() in nested) or dispatch_modes():
             return orig(self, *args, **kwargs)  # the kernel's path records it, if it is a real op
         ev = None
         try:

@@ -22,6 +22,8 @@ import functools
 import os
 import sys
 import time
+from threading import get_ident
+from time import monotonic_ns
 
 import torch
 import torch.distributed as dist
@@ -292,27 +294,28 @@ def _make_kernel(overload, spec):
     # the handle's method itself: OpOverload.redispatch is a Python method around it (a frame saved per op)
     redispatch = getattr(getattr(overload, "_handle", None), "redispatch_boxed", None) or overload.redispatch
     backend_select = DispatchKey.BackendSelect
-    nesting = current.nesting
+    nested = current.nested
 
     def kernel(keyset, *args, **kwargs):
         keyset = keyset.remove(backend_select)
         t = current.tracer
-        if t is None or kwargs or nesting.depth:
+        if t is None or kwargs or (nested and get_ident() in nested):
             return redispatch(keyset, *args, **kwargs)
         ev = None
         try:
             ev = t.begin(spec, args)
         except Exception as e:  # noqa: BLE001
             t.fail(e)
-        nesting.depth = 1
+        tid = get_ident()
+        nested.add(tid)
         try:
             result = redispatch(keyset, *args)
         except BaseException as e:
-            nesting.depth = 0
+            nested.discard(tid)
             if ev is not None:
                 current.safe(t.completion.error, ev, e)
             raise
-        nesting.depth = 0
+        nested.discard(tid)
         if ev is not None:
             try:
                 t.completion.issued(ev, result)
@@ -396,19 +399,23 @@ def _patch_work_wait() -> None:
         if t is None:
             return orig(self, *args, **kwargs)
         c = t.completion
-        tls = c.tls
-        ev = tls.sync
+        works = c.sync_works  # the fast path's synchronous ops, by the job's Work
+        ev = works.pop(id(self), None) if works else None
+        if ev is None:  # the kernel's path's, by thread
+            tls = c.tls
+            ev = tls.sync
+            if ev is not None:
+                tls.sync = None
         if ev is not None:
             # the synchronous op just issued on this thread (distributed_c10d waits on it next): it ends when
             # this wait returns
-            tls.sync = None
             try:
                 result = orig(self, *args, **kwargs)
             except BaseException as e:
                 current.safe(c.complete, ev, e)
                 raise
             try:
-                c.complete(ev, None, time.monotonic_ns())
+                c.end_sync(ev, monotonic_ns())
             except Exception as e:  # noqa: BLE001
                 t.fail(e)
             return result

@@ -7,7 +7,8 @@ a write() system call. The file grows in chunks; unused space past the last reco
 reader skips (a torn last line is tolerated too). close() truncates the file to what was written.
 
 Thread-safe: records are appended with mmap.write, one C call under the GIL (ops complete on gloo's and NCCL's
-worker threads); growing the map takes a lock. This module never
+worker threads); growing the map takes a lock. The hot path calls that C method itself (`raw`), with write_raw as
+its fallback when the map is full. This module never
 raises into the traced program: on any I/O failure it disables itself with one warning on stderr.
 """
 
@@ -35,7 +36,12 @@ class Recorder:
         self._end = 0           # bytes written, once the map is closed (while open: its position)
         self._map: mmap.mmap | None = None
         self.enabled = True
+        # the hot path's write: the map's own C method while recording (it raises ValueError when the map is full
+        # or closed: the caller then hands the line to write_raw, which grows the map or drops it); write_raw once
+        # recording stopped
+        self.raw = self.write_raw
         self._grow(CHUNK)
+        self.raw = self._map.write
 
     def _grow(self, need: int) -> None:
         # Reserve the blocks before mapping them: writing into a mapped hole on a full disk would kill the
@@ -107,6 +113,7 @@ class Recorder:
         with self._lock:
             if self._map is None:
                 return
+            self.raw = self.write_raw
             try:
                 self._end = self._map.tell()
                 self._map.close()
@@ -123,6 +130,7 @@ class Recorder:
 
     def disable(self, reason: str) -> None:
         if self.enabled:
+            self.raw = self.write_raw
             self.enabled = False
             warn_once(os.path.dirname(self.path), f"disttrace: tracing disabled: {reason}; the job goes on "
                                                    f"untraced from here (what was recorded so far is kept)")
