@@ -34,7 +34,9 @@ class BlackBox:
         self.head = Recorder(path)
         stem = path[: -len(RANK_FILE_SUFFIX)]
         self.ring = Ring(stem + RING_SUFFIX, ring_size(config.ring), on_disable=self.disable)
-        self.write_raw = self.ring.write_raw  # the hot path: straight into the ring
+        # the hot path: straight into the ring (raw: the Recorder's name for the hot path's call; the ring's
+        # write_raw never raises, so it needs no fallback)
+        self.write_raw = self.raw = self.ring.write_raw
         self.agg = Aggregates(stem + AGG_SUFFIX, self.ring, self.head.write, config.by, config.every,
                               float(config.every))
         self._agg_lock = threading.Lock()
