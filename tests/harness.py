@@ -3,6 +3,8 @@ runs. Test modules import it (never conftest.py or each other); conftest.py hold
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import importlib.util
 import json
 import os
@@ -76,10 +78,59 @@ def run_traced(script, out: Path, nproc: int = 2, args=(), summaries: str = "ful
     return run_disttrace(*cmd, timeout=timeout, env=env)
 
 
+def run_folder(tmp_path_factory) -> Path:
+    """This run's own temporary folder, which its xdist workers share: the parent of each worker's base temp
+    (pytest-N/popen-gwK), or the base temp itself without xdist. A new one each run."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+class Traces:
+    """traced(script, nproc=2, args=(), summaries="full", run_args=(), expect_rc=0) -> Path of the trace dir.
+
+    Traces tests/jobs/SCRIPT under torchrun once per run per distinct call, for every test module of the run,
+    whichever xdist worker runs it: the trace dirs lie in the run's shared folder (run_folder), one per call's key,
+    and a worker that finds another one tracing the same key waits for it (a lock file per key) instead of
+    tracing it beside it. (rec_ops.py, rec_crash.py, fr_ddp.py, ex_p2p.py and pp_schedules.py are traced by 2-3
+    modules each.) A pair's two runs of a timing truth have distinct keys (tests/pairs.py), so each is a run."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder, self.made = folder / "traced", {}
+        self.folder.mkdir(exist_ok=True)
+
+    def __call__(self, script: str, nproc: int = 2, args=(), summaries: str = "full", run_args=(),
+                 expect_rc: int | None = 0) -> Path:
+        key = json.dumps([str(script), nproc, [str(a) for a in args], summaries, [str(a) for a in run_args]])
+        if key not in self.made:
+            name = f"{Path(script).stem}-{hashlib.sha1(key.encode()).hexdigest()[:6]}"
+            done = self.folder / f"{name}.json"
+            with open(self.folder / f"{name}.lock", "w") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)  # (released when closed, also by a worker that dies)
+                if not done.exists():
+                    self._trace(name, done, script, nproc, args, summaries, run_args, expect_rc)
+            self.made[key] = json.loads(done.read_text())
+        made = self.made[key]
+        if expect_rc is not None and made["rc"] != expect_rc:
+            raise AssertionError(f"traced job {script} exited {made['rc']}, expected {expect_rc}\n"
+                                 f"--- stdout\n{made['stdout']}\n--- stderr\n{made['stderr']}")
+        return Path(made["out"])
+
+    def _trace(self, name, done: Path, script, nproc, args, summaries, run_args, expect_rc) -> None:
+        for again in range(2):
+            out = self.folder / (f"{name}-again" if again else name) / "trace"
+            proc = run_traced(script, out, nproc, args, summaries, run_args)
+            # torch's own abort at exit (EXIT_ABORT), not the job's doing nor disttrace's: once more
+            if not (again == 0 and expect_rc == 0 and aborted_at_exit(proc)):
+                break
+        done.write_text(json.dumps({"out": str(out), "rc": proc.returncode, "stdout": proc.stdout[-4000:],
+                                    "stderr": proc.stderr[-4000:]}))
+
+
 def traced_fr_run(traced, tmp_path_factory):
-    """(disttrace trace dir, dump dir) of one traced fr_ddp.py run, shared by every test module of the session
-    (the dump dir's path is part of the traced job's arguments, so it must be the same path each time)."""
-    dumps = tmp_path_factory.getbasetemp() / "fr_dumps"
+    """(disttrace trace dir, dump dir) of one traced fr_ddp.py run, shared by every test module of the run
+    (the dump dir's path is part of the traced job's arguments, so it must be the same path each time, in the
+    folder the run's workers share)."""
+    dumps = run_folder(tmp_path_factory) / "fr_dumps"
     dumps.mkdir(exist_ok=True)
     trace = traced("fr_ddp.py", nproc=2, args=[str(dumps)], summaries="off")
     return trace, dumps
