@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import aborted_at_exit, run_traced
+from harness import Traces, run_folder
 
 # The suite keeps its bytecode (__pycache__/, ignored by git) even where PYTHONDONTWRITEBYTECODE is set, as on this
 # project's machines: otherwise every run, and every worker of a parallel run, rewrites the asserts of every test
@@ -29,27 +29,10 @@ for _folder in sorted({p.parent for p in Path(__file__).parent.rglob("test_*.py"
 
 @pytest.fixture(scope="session")
 def traced(tmp_path_factory):
-    """traced(script, nproc=2, args=(), summaries="full", run_args=(), expect_rc=0) -> Path of the trace dir.
-
-    Traces tests/jobs/SCRIPT under torchrun once per session per distinct call."""
-    cache: dict = {}
-
-    def make(script: str, nproc: int = 2, args=(), summaries: str = "full", run_args=(), expect_rc: int | None = 0):
-        key = (script, nproc, tuple(map(str, args)), summaries, tuple(run_args))
-        if key not in cache:
-            out = tmp_path_factory.mktemp(Path(script).stem) / "trace"
-            proc = run_traced(script, out, nproc, args, summaries, run_args)
-            if expect_rc == 0 and aborted_at_exit(proc):
-                # torch's own abort at exit (harness.EXIT_ABORT), not the job's doing nor disttrace's: once more
-                out = tmp_path_factory.mktemp(Path(script).stem) / "trace"
-                proc = run_traced(script, out, nproc, args, summaries, run_args)
-            if expect_rc is not None and proc.returncode != expect_rc:
-                raise AssertionError(f"traced job {script} exited {proc.returncode}, expected {expect_rc}\n"
-                                     f"--- stdout\n{proc.stdout[-4000:]}\n--- stderr\n{proc.stderr[-4000:]}")
-            cache[key] = (out, proc)
-        return cache[key][0]
-
-    return make
+    """traced(script, nproc=2, args=(), summaries="full", run_args=(), expect_rc=0) -> Path of the trace dir:
+    tests/jobs/SCRIPT traced under torchrun once per run per distinct call (harness.Traces), the xdist workers'
+    runs shared."""
+    return Traces(run_folder(tmp_path_factory))
 
 
 # -- timing-sensitive tests run alone -------------------------------------------------------------------------

@@ -3,6 +3,8 @@ runs. Test modules import it (never conftest.py or each other); conftest.py hold
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import importlib.util
 import json
 import os
@@ -76,10 +78,81 @@ def run_traced(script, out: Path, nproc: int = 2, args=(), summaries: str = "ful
     return run_disttrace(*cmd, timeout=timeout, env=env)
 
 
+def run_folder(tmp_path_factory) -> Path:
+    """This run's own temporary folder, which its xdist workers share: the parent of each worker's base temp
+    (pytest-N/popen-gwK), or the base temp itself without xdist. A new one each run."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+def made_once(folder: Path, stem: str, key, make) -> dict:
+    """{"out", "rc", "stdout", "stderr"} of make(DIR) -> (out path, CompletedProcess), made once per run and key
+    for every test module, whichever xdist worker asks: DIR and what make leaves there lie in `folder`, the run's
+    shared one (run_folder), and a worker that finds another one making the same key waits for it (a lock file per
+    key) instead of making it beside it."""
+    name = f"{stem}-{hashlib.sha1(json.dumps(key).encode()).hexdigest()[:6]}"
+    done = folder / f"{name}.json"
+    folder.mkdir(exist_ok=True)
+    with open(folder / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # (released when closed, also by a worker that dies)
+        if not done.exists():
+            out, proc = make(folder / name)
+            done.write_text(json.dumps({"out": str(out), "rc": proc.returncode, "stdout": proc.stdout,
+                                        "stderr": proc.stderr}))
+    return json.loads(done.read_text())
+
+
+class Traces:
+    """traced(script, nproc=2, args=(), summaries="full", run_args=(), expect_rc=0) -> Path of the trace dir.
+
+    Traces tests/jobs/SCRIPT under torchrun once per run per distinct call, for every module and worker of the run
+    (made_once): rec_ops.py, rec_crash.py, fr_ddp.py, ex_p2p.py and pp_schedules.py are traced by 2-3 modules each.
+    A pair's two runs of a timing truth have distinct keys (tests/pairs.py), so each is a run."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder, self.made = folder / "traced", {}
+
+    def __call__(self, script: str, nproc: int = 2, args=(), summaries: str = "full", run_args=(),
+                 expect_rc: int | None = 0) -> Path:
+        key = [str(script), nproc, [str(a) for a in args], summaries, [str(a) for a in run_args]]
+        if json.dumps(key) not in self.made:
+            self.made[json.dumps(key)] = made_once(self.folder, Path(script).stem, key, lambda d: self._trace(
+                d, script, nproc, args, summaries, run_args, expect_rc))
+        made = self.made[json.dumps(key)]
+        if expect_rc is not None and made["rc"] != expect_rc:
+            raise AssertionError(f"traced job {script} exited {made['rc']}, expected {expect_rc}\n"
+                                 f"--- stdout\n{made['stdout'][-4000:]}\n--- stderr\n{made['stderr'][-4000:]}")
+        return Path(made["out"])
+
+    @staticmethod
+    def _trace(d: Path, script, nproc, args, summaries, run_args, expect_rc):
+        out = d / "trace"
+        proc = run_traced(script, out, nproc, args, summaries, run_args)
+        if expect_rc == 0 and aborted_at_exit(proc):
+            # torch's own abort at exit (EXIT_ABORT), not the job's doing nor disttrace's: once more
+            out = d.with_name(f"{d.name}-again") / "trace"
+            proc = run_traced(script, out, nproc, args, summaries, run_args)
+        return out, proc
+
+
+def demo_once(tmp_path_factory, name: str, *args: str) -> tuple[Path, subprocess.CompletedProcess]:
+    """(its out dir, the command's outcome) of `disttrace demo NAME ARGS --out DIR` (stdin empty), run once per run
+    for every module and worker of the run (made_once): tests/demos runs every demo, and tests/tui/test_tmux opens
+    the pipeline demo's trace."""
+    def make(d: Path):
+        out = d / name
+        return out, run_disttrace("demo", name, *args, "--out", str(out), timeout=300, input="")
+
+    made = made_once(run_folder(tmp_path_factory) / "demos", name, [name, *args], make)
+    return Path(made["out"]), subprocess.CompletedProcess(["disttrace", "demo", name, *args], made["rc"],
+                                                          made["stdout"], made["stderr"])
+
+
 def traced_fr_run(traced, tmp_path_factory):
-    """(disttrace trace dir, dump dir) of one traced fr_ddp.py run, shared by every test module of the session
-    (the dump dir's path is part of the traced job's arguments, so it must be the same path each time)."""
-    dumps = tmp_path_factory.getbasetemp() / "fr_dumps"
+    """(disttrace trace dir, dump dir) of one traced fr_ddp.py run, shared by every test module of the run
+    (the dump dir's path is part of the traced job's arguments, so it must be the same path each time, in the
+    folder the run's workers share)."""
+    dumps = run_folder(tmp_path_factory) / "fr_dumps"
     dumps.mkdir(exist_ok=True)
     trace = traced("fr_ddp.py", nproc=2, args=[str(dumps)], summaries="off")
     return trace, dumps

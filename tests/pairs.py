@@ -3,8 +3,9 @@ test_attribution_truth.py): a prediction's ground truth is the job run without i
 than the faulty one, and on a shared 2-core machine the pace of a job's host work moves between runs (the DDP job's
 20 ms-of-sleep steps read 29-37 ms, and CI once saw its faulty run's on-time steps 15% slower than the on-time
 run's). So the two runs' pace is compared on what the fault leaves alone (the steps it does not touch, or the ranks
-it does not touch), and a pair more than PACE_TOLERANCE apart is run again, PACE_TRIES pairs at most; the pair
-closest in pace is kept. What is left of the drift, where the fault leaves whole steps alone, is taken out of the
+it does not touch), and where no pair is within PACE_TOLERANCE a run more is made, of the on-time job and of the
+faulty one by turns, each paired with every run of the other kind so far (closest_pair: PACE_TRIES rounds, 4 runs
+and 4 pairs at most; a pair of new runs a round cost 6 runs for 3 pairs); the pair closest in pace is kept. What is left of the drift, where the fault leaves whole steps alone, is taken out of the
 measurement (`measured_without_fault`: the on-time run's steps at the faulty run's pace). The pace check and the
 correction read only measured times, never a prediction: a wrong prediction fails whichever pair is kept."""
 
@@ -27,25 +28,45 @@ def analysed_pair(traced, script: str, nproc: int, late_steps=None, changes=(), 
     """(the faulty run analysed with `changes`, the on-time run analysed), both traced: `script` with the `fault`
     arguments and with the `clean` ones. Their pace is compared on the steps other than `late_steps`, or on the
     compute of the `bystanders` (ranks the fault leaves alone) in every steady step; with neither, not compared."""
-    pairs = []
-    for attempt in range(PACE_TRIES):
-        again = [f"--pair={attempt}"] if attempt else []  # a new cache key for traced(); the jobs ignore it
-        faulty, on_time = (load_trace(str(traced(script, nproc=nproc, args=[*args, *again], summaries="off")))
-                           for args in (list(fault), list(clean)))
-        a, b = analyze(faulty, changes=changes), analyze(on_time)
-        if late_steps is None and bystanders is None:
-            return a, b
+    def runs(args, **kw):
+        def run(k: int):
+            again = [f"--pair={k}"] if k else []  # a new cache key for traced(); the jobs ignore it
+            return analyze(load_trace(str(traced(script, nproc=nproc, args=[*args, *again], summaries="off"))), **kw)
+        return run
+
+    faulty, on_time = runs(list(fault), changes=changes), runs(list(clean))
+    if late_steps is None and bystanders is None:
+        return faulty(0), on_time(0)
+
+    def gap(a, b) -> float:
         if late_steps is not None:
-            gap = abs(step_pace(a, late_steps) / step_pace(b, late_steps) - 1)
-        else:  # (rank by rank: a busy machine may slow one process of the four, the one on the critical path)
-            pa, pb = compute_pace(a, bystanders), compute_pace(b, bystanders)
-            gap = max(abs(pa[r] / pb[r] - 1) for r in bystanders)
-        print(f"{script} {' '.join(fault)}: the two runs {gap:.1%} apart in pace")
-        pairs.append((gap, attempt, a, b))
-        if gap <= PACE_TOLERANCE:
+            return abs(step_pace(a, late_steps) / step_pace(b, late_steps) - 1)
+        # (rank by rank: a busy machine may slow one process of the four, the one on the critical path)
+        pa, pb = compute_pace(a, bystanders), compute_pace(b, bystanders)
+        return max(abs(pa[r] / pb[r] - 1) for r in bystanders)
+
+    return closest_pair(faulty, on_time, gap, f"{script} {' '.join(fault)}")
+
+
+def closest_pair(make_a, make_b, gap, what: str):
+    """(a, b) of the closest pair in pace (`gap(a, b)`) of runs made by make_a(k) and make_b(k), k = 0, 1, ...: a
+    first pair, then, while none is within PACE_TOLERANCE, a run more of b and of a by turns, paired with every
+    run of the other kind, PACE_TRIES rounds at most. A run made next to the runs before it is no worse a partner
+    for them than a run of a new pair would be, and a round costs one run, not two."""
+    a_runs, b_runs, gaps = [make_a(0)], [make_b(0)], {}
+    for round_ in range(PACE_TRIES):
+        if round_:
+            more = b_runs if round_ % 2 else a_runs
+            more.append((make_b if more is b_runs else make_a)(len(more)))
+        for i, a in enumerate(a_runs):
+            for j, b in enumerate(b_runs):
+                if (i, j) not in gaps:
+                    gaps[i, j] = gap(a, b)
+                    print(f"{what}: runs {i} and {j} {gaps[i, j]:.1%} apart in pace")
+        i, j = min(gaps, key=lambda ij: (gaps[ij], ij))
+        if gaps[i, j] <= PACE_TOLERANCE:
             break
-    _, _, a, b = min(pairs, key=lambda x: x[:2])
-    return a, b
+    return a_runs[i], b_runs[j]
 
 
 def step_pace(a, late_steps) -> float:

@@ -30,7 +30,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import JOBS, disttrace_cmd, job
+from golden_cases import run as run_in_process
+from harness import JOBS, job
 
 pytestmark = pytest.mark.slow
 
@@ -105,7 +106,10 @@ ALL_CASES = CASES + [f"{c}+{d}" for c in CASES for d in getattr(job(c), "DAMAGE"
 
 
 def _report(trace: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(disttrace_cmd("report", str(trace), *args), capture_output=True, text=True, timeout=120)
+    """`disttrace report TRACE ARGS` run in this process, as tests/golden runs its cases (cli.main, the store on,
+    the environment pinned): a report as a process costs ~1 s more, mostly its imports, and each case makes two."""
+    rc, out, err = run_in_process(["report", str(trace), *args], trace.parent, cache=True)
+    return subprocess.CompletedProcess(["disttrace", "report", str(trace), *args], rc, out.decode(), err)
 
 
 @pytest.fixture(scope="module")

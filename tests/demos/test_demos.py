@@ -10,7 +10,7 @@ import json
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from harness import run_disttrace
+from harness import demo_once
 
 from disttrace.demos.narrate_algorithms import ring_chunks, ring_result_from_trace
 from disttrace.demos.registry import DEMOS
@@ -72,15 +72,12 @@ def demos(request, tmp_path_factory):
         for name in getattr(getattr(item, "function", None), "_demos", ()):
             if name not in wanted:
                 wanted.append(name)
-    base = tmp_path_factory.mktemp("demos")
 
     def run(name):
-        out = base / name
         # the first demo a newcomer runs is run as they would, without --no-view: with no terminal here (stdin and
         # stdout are not one), it keeps the trace and says why it opens no viewer
         no_view = () if name == NO_TERMINAL_DEMO else ("--no-view",)
-        proc = run_disttrace("demo", name, *no_view, "--out", str(out), timeout=300, input="")
-        return name, out, proc
+        return name, *demo_once(tmp_path_factory, name, *no_view)
 
     with ThreadPoolExecutor(max_workers=2) as pool:
         finished = list(pool.map(run, wanted))

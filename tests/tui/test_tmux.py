@@ -180,10 +180,9 @@ def test_the_pipeline_tab_of_a_pipelining_job(traced, size):
 
 @pytest.fixture(scope="module")
 def pipeline_demo(tmp_path_factory):
-    from harness import run_disttrace
+    from harness import demo_once
 
-    out = tmp_path_factory.mktemp("pipeline-demo") / "trace"
-    proc = run_disttrace("demo", "pipeline-parallel", "--no-view", "--out", str(out), timeout=300, input="")
+    out, proc = demo_once(tmp_path_factory, "pipeline-parallel", "--no-view")  # (tests/demos runs it too)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return out
 

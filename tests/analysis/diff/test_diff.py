@@ -454,22 +454,21 @@ PERIODIC_SITE = f"diff_periodic.py:{__import__('tagged').line(str(harness.JOBS /
 
 def periodic_pair(traced, args=("--slow",)):
     """(A's trace dir, B's): tests/jobs/diff_periodic.py as it is and with `args`, made at the same pace on the
-    steps the fault leaves alone (tests/pairs.py's step_pace), PACE_TRIES pairs at most, the closest kept."""
-    from pairs import PACE_TOLERANCE, PACE_TRIES, step_pace
+    steps the fault leaves alone (tests/pairs.py's step_pace and closest_pair)."""
+    from pairs import closest_pair, step_pace
 
     from disttrace.tracer.analysis import analyze
     from disttrace.tracer.data.load import load_trace
 
-    made = []
-    for attempt in range(PACE_TRIES):
-        a_dir, b_dir = (traced("diff_periodic.py", nproc=2, args=[*x, f"--pair={attempt}"], summaries="off")
-                        for x in ((), args))
-        pa, pb = (step_pace(analyze(load_trace(str(d))), PERIODIC_LATE) for d in (a_dir, b_dir))
-        made.append((abs(pa / pb - 1), attempt, a_dir, b_dir))
-        print(f"diff_periodic {' '.join(args)}: the pair {made[-1][0]:.1%} apart in pace")
-        if made[-1][0] <= PACE_TOLERANCE:
-            break
-    return min(made)[2:]
+    def runs(x):
+        def run(k: int):
+            d = traced("diff_periodic.py", nproc=2, args=[*x, f"--pair={k}"], summaries="off")
+            return d, step_pace(analyze(load_trace(str(d))), PERIODIC_LATE)
+        return run
+
+    (a_dir, _), (b_dir, _) = closest_pair(runs(()), runs(args), lambda a, b: abs(a[1] / b[1] - 1),
+                                          f"diff_periodic {' '.join(args)}")
+    return a_dir, b_dir
 
 
 def injected_ns(j: dict) -> float:
