@@ -398,7 +398,10 @@ def _collectives(console, a: Analysis, top: int) -> None:
     if len(slow):
         key = ct.column("op").astype(np.int64) * (1 << 48) + ct.column("volume_bytes")
         typical = typical_spread(key, dur)
-        spread = typical_spread(key, dur, 1.0) - typical
+        # (where a key has too few samples both are +inf: no spread known, and inf - inf would warn on stderr)
+        spread = np.full(len(typical), np.inf)
+        known = np.isfinite(typical)
+        spread[known] = typical_spread(key, dur, 1.0)[known] - typical[known]
         table = rich_table(f"Collectives far slower than the model and beyond the job's own spread ({len(slow)})", "op",
                        "group", "size", "time", "typical ± spread", "model", "x model", "busbw")
         for k in slow[np.argsort(-(dur[slow] / model[slow]), kind="stable")][:top].tolist():
