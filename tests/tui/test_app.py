@@ -16,7 +16,8 @@ from disttrace.tui.screens.help import HelpScreen, keys_table
 from disttrace.tui.screens.viewer import ViewerScreen
 from disttrace.tui.widgets.timeline import Timeline
 
-from tui_helpers import DATA, PIPELINE_JOB, TUI_JOB, detail_text, ev, screen_text, shared_store, store_of, wait_until
+from tui_helpers import (DATA, PIPELINE_JOB, TUI_JOB, cols_where, detail_text, ev, screen_text, shared_store, store_of,
+                         wait_until)
 
 HANG = DATA / "hang.jsonl"
 
@@ -35,7 +36,7 @@ async def viewer(pilot) -> ViewerScreen:
 
 
 # Starting the app is most of a test's time (composing, styling and drawing the screen): the checks made from the
-# same start (trace, size, mode) share one app, each from the state the app opened in (back_to_the_start).
+# same start (trace, size, mode) share one app, each from the state the app opened in (each_from_the_start).
 
 async def back_to_the_start(pilot, v: ViewerScreen) -> None:
     """As the viewer opened in step mode: on the first event, its rank focused, unzoomed, on the timeline."""
@@ -47,18 +48,19 @@ async def back_to_the_start(pilot, v: ViewerScreen) -> None:
     assert v.focused_rank == v.store.rank_index[v.store.table.rank[0]]
 
 
+async def each_from_the_start(pilot, v: ViewerScreen, *checks) -> None:
+    """The checks one after the other in one app, the app back at its start between them."""
+    for k, check in enumerate(checks):
+        if k:
+            await back_to_the_start(pilot, v)
+        await check(pilot, v)
+
+
 async def test_stepping_selecting_zooming_clicking_and_the_palette():
     async with app_on().run_test(size=SIZE) as pilot:
-        v = await viewer(pilot)
-        await stepping_by_event_and_by_collective(pilot, v)
-        await back_to_the_start(pilot, v)
-        await same_collective_on_other_ranks_and_matching_recv(pilot, v)
-        await back_to_the_start(pilot, v)
-        await zoom_pan_and_ranks(pilot, v)
-        await back_to_the_start(pilot, v)
-        await click_on_timeline_picks_the_event_there(pilot, v)
-        await back_to_the_start(pilot, v)
-        await command_palette_lists_the_viewer_actions(pilot, v)
+        await each_from_the_start(pilot, await viewer(pilot), stepping_by_event_and_by_collective,
+                                  same_collective_on_other_ranks_and_matching_recv, zoom_pan_and_ranks,
+                                  click_on_timeline_picks_the_event_there, command_palette_lists_the_viewer_actions)
 
 
 async def stepping_by_event_and_by_collective(pilot, v):
@@ -144,10 +146,8 @@ async def test_play_pause_advances_the_playhead():
 
 async def test_goto_search_and_the_selection_outside_the_window():
     async with app_on().run_test(size=SIZE) as pilot:
-        v = await viewer(pilot)
-        await selection_outside_the_window_is_not_marked(pilot, v)
-        await back_to_the_start(pilot, v)
-        await goto_and_search_prompts(pilot, v)
+        await each_from_the_start(pilot, await viewer(pilot), selection_outside_the_window_is_not_marked,
+                                  goto_and_search_prompts)
 
 
 async def goto_and_search_prompts(pilot, v):
@@ -183,10 +183,8 @@ async def test_views_switch_and_help_lists_every_key_the_app_answers_to():
 
 async def test_waits_view_jumps_to_the_straggler_and_its_rows_to_what_it_made_the_others_wait_for():
     async with app_on().run_test(size=SIZE) as pilot:
-        v = await viewer(pilot)
-        await waits_view_jumps_to_the_straggler(pilot, v)
-        await back_to_the_start(pilot, v)
-        await a_straggler_s_row_jumps_to_the_collective_it_made_the_others_wait_longest_for(pilot, v)
+        await each_from_the_start(pilot, await viewer(pilot), waits_view_jumps_to_the_straggler,
+                                  a_straggler_s_row_jumps_to_the_collective_it_made_the_others_wait_longest_for)
 
 
 async def waits_view_jumps_to_the_straggler(pilot, v):
@@ -230,12 +228,9 @@ async def a_straggler_s_row_jumps_to_the_collective_it_made_the_others_wait_long
 
 async def test_the_ring_view_steps_and_plays():
     async with app_on().run_test(size=SIZE) as pilot:
-        v = await viewer(pilot)
-        await a_key_right_after_a_view_s_key_reaches_the_view(pilot, v)  # (first: before the ring view is built)
-        await back_to_the_start(pilot, v)
-        await ring_view_steps(pilot, v)
-        await back_to_the_start(pilot, v)
-        await playing_in_the_ring_view_animates_its_steps(pilot, v)
+        await each_from_the_start(pilot, await viewer(pilot),
+                                  a_key_right_after_a_view_s_key_reaches_the_view,  # (before the ring view is built)
+                                  ring_view_steps, playing_in_the_ring_view_animates_its_steps)
 
 
 async def ring_view_steps(pilot, v):
@@ -462,12 +457,7 @@ async def playing_in_the_ring_view_animates_its_steps(pilot, v):
 def marked_cols(tl: Timeline, y: int) -> list[int]:
     from disttrace.tui.widgets.palette import BG_SELECTED
 
-    cols, x = [], 0
-    for seg in list(tl.render_line(y))[1:]:  # the rank label first
-        if seg.style is not None and seg.style.bgcolor == BG_SELECTED:
-            cols.extend(range(x, x + len(seg.text)))
-        x += len(seg.text)
-    return cols
+    return cols_where(tl, y, lambda style: style.bgcolor == BG_SELECTED)
 
 
 async def selection_outside_the_window_is_not_marked(pilot, v):
@@ -624,12 +614,9 @@ async def test_a_long_narration_scrolls_to_its_last_line(size):
 
 async def test_at_80x24_the_charts_the_path_view_and_the_ring_view_say_what_they_show():
     async with app_on().run_test(size=(80, 24)) as pilot:
-        v = await viewer(pilot)
-        await at_80x24_the_charts_keep_their_titles(pilot, v)
-        await back_to_the_start(pilot, v)
-        await at_80x24_the_path_view_shows_its_root_causes(pilot, v)
-        await back_to_the_start(pilot, v)
-        await the_ring_view_says_a_collectives_schedule_is_a_model(pilot, v)
+        await each_from_the_start(pilot, await viewer(pilot), at_80x24_the_charts_keep_their_titles,
+                                  at_80x24_the_path_view_shows_its_root_causes,
+                                  the_ring_view_says_a_collectives_schedule_is_a_model)
 
 
 async def at_80x24_the_charts_keep_their_titles(pilot, v):

@@ -15,7 +15,7 @@ from disttrace.tui.widgets.palette import PATH
 from disttrace.tui.widgets.timeline import Timeline
 
 from synthetic import MS
-from tui_helpers import shared_steps_store, shared_store, steps_store
+from tui_helpers import cols_where, shared_steps_store, shared_store, steps_store
 
 SIZE = (120, 40)
 PINK = Color.parse(PATH)
@@ -39,12 +39,7 @@ def table_rows(view: CriticalPathView) -> list[tuple[str, ...]]:
 def marked_cols(tl: Timeline, rank: int) -> list[int]:
     """Columns of a rank's lane drawn in the critical path's colour."""
     y = tl.rank_indices.index(tl.store.rank_index[rank]) - int(tl.scroll_y)
-    cols, x = [], 0
-    for seg in list(tl.render_line(y))[1:]:  # the rank label first
-        if seg.style is not None and seg.style.color == PINK:
-            cols.extend(range(x, x + len(seg.text)))
-        x += len(seg.text)
-    return cols
+    return cols_where(tl, y, lambda style: style.color == PINK)
 
 
 def expected_cols(tl: Timeline, spans) -> list[int]:

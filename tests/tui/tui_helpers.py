@@ -94,6 +94,16 @@ def shared_steps_store() -> TraceStore:
     return steps_store()
 
 
+def cols_where(timeline, y: int, drawn) -> list[int]:
+    """The columns of the timeline's line y (past its rank label) whose style drawn(style) holds."""
+    cols, x = [], 0
+    for seg in list(timeline.render_line(y))[1:]:  # the rank label first
+        if seg.style is not None and drawn(seg.style):
+            cols.extend(range(x, x + len(seg.text)))
+        x += len(seg.text)
+    return cols
+
+
 def screen_text(app) -> list[str]:
     """The lines on the app's screen as a person reads them (the top screen: a modal prompt is drawn alone)."""
     update = app.screen._compositor.render_full_update()
