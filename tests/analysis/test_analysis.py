@@ -568,7 +568,7 @@ def test_waits_carried_back_along_random_chains_are_the_definitions(jit, monkeyp
     monkeypatch.setenv("DISTTRACE_JIT", jit)
     rnd = random.Random(7)
     carried = cut = 0
-    for trial in range(150):
+    for trial in range(60):  # (each of the 6 settings below 10 times)
         ranks = rnd.randint(2, 24)
         rec = WaitRecord()
         for _ in range(rnd.randint(1, 200)):
@@ -585,7 +585,7 @@ def test_waits_carried_back_along_random_chains_are_the_definitions(jit, monkeyp
         assert got == _roots_by_recursion(rec, longest), trial
         cut += longest == 3 and got != _roots_by_recursion(rec, 16)
         carried += len(out.waiter) > len(rec.waiter)
-    assert carried > 100 and cut > 10  # (most trials had chains to follow, many cut short)
+    assert carried > 40 and cut > 10  # (most trials had chains to follow, many cut short)
 
 
 def test_a_balanced_job_has_no_straggler():

@@ -16,7 +16,8 @@ from disttrace.tui.screens.help import HelpScreen, keys_table
 from disttrace.tui.screens.viewer import ViewerScreen
 from disttrace.tui.widgets.timeline import Timeline
 
-from tui_helpers import DATA, PIPELINE_JOB, TUI_JOB, detail_text, ev, fixture_store, screen_text, store_of, wait_until
+from tui_helpers import (DATA, PIPELINE_JOB, TUI_JOB, cols_where, detail_text, ev, screen_text, shared_store, store_of,
+                         wait_until)
 
 HANG = DATA / "hang.jsonl"
 
@@ -24,7 +25,7 @@ SIZE = (120, 40)
 
 
 def app_on(path=TUI_JOB, step_mode=True, **kw) -> DisttraceApp:
-    return DisttraceApp([str(path)], store=fixture_store(path), step_mode=step_mode, **kw)
+    return DisttraceApp([str(path)], store=shared_store(path), step_mode=step_mode, **kw)
 
 
 async def viewer(pilot) -> ViewerScreen:
@@ -34,78 +35,92 @@ async def viewer(pilot) -> ViewerScreen:
     return screen
 
 
-async def test_stepping_by_event_and_by_collective():
+# Starting the app is most of a test's time (composing, styling and drawing the screen): the checks made from the
+# same start (trace, size, mode) share one app, each from the state the app opened in (each_from_the_start).
+
+async def back_to_the_start(pilot, v: ViewerScreen) -> None:
+    """As the viewer opened in step mode: on the first event, its rank focused, unzoomed, on the timeline."""
+    await pilot.press("1", "f")
+    v.set_reactive(ViewerScreen.playhead, -2)  # (so that setting it to the row it is on still moves everything)
+    v.playhead = 0
+    await pilot.pause()
+    assert (v.playhead, v.selection, v.zoom, v.offset_ns, v.ring_step) == (0, 0, 0, 0, -1)
+    assert v.focused_rank == v.store.rank_index[v.store.table.rank[0]]
+
+
+async def each_from_the_start(pilot, v: ViewerScreen, *checks) -> None:
+    """The checks one after the other in one app, the app back at its start between them."""
+    for k, check in enumerate(checks):
+        if k:
+            await back_to_the_start(pilot, v)
+        await check(pilot, v)
+
+
+async def test_stepping_selecting_zooming_clicking_and_the_palette():
     async with app_on().run_test(size=SIZE) as pilot:
-        v = await viewer(pilot)
-        t = v.store.table
-        assert v.playhead == 0 and v.selection == 0
-        await pilot.press("n", "n", "n")
-        assert v.playhead == 3 and v.selection == 3
-        await pilot.press("p")
-        assert v.playhead == 2
-        await pilot.press("N")  # the next collective after the all_reduce: all_gather, earliest arrival
-        assert t.op[v.playhead] == "all_gather"
-        first = min((i for i in range(len(t)) if t.op[i] == "all_gather"), key=lambda i: t.start_ns[i])
-        assert v.playhead == first
-        await pilot.press("N", "N", "N")
-        assert t.op[v.playhead] == "barrier"
-        await pilot.press("P")
-        assert t.op[v.playhead] == "broadcast"
-        # the focused rank follows the playhead
-        assert v.store.rows[v.focused_rank].rank == t.rank[v.playhead]
+        await each_from_the_start(pilot, await viewer(pilot), stepping_by_event_and_by_collective,
+                                  same_collective_on_other_ranks_and_matching_recv, zoom_pan_and_ranks,
+                                  click_on_timeline_picks_the_event_there, command_palette_lists_the_viewer_actions)
 
 
-async def test_browsing_starts_before_the_first_event():
-    async with app_on(step_mode=False).run_test(size=SIZE) as pilot:
-        v = await viewer(pilot)
-        assert v.playhead == -1 and v.selection == -1
-        await pilot.press("n")
-        assert v.playhead == 0 and v.selection == 0
+async def stepping_by_event_and_by_collective(pilot, v):
+    t = v.store.table
+    assert v.playhead == 0 and v.selection == 0
+    await pilot.press("n", "n", "n")
+    assert v.playhead == 3 and v.selection == 3
+    await pilot.press("p")
+    assert v.playhead == 2
+    await pilot.press("N")  # the next collective after the all_reduce: all_gather, earliest arrival
+    assert t.op[v.playhead] == "all_gather"
+    first = min((i for i in range(len(t)) if t.op[i] == "all_gather"), key=lambda i: t.start_ns[i])
+    assert v.playhead == first
+    await pilot.press("N", "N", "N")
+    assert t.op[v.playhead] == "barrier"
+    await pilot.press("P")
+    assert t.op[v.playhead] == "broadcast"
+    # the focused rank follows the playhead
+    assert v.store.rows[v.focused_rank].rank == t.rank[v.playhead]
 
 
-async def test_same_collective_on_other_ranks_and_matching_recv():
-    async with app_on().run_test(size=SIZE) as pilot:
-        v = await viewer(pilot)
-        t = v.store.table
-        inst = v.store.instance(v.playhead)
-        seen = {t.rank[v.selection]}
-        for _ in range(3):
-            await pilot.press("o")
-            assert v.store.instance(v.selection) is inst
-            seen.add(t.rank[v.selection])
-        assert seen == {0, 1, 2, 3}
-        assert v.playhead == 0  # o moves the selection, not the playhead
-        send = next(i for i in range(len(t)) if t.op[i] == "send" and t.rank[i] == 0)
-        v.playhead = send
-        await pilot.press("m")
-        assert t.op[v.selection] == "recv" and t.rank[v.selection] == 1 and t.peer[v.selection] == 0
-        await pilot.press("m")
-        assert v.selection == send
+async def same_collective_on_other_ranks_and_matching_recv(pilot, v):
+    t = v.store.table
+    inst = v.store.instance(v.playhead)
+    seen = {t.rank[v.selection]}
+    for _ in range(3):
+        await pilot.press("o")
+        assert v.store.instance(v.selection) is inst
+        seen.add(t.rank[v.selection])
+    assert seen == {0, 1, 2, 3}
+    assert v.playhead == 0  # o moves the selection, not the playhead
+    send = next(i for i in range(len(t)) if t.op[i] == "send" and t.rank[i] == 0)
+    v.playhead = send
+    await pilot.press("m")
+    assert t.op[v.selection] == "recv" and t.rank[v.selection] == 1 and t.peer[v.selection] == 0
+    await pilot.press("m")
+    assert v.selection == send
 
 
-async def test_zoom_pan_and_ranks():
-    async with app_on().run_test(size=SIZE) as pilot:
-        v = await viewer(pilot)
-        await pilot.press("plus", "plus")
-        assert v.zoom == 2
-        await pilot.press("l")
-        after_right = v.offset_ns
-        await pilot.press("h", "h")
-        assert v.offset_ns < after_right
-        await pilot.press("minus")
-        assert v.zoom == 1
-        await pilot.press("f")
-        assert (v.zoom, v.offset_ns) == (0, 0)
-        k = v.focused_rank
-        await pilot.press("j")
-        assert v.focused_rank == min(k + 1, 3)
-        # the selection follows to the same collective on the newly focused rank
-        assert v.store.table.rank[v.selection] == v.store.rows[v.focused_rank].rank
-        assert v.store.instance(v.selection) is v.store.instance(v.playhead)
-        await pilot.press("k")
-        assert v.focused_rank == k
-        await pilot.press("down")  # arrows too (no pane takes them away)
-        assert v.focused_rank == min(k + 1, 3)
+async def zoom_pan_and_ranks(pilot, v):
+    await pilot.press("plus", "plus")
+    assert v.zoom == 2
+    await pilot.press("l")
+    after_right = v.offset_ns
+    await pilot.press("h", "h")
+    assert v.offset_ns < after_right
+    await pilot.press("minus")
+    assert v.zoom == 1
+    await pilot.press("f")
+    assert (v.zoom, v.offset_ns) == (0, 0)
+    k = v.focused_rank
+    await pilot.press("j")
+    assert v.focused_rank == min(k + 1, 3)
+    # the selection follows to the same collective on the newly focused rank
+    assert v.store.table.rank[v.selection] == v.store.rows[v.focused_rank].rank
+    assert v.store.instance(v.selection) is v.store.instance(v.playhead)
+    await pilot.press("k")
+    assert v.focused_rank == k
+    await pilot.press("down")  # arrows too (no pane takes them away)
+    assert v.focused_rank == min(k + 1, 3)
 
 
 async def test_play_pause_advances_the_playhead():
@@ -113,6 +128,8 @@ async def test_play_pause_advances_the_playhead():
         v = await viewer(pilot)
         await pilot.press(">", "<", "<")  # 5 -> 10 -> 5 -> 2 events a second
         assert v.speed == 2
+        await pilot.press(">", ">")  # (back to 10 a second: the events below play five times sooner than at 2)
+        assert v.speed == 10
         await pilot.press("space")
         assert v.playing
         for _ in range(500):
@@ -127,22 +144,26 @@ async def test_play_pause_advances_the_playhead():
         assert v.playhead == stopped
 
 
-async def test_goto_and_search_prompts():
+async def test_goto_search_and_the_selection_outside_the_window():
     async with app_on().run_test(size=SIZE) as pilot:
-        v = await viewer(pilot)
-        await pilot.press("g", *"#20", "enter")
-        await pilot.pause()
-        assert v.playhead == 20
-        await pilot.press("slash", *"barrier rank=2", "enter")
-        t = v.store.table
-        for _ in range(100):  # the search runs in a thread
-            if t.op[v.playhead] == "barrier":
-                break
-            await pilot.pause(0.05)
-        assert t.op[v.playhead] == "barrier" and t.rank[v.playhead] == 2
+        await each_from_the_start(pilot, await viewer(pilot), selection_outside_the_window_is_not_marked,
+                                  goto_and_search_prompts)
 
 
-async def test_views_switch_and_help():
+async def goto_and_search_prompts(pilot, v):
+    await pilot.press("g", *"#20", "enter")
+    await pilot.pause()
+    assert v.playhead == 20
+    await pilot.press("slash", *"barrier rank=2", "enter")
+    t = v.store.table
+    for _ in range(100):  # the search runs in a thread
+        if t.op[v.playhead] == "barrier":
+            break
+        await pilot.pause(0.05)
+    assert t.op[v.playhead] == "barrier" and t.rank[v.playhead] == 2
+
+
+async def test_views_switch_and_help_lists_every_key_the_app_answers_to():
     async with app_on().run_test(size=SIZE) as pilot:
         v = await viewer(pilot)
         tabs = v.query_one(TabbedContent)
@@ -151,99 +172,103 @@ async def test_views_switch_and_help():
             assert tabs.active == name
         await pilot.press("question_mark")
         assert isinstance(pilot.app.screen, HelpScreen)
-        await pilot.press("escape")
-        assert isinstance(pilot.app.screen, ViewerScreen)
-
-
-async def test_help_lists_every_key_the_app_answers_to():
-    # the app's own bindings (F: follow the newest event, R: next run) are keys too, not only the screen's
-    async with app_on().run_test(size=SIZE) as pilot:
-        await viewer(pilot)
-        await pilot.press("question_mark")
+        # the app's own bindings (F: follow the newest event, R: next run) are keys too, not only the screen's
         shown = " ".join(map(str, keys_table(pilot.app.screen.bindings_list).columns[1]._cells))
         for b in [*pilot.app.BINDINGS, *ViewerScreen.BINDINGS]:
             if b.tooltip or b.description:
                 assert (b.tooltip or b.description) in shown, b
+        await pilot.press("escape")
+        assert isinstance(pilot.app.screen, ViewerScreen)
 
 
-async def test_waits_view_jumps_to_the_straggler():
+async def test_waits_view_jumps_to_the_straggler_and_its_rows_to_what_it_made_the_others_wait_for():
     async with app_on().run_test(size=SIZE) as pilot:
-        v = await viewer(pilot)
-        await pilot.press("4")
-        await pilot.pause()
-        await pilot.press("enter")  # the collective with the most waiting: the barrier rank 2 was late to
-        await pilot.pause()
-        t = v.store.table
-        assert t.op[v.playhead] == "barrier" and t.rank[v.playhead] == 2
-        assert v.query_one(TabbedContent).active == "timeline"
+        await each_from_the_start(pilot, await viewer(pilot), waits_view_jumps_to_the_straggler,
+                                  a_straggler_s_row_jumps_to_the_collective_it_made_the_others_wait_longest_for)
 
 
-@pytest.mark.parametrize("path", [TUI_JOB, PIPELINE_JOB])
-async def test_a_straggler_s_row_jumps_to_the_collective_it_made_the_others_wait_longest_for(path):
-    """Enter on a rank of the stragglers' table: the playhead goes to that rank's event in the collective it arrived
-    last to whose waiting was longest (the first of equals), as the rule reads instance by instance."""
+async def waits_view_jumps_to_the_straggler(pilot, v):
+    await pilot.press("4")
+    await pilot.pause()
+    await pilot.press("enter")  # the collective with the most waiting: the barrier rank 2 was late to
+    await pilot.pause()
+    t = v.store.table
+    assert t.op[v.playhead] == "barrier" and t.rank[v.playhead] == 2
+    assert v.query_one(TabbedContent).active == "timeline"
+
+
+async def test_a_straggler_s_row_jumps_to_the_collective_it_made_the_others_wait_longest_for():
+    """(on the pipeline's trace; the 4-rank job's, after the waits view's jump above)"""
+    async with app_on(PIPELINE_JOB).run_test(size=SIZE) as pilot:
+        await a_straggler_s_row_jumps_to_the_collective_it_made_the_others_wait_longest_for(pilot, await viewer(pilot))
+
+
+async def a_straggler_s_row_jumps_to_the_collective_it_made_the_others_wait_longest_for(pilot, v):
+    """Enter on a rank of the stragglers' table: the playhead goes to that rank's event in the collective it
+    arrived last to whose waiting was longest (the first of equals), as the rule reads instance by instance."""
     from textual.widgets import DataTable
 
-    async with app_on(path).run_test(size=SIZE) as pilot:
-        v = await viewer(pilot)
-        a = v.store.analysis
-        jumps = 0
-        for k, s in enumerate(a.stragglers):
-            late = [c for c in a.collectives if c.last_arrival == s.rank and s.rank in c.ranks]
-            want = max(late, key=lambda c: sum(c.waits)).row_of(s.rank) if late else None
-            await pilot.press("4")
-            await pilot.pause()
-            table = v.query_one("#straggler-table", DataTable)
-            table.focus()
-            table.move_cursor(row=k)
-            v.playhead = before = -1
-            await pilot.press("enter")
-            await pilot.pause()
-            assert v.playhead == (before if want is None else want), (s.rank, want)
-            jumps += want is not None
-        assert jumps
+    a = v.store.analysis
+    jumps = 0
+    for k, s in enumerate(a.stragglers):
+        late = [c for c in a.collectives if c.last_arrival == s.rank and s.rank in c.ranks]
+        want = max(late, key=lambda c: sum(c.waits)).row_of(s.rank) if late else None
+        await pilot.press("4")
+        await pilot.pause()
+        table = v.query_one("#straggler-table", DataTable)
+        table.focus()
+        table.move_cursor(row=k)
+        v.playhead = before = -1
+        await pilot.press("enter")
+        await pilot.pause()
+        assert v.playhead == (before if want is None else want), (s.rank, want)
+        jumps += want is not None
+    assert jumps
 
-async def test_ring_view_steps():
+
+async def test_the_ring_view_steps_and_plays():
     async with app_on().run_test(size=SIZE) as pilot:
-        v = await viewer(pilot)
-        await pilot.press("2")
-        await pilot.press("right_square_bracket", "right_square_bracket")
-        assert v.ring_step == 1
-        for _ in range(10):
-            await pilot.press("right_square_bracket")
-        assert v.ring_step == 5  # all_reduce over 4 ranks: 2(N-1) = 6 steps
-        await pilot.press("n")
-        assert v.ring_step == -1  # a new playhead starts the ring from the beginning
+        await each_from_the_start(pilot, await viewer(pilot),
+                                  a_key_right_after_a_view_s_key_reaches_the_view,  # (before the ring view is built)
+                                  ring_view_steps, playing_in_the_ring_view_animates_its_steps)
 
 
-async def test_a_key_right_after_a_view_s_key_reaches_the_view():
+async def ring_view_steps(pilot, v):
+    await pilot.press("2")
+    await pilot.press("right_square_bracket", "right_square_bracket")
+    assert v.ring_step == 1
+    for _ in range(10):
+        await pilot.press("right_square_bracket")
+    assert v.ring_step == 5  # all_reduce over 4 ranks: 2(N-1) = 6 steps
+    await pilot.press("n")
+    assert v.ring_step == -1  # a new playhead starts the ring from the beginning
+
+
+async def a_key_right_after_a_view_s_key_reaches_the_view(pilot, v):
     # as typed fast, or read together on a loaded machine: "2" then "]" before the ring view was built (each
     # analysis view is built when its tab is first shown) must still step the ring
     from textual import events
 
-    async with app_on().run_test(size=SIZE) as pilot:
-        v = await viewer(pilot)
-        for key, char in (("2", "2"), ("right_square_bracket", "]")):
-            pilot.app.post_message(events.Key(key, char))
-        await pilot.pause()
-        assert v.query_one(TabbedContent).active == "ring" and v.ring_step == 0
+    assert not v.query("RingView")
+    for key, char in (("2", "2"), ("right_square_bracket", "]")):
+        pilot.app.post_message(events.Key(key, char))
+    await pilot.pause()
+    assert v.query_one(TabbedContent).active == "ring" and v.ring_step == 0
 
 
-async def test_click_on_timeline_picks_the_event_there():
-    async with app_on().run_test(size=SIZE) as pilot:
-        v = await viewer(pilot)
-        tl = v.query_one(Timeline)
-        # click rank 2's lane in the middle of the long barrier wait of the others: rank 2 was computing
-        # (sleeping) there, so the nearest event on its lane is picked
-        y = v.store.rank_index[0]
-        x = tl.label_w + tl.lane_width // 2
-        await pilot.click(Timeline, offset=(x, y))
-        t = v.store.table
-        assert t.rank[v.playhead] == 0 and t.op[v.playhead] == "barrier"
+async def click_on_timeline_picks_the_event_there(pilot, v):
+    tl = v.query_one(Timeline)
+    # click rank 2's lane in the middle of the long barrier wait of the others: rank 2 was computing
+    # (sleeping) there, so the nearest event on its lane is picked
+    y = v.store.rank_index[0]
+    x = tl.label_w + tl.lane_width // 2
+    await pilot.click(Timeline, offset=(x, y))
+    t = v.store.table
+    assert t.rank[v.playhead] == 0 and t.op[v.playhead] == "barrier"
 
 
 def test_detail_shows_values_wait_and_bandwidth():
-    s = fixture_store()
+    s = shared_store()
     t = s.table
 
     def text(row):
@@ -400,72 +425,62 @@ async def test_loads_in_the_worker_then_shows_the_analysis():
         assert v.store.table.op[v.playhead] == "all_gather"
 
 
-async def test_command_palette_lists_the_viewer_actions():
-    async with app_on().run_test(size=SIZE) as pilot:
-        v = await viewer(pilot)
-        titles = [c.title for c in pilot.app.get_system_commands(v)]
-        assert any(t.startswith("next collective") for t in titles)
-        assert any(t.startswith("ring view") for t in titles)
-        cmd = next(c for c in pilot.app.get_system_commands(v) if c.title.startswith("next event"))
-        result = cmd.callback()  # what the palette does when the command is chosen
-        if inspect.isawaitable(result):
-            await result
-        await pilot.pause()
-        assert v.playhead == 1
+async def command_palette_lists_the_viewer_actions(pilot, v):
+    titles = [c.title for c in pilot.app.get_system_commands(v)]
+    assert any(t.startswith("next collective") for t in titles)
+    assert any(t.startswith("ring view") for t in titles)
+    cmd = next(c for c in pilot.app.get_system_commands(v) if c.title.startswith("next event"))
+    result = cmd.callback()  # what the palette does when the command is chosen
+    if inspect.isawaitable(result):
+        await result
+    await pilot.pause()
+    assert v.playhead == 1
 
 
-async def test_playing_in_the_ring_view_animates_its_steps():
-    async with app_on().run_test(size=SIZE) as pilot:
-        v = await viewer(pilot)
-        await pilot.press("2", ">")  # 10 steps a second
-        first = v.playhead
-        seen = []  # every step the view was given (polling it missed steps on a loaded machine)
-        v.watch(v, "ring_step", lambda step: seen.append(step) if v.playhead == first else None, init=False)
-        await pilot.press("space")
-        for _ in range(500):
-            await pilot.pause(0.02)
-            if v.playhead != first:
-                break
-        await pilot.press("space")
-        seen = [step for step in seen if step >= 0]
-        # the steps of the 4-rank all_reduce one after the other, up to the last of its 2(N-1) = 6
-        assert seen == sorted(seen) and seen[-1] == 5 and len(seen) >= 3
-        assert v.store.instance(v.playhead) is not v.store.instance(first)  # then the next collective
+async def playing_in_the_ring_view_animates_its_steps(pilot, v):
+    await pilot.press("2", ">")  # 10 steps a second
+    first = v.playhead
+    seen = []  # every step the view was given (polling it missed steps on a loaded machine)
+    v.watch(v, "ring_step", lambda step: seen.append(step) if v.playhead == first else None, init=False)
+    await pilot.press("space")
+    for _ in range(500):
+        await pilot.pause(0.02)
+        if v.playhead != first:
+            break
+    await pilot.press("space")
+    seen = [step for step in seen if step >= 0]
+    # the steps of the 4-rank all_reduce one after the other, up to the last of its 2(N-1) = 6
+    assert seen == sorted(seen) and seen[-1] == 5 and len(seen) >= 3
+    assert v.store.instance(v.playhead) is not v.store.instance(first)  # then the next collective
 
 
-async def test_selection_outside_the_window_is_not_marked():
-    """An event selected left of the visible window marks no cell: column 0 keeps its own look (the selection
-    was drawn there as if it were in the window)."""
+def marked_cols(tl: Timeline, y: int) -> list[int]:
     from disttrace.tui.widgets.palette import BG_SELECTED
 
-    def marked_cols(tl: Timeline, y: int) -> list[int]:
-        cols, x = [], 0
-        for seg in list(tl.render_line(y))[1:]:  # the rank label first
-            if seg.style is not None and seg.style.bgcolor == BG_SELECTED:
-                cols.extend(range(x, x + len(seg.text)))
-            x += len(seg.text)
-        return cols
+    return cols_where(tl, y, lambda style: style.bgcolor == BG_SELECTED)
 
-    async with app_on().run_test(size=SIZE) as pilot:
-        v = await viewer(pilot)
-        tl = v.query_one(Timeline)
-        sel = v.selection
-        assert sel >= 0
-        y = v.store.rank_index[v.store.table.rank[sel]]
-        assert marked_cols(tl, y)  # at zoom 0 the selected first event is marked
-        await pilot.press(*["plus"] * 6)
-        # pan right until the selection (and its collective on the other ranks) ends left of the window
-        marked = [row for rows in tl._highlight_rows().values() for row in rows]
-        assert sel in marked
-        end = max(v.store.end_of(row) for row in marked) - v.store.t0
-        while v.offset_ns <= end:
-            before = v.offset_ns
-            await pilot.press("l")
-            assert v.offset_ns > before
-        assert v.selection == sel
-        assert all(tl.col_of(v.store.end_of(row) - 1) < 0 for row in marked)
-        for k in range(len(v.store.rows)):
-            assert 0 not in marked_cols(tl, k), f"lane {k}: column 0 marked for a selection left of the window"
+
+async def selection_outside_the_window_is_not_marked(pilot, v):
+    """An event selected left of the visible window marks no cell: column 0 keeps its own look (the selection
+    was drawn there as if it were in the window)."""
+    tl = v.query_one(Timeline)
+    sel = v.selection
+    assert sel >= 0
+    y = v.store.rank_index[v.store.table.rank[sel]]
+    assert marked_cols(tl, y)  # at zoom 0 the selected first event is marked
+    await pilot.press(*["plus"] * 4)
+    # pan right until the selection (and its collective on the other ranks) ends left of the window
+    marked = [row for rows in tl._highlight_rows().values() for row in rows]
+    assert sel in marked
+    end = max(v.store.end_of(row) for row in marked) - v.store.t0
+    while v.offset_ns <= end:
+        before = v.offset_ns
+        await pilot.press("l")
+        assert v.offset_ns > before
+    assert v.selection == sel
+    assert all(tl.col_of(v.store.end_of(row) - 1) < 0 for row in marked)
+    for k in range(len(v.store.rows)):
+        assert 0 not in marked_cols(tl, k), f"lane {k}: column 0 marked for a selection left of the window"
 
 
 @pytest.mark.draws_ahead
@@ -528,11 +543,15 @@ async def test_the_prompts_show_what_is_typed(size):
             await wait_until(pilot, lambda: isinstance(pilot.app.screen, ViewerScreen), "back to the viewer")
 
 
-async def test_one_numbering_go_to_the_list_the_detail_and_the_status_line():
+async def test_browsing_starts_before_the_first_event_and_one_numbering_in_go_to_the_list_the_detail_and_status():
     """`g` #16 lands on the list's #16, which the detail pane and the status line call #16 too (200 columns: the
     list has room for its # column)."""
     async with app_on(step_mode=False).run_test(size=(200, 50)) as pilot:
         v = await viewer(pilot)
+        # browsing starts before the first event
+        assert v.playhead == -1 and v.selection == -1
+        await pilot.press("n")
+        assert v.playhead == 0 and v.selection == 0
         await pilot.press("g", "#", "1", "6", "enter")
         await wait_until(pilot, lambda: v.playhead == 16, "on #16")
         await pilot.pause()
@@ -603,34 +622,42 @@ async def chart_text(app, key: str, chart: str, size) -> str:
         return " ".join(line.strip() for line in screen_text(pilot.app))
 
 
-async def test_at_80x24_the_charts_keep_their_titles():
+async def test_at_80x24_the_charts_the_path_view_and_the_ring_view_say_what_they_show():
+    async with app_on().run_test(size=(80, 24)) as pilot:
+        await each_from_the_start(pilot, await viewer(pilot), at_80x24_the_charts_keep_their_titles,
+                                  at_80x24_the_path_view_shows_its_root_causes,
+                                  the_ring_view_says_a_collectives_schedule_is_a_model)
+
+
+async def at_80x24_the_charts_keep_their_titles(pilot, v):
     """plotext leaves out a title wider than the plot: the chart writes it itself, wrapped."""
-    text = await chart_text(app_on(), "6", "bw-chart", (80, 24))
+    await pilot.press("6")
+    await wait_until(pilot, lambda: bool(v.query("#bw-chart")), "showing the charts")
+    await pilot.pause()
+    text = " ".join(line.strip() for line in screen_text(pilot.app))
     assert "busbw (GB/s) against message size (bytes): measured (median per size) and the α-β model" in text
     assert "durations of all_reduce (ms)" in text
 
 
-async def test_at_80x24_the_path_view_shows_its_root_causes():
-    """80×24: the root causes' table had room for its header only; now each table keeps rows, and the view scrolls
-    (tab brings the causes' table into view)."""
+async def at_80x24_the_path_view_shows_its_root_causes(pilot, v):
+    """80×24: the root causes' table had room for its header only; now each table keeps rows, and the view
+    scrolls (tab brings the causes' table into view)."""
     from textual.widgets import DataTable
 
-    async with app_on().run_test(size=(80, 24)) as pilot:
-        v = await viewer(pilot)
-        await pilot.press("8")
-        await wait_until(pilot, lambda: bool(v.query("#cause-table")), "showing the path view")
-        await pilot.pause()
-        causes = v.query_one("#cause-table", DataTable)
-        assert causes.size.height >= 5 and causes.row_count >= 4
-        await pilot.press("tab")
-        await wait_until(pilot, lambda: causes.has_focus, "in the causes' table")
-        await pilot.pause()
-        cause = v.store.analysis.causes[0]
-        lines = screen_text(pilot.app)
-        from disttrace.tracer.units import fmt_ns_short
+    await pilot.press("8")
+    await wait_until(pilot, lambda: bool(v.query("#cause-table")), "showing the path view")
+    await pilot.pause()
+    causes = v.query_one("#cause-table", DataTable)
+    assert causes.size.height >= 5 and causes.row_count >= 4
+    await pilot.press("tab")
+    await wait_until(pilot, lambda: causes.has_focus, "in the causes' table")
+    await pilot.pause()
+    cause = v.store.analysis.causes[0]
+    lines = screen_text(pilot.app)
+    from disttrace.tracer.units import fmt_ns_short
 
-        caused = fmt_ns_short(cause.caused_wait_ns)
-        assert any(line.split()[:2] == [f"r{cause.rank}", cause.kind] and caused in line for line in lines), lines
+    caused = fmt_ns_short(cause.caused_wait_ns)
+    assert any(line.split()[:2] == [f"r{cause.rank}", cause.kind] and caused in line for line in lines), lines
 
 
 async def test_at_80x24_the_waits_view_says_its_tables_scroll():
@@ -658,23 +685,21 @@ async def test_at_80x24_the_waits_view_says_its_tables_scroll():
         assert any(re.search(r"(^|\s)5\s+19ms\s", line) for line in screen_text(pilot.app))
 
 
-async def test_the_ring_view_says_a_collectives_schedule_is_a_model():
-    """A recorded all_reduce's ring is the textbook schedule for its size, not what was measured: the view says so;
-    a ring written by hand with send/recv shows its recorded messages, and says that instead."""
-    async with app_on().run_test(size=(80, 24)) as pilot:
-        v = await viewer(pilot)
-        await pilot.press("2", "right_square_bracket")
-        await wait_until(pilot, lambda: bool(v.query("RingView")), "showing the ring view")
-        await pilot.pause()
-        text = " ".join(line.strip() for line in screen_text(pilot.app))
-        assert "all_reduce of group 0" in text and "Step 1 of 6" in text
-        assert "A model, not a measurement: the chunks a ring algorithm would move for an op of this size." in text
-        await pilot.press("g", *"#22", "enter")
-        await wait_until(pilot, lambda: v.playhead == 22, "on the hand-written ring")
-        await pilot.pause()
-        text = " ".join(line.strip() for line in screen_text(pilot.app))
-        assert "Hand-written send/recv exchange" in text and "recorded messages" in text, text
-        assert "A model" not in text
+async def the_ring_view_says_a_collectives_schedule_is_a_model(pilot, v):
+    """A recorded all_reduce's ring is the textbook schedule for its size, not what was measured: the view says
+    so; a ring written by hand with send/recv shows its recorded messages, and says that instead."""
+    await pilot.press("2", "right_square_bracket")
+    await wait_until(pilot, lambda: bool(v.query("RingView")), "showing the ring view")
+    await pilot.pause()
+    text = " ".join(line.strip() for line in screen_text(pilot.app))
+    assert "all_reduce of group 0" in text and "Step 1 of 6" in text
+    assert "A model, not a measurement: the chunks a ring algorithm would move for an op of this size." in text
+    await pilot.press("g", *"#22", "enter")
+    await wait_until(pilot, lambda: v.playhead == 22, "on the hand-written ring")
+    await pilot.pause()
+    text = " ".join(line.strip() for line in screen_text(pilot.app))
+    assert "Hand-written send/recv exchange" in text and "recorded messages" in text, text
+    assert "A model" not in text
 
 
 async def test_run_tab_charts_the_whole_run_of_a_black_box_trace(tmp_path):

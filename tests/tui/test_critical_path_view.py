@@ -15,14 +15,14 @@ from disttrace.tui.widgets.palette import PATH
 from disttrace.tui.widgets.timeline import Timeline
 
 from synthetic import MS
-from tui_helpers import fixture_store, steps_store
+from tui_helpers import cols_where, shared_steps_store, shared_store, steps_store
 
 SIZE = (120, 40)
 PINK = Color.parse(PATH)
 
 
 def app_on(store=None) -> DisttraceApp:
-    return DisttraceApp(["steps.jsonl"], store=store or steps_store(), step_mode=True)
+    return DisttraceApp(["steps.jsonl"], store=store or shared_steps_store(), step_mode=True)
 
 
 async def viewer(pilot) -> ViewerScreen:
@@ -39,12 +39,7 @@ def table_rows(view: CriticalPathView) -> list[tuple[str, ...]]:
 def marked_cols(tl: Timeline, rank: int) -> list[int]:
     """Columns of a rank's lane drawn in the critical path's colour."""
     y = tl.rank_indices.index(tl.store.rank_index[rank]) - int(tl.scroll_y)
-    cols, x = [], 0
-    for seg in list(tl.render_line(y))[1:]:  # the rank label first
-        if seg.style is not None and seg.style.color == PINK:
-            cols.extend(range(x, x + len(seg.text)))
-        x += len(seg.text)
-    return cols
+    return cols_where(tl, y, lambda style: style.color == PINK)
 
 
 def expected_cols(tl: Timeline, spans) -> list[int]:
@@ -71,7 +66,7 @@ def test_steps_rows_and_marks_of_the_paths():
     # the events a part is shown at: the op that ended a compute span, the op a comm part is in
     assert [sp.part_row(p) for p in parts] == [14, 13, 17, 17]
     # a trace without steps: one path, the whole trace's
-    whole = step_paths(fixture_store())
+    whole = step_paths(shared_store())
     assert not whole.by_step and whole.order == [0] and whole.step_at(5) == 0
 
 
@@ -82,9 +77,15 @@ def test_short_span_drops_a_repeated_file():
     assert short_span("all_reduce world #3") == "all_reduce world #3"
 
 
-async def test_view_lists_the_path_of_the_step_at_the_playhead():
+async def test_the_waits_view_says_the_verdict_and_the_path_view_lists_the_path_of_the_step_at_the_playhead():
+    # (one app for both: starting it is most of a test's time)
     async with app_on().run_test(size=SIZE) as pilot:
         v = await viewer(pilot)
+        await pilot.press("4")
+        await pilot.pause()
+        text = str(v.query_one("#attribution").render())
+        assert text.splitlines()[0] == "Verdict: one worker, rank 1 · 19.67 ms a step measured, 16.17 ms ideal (1.22x)"
+        assert "rank 1 67%" in text and "rank 2 33%" in text
         await pilot.press("8")
         await pilot.pause()
         assert v.query_one(TabbedContent).active == "critical"
@@ -110,38 +111,26 @@ async def test_view_lists_the_path_of_the_step_at_the_playhead():
         assert "span train.py:52 → train.py:40 81% · rank 1 67% · rank 2 33%" in what_if.replace("\n", " ")
 
 
-async def test_the_waits_view_says_the_verdict_s_kind_the_ideal_step_and_the_shares():
-    async with app_on().run_test(size=SIZE) as pilot:
-        v = await viewer(pilot)
-        await pilot.press("4")
+async def step_keys_move_the_playhead_to_the_next_step_and_show_all_of_it(pilot, v):
+    sp = step_paths(v.store)
+    await pilot.press("8")
+    assert v.playhead == 0
+    for step in (1, 2, 3):
+        await pilot.press("right_curly_bracket")
         await pilot.pause()
-        text = str(v.query_one("#attribution").render())
-        assert text.splitlines()[0] == "Verdict: one worker, rank 1 · 19.67 ms a step measured, 16.17 ms ideal (1.22x)"
-        assert "rank 1 67%" in text and "rank 2 33%" in text
-
-
-async def test_step_keys_move_the_playhead_to_the_next_step_and_show_all_of_it():
-    async with app_on().run_test(size=SIZE) as pilot:
-        v = await viewer(pilot)
-        sp = step_paths(v.store)
-        await pilot.press("8")
-        assert v.playhead == 0
-        for step in (1, 2, 3):
-            await pilot.press("right_curly_bracket")
-            await pilot.pause()
-            assert v.playhead == sp.first_row(step) and v.query_one(CriticalPathView).step == step
-            start, end = sp.window(step)
-            w = v.store.span_ns / 2 ** v.zoom
-            assert v.offset_ns <= start - v.store.t0 and end - v.store.t0 <= v.offset_ns + w  # all of the step
-            assert w < 2 * 1.1 * (end - start)  # and zoomed in on it
-        await pilot.press("left_curly_bracket")
-        assert v.playhead == sp.first_row(2) and v.path_step == 2
-        v.playhead = 35
-        await pilot.press("right_curly_bracket")  # the last step: stays
-        assert v.playhead == 35
-        # the keys work on the timeline tab too
-        await pilot.press("1", "left_curly_bracket")
-        assert v.playhead == sp.first_row(4) and v.query_one(TabbedContent).active == "timeline"
+        assert v.playhead == sp.first_row(step) and v.query_one(CriticalPathView).step == step
+        start, end = sp.window(step)
+        w = v.store.span_ns / 2 ** v.zoom
+        assert v.offset_ns <= start - v.store.t0 and end - v.store.t0 <= v.offset_ns + w  # all of the step
+        assert w < 2 * 1.1 * (end - start)  # and zoomed in on it
+    await pilot.press("left_curly_bracket")
+    assert v.playhead == sp.first_row(2) and v.path_step == 2
+    v.playhead = 35
+    await pilot.press("right_curly_bracket")  # the last step: stays
+    assert v.playhead == 35
+    # the keys work on the timeline tab too
+    await pilot.press("1", "left_curly_bracket")
+    assert v.playhead == sp.first_row(4) and v.query_one(TabbedContent).active == "timeline"
 
 
 async def test_the_timeline_marks_the_path_on_the_right_lanes():
@@ -171,7 +160,8 @@ async def test_the_timeline_marks_the_path_on_the_right_lanes():
         assert v.path_step == 3 and marked_cols(tl, 2) == expected_cols(tl, sp.marks(3)[2])
 
 
-async def test_enter_on_a_part_shows_its_event_in_the_timeline():
+async def test_enter_on_a_part_shows_its_event_in_the_timeline_and_step_keys():
+    # (one app for both, the step keys' part from the first event again)
     async with app_on().run_test(size=SIZE) as pilot:
         v = await viewer(pilot)
         await pilot.press("8", "right_curly_bracket", "right_curly_bracket")
@@ -184,10 +174,15 @@ async def test_enter_on_a_part_shows_its_event_in_the_timeline():
         await pilot.press("8", "down", "enter")  # rank 2's all_reduce
         await pilot.pause()
         assert v.playhead == 13
+        await pilot.press("1", "f")
+        v.playhead = 0
+        await pilot.pause()
+        assert (v.playhead, v.zoom, v.offset_ns) == (0, 0, 0)
+        await step_keys_move_the_playhead_to_the_next_step_and_show_all_of_it(pilot, v)
 
 
 async def test_a_trace_without_steps_shows_the_whole_trace_s_path():
-    async with app_on(fixture_store()).run_test(size=SIZE) as pilot:
+    async with app_on(shared_store()).run_test(size=SIZE) as pilot:
         v = await viewer(pilot)
         await pilot.press("8")
         await pilot.pause()

@@ -29,7 +29,7 @@ def opened(path: str) -> TraceStore:
 
 def test_kept_lanes_are_the_lanes_built_and_take_the_analysis_the_same(tmp_path):
     path = str(tmp_path / "events.jsonl")
-    write_synthetic(path, 6_000, 8)
+    write_synthetic(path, 2_000, 8)
     built = opened(path)
     assert not built.lanes_kept
     built.keep_lanes()
@@ -43,7 +43,7 @@ def test_kept_lanes_are_the_lanes_built_and_take_the_analysis_the_same(tmp_path)
 
 def test_damaged_or_stale_kept_lanes_are_built_again(tmp_path):
     path = str(tmp_path / "events.jsonl")
-    write_synthetic(path, 6_000, 8)
+    write_synthetic(path, 2_000, 8)
     first = opened(path)
     first.keep_lanes()
     kept = first.table.origin.beside(saved_lanes.KIND)

@@ -14,7 +14,7 @@ from disttrace.tui.screens.viewer import ViewerScreen
 from disttrace.tui.widgets.schedule import ScheduleGrid
 from disttrace.tui.widgets.pipeline import PipelineView
 
-from tui_helpers import DATA, PIPELINE_JOB, fixture_store, screen_text, wait_until
+from tui_helpers import DATA, PIPELINE_JOB, shared_store, screen_text, wait_until
 
 PP_1F1B = DATA / "pp_1f1b.jsonl"
 GPIPE_WARMUP = DATA / "gpipe_warmup.jsonl"  # tests/jobs/pp_gpipe_warmup.py: its first iteration 356 ms, then 86, 65
@@ -30,7 +30,7 @@ def demo_narration() -> Narration:
 
 
 def app_on(path, **kw) -> DisttraceApp:
-    return DisttraceApp([path.name], store=fixture_store(path), step_mode=True, **kw)
+    return DisttraceApp([path.name], store=shared_store(path), step_mode=True, **kw)
 
 
 async def pipeline_tab(pilot) -> tuple[ViewerScreen, PipelineView, ScheduleGrid]:
@@ -46,7 +46,7 @@ async def pipeline_tab(pilot) -> tuple[ViewerScreen, PipelineView, ScheduleGrid]
 # -- the model --------------------------------------------------------------------------------------------------
 
 def test_the_model_holds_each_iteration_s_cells_in_stage_order():
-    store = fixture_store(PP_1F1B)
+    store = shared_store(PP_1F1B)
     m = ScheduleModel(store)
     assert [it.index for it in m.iterations] == [0, 1, 2, 3] and {it.kind for it in m.iterations} == {"1F1B"}
     for n in range(4):
@@ -62,7 +62,7 @@ def test_the_model_holds_each_iteration_s_cells_in_stage_order():
 
 
 def test_the_playhead_s_iteration_and_computation():
-    store = fixture_store(PP_1F1B)
+    store = shared_store(PP_1F1B)
     m = ScheduleModel(store)
     t = store.table
     for n in range(4):
@@ -79,7 +79,7 @@ def test_the_playhead_s_iteration_and_computation():
 
 
 def test_one_iteration_in_columns():
-    store = fixture_store(PP_1F1B)
+    store = shared_store(PP_1F1B)
     m = ScheduleModel(store)
     rows, ideal, ns = m.layout(0, 100, 0, 0)
     assert [r.label for r in rows] == ["r0 s0", "r1 s1"] and [r.label for r in ideal] == ["s0", "s1"]
@@ -98,7 +98,7 @@ def test_the_textbook_grid_s_idle_time_by_where_it_comes_from():
     """GPipe on 2 stages drawn ideally: stage 1 fills for a forward and drains for a backward, stage 0 waits between
     its last forward and its first backward for stage 1's last forward and first backward (the schedule's own wait:
     the idle table puts it beside the measured waits); 1F1B's stage 0 holds 2 micro-batches, GPipe's all 4."""
-    m = ScheduleModel(fixture_store(DEMO))
+    m = ScheduleModel(shared_store(DEMO))
     assert [it.kind for it in m.iterations] == ["GPipe", "1F1B"]
     d = m.durations(0)
     (w0, c0, between0, held0), (w1, c1, between1, held1) = m.ideal_idle(0)
@@ -144,7 +144,7 @@ async def test_the_tab_opens_on_the_first_steady_iteration_and_the_warm_up_one_i
     """A hand-written GPipe whose first iteration holds 267 ms of start-up waits (356 ms against 86 and 65): the tab
     opened before the playhead moved shows the first steady iteration, on its own scale; [ reaches the warm-up one,
     marked as such and as left out of the mean bubble."""
-    async with DisttraceApp([GPIPE_WARMUP.name], store=fixture_store(GPIPE_WARMUP)).run_test(size=SIZE) as pilot:
+    async with DisttraceApp([GPIPE_WARMUP.name], store=shared_store(GPIPE_WARMUP)).run_test(size=SIZE) as pilot:
         v, view, grid = await pipeline_tab(pilot)
         m = grid.model
         assert v.playhead == -1 and grid.iteration == 1 and m.span(1) < 100 * MS, (grid.iteration, m.span(0))
@@ -181,7 +181,7 @@ async def test_the_grid_zooms_on_the_playhead_s_computation_and_pans():
 
 
 async def test_the_demo_opens_on_the_grid_with_its_narration():
-    async with DisttraceApp([DEMO.name], store=fixture_store(DEMO), narration=demo_narration()).run_test(
+    async with DisttraceApp([DEMO.name], store=shared_store(DEMO), narration=demo_narration()).run_test(
             size=(100, 30)) as pilot:
         v, view, grid = await pipeline_tab(pilot)
         assert v.query_one("TabbedContent").active == "pipeline"

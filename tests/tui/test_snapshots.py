@@ -12,7 +12,7 @@ import pytest
 from disttrace.tui.app import DisttraceApp
 from disttrace.tui.model.narration import Narration
 
-from tui_helpers import DATA, PIPELINE_JOB, TUI_JOB, fixture_store, steps_store
+from tui_helpers import DATA, PIPELINE_JOB, TUI_JOB, shared_steps_store, shared_store
 
 PP_1F1B = DATA / "pp_1f1b.jsonl"  # tests/jobs/pp_schedules.py --schedule=1f1b, 2 ranks
 PIPELINE_DEMO = DATA / "pipeline_demo.jsonl"  # `disttrace demo pipeline-parallel`: GPipe, then 1F1B
@@ -31,7 +31,7 @@ SIZE = (120, 40)
 
 def app_on(path=TUI_JOB, step_mode=True, **kw) -> DisttraceApp:
     # the header shows the path: only the file name, so the snapshots do not depend on where the repo is
-    return DisttraceApp([path.name], store=fixture_store(path), step_mode=step_mode, **kw)
+    return DisttraceApp([path.name], store=shared_store(path), step_mode=step_mode, **kw)
 
 
 def test_timeline_start(snap_compare):
@@ -90,12 +90,12 @@ def test_waits_view_wide(snap_compare):
 def test_critical_path_view_narrow(snap_compare):
     # step 2 of the hand-timed steps (} twice): rank 1's late compute, then rank 2 to the step's end, marked on the
     # timeline; 90 columns: the causes under the path's parts
-    app = DisttraceApp(["steps.jsonl"], store=steps_store(), step_mode=True)
+    app = DisttraceApp(["steps.jsonl"], store=shared_steps_store(), step_mode=True)
     assert snap_compare(app, press=["8", "right_curly_bracket", "right_curly_bracket"], terminal_size=(90, 32))
 
 
 def test_critical_path_view_wide(snap_compare):
-    app = DisttraceApp(["steps.jsonl"], store=steps_store(), step_mode=True)
+    app = DisttraceApp(["steps.jsonl"], store=shared_steps_store(), step_mode=True)
     assert snap_compare(app, press=["8", "right_curly_bracket", "right_curly_bracket"], terminal_size=(160, 40))
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import cache
 from pathlib import Path
 
 from disttrace.tracer.analysis import analyze
@@ -38,6 +39,13 @@ def fixture_store(path=TUI_JOB) -> TraceStore:
     t = read_jsonl(str(path))
     t.sort()
     return TraceStore(t, analyze(t))
+
+
+@cache
+def shared_store(path=TUI_JOB) -> TraceStore:
+    """fixture_store(path), read and analysed once per process: for tests that hand it to the viewer, which never
+    changes a store it is given (only its loading path adopts one); a test that changes its store takes its own."""
+    return fixture_store(path)
 
 
 def detail_text(store: TraceStore, row: int, width: int = 100) -> str:
@@ -78,6 +86,22 @@ def steps_store() -> TraceStore:
     t = steps_trace().table()
     t.sort()
     return TraceStore(t, analyze(t))
+
+
+@cache
+def shared_steps_store() -> TraceStore:
+    """steps_store(), made once per process, for the viewer (as shared_store)."""
+    return steps_store()
+
+
+def cols_where(timeline, y: int, drawn) -> list[int]:
+    """The columns of the timeline's line y (past its rank label) whose style drawn(style) holds."""
+    cols, x = [], 0
+    for seg in list(timeline.render_line(y))[1:]:  # the rank label first
+        if seg.style is not None and drawn(seg.style):
+            cols.extend(range(x, x + len(seg.text)))
+        x += len(seg.text)
+    return cols
 
 
 def screen_text(app) -> list[str]:
