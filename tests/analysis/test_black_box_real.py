@@ -4,8 +4,8 @@ P2P size mismatch; and nothing else is made of the ops one rank's ring holds and
 
 Each job (tests/jobs/bb_faults.py MODE, 2 ranks on gloo, 150 marked steps, the fault at step 130) is traced
 whole, then cut into rings of 16 KiB and 24 KiB (tests/ringfiles.py, as the recorder writes them: the ranks'
-windows start at different ops, some 25 and 40 steps before the end): an honest stand-in for `disttrace run
---black-box` until it records the jobs itself."""
+windows start at different ops, some 25 and 40 steps before the end); and recorded by `disttrace run --black-box`
+itself, whose windows must give the same verdict."""
 
 from __future__ import annotations
 
@@ -92,3 +92,19 @@ def test_desync_and_p2p_mismatch_after_the_wrap(windows):
     assert p2p["kind"] == "mismatch" and p2p["op"] == "send" and p2p["ranks"] == [0, 1]
     assert p2p["step"] == JOB.FAULT_STEP and "8.0 KiB" in p2p["message"] and "16.0 KiB" in p2p["message"]
     assert f"bb_faults.py:{JOB.SEND_LINE}" in p2p["message"]
+
+
+# -- the same jobs recorded by `disttrace run --black-box` itself ------------------------------------------------
+@pytest.mark.parametrize("mode", ["hang", "raise", "desync", "p2p"])
+def test_recorded_black_box_gives_the_whole_trace_verdict(windows, traced, mode):
+    """The recorder's own rings (`--black-box --ring 100`: 64 KiB, some 230 ops of the job's 300 a rank, so each
+    wraps) give the verdict of the whole trace of the same job, named with the same ops, ranks, steps and where."""
+    whole, _ = windows(mode)
+    box = traced("bb_faults.py", 2, [mode], "off", ("--black-box", "--ring", "100", *JOB.RUN_ARGS.get(mode, ())),
+                 RC[mode])
+    assert sorted(p.name for p in box.glob("rank-*.ring")) and sorted(box.glob("rank-*.agg"))
+    window = _report(box)
+    assert _verdict(window) == _verdict(whole) and whole["problems"]
+    # (each rank's ring holds about the same ops here: their windows may start at the same op, nothing outside)
+    assert window["summary"]["window"]["wrapped"] == [0, 1]
+    assert not window["summary"]["warnings"]
