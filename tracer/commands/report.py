@@ -554,7 +554,8 @@ def _chart(console, title: str, kind: str, xs, ys, log_x: bool = False, labels=N
     f = plt.figure
     f.clear()
     plt.terminal.limit(False, False)
-    f.plot_size(min(console.width, 100), 14)
+    width = min(console.width, 100)
+    f.plot_size(width, 14)
     if kind == "bar":
         f.draw(f.bar(xs, ys))
     elif kind == "lines":
@@ -573,6 +574,9 @@ def _chart(console, title: str, kind: str, xs, ys, log_x: bool = False, labels=N
         f.draw(f.signal(xs, ys, marker="dot"))
         if log_x:
             f.ruler(0).ticks(xs, labels)
-    f.title(title)
+    if len(title) <= width:
+        f.title(title)
+    else:  # plotext leaves out a title wider than the plot (at 80 columns, most): it is printed here, wrapped
+        console.print(Text(title, justify="center"), width=width)
     console.print(Text(plt.uncolorize(f.build())))
     f.clear()
