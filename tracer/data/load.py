@@ -21,7 +21,6 @@ from typing import Callable
 from ..errors import TraceError
 from ..format import RING_SUFFIX
 from .importers import flightrec, kineto
-from .importers.aggregates import Aggregates, has_aggregates, read_aggregates
 from .importers.events_files import iter_jsonl, no_events, read_jsonl
 from .importers.rank_files import (find_rank_files, is_trace_dir, load_trace_dirs, run_info, trace_sources,
                                    written_size)
@@ -252,8 +251,25 @@ def _size(path: str) -> int:
 
 
 # what commands/ and tui/ use of the importers and the store (they import nothing else of data/ but data/table/)
+def has_aggregates(paths):
+    """Whether the trace dirs hold a black box's aggregates (importers/aggregates.py). Imported here, not at the
+    module's top: it imports numpy, which `disttrace view` must not load before it opens the store
+    (tests/tui/test_boundaries.py)."""
+    from .importers.aggregates import has_aggregates as has
+
+    return has(paths)
+
+
+def read_aggregates(paths, run=None):
+    """The black box's aggregates of the trace dirs (an importers.aggregates.Aggregates), or None: see
+    has_aggregates for why the import is here."""
+    from .importers.aggregates import read_aggregates as read
+
+    return read(paths, run)
+
+
 __all__ = ["IMPORTERS", "Importer", "load_trace", "load_stored", "trace_size",
            "find_rank_files", "find_runs", "find_snapshots", "run_info", "snapshots_note", "unreadable", "iter_jsonl",
            "read_jsonl",
            "PARALLEL_BYTES", "StoreError", "StoreOrigin", "read_arrays", "source_digest", "store_enabled",
-           "write_arrays", "Aggregates", "has_aggregates", "read_aggregates"]
+           "write_arrays", "has_aggregates", "read_aggregates"]
