@@ -43,3 +43,15 @@ def test_per_op_is_the_difference_over_the_extra_ops():
     small = {1: 1_000_000, 2: 50_000, 3: 7}
     large = {1: 1_000_000 + 500 * 42_000, 2: 50_000 + 500 * 8_000, 4: 500}  # a thread only the longer run had
     assert per_op(small, large, 100, 600) == (42_000.0, (21_000_000 + 4_000_000 + 500 - 7) / 500)
+
+
+def test_the_floor_benchmark_refuses_modes_it_does_not_have(monkeypatch, capsys):
+    """benchmarks/bench_record_floor.py (its prototypes measured beside the untraced op): a mode it does not know, or
+    none to measure against, is a one-line usage error before any process starts."""
+    from bench_record_floor import main
+
+    for modes in ("untraced,nope", "lean"):
+        monkeypatch.setattr(sys, "argv", ["bench_record_floor.py", "--modes", modes])
+        with pytest.raises(SystemExit) as e:
+            main()
+        assert e.value.code == 2 and "--modes: a comma-separated subset of" in capsys.readouterr().err
