@@ -223,21 +223,6 @@ class Completion:
                 pending.pop(k, None)
 
     # -- the end ----------------------------------------------------------------------------------
-    def end_sync(self, ev: Event, t: int) -> None:
-        """A synchronous op's wait() returned at t: the common end, formatted directly (complete() for the rest)."""
-        if ev.ended or ev.tensors is not None or ev.peer_any or ev.out_ptr:
-            self.complete(ev, None, t)
-            return
-        ev.ended = True
-        self.in_flight.pop(ev.id, None)
-        seq = ev.seq
-        line = END_LINE_SEQ % (ev.id, t, seq) if type(seq) is int else END_LINE % (ev.id, t)
-        rec = self.rec
-        try:
-            rec.raw(line)
-        except ValueError:  # the map is full (or closed): write_raw grows it (or drops the line)
-            rec.write_raw(line)
-
     def complete(self, ev: Event, err: BaseException | None = None, t: int | None = None, bound=False,
                  dev: int | None = None) -> None:
         """ev's op ended at t (now if None); dev: its duration on the device, ns (the NCCL completion hook's)."""
@@ -251,13 +236,18 @@ class Completion:
             del self.by_ptr[ev.out_ptr]
         if err is None and not bound and not ev.peer_any and ev.tensors is None:
             # the common case, formatted directly: cheaper than a dict through orjson
-            if type(ev.seq) is int:
-                if dev is not None:
-                    self.rec.write_raw(END_LINE_SEQ_DEV % (ev.id, t, ev.seq, dev))
-                else:
-                    self.rec.write_raw(END_LINE_SEQ % (ev.id, t, ev.seq))
+            seq = ev.seq
+            if type(seq) is not int:
+                line = END_LINE % (ev.id, t)
+            elif dev is None:
+                line = END_LINE_SEQ % (ev.id, t, seq)
             else:
-                self.rec.write_raw(END_LINE % (ev.id, t))
+                line = END_LINE_SEQ_DEV % (ev.id, t, seq, dev)
+            rec = self.rec
+            try:
+                rec.raw(line)
+            except ValueError:  # the map is full (or closed): write_raw grows it (or drops the line)
+                rec.write_raw(line)
             return
         rec = end_fields(ev.id, t, ev.seq, err, bound, dev)
         work = ev.held_work() if ev.peer_any else None

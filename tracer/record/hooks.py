@@ -415,7 +415,7 @@ def _patch_work_wait() -> None:
                 current.safe(c.complete, ev, e)
                 raise
             try:
-                c.end_sync(ev, monotonic_ns())
+                c.complete(ev, None, monotonic_ns())
             except Exception as e:  # noqa: BLE001
                 t.fail(e)
             return result
