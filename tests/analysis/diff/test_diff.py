@@ -105,6 +105,20 @@ def test_one_rank_late_in_one_span_is_named_with_its_site_and_cost():
     assert sum(e["delta_ns"] for e in j["explanations"]) + j["unexplained_ns"] == j["b"]["mean_ns"] - j["a"]["mean_ns"]
 
 
+def test_a_bystander_a_little_slower_in_the_span_is_not_named_beside_the_slow_rank():
+    """CI's diff_job: rank 3 80 ms slower in a span, rank 0 slower in it past its own small noise by a fraction of
+    that, was "compute ... on ranks 0, 3". A rank that moved under NAMED of the one that moved most is not named; one
+    that moved about as much is."""
+    from disttrace.tracer.analysis.diff.explain import NAMED
+
+    d = diff_of(dp_trace(1), dp_trace(2, late={2: 30, 0: 1.5}))
+    top = d.explanations[0]
+    assert (top.what, top.rank) == ("rank 2's compute train.py:52 → :40", 2), d.explanations
+    assert adds_up(d)
+    both = diff_of(dp_trace(1), dp_trace(2, late={2: 30, 0: 30 * NAMED * 2}))
+    assert both.explanations[0].what == "compute train.py:52 → :40 on ranks 0, 2", both.explanations
+
+
 def test_an_extra_collective_is_added_at_its_site_and_explains_its_communication():
     d = diff_of(dp_trace(1), dp_trace(2, extra_ms=3))
     (c,) = [c for c in d.structure if c.kind == "added"]

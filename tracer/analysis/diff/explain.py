@@ -40,6 +40,7 @@ from ...units import fmt_bytes, fmt_list, fmt_ns_prose
 MAX_UNITS = 48   # units replayed one by one (the others together, last)
 LISTED = 0.01    # of A's mean step: the least an explanation explains to be listed on its own
 EXPLAINED = 0.5  # of the mean step's noise: ... and the least beside it (the step's own jitter explains as much)
+NAMED = 0.2      # of the largest move of a span's ranks that moved one way: a rank that moved less is not named
 
 
 @dataclass
@@ -103,7 +104,7 @@ def explain(a: Side, b: Side, ks: list[int], names: Identities, span_names: dict
         sa, sb = sa_of[k], sb_of[k]
         j = join_keys(sa.key(), sb.key())
         has = j >= 0
-        unit_ids = np.array([units.of(("compute", n, ways.get((n, r), (0, 0))[0]), "compute", "")
+        unit_ids = np.array([units.of(("compute", n, ways.get((n, r), (0, 0, 0))[0]), "compute", "")
                              for n, r in zip(sb.name.tolist(), sb.rank.tolist())], np.int64)
         a_gap = np.where(has, sa.gap[np.maximum(j, 0)], sb.gap)
         compute[k] = (sb.ev, unit_ids, a_gap)
@@ -186,10 +187,10 @@ def explain(a: Side, b: Side, ks: list[int], names: Identities, span_names: dict
     return listed, unexplained, note
 
 
-def _span_ways(ks, sa_of, sb_of) -> dict[tuple[int, int], tuple[int, int]]:
+def _span_ways(ks, sa_of, sb_of) -> dict[tuple[int, int], tuple[int, int, int]]:
     """Per (span name id, rank) of either run: which way its time a step moved beyond the noise (timing.moved:
-    1 longer in B, -1 shorter, by its mean where the mean moved, else its median; 0 within the noise) and the noise
-    it passed (the mean's first). Its p90 alone is no move of a span: a tail of a few steps that moves neither
+    1 longer in B, -1 shorter, by its mean where the mean moved, else its median; 0 within the noise), the noise
+    it passed (the mean's first) and by how much it moved (that statistic's difference, absolute). Its p90 alone is no move of a span: a tail of a few steps that moves neither
     the mean (what the explanations add up to) nor the median is the run's jitter (a bystander rank's short span
     whose p90 alone went up was named beside the rank really slower in it)."""
     per = {}
@@ -204,8 +205,8 @@ def _span_ways(ks, sa_of, sb_of) -> dict[tuple[int, int], tuple[int, int]]:
     out = {}
     for key in set(per["a"]) | set(per["b"]):
         first = leading(per["a"].get(key, np.zeros(len(ks))), per["b"].get(key, np.zeros(len(ks))))
-        out[key] = (0, 0) if first is None or first.stat == "p90" else (1 if first.delta_ns > 0 else -1,
-                                                                         first.noise_ns)
+        out[key] = (0, 0, 0) if first is None or first.stat == "p90" else (
+            1 if first.delta_ns > 0 else -1, first.noise_ns, abs(first.delta_ns))
     return out
 
 
@@ -214,7 +215,9 @@ def _noise(units: _Units, ways: dict, span_names, ks, a: tuple[Side, Ops], b: tu
     its name, and for an op what changed in its communication. A compute span is a unit per way it moved (the
     ranks where it took longer in B, those where it took less, those within the noise: `_span_ways`), so that a span
     that moved up on one rank and down on another is two explanations, each named by its ranks, not one that nets
-    them out."""
+    them out. Of a unit's ranks that moved, those that moved under NAMED of the one that moved most are not named
+    (their move is replayed with the unit's): a bystander's span a fraction of a millisecond longer, past its own
+    small noise, was named beside the rank 80 ms slower in it ("compute on ranks 0, 3")."""
     index, ordered = units.index, units.all
     ranks_of: dict[int, list[int]] = {}
     for (n, r) in ways:
@@ -227,7 +230,9 @@ def _noise(units: _Units, ways: dict, span_names, ks, a: tuple[Side, Ops], b: tu
         unit = ordered[u]
         unit.name = names[n]
         unit.ranks = tuple(sorted(ranks_of.get(n, ())))
-        unit.moved = tuple(r for r in unit.ranks if way and ways[(n, r)][0] == way)
+        moved = [r for r in unit.ranks if way and ways[(n, r)][0] == way]
+        most = max((ways[(n, r)][2] for r in moved), default=0)
+        unit.moved = tuple(r for r in moved if ways[(n, r)][2] >= NAMED * most)
         unit.noise = max((ways[(n, r)][1] for r in unit.moved), default=0)
     # communication: per (op, site, rank), its communication a step in each run
     comm = {}
