@@ -199,6 +199,9 @@ class DisttraceApp(App[int]):
     def _set_sub_title(self, store: TraceStore) -> None:
         t = store.table
         self.sub_title = " ".join(self.paths) + (f" — run {t.run} of {len(t.runs)}" if len(t.runs) > 1 else "")
+        if any(getattr(info, "ring", None) for info in t.ranks.values()):
+            # a black box's rings hold a window of the run, not the run: said before any view is read
+            self.sub_title += " — black box: the rings' last ops (tab 0: the whole run)"
 
     @work(thread=True, exclusive=True)
     def _load(self) -> None:

@@ -702,6 +702,29 @@ async def the_ring_view_says_a_collectives_schedule_is_a_model(pilot, v):
     assert "A model" not in text
 
 
+async def test_a_black_box_trace_says_it_is_a_window_in_the_header_and_the_problems_tab(tmp_path):
+    """A black-box trace holds the rings' last ops, not the run: the header says so from the first frame, and the
+    Problems tab gives the report's notes (the window's steps and ops) above the problems."""
+    from ringfiles import rank_files_of, to_black_box
+    from synthetic import MS, Trace
+
+    tr = Trace(2)
+    for k in range(40):
+        tr.coll("all_reduce", dict.fromkeys(range(2), k * 10 * MS), k * 10 * MS + MS, nbytes=1024,
+                site="train.py:30 in step")
+    to_black_box(rank_files_of(tr, tmp_path / "plain"), tmp_path / "box", {0: 3000, 1: 4000})
+    async with DisttraceApp([str(tmp_path / "box")]).run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: isinstance(pilot.app.screen, ViewerScreen) and pilot.app.screen.store.analysed,
+                         "the analysis")
+        v = await viewer(pilot)
+        assert "black box: the rings' last ops" in pilot.app.sub_title, pilot.app.sub_title
+        await pilot.press("7")
+        await wait_until(pilot, lambda: v.query("#analysis-notes"), "the Problems tab's notes")
+        text = " ".join(line.strip() for line in screen_text(pilot.app))
+        assert "notes: black-box trace: a window, not the whole run" in text, text
+        assert v.query_one("#analysis-notes")
+
+
 async def test_run_tab_charts_the_whole_run_of_a_black_box_trace(tmp_path):
     """Tab 0: each rank's time in collectives per window over the whole run (the black box's aggregates) and the
     straggler's sentence; a trace without aggregates says how to get them."""

@@ -79,10 +79,7 @@ def main(args) -> int:
             a = analyze(table, progress and (lambda f, label: progress(0.5 + f * 0.5, f"analyzing: {label}")),
                         args.what_if)
         found = found or bool(a.problems)
-        snapshots = snapshots_note(args.trace)  # (a black-box trace's: read now, they come while the job runs)
-        if snapshots and snapshots not in a.notes:
-            a.notes.append(snapshots)
-        whole = run_of(args.trace, a.table.run or run)
+        whole = black_box_extras(args.trace, a, run)
         if args.json:
             sys.stdout.buffer.write(orjson.dumps(to_json(a, whole), option=orjson.OPT_APPEND_NEWLINE))
             sys.stdout.flush()
@@ -92,6 +89,15 @@ def main(args) -> int:
                 console.rule(f"run {run} of {len(runs)}")
             render(a, args.top, console, asked=bool(args.what_if), whole=whole)
     return 1 if found else 0
+
+
+def black_box_extras(paths: list[str], a: Analysis, run: int | None):
+    """A black-box trace's whole run over its aggregates (None: it has none) and its snapshots' note added to the
+    analysis' notes: both read now, as they grow while the job runs (--follow too)."""
+    snapshots = snapshots_note(paths)
+    if snapshots and snapshots not in a.notes:
+        a.notes.append(snapshots)
+    return run_of(paths, a.table.run or run)
 
 
 def run_of(paths: list[str], run: int | None):
@@ -137,15 +143,16 @@ def follow(args) -> int:
                         waiting_said = True
                 else:
                     last_size, rc = size, (1 if a.problems else 0)
+                    whole = black_box_extras(args.trace, a, args.run)
                     if args.json:
-                        sys.stdout.buffer.write(orjson.dumps(to_json(a), option=orjson.OPT_APPEND_NEWLINE))
+                        sys.stdout.buffer.write(orjson.dumps(to_json(a, whole), option=orjson.OPT_APPEND_NEWLINE))
                         sys.stdout.flush()
                     else:
                         if tty:
                             console.clear()
                         state = "the job has ended" if ended else "following; Ctrl-C to stop"
                         console.rule(f"disttrace report — {time.strftime('%H:%M:%S')} — {state}")
-                        render(a, args.top, console)
+                        render(a, args.top, console, whole=whole)
             if ended:
                 return rc
             time.sleep(args.interval)

@@ -1,5 +1,5 @@
 """The Problems tab: the report's problems (the analysis': tracer/analysis/problems/checks.py), under what the input
-lost, as the report says it first; enter jumps there."""
+lost and the analysis' notes, as the report says them first; enter jumps there."""
 
 from __future__ import annotations
 
@@ -36,6 +36,9 @@ class ProblemsView(Vertical):
             more = (f"\n  … and {len(t.warnings) - 5} more (disttrace report lists them all)"
                     if len(t.warnings) > 5 else "")
             yield Static(Text.assemble((head, "bold yellow"), *shown, more), id="input-warnings")
+        notes = self.store.analysis.notes
+        if notes:  # the report's notes (a black box's window, steps found ambiguous, ...): how to read the findings
+            yield Static(Text.assemble(("notes:", "bold yellow"), *(f"\n  {n}" for n in notes)), id="analysis-notes")
         problems = self.store.analysis.problems
         if not problems:
             yield Static("No problems found: no mismatch, dead rank, hang, error, non-finite value, divergence, "

@@ -107,6 +107,18 @@ def test_report_has_a_whole_run_section_and_a_run_key(tmp_path, capsysbinary, mo
         assert "time in collectives a step (ms) per window, ranks 0, 1, 2, 3, against the window's first step" in text
 
 
+def test_report_follow_has_the_whole_run_too(tmp_path, capsysbinary):
+    """`report --follow` on a black-box trace reports its whole run as `report` does (here a job that has ended:
+    one report, then the command ends)."""
+    simulate(str(tmp_path), slow=(1, 40, 40.0))
+    (tmp_path / "run.json").write_bytes(orjson.dumps({"command": ["torchrun"], "exit_code": 0}))
+    assert main(["report", "--follow", "--json", str(tmp_path)]) == 0
+    doc = orjson.loads(capsysbinary.readouterr().out.splitlines()[-1])
+    assert doc["run"]["straggler"]["rank"] == 1 and doc["run"]["straggler"]["onset_step"] == 40
+    main(["report", "--follow", str(tmp_path)])
+    assert "Straggler over the whole run: rank 1 from step 40 on" in " ".join(capsysbinary.readouterr().out.decode().split())
+
+
 def test_no_run_key_without_aggregates(tmp_path, capsysbinary):
     from synthetic import Trace
 
