@@ -20,12 +20,14 @@ import time
 
 import orjson
 
+from ..blackbox_files import snapshots
 from ..data.table import stacks_site
 from ..data.load import find_rank_files
-from ..format import META, STACKS, kind_marker
+from ..format import META, RING_SUFFIX, SNAPSHOTS_DIR, STACKS, kind_marker
 
 GRACE_S = 3.0  # how long to wait for the other ranks' stacks after the first report (they look every
 #                record/watchdog.py's FLAG_EVERY ticks)
+SNAPSHOT_WAIT_S = 5.0  # --kill-on-hang on a black box: how long the kill waits for every rank's hang snapshot
 
 _STACKS, _META = kind_marker(STACKS), kind_marker(META)  # only these records matter here: found unparsed
 
@@ -96,9 +98,32 @@ class HangMonitor(threading.Thread):
         self.stream.write("\n".join(lines) + "\n")
         self.stream.flush()
         if self.proc is not None:
+            self.await_snapshot()
             self.stream.write("disttrace: --kill-on-hang: stopping the job\n")
             self.stream.flush()
             kill_tree(self.proc.pid)
+
+    def await_snapshot(self, wait_s: float = SNAPSHOT_WAIT_S) -> bool:
+        """A black-box job's hang snapshot taken before it is killed: wait until the newest hang snapshot holds
+        every local rank's ring (each rank's watchdog copies its own within seconds of the trigger), `wait_s` at
+        most. Whether it does (True too for a job without rings: nothing to wait for)."""
+        if not any(f.endswith(RING_SUFFIX) for f in os.listdir(self.out_dir)):
+            return True
+        root, deadline = os.path.join(self.out_dir, SNAPSHOTS_DIR), time.monotonic() + wait_s
+        while True:
+            hangs = [name for _, name in snapshots(root) if name.endswith("-hang")]
+            if hangs:
+                try:
+                    held = sum(f.endswith(RING_SUFFIX) for f in os.listdir(os.path.join(root, hangs[-1])))
+                except OSError:
+                    held = 0
+                if held >= len(self.rank_of):
+                    return True
+            if time.monotonic() >= deadline:
+                self.stream.write("disttrace: --kill-on-hang: the hang's snapshot is not whole after "
+                                  f"{wait_s:g} s; stopping the job anyway\n")
+                return False
+            time.sleep(0.1)
 
     def explain(self) -> list[str]:
         stuck = {r: s for r, s in self.stacks.items() if s.get("reason") == "in_flight"}
