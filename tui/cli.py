@@ -52,7 +52,7 @@ def _compare(args: argparse.Namespace) -> None:
     from disttrace.tracer.commands.sides import SideSpec, load_side, parse_side
     from disttrace.tracer.errors import TraceError
 
-    from .widgets.diff import set_baseline
+    from .model.baseline import set_baseline
 
     if args.follow:
         raise TraceError("--baseline compares a finished run: leave out --follow")

@@ -128,7 +128,7 @@ def test_diff_view(snap_compare):
     from disttrace.tracer.analysis import analysed, compare
     from disttrace.tracer.data.load import load_trace
     from disttrace.tui.model.store import TraceStore
-    from disttrace.tui.widgets.diff import set_baseline
+    from disttrace.tui.model.baseline import set_baseline
 
     a, b = (analysed(load_trace(str(GOLDEN / name), cache=False), name) for name in ("ddp_none", "ddp_slow"))
     d = compare(a, b)

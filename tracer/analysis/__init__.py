@@ -4,21 +4,21 @@ This package is the door the viewer (tui/) comes through; `core.results` (the re
 module it imports by name, and tests/test_import_boundaries.py holds it to that. Commands may reach further in.
 
 analyze(table, progress=None) -> Analysis; to_json(analysis) -> dict (the report's --json);
-describe(analysis, row) -> one sentence on what happened at an event. The diff's and the analysis-apart's names
-are imported on first use: `disttrace report` never needs them.
+describe(analysis, row) -> one sentence on what happened at an event. Every name is imported on first use: the
+viewer's start imports `core.results` (and so this package) but not the engine and its stages, which a re-open,
+reading the saved analysis, never runs; `disttrace report` never needs the diff's names.
 """
 
 from importlib import import_module
 
-from .text.sentences import (attribution_summary, describe, micro_batches, run_straggler_sentence, startup_sentence,
-                             straggler_sentence, straggler_verdict, what_if_sentence)
-from .engine.run import analyze, pending_analysis
-from .text.json_report import to_json
-from .waits.wait_states import merged
-from .waits.whole_run import whole_run
-
 # name -> (module, its name there), imported when first asked for
 _ON_USE = {
+    **{name: ("text.sentences", name) for name in (
+        "attribution_summary", "describe", "micro_batches", "run_straggler_sentence", "startup_sentence",
+        "straggler_sentence", "straggler_verdict", "what_if_sentence")},
+    "analyze": ("engine.run", "analyze"), "pending_analysis": ("core.tables", "pending_analysis"),
+    "to_json": ("text.json_report", "to_json"), "merged": ("waits.wait_states", "merged"),
+    "whole_run": ("waits.whole_run", "whole_run"),
     "compare": ("diff.compare", "compare"), "Diff": ("diff.compare", "Diff"), "signed": ("diff.compare", "signed"),
     "verdict": ("diff.compare", "verdict"), "analysed": ("diff.sides", "analysed"),
     "analyze_apart": ("engine.child_process", "analyze_apart"), "start_apart": ("engine.child_process", "start"),
@@ -35,6 +35,4 @@ def __getattr__(name: str):
     return value
 
 
-__all__ = ["analyze", "to_json", "describe", "straggler_sentence", "straggler_verdict", "attribution_summary",
-           "micro_batches", "startup_sentence", "what_if_sentence", "pending_analysis", "merged", "whole_run",
-           "run_straggler_sentence", *_ON_USE]
+__all__ = list(_ON_USE)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from disttrace.tracer.analysis import run_straggler_sentence, whole_run
 from disttrace.tracer.data.load import has_aggregates, read_aggregates
 from disttrace.tracer.units import fmt_ns, ns_unit
 
@@ -16,6 +15,10 @@ SERIES = 6
 
 TICKS = 8
 """Labels on the x axis at most: each an aligned window's first step (or second)."""
+
+NONE_HERE = ("No whole-run aggregates in this trace: `disttrace run --black-box` keeps them (per window and rank: "
+             "time, count and bytes per op kind), beside each rank's ring of its last ops.")
+"""What the Run tab's key says on a trace without aggregates (the tab is not there)."""
 
 
 @dataclass(frozen=True)
@@ -39,12 +42,16 @@ def has_run(paths: list[str]) -> bool:
 
 def run_of(paths: list[str], run: int | None):
     """The whole run of these trace dirs (None: no aggregates: not a black-box trace)."""
+    from disttrace.tracer.analysis import whole_run  # (when the tab is first shown: not at the viewer's start)
+
     agg = read_aggregates(list(paths), run)
     return None if agg is None else whole_run(agg)
 
 
 def run_chart(whole) -> RunChart:
     """The chart and its words for a WholeRun."""
+    from disttrace.tracer.analysis import run_straggler_sentence
+
     shown = _shown(whole)
     peak = max((v for r in shown for v in whole.per_unit_ns[r] if v is not None), default=1)
     unit, factor = ns_unit(max(peak, 1))

@@ -4,6 +4,7 @@ binds to, turns keys into changes of that state, and hears the widgets' messages
 from __future__ import annotations
 
 import threading
+from importlib import import_module
 from dataclasses import dataclass
 from typing import Callable
 
@@ -24,23 +25,13 @@ from ..loading import row_of, settle
 from ..model import viewport
 from ..model.critical import step_paths
 from ..model.replay import SPEEDS, parse_goto, search, step_collective, step_event
-from ..model.run import has_run
+from ..model.run import NONE_HERE, has_run
 from ..model.store import TraceStore
-from ..widgets.charts import ChartsView
-from ..widgets.critical_path import CriticalPathView
 from ..widgets.detail import DetailPane, NarrationPane
-from ..widgets.diff import DiffView
 from ..widgets.event_list import EventList
 from ..widgets.header import ViewerHeader
-from ..widgets.links import LinksView
 from ..widgets.messages import AnalysisReady, EventPicked, LoadProgress, ShowInTimeline, ViewChanged
-from ..widgets.pipeline import PipelineView
-from ..widgets.problems import ProblemsView
-from ..widgets.ring import RingView
-from ..widgets.run import NONE_HERE, RunView
-from ..widgets.schedule import ScheduleGrid
 from ..widgets.timeline import Ruler, Timeline
-from ..widgets.waits import WaitsView
 from .help import HelpScreen
 from .prompt import Prompt
 
@@ -57,8 +48,10 @@ class View:
     """The tab's title."""
     description: str
     """What `?` and the command palette say of the key."""
-    widget: type[Widget] | None = None
-    """The view, built as widget(store) once the analysis is there; None for the timeline, the screen's own."""
+    widget: str | None = None
+    """The view's widget, "module:Class" of tui/widgets, built as Class(store) once the analysis is there and its
+    tab is first shown, its module imported then (the viewer's start imports none of the views: the diff's pulls
+    the analysis engine in); None for the timeline, the screen's own."""
     binds: tuple[str, ...] = ()
     """The screen's state the view shows (attributes down): names of ViewerScreen's vars, bound to its reactives
     of the same names."""
@@ -68,19 +61,23 @@ class View:
     """Whether the tab is there for the trace of these paths (None: always); `absent` says why not."""
     absent: str = ""
 
+    def widget_class(self) -> type[Widget]:
+        module, _, name = self.widget.partition(":")
+        return getattr(import_module(f"..widgets.{module}", __package__), name)
+
 
 VIEWS = (
     View("timeline", "1", "Timeline", "timeline"),
-    View("ring", "2", "Ring", "ring view", RingView, ("playhead", "ring_step")),
-    View("pipeline", "3", "Pipeline", "pipeline view", PipelineView, ("playhead",), narrated=True),
-    View("waits", "4", "Waits", "waits view", WaitsView),
-    View("links", "5", "Links", "links view", LinksView),
-    View("charts", "6", "Charts", "charts view", ChartsView, ("playhead",)),
-    View("problems", "7", "Problems", "problems view", ProblemsView),
-    View("critical", "8", "Path", "critical path view", CriticalPathView,
+    View("ring", "2", "Ring", "ring view", "ring:RingView", ("playhead", "ring_step")),
+    View("pipeline", "3", "Pipeline", "pipeline view", "pipeline:PipelineView", ("playhead",), narrated=True),
+    View("waits", "4", "Waits", "waits view", "waits:WaitsView"),
+    View("links", "5", "Links", "links view", "links:LinksView"),
+    View("charts", "6", "Charts", "charts view", "charts:ChartsView", ("playhead",)),
+    View("problems", "7", "Problems", "problems view", "problems:ProblemsView"),
+    View("critical", "8", "Path", "critical path view", "critical_path:CriticalPathView",
          ("playhead", "selection", "zoom", "offset_ns", "path_step")),
-    View("diff", "9", "Diff", "diff view (view B --baseline A)", DiffView),
-    View("run", "0", "Run", "whole run view (a black-box trace's aggregates)", RunView, shown=has_run,
+    View("diff", "9", "Diff", "diff view (view B --baseline A)", "diff:DiffView"),
+    View("run", "0", "Run", "whole run view (a black-box trace's aggregates)", "run:RunView", shown=has_run,
          absent=NONE_HERE),
 )
 VIEW = {v.id: v for v in VIEWS}
@@ -246,7 +243,7 @@ class ViewerScreen(Screen):
     def _analysis_view(self, view: View):
         """The widget of a tab that shows analysis results, bound to this screen's state."""
         extra = {"narration": self.narration} if view.narrated and self.narration is not None else {}
-        return view.widget(self.store, **extra).data_bind(*(getattr(ViewerScreen, name) for name in view.binds))
+        return view.widget_class()(self.store, **extra).data_bind(*(getattr(ViewerScreen, name) for name in view.binds))
 
     def row_in(self, store: TraceStore) -> int:
         """The row in `store` of the event the playhead is on (-1: none, or not in it), found by (rank, id)."""
@@ -392,8 +389,8 @@ class ViewerScreen(Screen):
 
     def _tick(self) -> None:
         # in the ring view, playing animates the ring's steps, then moves on to the next collective
-        if self.query_one(TabbedContent).active == "ring" and self.query(RingView):
-            ring = self.query_one(RingView)
+        if self.query_one(TabbedContent).active == "ring" and self.query("RingView"):
+            ring = self.query_one("RingView")
             if self.ring_step < ring.n_steps - 1:
                 self.ring_step += 1
                 return
@@ -595,12 +592,12 @@ class ViewerScreen(Screen):
         if self.query_one(TabbedContent).active == "pipeline":
             self._pipeline_iteration(direction)
             return
-        for ring in self.query(RingView):
+        for ring in self.query("RingView"):
             self.ring_step = max(-1, min(ring.n_steps - 1, self.ring_step + direction))
 
     def _pipeline_iteration(self, direction: int) -> None:
         """The playhead to the first event of the pipeline's previous or next iteration (the grid shows it)."""
-        views = list(self.query(PipelineView))
+        views = list(self.query("PipelineView"))
         model = views[0].model if views else None
         if not model:
             self.notify("no pipeline schedule in this trace", severity="warning")
@@ -618,6 +615,8 @@ class ViewerScreen(Screen):
 
     def action_help(self) -> None:
         # the app's own too (F, R), and the pipeline grid's (its zoom and pan, when it has the focus)
+        from ..widgets.schedule import ScheduleGrid
+
         self.app.push_screen(HelpScreen(self.BINDINGS + list(self.app.BINDINGS) + list(ScheduleGrid.BINDINGS)))
 
     def action_search(self) -> None:

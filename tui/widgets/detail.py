@@ -15,8 +15,8 @@ from textual.widgets import Static
 from disttrace.tracer.units import fmt_bytes_short, fmt_gbps, fmt_list, fmt_ns_short
 from disttrace.tracer.data.table import NONE
 
+from ..model.baseline import baseline_of, signed_short
 from ..model.store import TraceStore
-from .diff import baseline_of, signed_short
 from .palette import OP_COLORS
 
 

@@ -4,8 +4,8 @@ of it the analysis' (tracer/analysis/diff/compare.py): whether B's step moved be
 their noise (enter: show it in the timeline; put in one list, largest first, by tui/model/moved.py). The
 detail pane shows A's figures beside B's (detail.py).
 
-The baseline's comparison is made before the viewer starts (tui/cli.py) and handed here with `set_baseline`; it
-is B's only while the store on screen holds the same trace it was made of (`baseline_of`): another run (R) has none.
+The baseline's comparison is made before the viewer starts (tui/cli.py) and held by tui/model/baseline.py; it is
+B's only while the store on screen holds the same trace it was made of (`baseline_of`): another run (R) has none.
 """
 
 from __future__ import annotations
@@ -19,41 +19,13 @@ from disttrace.tracer.analysis import Diff, signed, verdict
 from disttrace.tracer.units import fmt_ns_short
 
 from ..model import MAX_ROWS
+from ..model.baseline import baseline_of, signed_short
 from ..model.moved import moved
 from ..model.store import TraceStore
 from .messages import ShowInTimeline
 from .palette import OP_COLORS
 
-__all__ = ["DiffView", "baseline_of", "set_baseline", "signed", "signed_short"]
-
-_BASELINE: list[Diff] = []  # the comparison of the trace on screen with its baseline (at most one)
-
-
-def set_baseline(diff: Diff | None) -> None:
-    """The comparison the viewer shows (None: none)."""
-    _BASELINE.clear()
-    if diff is not None:
-        _BASELINE.append(diff)
-
-
-def signed_short(ns: float) -> str:
-    """A difference of times for the viewer's narrow columns: "+99.6ms", "−3ms" (fmt_ns_short's, signed)."""
-    return ("−" if ns < 0 else "+") + fmt_ns_short(abs(ns))
-
-
-def _signature(t) -> tuple:
-    n = len(t)
-    return (n, t.run, t.start_ns[0] if n else 0, t.start_ns[n - 1] if n else 0)
-
-
-def baseline_of(store: TraceStore) -> Diff | None:
-    """The comparison of the store's trace with its baseline, if it is the trace the comparison was made of."""
-    if not _BASELINE:
-        return None
-    d = _BASELINE[0]
-    if d.b_side is None or _signature(d.b_side.table) != _signature(store.table):
-        return None
-    return d
+__all__ = ["DiffView"]
 
 
 class DiffView(Vertical):

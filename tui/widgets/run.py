@@ -8,12 +8,10 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Static
 
-from ..model.run import RunChart, run_chart, run_of
+from ..model.run import NONE_HERE, RunChart, run_chart, run_of
 from ..model.store import TraceStore
 from .plot import PlotChart
 
-NONE_HERE = ("No whole-run aggregates in this trace: `disttrace run --black-box` keeps them (per window and rank: "
-             "time, count and bytes per op kind), beside each rank's ring of its last ops.")
 
 
 class RunView(Vertical):

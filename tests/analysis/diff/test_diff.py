@@ -539,7 +539,8 @@ async def test_the_viewer_with_a_baseline_shows_the_diff_tab_and_a_beside_b():
     from disttrace.tui.app import DisttraceApp
     from disttrace.tui.model.store import TraceStore
     from disttrace.tui.widgets.detail import detail_table
-    from disttrace.tui.widgets.diff import DiffView, set_baseline
+    from disttrace.tui.model.baseline import set_baseline
+    from disttrace.tui.widgets.diff import DiffView
 
     d = diff_of(dp_trace(1), dp_trace(2, late={2: 5}))
     store = TraceStore(d.b_side.table, d.b_side.analysis)

@@ -18,7 +18,7 @@ from ...data.table.columns import (CodedColumn, copy_of, extend_from_numpy, fill
                             run_starts, typecode)
 from ...data.table import NONE, EventTable
 from .matching import finished, finished_column
-from .results import NULL, CollectiveInstance, P2PMatch
+from .results import NULL, Analysis, CollectiveInstance, P2PMatch
 
 
 def _opt_float(v: float | None) -> float:
@@ -269,3 +269,13 @@ def _part(col, a: int, b: int) -> array:
 def _match(src, dst, order, send, recv, nbytes, ls, lr, transfer) -> P2PMatch:
     return P2PMatch(src, dst, order, None if send == NONE else send, None if recv == NONE else recv, nbytes, ls, lr,
                     None if transfer == NONE else transfer)
+
+
+def pending_analysis(table: EventTable) -> Analysis:
+    """The Analysis of a table not analysed yet, standing in until the real one is computed (the viewer shows the
+    events meanwhile): nothing matched, no waits, nothing found. A field with a default keeps it."""
+    n = len(table)
+    no_match = array("i", [-1]) * n
+    return Analysis(table=table, collectives=CollectiveTable(table), instance_of=no_match, p2p=P2PTable(),
+                    p2p_of=no_match, event_wait_ns=array("q", bytes(8 * n)), waits={}, stragglers=[], links=[],
+                    pipeline=None, problems=[], models={}, event_overlap_ns=array("q", bytes(8 * n)))

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import gc
 import sys
-from array import array
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, fields
 from time import perf_counter
@@ -35,7 +34,6 @@ from ..causal.overlap import overlaps
 from ..comms.p2p import build_p2p
 from ..pipeline.stages import pipeline_stats
 from ..problems.checks import find_problems, nonfinite_rows
-from ..core.tables import CollectiveTable, P2PTable
 from ..waits.steps import build_steps, find_steps
 from ..waits.stragglers import fill_steps, stragglers_of, verdict, wait_records, wait_totals
 from ..comms.alpha_beta import fit_models, flag_slow
@@ -266,14 +264,3 @@ def _join(running: dict, name: str, take) -> None:
     for added in stage.adds:
         del running[added]
     take(stage, out)
-
-
-def pending_analysis(table: EventTable) -> Analysis:
-    """The Analysis of a table not analysed yet, standing in until the real one is computed (the viewer shows the
-    events meanwhile): nothing matched, no waits, nothing found. A field with a default keeps it."""
-    n = len(table)
-    no_match = array("i", [-1]) * n
-    return Analysis(table=table, collectives=CollectiveTable(table), instance_of=no_match, p2p=P2PTable(),
-                    p2p_of=no_match, event_wait_ns=array("q", bytes(8 * n)), waits={}, stragglers=[], links=[],
-                    pipeline=None, problems=[], models={}, event_overlap_ns=array("q", bytes(8 * n)))
-
