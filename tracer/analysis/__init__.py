@@ -16,6 +16,7 @@ from .engine.run import analyze, pending_analysis
 from .text.json_report import to_json
 from .waits.wait_states import merged
 from .waits.whole_run import whole_run
+from .memory.analyse import memory_report
 
 # name -> (module, its name there), imported when first asked for
 _ON_USE = {
@@ -36,5 +37,5 @@ def __getattr__(name: str):
 
 
 __all__ = ["analyze", "to_json", "describe", "straggler_sentence", "straggler_verdict", "attribution_summary",
-           "micro_batches", "startup_sentence", "what_if_sentence", "pending_analysis", "merged", "whole_run",
+           "micro_batches", "startup_sentence", "what_if_sentence", "pending_analysis", "merged", "whole_run", "memory_report",
            "run_straggler_sentence", *_ON_USE]
