@@ -28,9 +28,10 @@ import weakref
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode, _pop_mode, _push_mode
 
-from ..format import (MEM_AT_END, MEM_AT_OP, MEM_AT_OPT, MEM_AT_PEAK, MEM_KINDS, MEM_META, MEM_SAMPLE, MEM_SUFFIX,
+from ..format import (MEM_AT_END, MEM_AT_OP, MEM_AT_PEAK, MEM_KINDS, MEM_META, MEM_SAMPLE, MEM_SUFFIX,
                       MEM_VERSION, RANK_FILE_SUFFIX)
-from . import callsite
+from . import callsite, memory_model
+from .memory_model import local
 from .recorder import Recorder
 
 PARAMS, GRADS, OPTIMIZER, ACTIVATIONS, TEMPORARIES, COMM = range(len(MEM_KINDS))
@@ -44,16 +45,6 @@ class _Ref(weakref.ref):
     """A counted storage: its bytes and kind; its callback uncounts it."""
 
     __slots__ = ("nbytes", "kind", "key")
-
-
-def local(t):
-    """The plain tensor whose storage holds t's values: a DTensor's local shard, else t (None: no storage here)."""
-    if type(t) is _Tensor or type(t) is torch.nn.Parameter:
-        return t
-    inner = getattr(t, "_local_tensor", None)
-    if inner is not None:
-        return inner
-    return t if isinstance(t, _Tensor) and not hasattr(t, "__tensor_flatten__") else None
 
 
 def op_name(func) -> str:
@@ -254,8 +245,6 @@ def start(tracer, memory_step: int | None = None) -> None:
     if _tracker is not None:
         return
     try:
-        from . import memory_model
-
         path = tracer.path[: -len(RANK_FILE_SUFFIX)] + MEM_SUFFIX
         rec = Recorder(path)
         tracker = Tracker(rec)
@@ -268,8 +257,8 @@ def start(tracer, memory_step: int | None = None) -> None:
         def resize_(st, size):
             result = _orig_resize(st, size)
             t = _tracker
-            if t is not None:
-                _safe(t.resized, st)
+            if t is not None and not t.broken:
+                t._guard(t.resized, st)
             return result
 
         torch.UntypedStorage.resize_ = resize_
@@ -289,8 +278,6 @@ def stop() -> None:
     if tracker is None:
         return
     try:
-        from . import memory_model
-
         memory_model.uninstall()
         if _get_current_dispatch_mode() is tracker:
             _pop_mode()
@@ -309,23 +296,6 @@ def current() -> Tracker | None:
     return _tracker
 
 
-def sample(at: str, op: str | None = None) -> None:
-    """A sample now (memory_model.py's optimizer hooks); nothing when memory is not recorded. Never raises."""
-    t = _tracker
-    if t is not None:
-        _safe(t.sample, at, op)
-
-
-def _safe(fn, *args) -> None:
-    try:
-        fn(*args)
-    except Exception as e:  # noqa: BLE001 - the memory recording stops; the job and its trace go on
-        t = _tracker
-        if t is not None:
-            _warn(t.rec.path, e)
-            stop()
-
-
 def _warn(path: str, e: BaseException) -> None:
     from .recorder import warn_once
 
@@ -333,5 +303,4 @@ def _warn(path: str, e: BaseException) -> None:
                                      f"its trace go on")
 
 
-__all__ = ["Tracker", "start", "stop", "current", "sample", "local", "PARAMS", "GRADS", "OPTIMIZER", "ACTIVATIONS",
-           "TEMPORARIES", "COMM", "MEM_AT_OPT"]
+__all__ = ["Tracker", "start", "stop", "current", "PARAMS", "GRADS", "OPTIMIZER", "ACTIVATIONS", "TEMPORARIES", "COMM"]

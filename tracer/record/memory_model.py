@@ -23,15 +23,30 @@ from collections import Counter
 
 import torch
 
-from ..format import MEM_AT_OPT, MEM_OPT, MEM_WRAP
-from . import memory
+from ..format import MEM_AT_OPT, MEM_KINDS, MEM_OPT, MEM_WRAP
+
+OPTIMIZER = MEM_KINDS.index("optimizer")
+_Tensor = torch.Tensor
+_tracker = None  # memory.py's Tracker while memory is recorded (memory.py imports this module, never the reverse)
 
 _patched: list[tuple[object, str, object]] = []  # (owner, name, original) to put back
 _handles: list = []
 _seen_opts: weakref.WeakSet = weakref.WeakSet()  # optimizers whose "mopt" record is written
 
 
+def local(t):
+    """The plain tensor whose storage holds t's values: a DTensor's local shard, else t (None: no storage here)."""
+    if type(t) is _Tensor or type(t) is torch.nn.Parameter:
+        return t
+    inner = getattr(t, "_local_tensor", None)
+    if inner is not None:
+        return inner
+    return t if isinstance(t, _Tensor) and not hasattr(t, "__tensor_flatten__") else None
+
+
 def install(tracker) -> None:
+    global _tracker
+    _tracker = tracker
     _patch(torch.optim.Optimizer, "__init__", _after_optimizer_init)
     from torch.nn.parallel import DistributedDataParallel
 
@@ -49,6 +64,8 @@ def install(tracker) -> None:
 
 
 def uninstall() -> None:
+    global _tracker
+    _tracker = None
     while _patched:
         owner, name, orig = _patched.pop()
         setattr(owner, name, orig)
@@ -72,7 +89,7 @@ def _patch(owner, name: str, after) -> None:
 
 def memory_run(fn, *args, **kwargs) -> None:
     """fn(...) with the tracker, if memory is recorded; a failure of ours stops the recording, never the job."""
-    t = memory.current()
+    t = _tracker
     if t is None or t.broken:
         return
     t._guard(lambda: fn(t, *args, **kwargs))
@@ -82,7 +99,7 @@ def by_dtype(tensors) -> dict[str, int]:
     """Number of values by dtype ("float32": n) of the tensors' local parts."""
     counts: Counter = Counter()
     for p in tensors:
-        p = memory.local(p)
+        p = local(p)
         if p is not None:
             counts[str(p.dtype).removeprefix("torch.")] += p.numel()
     return dict(counts)
@@ -138,21 +155,21 @@ def _dtype_name(d) -> str | None:
 
 # -- optimizer steps ------------------------------------------------------------------------------------------
 def _pre_step(opt, args, kwargs) -> None:
-    t = memory.current()
-    if t is None:
+    t = _tracker
+    if t is None or t.broken:
         return
     memory_run(_register_params, opt)
-    memory.sample(MEM_AT_OPT, f"{type(opt).__name__}.step")
+    t._guard(t.sample, MEM_AT_OPT, f"{type(opt).__name__}.step")
     t.in_opt += 1
 
 
 def _post_step(opt, args, kwargs) -> None:
-    t = memory.current()
-    if t is None:
+    t = _tracker
+    if t is None or t.broken:
         return
     t.in_opt = max(0, t.in_opt - 1)
     memory_run(_count_state, opt)
-    memory.sample(MEM_AT_OPT, f"{type(opt).__name__}.step end")
+    t._guard(t.sample, MEM_AT_OPT, f"{type(opt).__name__}.step end")
 
 
 def _register_params(t, opt) -> None:
@@ -166,7 +183,7 @@ def _count_state(t, opt) -> None:
     for s in state.values():
         for v in s.values() if isinstance(s, dict) else ():
             if isinstance(v, torch.Tensor):
-                t.count(v, memory.OPTIMIZER)
+                t.count(v, OPTIMIZER)
     if opt in _seen_opts:
         return
     _seen_opts.add(opt)
@@ -192,9 +209,9 @@ def _state_shape(opt, params) -> tuple[dict[str, int], int]:
         s = state.get(p)
         if not isinstance(s, dict):
             continue
-        lp = memory.local(p)
+        lp = local(p)
         for name, v in s.items():
-            lv = memory.local(v) if isinstance(v, torch.Tensor) else None
+            lv = local(v) if isinstance(v, torch.Tensor) else None
             if lv is None:
                 continue
             if lp is not None and lv.numel() == lp.numel() and lv.numel() > 1:
