@@ -163,14 +163,7 @@ class Tracker(TorchDispatchMode):
         if type(res) is _Tensor:
             self.count(res, kind)
         elif isinstance(res, (tuple, list)):
-            comm = COMM if namespace == "_c10d_functional" else kind
-            for x in res:
-                if isinstance(x, _Tensor):
-                    self.count(x, comm)
-                elif isinstance(x, (tuple, list)):
-                    for y in x:
-                        if isinstance(y, _Tensor):
-                            self.count(y, comm)
+            self._count_all(res, COMM if namespace == "_c10d_functional" else kind)
         if self.total > self.peak and self.total > before:
             self._maybe_peak(func)
 
@@ -179,18 +172,16 @@ class Tracker(TorchDispatchMode):
             self.peak = self.total
             self.peak_at = (time.monotonic_ns(), op_name(func), callsite.walk(2)[0], list(self.totals))
 
+    def _count_all(self, xs, kind: int, depth: int = 0) -> None:
+        """Count the tensors in xs and in its lists, two levels down (a c10d op's list of lists of outputs)."""
+        for x in xs:
+            if isinstance(x, _Tensor):
+                self.count(x, kind)
+            elif depth < 2 and isinstance(x, (list, tuple)):
+                self._count_all(x, kind, depth + 1)
+
     def _at_collective(self, func, args) -> None:
-        for a in args:
-            if isinstance(a, _Tensor):
-                self.count(a, COMM)
-            elif isinstance(a, (list, tuple)):
-                for x in a:
-                    if isinstance(x, _Tensor):
-                        self.count(x, COMM)
-                    elif isinstance(x, (list, tuple)):
-                        for y in x:
-                            if isinstance(y, _Tensor):
-                                self.count(y, COMM)
+        self._count_all(args, COMM)
         self.sample(MEM_AT_OP, op_name(func))
 
     # -- samples ---------------------------------------------------------------------------------------
