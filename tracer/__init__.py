@@ -27,7 +27,8 @@ _CURRENT = __name__ + ".record.current"  # the process's tracer, set by the hook
 
 @contextlib.contextmanager
 def trace(out: str, summaries: str = "off", black_box: bool = False, ring: int | None = None,
-          keep_snapshots: int | None = None, window=None, hang_timeout: float = 0.0):
+          keep_snapshots: int | None = None, window=None, hang_timeout: float = 0.0, memory: bool = False,
+          memory_step: int | None = None):
     """Record this process's torch.distributed ops into trace dir `out` while the block runs.
 
     Tracing starts when the default process group is initialized (at once if it already is) and stops at the
@@ -36,7 +37,10 @@ def trace(out: str, summaries: str = "off", black_box: bool = False, ring: int |
     black_box=True: the mode a production job leaves on (docs/FORMAT.md, "The black box"): the last `ring` ops
     (default 4,000) in a ring of fixed size, the aggregates of the whole run per `window` (W steps, or "Ws"
     seconds), snapshots on a hang (with hang_timeout seconds), an uncaught exception or SIGUSR1, the last
-    `keep_snapshots` kept. ValueError on a wrong option."""
+    `keep_snapshots` kept. memory=True: each rank's memory by kind beside its rank file (`disttrace run --memory`;
+    `memory_step`: the step of the report's breakdown, default the first steady one). ValueError on a wrong option."""
+    if memory_step is not None and (not memory or memory_step < 0):
+        raise ValueError("memory_step is a step number (0 or more) of memory=True")
     config = None
     if black_box:
         from .blackbox_files import Config
@@ -46,7 +50,8 @@ def trace(out: str, summaries: str = "off", black_box: bool = False, ring: int |
         raise ValueError("ring, keep_snapshots and window are the black box's: pass black_box=True")
     from .record import hooks
 
-    hooks.install(out, summaries, hang_timeout, black_box=config)
+    hooks.install(out, summaries, hang_timeout, black_box=config,
+                  memory=(-1 if memory_step is None else memory_step) if memory else None)
     try:
         yield
     finally:

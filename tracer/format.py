@@ -103,6 +103,19 @@ RING_ROUND = 64 << 10
 RING_DEFAULT_OPS, WINDOW_DEFAULT, KEEP_SNAPSHOTS_DEFAULT = 4000, 10, 8
 
 
+# -- memory (`disttrace run --memory`; docs/FORMAT.md "Memory") -------------------------------------------------
+# A rank traced with --memory writes its memory samples into a file of its own beside its rank file (the same stem):
+# JSON Lines, "k" first, as a rank file's records. MEM_VERSION is its "memmeta" record's "v".
+MEM_SUFFIX, MEM_VERSION = ".mem", 1
+MEM_META, MEM_SAMPLE, MEM_WRAP, MEM_OPT = "memmeta", "m", "mwrap", "mopt"  # the file's head; a sample; a wrapper
+#                                                  (DDP, FSDP2) found as the job made it; an optimizer at its 1st step
+# A sample's bytes ("b"), by kind, in this order (one home: the recorder writes it, the reader and analysis read it)
+MEM_KINDS = ("params", "grads", "optimizer", "activations", "temporaries", "comm")
+# A sample's "at": at a collective (before it runs), the peak since the sample before, around an optimizer's step,
+# at the end of tracing
+MEM_AT_OP, MEM_AT_PEAK, MEM_AT_OPT, MEM_AT_END = "op", "peak", "opt", "end"
+
+
 def snapshot_dir_name(seq: int, reason: str) -> str:
     """snapshots/NNNNNN-REASON: the seq-th snapshot of the job, taken for REASON (one of SNAPSHOT_REASONS)."""
     return f"{seq:06d}-{reason}"

@@ -22,7 +22,8 @@ def _disttrace_bootstrap():
 
             hooks.install(os.environ["DISTTRACE_OUT"], os.environ.get("DISTTRACE_SUMMARIES", "off"),
                           float(os.environ.get("DISTTRACE_HANG_TIMEOUT", "0") or 0),
-                          black_box=blackbox_files.Config.from_env())
+                          black_box=blackbox_files.Config.from_env(),
+                          memory=int(os.environ["DISTTRACE_MEMORY"]) if os.environ.get("DISTTRACE_MEMORY") else None)
         except Exception as e:  # noqa: BLE001 - never break the job
             sys.stderr.write(f"disttrace: tracing disabled: {type(e).__name__}: {e}\n")
 

@@ -18,7 +18,7 @@ from statistics import median
 
 import orjson
 
-from ..analysis import analyze, to_json, whole_run
+from ..analysis import analyze, memory_report, to_json, whole_run
 from ..analysis.text.sentences import (attribution_lines, micro_batches, run_straggler_sentence, startup_sentence,
                                   straggler_verdict, what_if_sentence)
 from ..analysis.core.results import NULL, Analysis
@@ -28,12 +28,12 @@ from ..units import fmt_bytes, fmt_gbps, fmt_list, fmt_ns, fmt_ranks, gbps_unit,
 from ..data.table.columns import typecode
 from ..errors import TraceError
 from ..data.load import load_trace, trace_size
-from ..data.load import read_aggregates, run_info, snapshots_note
+from ..data.load import read_aggregates, read_memory, run_info, snapshots_note
 from .run_choice import add_run_argument, chosen_runs
 from .trace_help import TRACE_HELP
 
 PROBLEM_STYLE = {"hang": "bold red", "mismatch": "bold red", "died": "bold red", "error": "red",
-                 "divergence": "bold magenta", "nonfinite": "bold magenta", "unmatched": "yellow", "clock": "yellow"}
+                 "divergence": "bold magenta", "nonfinite": "bold magenta", "unmatched": "yellow", "clock": "yellow", "leak": "bold red"}
 
 
 def _change(spec: str) -> ChangeSpec:
@@ -78,16 +78,19 @@ def main(args) -> int:
                                run=run)
             a = analyze(table, progress and (lambda f, label: progress(0.5 + f * 0.5, f"analyzing: {label}")),
                         args.what_if)
+        memory = memory_report(read_memory(a.table), a)  # (a trace recorded with --memory: its leaks are problems)
+        if memory is not None:
+            a.problems.extend(memory.problems)
         found = found or bool(a.problems)
         whole = black_box_extras(args.trace, a, run)
         if args.json:
-            sys.stdout.buffer.write(orjson.dumps(to_json(a, whole), option=orjson.OPT_APPEND_NEWLINE))
+            sys.stdout.buffer.write(orjson.dumps(to_json(a, whole, memory), option=orjson.OPT_APPEND_NEWLINE))
             sys.stdout.flush()
         else:
             console = make_console()
             if len(runs) > 1:
                 console.rule(f"run {run} of {len(runs)}")
-            render(a, args.top, console, asked=bool(args.what_if), whole=whole)
+            render(a, args.top, console, asked=bool(args.what_if), whole=whole, memory=memory)
     return 1 if found else 0
 
 
@@ -184,9 +187,10 @@ class progress_bar:
 
 # -- the person-readable report -----------------------------------------------------------------------------
 
-def render(a: Analysis, top: int = 10, console=None, asked: bool = False, whole=None) -> None:
+def render(a: Analysis, top: int = 10, console=None, asked: bool = False, whole=None, memory=None) -> None:
     """The report; `asked`: the what-ifs are the user's (--what-if), answered first, before the report; `whole`:
-    the whole run over the black box's aggregates (its own section, when the trace has them)."""
+    the whole run over the black box's aggregates (its own section, when the trace has them); `memory`: the memory
+    analysis of a trace recorded with --memory (report_memory.py's section)."""
     from rich.markup import escape
     from rich.text import Text
 
@@ -221,6 +225,10 @@ def render(a: Analysis, top: int = 10, console=None, asked: bool = False, whole=
     _models(console, a)
     if whole is not None:
         _whole_run(console, whole, top)
+    if memory is not None:
+        from .report_memory import render as render_memory
+
+        render_memory(console, memory, top, rich_table)
     if a.problems:
         console.print(f"[bold red]{len(a.problems)} problem(s) found.[/]")
     else:

@@ -45,6 +45,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     store.add_argument("--no-store", dest="store", action="store_false",
                        help="do not write the trace store nor the analysis when the job ends; the first reader "
                             "writes them")
+    mem = p.add_argument_group("memory (docs/ANALYSIS.md, \"Memory\")")
+    mem.add_argument("--memory", action="store_true",
+                     help="record each rank's memory by kind (parameters, gradients, optimizer state, activations, "
+                          "temporaries, communication buffers) at every collective and the peaks between: a "
+                          "diagnosis mode, several times slower on CPU (docs/PERFORMANCE.md)")
+    mem.add_argument("--memory-step", type=int, metavar="K",
+                     help="the step whose breakdown by kind the report shows, as the report numbers steps "
+                          "(default: the first steady one)")
     bb = p.add_argument_group("the black box (docs/FORMAT.md): the mode a production job leaves on")
     bb.add_argument("--black-box", action="store_true",
                     help="keep each rank's last ops in a ring of fixed size and the whole run's aggregates, not "
@@ -80,8 +88,12 @@ def prepare_out(path: str) -> str:
     return out
 
 
-def child_env(out: str, summaries: str, hang_timeout: float, black_box=None) -> dict:
+def child_env(out: str, summaries: str, hang_timeout: float, black_box=None, memory: int | None = None) -> dict:
+    """memory: None (not recorded), else the step of its breakdown (-1: the first steady one)."""
     env = dict(os.environ)
+    env.pop("DISTTRACE_MEMORY", None)
+    if memory is not None:
+        env["DISTTRACE_MEMORY"] = str(memory)
     env["DISTTRACE_OUT"] = out
     env["DISTTRACE_SUMMARIES"] = summaries
     env["DISTTRACE_HANG_TIMEOUT"] = str(hang_timeout)
@@ -101,8 +113,9 @@ def main(args) -> int:
     if args.hang_timeout < 0:
         raise TraceError("--hang-timeout must be 0 (off) or a number of seconds")
     black_box = _black_box(args)
+    memory = _memory(args)
     out = prepare_out(args.out or _default_out())
-    env = child_env(out, args.summaries, args.hang_timeout, black_box)
+    env = child_env(out, args.summaries, args.hang_timeout, black_box, memory)
     started = time.time()
     try:
         proc = subprocess.Popen(command, env=env)
@@ -159,6 +172,16 @@ def main(args) -> int:
         sys.stderr.write(f"disttrace: no rank was traced (no process group was initialized under {command[0]})"
                          f"; {where}/ is empty\n")
     return rc
+
+
+def _memory(args) -> int | None:
+    """--memory's step (-1: the first steady one), None without --memory; TraceError: one line."""
+    step = getattr(args, "memory_step", None)
+    if step is not None and not args.memory:
+        raise TraceError("--memory-step is an option of --memory: add --memory")
+    if step is not None and step < 0:
+        raise TraceError("--memory-step must be a step number (0 or more)")
+    return (step if step is not None else -1) if getattr(args, "memory", False) else None
 
 
 def _black_box(args):

@@ -45,11 +45,13 @@ _funcol_lib = None
 _installed = False
 
 
-def install(out_dir: str, summaries: str = "off", hang_timeout: float = 0.0, black_box=None) -> None:
+def install(out_dir: str, summaries: str = "off", hang_timeout: float = 0.0, black_box=None, memory=None) -> None:
     """Arrange for tracing to start when the default process group is initialized (or now, if it is).
-    black_box: a blackbox.Config to record into a ring of fixed size (None: the whole trace)."""
+    black_box: a blackbox.Config to record into a ring of fixed size (None: the whole trace). memory: None (off), or
+    the step whose breakdown the report shows (-1: the first steady one): memory.py records memory beside."""
     global _installed
-    _config.update(out=os.path.abspath(out_dir), summaries=summaries, hang_timeout=hang_timeout, black_box=black_box)
+    _config.update(out=os.path.abspath(out_dir), summaries=summaries, hang_timeout=hang_timeout, black_box=black_box,
+                   memory=memory)
     if not _installed:
         _installed = True
         _patch_lifecycle()
@@ -158,6 +160,10 @@ def _start() -> None:
             start_watchdog(t, float(_config.get("hang_timeout") or 0))
         if t.mode != "off":
             summaries.warm_up()
+        if _config.get("memory") is not None:
+            from . import memory
+
+            memory.start(t, _config["memory"] if _config["memory"] >= 0 else None)
         # torch.compile must not see the tracer: every in-rank module is loaded by now
         nocompile.hide(m for name, m in list(sys.modules.items()) if name.startswith(_PACKAGE) and m is not None)
     except Exception as e:  # noqa: BLE001
@@ -248,6 +254,9 @@ def stop() -> None:
     if not hasattr(sys, "last_value"):  # (set when an uncaught exception ended the program: that rank died)
         _left("exit")
     current.tracer = None
+    memory = sys.modules.get(_PACKAGE + ".record.memory")  # (loaded only where memory is recorded)
+    if memory is not None:
+        memory.stop()
     try:
         t.close()
     except Exception:  # noqa: BLE001

@@ -238,7 +238,8 @@ class Link:
 @dataclass
 class Problem:
     """Something a person must act on: kind is hang, mismatch, divergence, unmatched, clock, error (an op raised),
-    died (a rank's trace ends while the others went on) or nonfinite (NaN/Inf in an op's input)."""
+    died (a rank's trace ends while the others went on), nonfinite (NaN/Inf in an op's input) or leak (memory
+    growing at every steady step: analysis/memory/leaks.py, added by `report` for a trace recorded with --memory)."""
 
     kind: str
     op: str | None

@@ -16,8 +16,9 @@ from ..core.window import window_summary
 _IN_SUMMARY = frozenset({"span_ns", "notes"})  # fields the summary holds
 
 
-def to_json(a: Analysis, run=None) -> dict:
-    """`run`: the whole run over the black box's aggregates (waits/whole_run.py), its "run" key when set."""
+def to_json(a: Analysis, run=None, memory=None) -> dict:
+    """`run`: the whole run over the black box's aggregates (waits/whole_run.py), its "run" key when set; `memory`:
+    the memory analysis (memory/analyse.py's MemoryReport, of a trace recorded with --memory), its "memory" key."""
     t = a.table
     out = {"summary": {"events": len(t), "ranks": t.world_ranks(), "groups": [
         {"name": g.name, "ranks": list(g.ranks)} for g in t.groups],
@@ -31,6 +32,8 @@ def to_json(a: Analysis, run=None) -> dict:
             out[name] = plain(v) if explicit is None else explicit(a, v)
     if run is not None:
         out["run"] = plain(run)
+    if memory is not None:
+        out["memory"] = plain(memory)
     return out
 
 

@@ -1,0 +1,63 @@
+"""Memory's ground truth (`disttrace run --memory`): a 4-layer MLP trained with Adam on 2 ranks, its parameters
+splitting evenly (every tensor's first dimension and ZeRO's whole-parameter partition), under the scheme argv[1]
+names:
+- ddp: DistributedDataParallel. From step LEAK_STEP on, rank LEAK_RANK keeps each step's input in a list (a leak:
+  LEAK_BYTES a step); rank EXTRA_RANK holds an extra buffer of EXTRA_BYTES all along (an imbalance);
+- zero: DDP with torch.distributed.optim.ZeroRedundancyOptimizer around Adam (ZeRO-1);
+- fsdp2: fully_shard on each layer and the model (ZeRO-3).
+Each step all-reduces the loss for logging, as training loops do."""
+
+import sys
+
+WIDTH, LAYERS, BATCH = 256, 4, 64
+PSI = LAYERS * (WIDTH * WIDTH + WIDTH)   # the model's parameter values
+STEPS = {"ddp": 30, "zero": 8, "fsdp2": 8}
+LEAK_STEP, LEAK_RANK, LEAK_BYTES = 20, 1, 2 << 20
+EXTRA_RANK, EXTRA_BYTES = 0, 8 << 20
+
+
+def main() -> None:
+    import torch
+    import torch.distributed as dist
+
+    scheme = sys.argv[1]
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*(torch.nn.Linear(WIDTH, WIDTH) for _ in range(LAYERS)))
+    if scheme == "fsdp2":
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+
+        mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+        for layer in model:
+            fully_shard(layer, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        net = model
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    else:
+        net = torch.nn.parallel.DistributedDataParallel(model)
+        if scheme == "zero":
+            from torch.distributed.optim import ZeroRedundancyOptimizer
+
+            opt = ZeroRedundancyOptimizer(net.parameters(), optimizer_class=torch.optim.Adam, lr=1e-3)
+        else:
+            opt = torch.optim.Adam(net.parameters(), lr=1e-3)
+    extra = torch.ones(EXTRA_BYTES // 4) if scheme == "ddp" and rank == EXTRA_RANK else None  # noqa: F841
+    kept = []
+    g = torch.Generator().manual_seed(rank)
+    for step in range(STEPS[scheme]):
+        if scheme == "ddp" and rank == LEAK_RANK and step >= LEAK_STEP:
+            kept.append(torch.randn(LEAK_BYTES // 4, generator=g))  # "for later": never freed
+        x = torch.randn(BATCH, WIDTH, generator=g)
+        opt.zero_grad()
+        loss = net(x).square().mean()
+        loss.backward()
+        opt.step()
+        logged = loss.detach().clone()
+        dist.all_reduce(logged)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
