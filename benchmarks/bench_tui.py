@@ -445,7 +445,7 @@ def main() -> None:
         print(json.dumps(_stages(path)))
         return
     from memlimit import MemoryLimit, parse_size
-    from synth import ensure_synthetic, fresh_store, time_parse, time_yardstick
+    from synth import date_back, ensure_synthetic, fresh_store, time_parse, time_yardstick
 
     ensure_synthetic(path, ns.events, ns.ranks)
 
@@ -469,6 +469,7 @@ def main() -> None:
     if ns.reopen_only:
         # the store, valid for the code that opens it: else written (and analysed) by a first open of that code
         _compiled(Path(__file__).resolve().parent.parent)
+        date_back(path)  # (just written: else this code's store was skipped and its "re-opens" were first opens)
         stored_by = {None: path}
         if ns.against:
             stored_by[ns.against] = _linked(path, ns.against)
