@@ -58,6 +58,9 @@ def pytest_collection_modifyitems(config, items):
             continue
         if where in QUIET:
             item.add_marker(pytest.mark.quiet)
+    # the viewer's modules first: `-n 2 --dist loadscope` gives a module to one worker, and the viewer's, whose app
+    # sessions make them the longest of the fast loop, came last in path order, one worker running them alone
+    items.sort(key=lambda item: not item.path.is_relative_to(here / "tui"))
 
 
 # -- the fast loop starts no process ----------------------------------------------------------------------------
