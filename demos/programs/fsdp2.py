@@ -27,7 +27,7 @@ from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
-from disttrace.demos._world import cleanup, setup
+from disttrace.demos._world import cleanup, nbytes, print_held, setup
 
 K = 8  # bytes of Adam state per fp32 parameter: momentum (4) + variance (4); the fp32 shard is the master copy
 
@@ -91,18 +91,13 @@ def main():
                 for shard, full in zip(shards, ref.parameters()))
     assert worst < 1e-5, f"FSDP2 differs from the unsharded model by {worst}"
 
-    for what, b in held.items():
-        print(f"rank {rank}: {what:55s} {b:9,d} bytes", flush=True)
+    print_held(rank, held)
     print(f"rank {rank}: measured {measured:,d} bytes; (4 + 4 + 8)Ψ/N = 16 x {psi:,d} / {n} = {formula:,.0f}; "
           f"unsharded 16Ψ = {unsharded:,d}", flush=True)
     print(f"rank {rank}: matches the unsharded model (max difference {worst:.1e})", flush=True)
     world.results = {"psi": psi, "n": n, "held": held, "measured": measured, "formula": formula,
                      "unsharded": unsharded, "max_difference": worst, "unit_bytes": 4 * a.num_dim ** 2}
     cleanup(world)
-
-
-def nbytes(*tensors) -> int:
-    return sum(t.numel() * t.element_size() for t in tensors)
 
 
 if __name__ == "__main__":

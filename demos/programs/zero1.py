@@ -27,13 +27,9 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from disttrace.demos._world import cleanup, setup
+from disttrace.demos._world import cleanup, nbytes, print_held, setup
 
 K = 12  # bytes of Adam state per parameter: fp32 master copy (4) + momentum (4) + variance (4)
-
-
-def nbytes(*tensors) -> int:
-    return sum(t.numel() * t.element_size() for t in tensors)
 
 
 def make_model(num_dim: int, num_layers: int, device) -> nn.Sequential:
@@ -117,8 +113,7 @@ def main():
     worst = (master.detach() - ref_master.detach()[mine]).abs().max().item()
     assert worst < 1e-4, f"ZeRO-1 differs from plain data parallelism by {worst}"
 
-    for what, b in held.items():
-        print(f"rank {rank}: {what:55s} {b:9,d} bytes", flush=True)
+    print_held(rank, held)
     print(f"rank {rank}: measured {measured:,d} bytes; (2+2)Ψ + KΨ/N_d = (4 + 12/{n}) x {psi:,d} = {formula:,.0f}; "
           f"without ZeRO 16Ψ = {unsharded:,d}", flush=True)
     print(f"rank {rank}: matches plain data parallelism (max difference {worst:.1e})", flush=True)
