@@ -73,6 +73,17 @@ def cleanup(world: World, destroy: bool = True) -> None:
         dist.destroy_process_group()
 
 
+def nbytes(*tensors) -> int:
+    """The bytes of the tensors' values, counted on the tensors themselves (the memory demos' own count)."""
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def print_held(rank: int, held: dict[str, int]) -> None:
+    """What a memory demo's rank holds, a line per kind."""
+    for what, b in held.items():
+        print(f"rank {rank}: {what:55s} {b:9,d} bytes", flush=True)
+
+
 def show(t: torch.Tensor) -> str:
     """A small tensor as a plain list, integers without the trailing '.0': [12, 15, 18]."""
     values = t.detach().cpu().tolist()

@@ -35,6 +35,14 @@ class DemoRun:
         return analyze(self.table)
 
     @cached_property
+    def memory(self):
+        """The memory analysis (a demo recorded with --memory: analysis/memory/'s MemoryReport), else None."""
+        from disttrace.tracer.analysis import memory_report
+        from disttrace.tracer.data.load import read_memory
+
+        return memory_report(read_memory(self.table), self.analysis)
+
+    @cached_property
     def rows(self) -> list[dict]:
         """Every event as its normalized dict, in table (time) order."""
         return [self.table.row(i) for i in range(len(self.table))]

@@ -1,8 +1,10 @@
-"""Narrations of the parallelism demos: data, tensor and pipeline parallelism and ZeRO-1.
+"""Narrations of the parallelism demos: data, tensor and pipeline parallelism, ZeRO-1 and FSDP2 (ZeRO-3).
 What a learner reads names no source document nor lecture: those are where the programs come from
 (docs/TEACHING.md), not what they show."""
 
 from __future__ import annotations
+
+import os
 
 from disttrace.tracer.units import fmt_bytes_si, fmt_in, fmt_ns_prose
 
@@ -283,14 +285,118 @@ def zero1(run: DemoRun) -> dict:
         else:
             text = f"A {ev['op']} of {fmt_bytes_si(ev['bytes'])}."
         n.say(row, text)
-    lines = []
-    for rank, r in sorted(res.items()):
-        held = ", ".join(f"{what} {b:,} B" for what, b in r["held"].items())
-        lines.append(f"rank {rank}: {held}; total {r['measured']:,} B vs (2+2)Ψ + KΨ/N_d = {r['formula']:,.0f} B "
-                     f"(without ZeRO: 16Ψ = {r['unsharded']:,} B)")
+    measured = _recorded(run, lambda r: f"(without ZeRO: 16Ψ = {res[r]['unsharded']:,} B)" if r in res else "")
+    if measured is None:  # (a trace without --memory: the program's own count on its tensors)
+        lines = []
+        for rank, r in sorted(res.items()):
+            held = ", ".join(f"{what} {b:,} B" for what, b in r["held"].items())
+            lines.append(f"rank {rank}: {held}; total {r['measured']:,} B vs (2+2)Ψ + KΨ/N_d = {r['formula']:,.0f} B "
+                         f"(without ZeRO: 16Ψ = {r['unsharded']:,} B)")
+        measured = "Memory held per rank, measured on the tensors:\n  " + "\n  ".join(lines)
+    else:
+        own = sorted({r["measured"] for r in res.values()})
+        measured += ("\nThe communication buffers grow by one step's summed gradients a step: the check keeps them "
+                     "for its reference after the steps. The program's own count of parameters, gradients and "
+                     f"optimizer state on its tensors: {', '.join(f'{b:,} B' for b in own)} a rank.")
     big = 7.5e9
-    summary = ("Memory held per rank, measured on the tensors:\n  " + "\n  ".join(lines) +
+    summary = (measured +
                f"\nThe ZeRO paper's example: a 7.5B-parameter model needs 16Ψ = {fmt_in(16 * big, 'GB', '.0f')} per rank "
                f"without ZeRO; with P_os and N_d = 64, (2+2)Ψ + 12Ψ/64 = {fmt_in((4 + 12 / 64) * big, 'GB', '.1f')}. "
                f"As N_d grows this tends to 4Ψ, 4/(4+K) = 1/4 of the original. {_check(run).replace('1e-5', '1e-4')}")
     return n.write(summary)
+
+
+def fsdp2(run: DemoRun) -> dict:
+    res = run.results
+    any_res = next(iter(res.values()), {})
+    psi, nd, unit = any_res.get("psi", 0), any_res.get("n", run.nproc), any_res.get("unit_bytes", 0)
+    n = Narration(run, "ZeRO-3 (FSDP2): parameters, gradients and optimizer states sharded",
+                  f"FSDP2's fully_shard on each of the model's layers and on the model, {nd} ranks, Ψ = {psi:,} fp32 "
+                  "parameters, Adam. Each rank keeps 1/N of every weight's rows. Each step: every layer's weight is "
+                  "all-gathered just before the layer runs and freed after it, in the forward and again in the "
+                  "backward, where its gradient is reduce-scattered: each rank keeps its shard's average only.")
+    seen: dict[tuple[int, str], int] = {}
+    for row, ev in run.events():
+        key = (ev["rank"], ev["op"])
+        i = seen[key] = seen.get(key, -1) + 1
+        if ev["op"] == "all_gather":
+            text = (f"All-gather {i} of rank {ev['rank']}: it gives its shard of a layer's weight "
+                    f"({fmt_bytes_si(ev['bytes'])}) and receives the whole weight ({fmt_bytes_si(unit)}), held only "
+                    "while the layer runs: the transient peak ZeRO-3 pays for holding 1/N of everything.")
+        elif ev["op"] == "reduce_scatter":
+            text = (f"Reduce-scatter {i} of rank {ev['rank']}: it puts in its gradient of a whole layer "
+                    f"({fmt_bytes_si(ev['bytes'])}) and keeps the average of its own shard's rows only.")
+        else:
+            text = f"A {ev['op']} of {fmt_bytes_si(ev['bytes'])}."
+        n.say(row, text)
+    measured = _recorded(run, lambda r: f"(unsharded: 16Ψ = {res[r]['unsharded']:,} B)" if r in res else "")
+    if measured is None:
+        measured = "This trace was recorded without --memory: the program's own count on its shards: " + ", ".join(
+            f"rank {r} {x['measured']:,} B vs (4 + 4 + 8)Ψ/N = {x['formula']:,.0f} B" for r, x in sorted(res.items()))
+    else:
+        measured += "\n" + _fsdp2_comm(run, unit)
+    return n.write(f"{measured}\nIn fp32 the textbook's (2 + 2 + K)Ψ/N reads (4 + 4 + 8)Ψ/N: the fp32 shards are "
+                   "their own master copy, 16 bytes a parameter either way, all divided by N. "
+                   f"{_check(run)}")
+
+
+def _fsdp2_comm(run: DemoRun, unit: int) -> str:
+    """The all-gathered layers' transient peak: each rank's communication buffers at their most in the step, the
+    op they were sampled at, in layers' weights."""
+    from disttrace.tracer.data.load import read_memory
+
+    samples = read_memory(run.table).ranks
+    parts = []
+    for r, m in sorted(run.memory.ranks.items()):
+        s = samples[r]
+        lo, hi = (m.steps[0].start_ns, m.steps[-1].end_ns) if m.steps else (0, 0)
+        step = next((x for x in m.steps if x.step == run.memory.step), None)
+        if step is not None:
+            lo, hi = step.start_ns, step.end_ns
+        at = next((s.op[i] for i in range(len(s.t)) if lo <= s.t[i] < hi
+                   and int(s.bytes[i][run.memory.kinds.index("comm")]) == m.comm_buffers_peak_bytes), None)
+        times = f" = {m.comm_buffers_peak_bytes / unit:g} layers' weights" if unit else ""
+        parts.append(f"{m.comm_buffers_peak_bytes:,} B on rank {r} (at {at}{times})")
+    whole = next(iter(run.results.values()), {}).get("psi", 0) * 4
+    return ("The transient peak of ZeRO-3, the communication buffers at their most: " + ", ".join(parts)
+            + f", a layer's whole weight being {unit:,} B. In the forward each all-gather holds two layers' weights "
+            "(the one running and the next, gathered ahead); in the backward the reduce-scatter adds the layer's "
+            "whole gradient and the shard it gives back beside the layer's gathered weight. Never the whole "
+            f"model's {whole:,} B: what a rank holds for good is its shards.")
+
+
+KIND_WORDS = {"params": "parameters", "grads": "gradients", "optimizer": "optimizer state"}
+
+
+def _terms(f) -> dict[str, str]:
+    """Each kind's term of the formula, with the bytes per value the recorder found: 2Ψ, KΨ/N, ..."""
+    b = f"{f.bytes_per_value.get('params', 0):g}"
+    shard_all = f.scheme == "fsdp2"
+    over = "/N" if shard_all else ""
+    return {"params": f"{b}Ψ{over}", "grads": f"{b}Ψ{over}",
+            "optimizer": "KΨ/N" if f.scheme in ("zero1", "fsdp2") else "KΨ"}
+
+
+def _recorded(run: DemoRun, after_total=lambda rank: "") -> str | None:
+    """What `disttrace run --memory` measured per rank in the chosen step, per kind beside the formula's term, and
+    the step's peak with its op; None for a trace recorded without --memory."""
+    mem = run.memory
+    if mem is None or mem.formula is None or not mem.ranks:
+        return None
+    f = mem.formula
+    terms = _terms(f)
+    lines = []
+    for r, m in sorted(mem.ranks.items()):
+        pred = f.predicted.get(r, {})
+        kinds = [f"{KIND_WORDS[k]} {getattr(m, k + '_bytes'):,} B ({terms[k]} = {pred.get(k, 0):,})" for k in terms]
+        got, want = sum(getattr(m, k + "_bytes") for k in terms), sum(pred.get(k, 0) for k in terms)
+        lines.append(f"rank {r}: " + ", ".join(kinds) + f"; total {got:,} B vs {f.expression} = {want:,} B "
+                     + after_total(r))
+        site = os.path.basename(m.peak_site) if m.peak_site else "no call site"
+        lines.append(f"  its peak in the step: {m.peak_bytes:,} B at {m.peak_op} ({site}): "
+                     f"activations {m.peak_by_kind.get('activations', 0):,} B, temporaries "
+                     f"{m.peak_by_kind.get('temporaries', 0):,} B and communication buffers "
+                     f"{m.peak_by_kind.get('comm', 0):,} B beside the model's states")
+    return (f"Memory per rank in step {mem.step}, recorded by disttrace run --memory (the recorder of your own jobs), "
+            f"beside the formula ({f.scheme}: Ψ = {f.psi:,} parameters, K = {f.k:g}, N = {f.n}):\n  "
+            + "\n  ".join(lines) + "\nWhat the recorder found: " + "; ".join(f.notes + f.unrecognized) + ".")

@@ -28,6 +28,9 @@ class Demo:
     size_help: str | None = None   # what --size means for this demo; None: --size does not apply
     size_per_rank: bool = False    # --size must split evenly over the ranks
     summaries: str = "full"        # tensor summaries recorded: "off" where the demo times megabyte-sized calls
+    memory_step: int | None = None  # recorded with `disttrace run --memory --memory-step K` (the demos whose
+    #                                 narration measures memory; K: a step after the optimizer's first, whose state
+    #                                 exists then: the first steady step is the analysis' choice, timing-dependent)
     section: str = ""
 
     @property
@@ -98,7 +101,11 @@ DEMOS: dict[str, Demo] = {d.name: d for d in [
          narrate="narrate_parallel:pipeline_parallel", section=_P),
     Demo("zero1", "zero1.py", "ZeRO-1: each rank keeps 1/N of the optimizer's state; the memory saved, measured", 2,
          nproc_ok=_powers_of_two_to(8), nproc_rule="2, 4 or 8 (the parameters split evenly)",
-         narrate="narrate_parallel:zero1", section=_P),
+         narrate="narrate_parallel:zero1", memory_step=1, section=_P),
+    Demo("fsdp2", "fsdp2.py",
+         "ZeRO-3 (FSDP2's fully_shard): parameters, gradients and optimizer state all 1/N a rank, measured", 2,
+         nproc_ok=_powers_of_two_to(8), nproc_rule="2, 4 or 8 (the 64 rows split evenly)",
+         narrate="narrate_parallel:fsdp2", memory_step=1, section=_P),
     Demo("straggler", "straggler.py", "one rank is 300 ms late; the others wait in the all-reduce", 3,
          narrate="narrate_problems:straggler", section=_X),
     Demo("hang", "hang.py", "one rank never arrives; the others wait until a 2 s timeout", 2,

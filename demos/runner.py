@@ -8,7 +8,9 @@ then load the trace, call the demo's narration function and write DIR/narration.
 it is doing (`say`), and prints the job's output as it comes, each line whole with its rank in front
 (progress.RankOutput reads the files torchrun's `--redirects` writes). The demos that time
 megabyte-sized calls (allreduce-three-ways, p2p-bandwidth) record no tensor summaries (`--summaries off`):
-summarizing 4 MB tensors on every call would be part of what they measure.
+summarizing 4 MB tensors on every call would be part of what they measure. The demos that teach memory (zero1,
+fsdp2) are recorded with `--memory --memory-step 1`: the bytes their narration quotes are the recorder's, as for a
+user's job.
 """
 
 from __future__ import annotations
@@ -37,7 +39,8 @@ def command(demo: Demo, nproc: int, backend: str, out: Path, size: int | None, e
     program_args = ["--backend", backend, "--results", str(out / "demo-results")]
     if size is not None:
         program_args += ["--size", str(size)]
-    return [sys.executable, "-m", "disttrace", "run", "--out", str(out), "--summaries", demo.summaries, "--",
+    memory = [] if demo.memory_step is None else ["--memory", "--memory-step", str(demo.memory_step)]
+    return [sys.executable, "-m", "disttrace", "run", "--out", str(out), "--summaries", demo.summaries, *memory, "--",
             sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
             "--redirects", "3", "--log-dir", str(out / OUTPUT_DIR),  # each rank's output to files: RankOutput
             str(demo.path), *program_args, *extra]

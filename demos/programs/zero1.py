@@ -15,41 +15,51 @@ One training step, per rank:
   3. Adam updates rank r's fp32 master shard (its momentum and variance are the only ones it holds)
   4. all-gather the updated shards (cast to bf16): every rank has every updated parameter again
 
-The program measures the bytes it actually holds in parameters, gradients and optimizer states, beside the
-formula, and checks the result against plain data parallelism (every rank running Adam on everything).
+The model is a plain nn.Module (bf16 nn.Linear layers) and each rank's optimizer a plain torch.optim.Adam over its
+fp32 master shard, so that `disttrace run --memory` (which `disttrace demo zero1` turns on) sees them as it sees a
+user's job: the modules' parameters and their gradients, and the optimizer's fp32 master copy with its momentum and
+variance as optimizer state. The program also measures the bytes it holds on the tensors themselves, beside the
+formula, and checks the result against plain data parallelism (every rank running Adam on everything, after the
+steps, from the gradients each step's all-reduce summed).
 """
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
+from torch import nn
 
-from disttrace.demos._world import cleanup, setup
+from disttrace.demos._world import cleanup, nbytes, print_held, setup
 
 K = 12  # bytes of Adam state per parameter: fp32 master copy (4) + momentum (4) + variance (4)
 
 
-def nbytes(*tensors) -> int:
-    return sum(t.numel() * t.element_size() for t in tensors)
-
-
-def make_model(num_dim: int, num_layers: int, device):
+def make_model(num_dim: int, num_layers: int, device) -> nn.Sequential:
+    """The same bf16 model on every rank: num_layers Linear layers (no bias: Ψ = num_layers x num_dim²), GELU after
+    each."""
     generator = torch.Generator().manual_seed(0)  # the same initial model on every rank
-    return [(torch.randn(num_dim, num_dim, generator=generator) / num_dim ** 0.5).to(device, torch.bfloat16)
-            .requires_grad_() for _ in range(num_layers)]
+    layers = []
+    for _ in range(num_layers):
+        linear = nn.Linear(num_dim, num_dim, bias=False)
+        with torch.no_grad():  # x @ w with w ~ N(0, 1/num_dim): Linear computes x @ weight.T
+            linear.weight.copy_((torch.randn(num_dim, num_dim, generator=generator) / num_dim ** 0.5).T)
+        layers += [linear, nn.GELU()]
+    return nn.Sequential(*layers).to(device, torch.bfloat16)
 
 
-def forward_backward(params, x):
-    for w in params:
-        x = F.gelu(x @ w)
-    loss = x.float().square().mean()
+def forward_backward(model, x):
+    loss = model(x).float().square().mean()
     loss.backward()
     return loss
 
 
+def flat(params) -> torch.Tensor:
+    return torch.cat([p.detach().reshape(-1) for p in params])
+
+
 def main():
-    world = setup(num_dim=64, num_layers=4, batch_size=16, num_steps=2)
+    world = setup(num_dim=64, num_layers=4, batch_size=16, num_steps=3)
     rank, n, a = world.rank, world.world_size, world.args
-    params = make_model(a.num_dim, a.num_layers, world.device)
+    model = make_model(a.num_dim, a.num_layers, world.device)
+    params = list(model.parameters())
     psi = sum(p.numel() for p in params)
     if psi % n:
         raise SystemExit(f"{psi} parameters do not split into {n} equal shards")
@@ -57,23 +67,18 @@ def main():
     mine = slice(rank * shard, (rank + 1) * shard)
 
     # This rank's optimizer state: an fp32 master copy of its shard, and Adam's momentum and variance for it.
-    flat_params = torch.cat([p.detach().reshape(-1) for p in params])
-    master = flat_params[mine].float().clone().requires_grad_()
+    master = flat(params)[mine].float().clone().requires_grad_()
     optimizer = torch.optim.Adam([master], lr=1e-3)
-
-    # The check: plain data parallelism keeps the whole fp32 master and Adam state on every rank.
-    ref_master = flat_params.float().clone().requires_grad_()
-    ref_optimizer = torch.optim.Adam([ref_master], lr=1e-3)
 
     generator = torch.Generator().manual_seed(1)
     data = torch.randn(a.batch_size, a.num_dim, generator=generator).to(world.device, torch.bfloat16)
     local = data.chunk(n)[rank]
 
+    summed = []  # the check's: every step's gradients summed over the ranks (plain data parallelism's)
     for step in range(a.num_steps):
-        for p in params:
-            p.grad = None
-        loss = forward_backward(params, local)                                        # 1
-        flat_grads = torch.cat([p.grad.reshape(-1) for p in params])
+        model.zero_grad()
+        loss = forward_backward(model, local)                                         # 1
+        flat_grads = flat(p.grad for p in params)
         grad_shard = torch.empty(shard, dtype=torch.bfloat16, device=world.device)
         dist.reduce_scatter_tensor(grad_shard, flat_grads, op=dist.ReduceOp.SUM)     # 2
         master.grad = grad_shard.float() / n   # the average over ranks, like DDP
@@ -84,14 +89,8 @@ def main():
         with torch.no_grad():
             for p, new in zip(params, gathered.split([p.numel() for p in params])):
                 p.copy_(new.view_as(p))
-
-        # Reference step (all of it on this rank): the average of every rank's bf16 gradients, Adam on everything.
-        ref_master.grad = (sum_grads(flat_grads, n) / n).float()
-        ref_optimizer.step()
+        summed.append(sum_grads(flat_grads))
         print(f"rank {rank}: step {step} loss {loss.item():.6f}", flush=True)
-
-    worst = (master.detach() - ref_master.detach()[mine]).abs().max().item()
-    assert worst < 1e-4, f"ZeRO-1 differs from plain data parallelism by {worst}"
 
     # What this rank holds, measured on the tensors themselves.
     state = optimizer.state[master]
@@ -103,8 +102,18 @@ def main():
     measured = sum(held.values())
     formula = (2 + 2) * psi + K * psi / n
     unsharded = (2 + 2 + K) * psi
-    for what, b in held.items():
-        print(f"rank {rank}: {what:55s} {b:9,d} bytes", flush=True)
+
+    # The check (after the steps, so that the steps hold only ZeRO-1's memory): plain data parallelism, Adam on
+    # all Ψ fp32 parameters from the same start, stepped with the average of every rank's gradients.
+    ref_master = flat(make_model(a.num_dim, a.num_layers, world.device).parameters()).float().requires_grad_()
+    ref_optimizer = torch.optim.Adam([ref_master], lr=1e-3)
+    for total in summed:
+        ref_master.grad = (total / n).float()
+        ref_optimizer.step()
+    worst = (master.detach() - ref_master.detach()[mine]).abs().max().item()
+    assert worst < 1e-4, f"ZeRO-1 differs from plain data parallelism by {worst}"
+
+    print_held(rank, held)
     print(f"rank {rank}: measured {measured:,d} bytes; (2+2)Ψ + KΨ/N_d = (4 + 12/{n}) x {psi:,d} = {formula:,.0f}; "
           f"without ZeRO 16Ψ = {unsharded:,d}", flush=True)
     print(f"rank {rank}: matches plain data parallelism (max difference {worst:.1e})", flush=True)
@@ -113,7 +122,7 @@ def main():
     cleanup(world)
 
 
-def sum_grads(flat_grads, n):
+def sum_grads(flat_grads):
     """The sum of every rank's flat gradients, for the reference (an all-reduce: not part of ZeRO-1)."""
     total = flat_grads.clone()
     dist.all_reduce(total, op=dist.ReduceOp.SUM)

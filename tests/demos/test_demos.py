@@ -14,8 +14,8 @@ from harness import demo_once
 
 from disttrace.demos.narrate_algorithms import ring_chunks, ring_result_from_trace
 from disttrace.demos.registry import DEMOS
-from disttrace.tracer.analysis import analyze
-from disttrace.tracer.data.load import load_trace
+from disttrace.tracer.analysis import analyze, memory_report
+from disttrace.tracer.data.load import load_trace, read_memory
 from disttrace.tui.model.narration import load_narration
 
 pytestmark = pytest.mark.slow
@@ -384,6 +384,40 @@ def test_zero1_memory_matches_the_formula(demos):
     assert {e["bytes"] for e in d.events("reduce_scatter")} == {2 * psi}     # bf16 gradients, all of them
     assert {e["bytes"] for e in d.events("all_gather")} == {2 * psi // 2}    # one bf16 shard
     assert "16Ψ = 120 GB" in d.summary and "31.4 GB" in d.summary
+
+
+@needs("zero1")
+def test_zero1_memory_is_the_recorders_beside_the_formula(demos):
+    """`disttrace demo zero1` records with --memory: the recorder finds the bf16 modules, the fp32 master shard as
+    optimizer state (K = 4 + 4 + 4) and the hand-written ZeRO-1 (each rank's copy 1/N of Ψ), and measures
+    (2 + 2)Ψ + KΨ/N per kind; the narration quotes its bytes."""
+    d = demos["zero1"]
+    mem = memory_report(read_memory(d.table), analyze(d.table))
+    f = mem.formula
+    psi = d.results[0]["psi"]
+    assert (f.scheme, f.psi, f.k, f.n, f.expression) == ("zero1", psi, 12, 2, "(2 + 2)Ψ + 12Ψ/N"), f
+    for r, m in mem.ranks.items():
+        assert (m.params_bytes, m.grads_bytes) == (2 * psi, 2 * psi)
+        assert 12 * psi / 2 <= m.optimizer_bytes <= 12 * psi / 2 + 8   # + Adam's step count, a scalar
+        assert f"optimizer state {m.optimizer_bytes:,} B (KΨ/N = {12 * psi // 2:,})" in d.summary
+    assert "recorded by disttrace run --memory" in d.summary and "(2 + 2)Ψ + 12Ψ/N = 163,840 B" in d.summary
+
+
+@needs("fsdp2")
+def test_fsdp2_shards_everything_and_its_gathered_units_are_the_transient_peak(demos):
+    d = demos["fsdp2"]
+    psi, n, unit = d.results[0]["psi"], d.results[0]["n"], d.results[0]["unit_bytes"]
+    assert all(r["measured"] == 16 * psi / n and r["max_difference"] < 1e-5 for r in d.results.values())
+    assert {e["bytes"] for e in d.events("all_gather")} == {unit // n}     # each rank gives its shard of a layer
+    mem = memory_report(read_memory(d.table), analyze(d.table))
+    f = mem.formula
+    assert (f.scheme, f.psi, f.k, f.n, f.expression) == ("fsdp2", psi, 8, n, "(4 + 4 + 8)Ψ/N"), f
+    for r, m in mem.ranks.items():
+        assert (m.params_bytes, m.grads_bytes) == (4 * psi / n, 4 * psi / n)
+        assert 8 * psi / n <= m.optimizer_bytes <= 8 * psi / n + 64           # + Adam's step counts
+        assert unit <= m.comm_buffers_peak_bytes < 4 * psi                    # a unit or two, never the model
+        assert f"{m.comm_buffers_peak_bytes:,} B on rank {r}" in d.summary
+    assert "(4 + 4 + 8)Ψ/N = 131,072 B" in d.summary and "(2 + 2 + K)Ψ/N" in d.summary
 
 
 # -- when things go wrong -----------------------------------------------------------------------

@@ -13,7 +13,7 @@ from disttrace.demos.registry import DEMOS, START_HERE
 
 ISSUE_DEMOS = {"broadcast", "reduce", "all-reduce", "gather", "all-gather", "scatter", "reduce-scatter", "all-to-all",
                "barrier", "send-recv", "ring-allreduce", "allreduce-three-ways", "data-parallel", "tensor-parallel",
-               "pipeline-parallel", "zero1", "p2p-bandwidth", "straggler", "hang"}
+               "pipeline-parallel", "zero1", "fsdp2", "p2p-bandwidth", "straggler", "hang"}
 
 
 def test_registry_has_every_demo_of_the_issue_with_a_program_and_a_narration():

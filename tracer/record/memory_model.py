@@ -1,10 +1,16 @@
 """What the memory formula needs, found as the job makes it (`disttrace run --memory`): never by a change to the script.
 
+- Modules: torch.nn.Module.register_parameter (what setting a Parameter on a module calls) is wrapped: a module's
+  parameters are the tracker's parameters from their creation, whatever wraps them or not (a hand-written scheme).
 - Optimizers: torch.optim.Optimizer.__init__ is wrapped (its parameters become the tracker's), and the global
   optimizer-step hooks (torch.optim.optimizer.register_optimizer_step_pre_hook/post_hook) sample around each step
   and, at an optimizer's first step, write an "mopt" record: the parameters it holds here, its state's bytes per
   value (the entries shaped like their parameter: Adam's exp_avg and exp_avg_sq) and the rest (scalars: Adam's step).
   A ZeroRedundancyOptimizer's record names its local optimizer (`inner`), the group's size and its own partition.
+  Master copies (mixed precision's fp32 weights): an optimizer whose parameters are all fp32 and none of them a
+  module's, while the job's modules hold 16-bit parameters, holds the model's master copy: its parameters are counted
+  as optimizer state (the seed's K = 4 + 4 + 4 counts them so), and its record says `master` and the modules'
+  parameters (`model`): a hand-written ZeRO-1 (each rank's master copy 1/N of the model) is recognized from them.
 - DDP: DistributedDataParallel.__init__ is wrapped: an "mwrap" record (scheme "ddp": the module's parameters and
   buffers by dtype, the group's size), and the module's parameters and buffers become the tracker's.
 - FSDP2: FSDPParamGroup.__init__ (what every fully_shard call makes, however the job imported fully_shard) is
@@ -32,6 +38,9 @@ _tracker = None  # memory.py's Tracker while memory is recorded (memory.py impor
 _patched: list[tuple[object, str, object]] = []  # (owner, name, original) to put back
 _handles: list = []
 _seen_opts: weakref.WeakSet = weakref.WeakSet()  # optimizers whose "mopt" record is written
+_masters: weakref.WeakSet = weakref.WeakSet()    # optimizers whose parameters are master copies
+_module_params: dict[int, weakref.ref] = {}      # id -> the modules' parameters registered while traced
+SIXTEEN_BIT = (torch.bfloat16, torch.float16)
 
 
 def local(t):
@@ -47,6 +56,7 @@ def local(t):
 def install(tracker) -> None:
     global _tracker
     _tracker = tracker
+    _patch(torch.nn.Module, "register_parameter", _after_register_parameter)
     _patch(torch.optim.Optimizer, "__init__", _after_optimizer_init)
     from torch.nn.parallel import DistributedDataParallel
 
@@ -71,6 +81,7 @@ def uninstall() -> None:
         setattr(owner, name, orig)
     while _handles:
         _handles.pop().remove()
+    _module_params.clear()
 
 
 def _patch(owner, name: str, after) -> None:
@@ -115,10 +126,41 @@ def _group_size(group) -> int:
 
 
 # -- what the job makes ----------------------------------------------------------------------------------------
+def _after_register_parameter(t, module, name, param=None, *args, **kwargs) -> None:
+    if isinstance(param, _Tensor):
+        _module_params[id(param)] = weakref.ref(param)
+        t.add_param(param)
+
+
+def _is_module_param(p) -> bool:
+    ref = _module_params.get(id(p))
+    return ref is not None and ref() is p
+
+
+def _live_module_params() -> list:
+    alive = [w() for w in list(_module_params.values())]
+    return [p for p in alive if p is not None]
+
+
+def _master_copies(params) -> bool:
+    """fp32 parameters of an optimizer, none of them a module's, while the job's modules hold 16-bit ones: the
+    model's master copy (mixed precision's fp32 weights), optimizer state in the seed's accounting."""
+    if not params or any(_is_module_param(p) for p in params):
+        return False
+    if any(local(p) is None or local(p).dtype != torch.float32 for p in params):
+        return False
+    return any(local(m) is not None and local(m).dtype in SIXTEEN_BIT for m in _live_module_params())
+
+
 def _after_optimizer_init(t, opt, *args, **kwargs) -> None:
-    for g in opt.param_groups:
-        for p in g["params"]:
-            t.add_param(p)
+    params = [p for g in opt.param_groups for p in g["params"]]
+    if _master_copies(params):
+        _masters.add(opt)
+        for p in params:
+            t.count(p, OPTIMIZER)
+        return
+    for p in params:
+        t.add_param(p)
 
 
 def _after_ddp_init(t, ddp, *args, **kwargs) -> None:
@@ -173,7 +215,7 @@ def _post_step(opt, args, kwargs) -> None:
 
 
 def _register_params(t, opt) -> None:
-    if opt not in _seen_opts:
+    if opt not in _seen_opts and opt not in _masters:
         _after_optimizer_init(t, opt)  # (an optimizer made before tracing started)
 
 
@@ -191,6 +233,9 @@ def _count_state(t, opt) -> None:
     per_value, scalar_bytes = _state_shape(opt, params)
     rec = {"k": MEM_OPT, "t": time.monotonic_ns(), "id": id(opt), "cls": type(opt).__name__,
            "params": by_dtype(params), "state": per_value, "scalar_bytes": scalar_bytes}
+    if opt in _masters:
+        rec["master"] = by_dtype(params)
+        rec["model"] = by_dtype(_live_module_params())
     inner = getattr(opt, "optim", None)
     if isinstance(inner, torch.optim.Optimizer):  # ZeroRedundancyOptimizer: its local optimizer holds the state
         rec["inner"] = id(inner)

@@ -48,6 +48,19 @@ def test_fsdp2_bf16_shards_everything():
     assert f.expression == "(2 + 2 + 12)Ψ/N"
 
 
+def test_hand_written_zero1_master_copies_are_optimizer_state():
+    """The zero1 demo's shape: bf16 modules, each rank's Adam over fp32 master copies of 1/N of them (K = 4 + 4 + 4)."""
+    def rank(mine):
+        opt = {**_adam(mine), "master": {"float32": mine}, "model": {"bfloat16": 1000}}
+        return SimpleNamespace(wraps=[], optimizers=[opt], meta={"world_size": 2})
+    f = formula(SimpleNamespace(ranks={0: rank(500), 1: rank(500)}))
+    assert (f.scheme, f.psi, f.k, f.n) == ("zero1", 1000, 12, 2)
+    assert f.predicted[1] == {"params": 2000, "grads": 2000, "optimizer": 6000}  # (2 + 2)Ψ + KΨ/N
+    assert f.expression == "(2 + 2)Ψ + 12Ψ/N" and f.even_optimizer_bytes == 6000 and not f.unrecognized
+    replicated = formula(SimpleNamespace(ranks={0: rank(1000)}))
+    assert (replicated.scheme, replicated.psi, replicated.k) == ("replicated", 1000, 12)
+
+
 def test_unrecognized_is_said():
     f = formula(SimpleNamespace(ranks={0: _rank([], [_adam(10)])}))
     assert f.scheme == "replicated" and f.unrecognized

@@ -9,6 +9,9 @@ are left out of K and said); N: the group's size. The schemes:
 - ZeRO-1 (ZeroRedundancyOptimizer): params b_p·Ψ, grads b_g·Ψ, optimizer K·(the values of its own partition of whole
   parameters), KΨ/N beside
 - ZeRO-3 (FSDP2 fully_shard): each b·Ψ/N, optimizer K·Ψ/N
+- master copies (an optimizer over fp32 copies of 16-bit module parameters, record/memory_model.py): the copies are
+  optimizer state, their bytes per value in K (the seed's 4 + 4 + 4); Ψ the modules' parameters. With no wrapper,
+  each rank's copies 1/N of Ψ (N the world's size) is a hand-written ZeRO-1: optimizer K·(its copies' values).
 A module's buffers count as parameters (DDP's are added to the prediction and said).
 """
 
@@ -67,6 +70,11 @@ def formula(memory) -> Formula | None:
     holder, zero = _optimizer(first.optimizers)
     unrecognized, notes = [], []
     k = float(sum(int(v) for v in (holder.get("state") or {}).values())) if holder else 0.0
+    master = (holder or {}).get("master")
+    if master:
+        k += value_bytes(master)
+        notes.append(f"{holder.get('cls')}'s parameters are fp32 master copies of the model's 16-bit parameters: "
+                     f"optimizer state, their {_num(value_bytes(master))} bytes a value in K")
     if holder is None:
         unrecognized.append("no optimizer stepped: K (the optimizer state's bytes per value) is unknown")
     elif not holder.get("state"):
@@ -83,6 +91,10 @@ def formula(memory) -> Formula | None:
         scheme, params, n = "zero1", (ddp or {}).get("params") or zero.get("params") or {}, int(zero.get("group_size") or 1)
     elif ddp is not None:
         scheme, params, n = "ddp", ddp.get("params") or {}, int(ddp.get("group_size") or 1)
+    elif master:
+        scheme, params, n = _hand_written(holder, int((getattr(first, "meta", None) or {}).get("world_size") or 1))
+        if scheme == "zero1":
+            notes.append(f"a hand-written ZeRO-1: each rank's master copy is 1/{n} of the model's parameters")
     elif holder is not None:
         scheme, params, n = "replicated", holder.get("params") or {}, 1
         unrecognized.append("no DDP, ZeroRedundancyOptimizer or FSDP2 found: the parameters are taken as "
@@ -101,8 +113,8 @@ def formula(memory) -> Formula | None:
         else:
             opt_values = psi
             if scheme == "zero1":
-                _, z = _optimizer(m.optimizers)
-                opt_values = values((z or zero).get("local") or {})
+                h, z = _optimizer(m.optimizers)
+                opt_values = values((z or zero).get("local") or {}) if zero else values((h or holder).get("master"))
                 even = round(k * psi / n)
             predicted[r] = {"params": round(bp * psi) + buffers, "grads": round(bp * psi),
                             "optimizer": round(k * opt_values)}
@@ -115,6 +127,15 @@ def formula(memory) -> Formula | None:
         notes.append("FSDP2's all-gathered (unsharded) units are communication buffers while they are in use: "
                      "the peak holds the largest unit or two beside the shards")
     return Formula(scheme, psi, k, n, bpv, _expression(scheme, bp, k), predicted, even, unrecognized, notes)
+
+
+def _hand_written(holder: dict, world: int) -> tuple[str, dict, int]:
+    """(scheme, Ψ's dtypes, N) of master copies with no wrapper: 1/world of the model's values is ZeRO-1's shard."""
+    model = holder.get("model") or {}
+    mine, psi = values(holder.get("master") or {}), values(model)
+    if world > 1 and mine * world == psi:
+        return "zero1", model, world
+    return "replicated", model or holder.get("master") or {}, 1
 
 
 def _num(x: float) -> str:

@@ -57,7 +57,8 @@ class RankMemory:
 class Formula:
     """What the parameters', gradients' and optimizer state's bytes should be (formula.py; docs/ANALYSIS.md)."""
 
-    scheme: str                    # "ddp", "zero1" (ZeroRedundancyOptimizer), "fsdp2" (fully_shard), "replicated"
+    scheme: str                    # "ddp", "zero1" (ZeroRedundancyOptimizer, or master copies 1/N of Ψ: a
+    #                                hand-written one), "fsdp2" (fully_shard), "replicated"
     #                                (an optimizer, no wrapper found), "unknown"
     psi: int                       # Ψ: the model's parameters (values)
     k: float                       # K: the optimizer state's bytes per parameter value

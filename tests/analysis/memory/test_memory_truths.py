@@ -1,0 +1,57 @@
+"""Memory's other ground truths on real jobs (tests/jobs/mem_train.py on gloo): a model whose activations dominate
+(the step's peak where the forward ends and the backward begins, at the user's line); the Python API's
+`trace(out=..., memory=True)` measuring what `disttrace run --memory` measures; FSDP2 on 4 ranks (the formula's
+N = 4)."""
+
+import json
+import subprocess
+
+import pytest
+
+from harness import aborted_at_exit, job, run_disttrace, torchrun_cmd
+
+pytestmark = pytest.mark.slow
+M = job("mem_train")
+KINDS = ("params", "grads", "optimizer")
+
+
+def _memory(out):
+    proc = run_disttrace("report", "--json", out)
+    assert proc.returncode in (0, 1), proc.stderr
+    return json.loads(proc.stdout)["memory"]
+
+
+def test_activations_peak_at_the_forward_backward_boundary_on_the_users_line(traced):
+    mem = _memory(traced("mem_train.py", args=("acts",), summaries="off", run_args=("--memory",)))
+    assert mem["formula"]["scheme"] == "ddp"
+    for r, m in mem["ranks"].items():
+        states = sum(m[f"{k}_bytes"] for k in KINDS)
+        assert m["activations_peak_bytes"] > 3 * states, (r, m)            # the activations dominate
+        # every activation of the forward still held at the peak, whose op is the backward's first: the boundary
+        assert m["peak_by_kind"]["activations"] == m["activations_peak_bytes"], (r, m["peak_by_kind"])
+        assert m["peak_site"].endswith(f"mem_train.py:{M.BACKWARD_LINE} in train"), (r, m["peak_site"])
+
+
+def test_the_python_api_measures_what_disttrace_run_does(traced, tmp_path):
+    run = _memory(traced("mem_train.py", args=("zero",), summaries="off", run_args=("--memory",)))
+    out = tmp_path / "trace"
+    proc = subprocess.run(torchrun_cmd("mem_train.py", 2, ["zero", "--api", out]), capture_output=True, text=True,
+                          timeout=180)
+    assert proc.returncode == 0 or aborted_at_exit(proc), proc.stderr[-3000:]
+    api = _memory(out)
+    fields = ("scheme", "psi", "k", "n", "bytes_per_value", "predicted", "even_optimizer_bytes")
+    assert {f: api["formula"][f] for f in fields} == {f: run["formula"][f] for f in fields}
+    assert api["formula"]["scheme"] == "zero1"
+    for r in ("0", "1"):
+        for k in KINDS:
+            assert api["ranks"][r][f"{k}_bytes"] == run["ranks"][r][f"{k}_bytes"], (r, k)
+
+
+def test_fsdp2_on_4_ranks_divides_everything_by_4(traced):
+    mem = _memory(traced("mem_train.py", nproc=4, args=("fsdp2",), summaries="off", run_args=("--memory",)))
+    f = mem["formula"]
+    assert (f["scheme"], f["psi"], f["k"], f["n"], f["expression"]) == ("fsdp2", M.PSI, 8, 4, "(4 + 4 + 8)Ψ/N"), f
+    assert sorted(mem["ranks"]) == ["0", "1", "2", "3"]
+    for r, m in mem["ranks"].items():
+        for k, per_value in zip(KINDS, (4, 4, 8)):
+            assert m[f"{k}_bytes"] == pytest.approx(per_value * M.PSI / 4, rel=0.05), (r, k, m[f"{k}_bytes"])
