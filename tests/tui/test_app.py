@@ -737,16 +737,21 @@ async def test_run_tab_charts_the_whole_run_of_a_black_box_trace(tmp_path):
         text = await chart_text(DisttraceApp([str(tmp_path)], store=store), "0", "run-chart", size)
         assert "rank 1 from step 40 on, +" in text
         assert "time in collectives a step (ms), per window and rank" in text
+    await absent_tab_says_why("run", "0", "No whole-run aggregates in this trace")
+
+
+async def absent_tab_says_why(tab: str, key: str, says: str) -> None:
+    """On a trace without what the tab shows (tui_job.jsonl): no tab, and its key says how to get it."""
     app = app_on()
     told = []
     app.notify = lambda message, **kw: told.append(message)
-    async with app.run_test(size=SIZE) as pilot:  # a trace without aggregates: no tab, its key says why
+    async with app.run_test(size=SIZE) as pilot:
         v = await viewer(pilot)
-        assert not v.query("#run")
-        await pilot.press("0")
+        assert not v.query(f"#{tab}")
+        await pilot.press(key)
         await pilot.pause()
         assert v.query_one(TabbedContent).active == "timeline"
-        assert any(m.startswith("No whole-run aggregates in this trace") for m in told), told
+        assert any(m.startswith(says) for m in told), told
 
 
 async def test_memory_tab_at_80x24_and_120x40(tmp_path, monkeypatch):
@@ -768,13 +773,4 @@ async def test_memory_tab_at_80x24_and_120x40(tmp_path, monkeypatch):
         assert "DDP: (4 + 4 + 8)Ψ; Ψ = 263,168 values" in text
         if size == SIZE:
             assert "measured/predicted: params 1.00, grads 1.00," in text  # (beside the breakdown)
-    app = app_on()
-    told = []
-    app.notify = lambda message, **kw: told.append(message)
-    async with app.run_test(size=SIZE) as pilot:
-        v = await viewer(pilot)
-        assert not v.query("#memory")
-        await pilot.press("M")
-        await pilot.pause()
-        assert v.query_one(TabbedContent).active == "timeline"
-        assert any(m.startswith("No memory samples in this trace: `disttrace run --memory`") for m in told), told
+    await absent_tab_says_why("memory", "M", "No memory samples in this trace: `disttrace run --memory`")
