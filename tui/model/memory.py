@@ -127,6 +127,7 @@ def shown_ranks(report, peak: Peak | None) -> list[int]:
 
 
 def memory_chart(trace, report, shown: list[int], peak: Peak | None, t0: int) -> MemoryChart:
+    """The shown ranks' samples in one unit of bytes and one of time, the steps of the drawn rank with the most."""
     import numpy as np
 
     top = max((int(trace.ranks[r].total.max()) for r in shown if len(trace.ranks[r].t)), default=1)
@@ -144,8 +145,8 @@ def memory_chart(trace, report, shown: list[int], peak: Peak | None, t0: int) ->
     starts = [(s.start_ns - t0) * x_factor for s in steps]
     every = max(1, -(-len(steps) // TICKS))
     ticks = [(x, str(s.step)) for x, s in list(zip(starts, steps))[::every]]
-    chosen = next(((s.start_ns - t0) * x_factor, (s.end_ns - t0) * x_factor) for s in steps
-                  if s.step == report.step) if any(s.step == report.step for s in steps) else None
+    chosen = next((((s.start_ns - t0) * x_factor, (s.end_ns - t0) * x_factor) for s in steps
+                   if s.step == report.step), None)
     point = ((peak.t_ns - t0) * x_factor, peak.bytes * y_factor) if peak and peak.rank in shown else None
     more = f" ({len(shown)} of {len(report.ranks)} ranks)" if len(shown) < len(report.ranks) else ""
     return MemoryChart(series, starts, ticks, chosen, point, top * y_factor, y_unit, x_unit,
