@@ -146,6 +146,12 @@ def ns_unit(ns: float) -> tuple[str, float]:
     return name, TIME[name][1]
 
 
+def bytes_unit(n: float) -> tuple[str, float]:
+    """The unit to show n bytes in (as fmt_bytes does), and the factor from bytes to it: one unit for a chart."""
+    name, _ = REPORT_BYTES.unit(n)
+    return name, BYTES[name][1]
+
+
 def gbps_unit(g: float) -> tuple[str, float]:
     """The unit to show g GB/s in (as fmt_gbps does: MB/s from 0.1 MB/s up), and the factor from GB/s to it."""
     name, _ = REPORT_BANDWIDTH.unit(g)

@@ -158,3 +158,35 @@ def test_the_report_says_each_iteration_s_schedule_and_bubble(tmp_path):
     assert "start-up waits apart: 20.0% (mean; 20.0% to 20.0%), the textbook's 20.0%" in out, out
     assert "Bubble per iteration" in out and "90.00 ms" in out  # iteration 0's start-up wait, cut
 
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_the_memory_section_s_tables_fit_80_and_120_columns(width, tmp_path):
+    """The memory section of a real --memory trace (tests/tui/data/mem_ddp: DDP, 2 ranks, 30 steps): every table
+    within the width, no cell cut or folded (each rank's peak with its op and line whole on its row), the steps'
+    ends in one unit (its title's) with as many steps as the width holds."""
+    import io
+    import shutil
+
+    from rich.console import Console
+
+    from disttrace.tracer.analysis import analyze, memory_report
+    from disttrace.tracer.commands.report import rich_table
+    from disttrace.tracer.commands.report_memory import render
+    from disttrace.tracer.data.load import load_trace, read_memory
+
+    shutil.copytree(Path(__file__).parents[1] / "tui" / "data" / "mem_ddp", tmp_path / "t")
+    a = analyze(load_trace(str(tmp_path / "t"), cache=False))
+    out = io.StringIO()
+    render(Console(file=out, width=width), memory_report(read_memory(a.table), a), 10, rich_table)
+    lines = out.getvalue().splitlines()
+    tables = [line.rstrip() for line in lines if line[:1] in "┏┃┡│└"]
+    assert tables and max(map(len, tables)) <= width
+    rows = [line.split("│")[1:-1] for line in tables if line.startswith("│")]
+    assert [c.strip() for c in rows[0]] == ["0", "1MiB", "1MiB", "2.01MiB", "9.07MiB", "1.07MiB", "1MiB"]
+    assert [c.strip() for c in rows[2]][:2] + [c.strip() for c in rows[2]][3:] == \
+        ["0", "13.6 MiB", "aten.div.Tensor", "mem_train.py:56"]
+    ends = next(i for i, line in enumerate(lines) if line.startswith("Bytes held at the steps' ends, MiB"))
+    assert "MiB" not in "".join(lines[ends + 1:])  # (in the title, not in the cells)
+    shown = len(lines[ends + 2].split("┃")) - 5  # (rank, start, peak; the edges)
+    assert shown == (12 if width == 120 else 7)

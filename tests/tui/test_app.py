@@ -737,13 +737,40 @@ async def test_run_tab_charts_the_whole_run_of_a_black_box_trace(tmp_path):
         text = await chart_text(DisttraceApp([str(tmp_path)], store=store), "0", "run-chart", size)
         assert "rank 1 from step 40 on, +" in text
         assert "time in collectives a step (ms), per window and rank" in text
+    await absent_tab_says_why("run", "0", "No whole-run aggregates in this trace")
+
+
+async def absent_tab_says_why(tab: str, key: str, says: str) -> None:
+    """On a trace without what the tab shows (tui_job.jsonl): no tab, and its key says how to get it."""
     app = app_on()
     told = []
     app.notify = lambda message, **kw: told.append(message)
-    async with app.run_test(size=SIZE) as pilot:  # a trace without aggregates: no tab, its key says why
+    async with app.run_test(size=SIZE) as pilot:
         v = await viewer(pilot)
-        assert not v.query("#run")
-        await pilot.press("0")
+        assert not v.query(f"#{tab}")
+        await pilot.press(key)
         await pilot.pause()
         assert v.query_one(TabbedContent).active == "timeline"
-        assert any(m.startswith("No whole-run aggregates in this trace") for m in told), told
+        assert any(m.startswith(says) for m in told), told
+
+
+async def test_memory_tab_at_80x24_and_120x40(tmp_path, monkeypatch):
+    """Key M on a trace recorded with --memory (tests/tui/data/mem_ddp): the run's peak with its op and line, the
+    leak and the imbalance, the chart with the step numbers under it, the chosen step's breakdown per rank and the
+    formula's row, the formula beside (120) or under (80); a trace without memory has no tab and M says why."""
+    from disttrace.tui.loading import load_store
+    from tui_helpers import memory_trace
+
+    monkeypatch.chdir(tmp_path)
+    path = memory_trace(tmp_path)
+    store, _ = load_store([path])
+    for size in ((80, 24), SIZE):
+        text = re.sub(r"\s+", " ", await chart_text(DisttraceApp([path], store=store), "M", "memory-chart", size))
+        assert "M Memory" in text and "▲ peak 25.6 MiB on rank 1 in step 29: aten.div.Tensor at mem_train.py:56" in text
+        assert "leak: rank 1 from step 20 (activations)" in text and "4 8 12 16 20 24 28" in text
+        assert "step 1 params grads optim. activ. temp. comm outside peak" in text, text
+        assert "rank 0 1MiB 1MiB 2.01MiB 9.07MiB" in text and "formula 1MiB 1MiB 2.01MiB" in text
+        assert "DDP: (4 + 4 + 8)Ψ; Ψ = 263,168 values" in text
+        if size == SIZE:
+            assert "measured/predicted: params 1.00, grads 1.00," in text  # (beside the breakdown)
+    await absent_tab_says_why("memory", "M", "No memory samples in this trace: `disttrace run --memory`")

@@ -151,3 +151,15 @@ def test_run_view(snap_compare, tmp_path, monkeypatch, size):
     monkeypatch.chdir(tmp_path)  # the header shows the path: a relative one, the same wherever the test runs
     store, _ = load_store(["bb"])
     assert snap_compare(DisttraceApp(["bb"], store=store, step_mode=True), press=["0"], terminal_size=size)
+
+
+def test_memory_view(snap_compare, tmp_path, monkeypatch):
+    """The Memory tab (key M) at 80x24 on a real --memory trace (tests/tui/data/mem_ddp: DDP, a leak on rank 1 from
+    step 20, an extra buffer on rank 0): the peak, the chart with the steps, the breakdown and the formula."""
+    from disttrace.tui.loading import load_store
+    from tui_helpers import memory_trace
+
+    monkeypatch.chdir(tmp_path)
+    path = memory_trace(tmp_path)
+    store, _ = load_store([path])
+    assert snap_compare(DisttraceApp([path], store=store, step_mode=True), press=["M"], terminal_size=(80, 24))

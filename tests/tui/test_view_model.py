@@ -201,3 +201,34 @@ def test_run_chart_draws_the_straggler_among_at_most_six_ranks(tmp_path):
     assert c.series[0][-1] > 40 > c.series[7][-1] and "6 of 8 ranks shown" in c.lines[0]
     assert "rank 7 from step 20 on" in c.sentence
     assert run_of([str(tmp_path / "none")], None) is None
+
+
+def test_memory_figures_of_a_ddp_job_with_a_leak_and_an_extra_buffer(tmp_path, monkeypatch):
+    """tui/model/memory.py on a real --memory trace (tests/tui/data/mem_ddp): the run's peak on the leaking rank
+    at its last step with its op and line, the leak and the imbalance said, the step's breakdown per rank beside
+    the formula's prediction, the formula's lines; the steps' starts and the chosen step on the chart."""
+    from disttrace.tui.loading import load_store
+    from disttrace.tui.model.memory import COLUMNS, memory_of, memory_view
+    from tui_helpers import memory_trace
+
+    monkeypatch.chdir(tmp_path)
+    store, _ = load_store([memory_trace(tmp_path)])
+    f = memory_view(*memory_of(store), store.t0)
+    assert f.lines[0] == "▲ peak 25.6 MiB on rank 1 in step 29: aten.div.Tensor at mem_train.py:56", f.lines
+    assert f.lines[1] == "leak: rank 1 from step 20 (activations); imbalance: rank 0 +4.0 MiB activations"
+    assert f.ranks == [0, 1] and f.breakdown_title == "step 1"
+    rows = {name: dict(zip(COLUMNS, values)) for name, values in f.breakdown}
+    assert [rows[r]["params"] for r in ("rank 0", "rank 1", "formula")] == ["1MiB"] * 3
+    assert rows["rank 0"]["activ."] == "9.07MiB" and rows["rank 1"]["activ."] == "1.07MiB"
+    assert rows["formula"]["optim."] == "2.01MiB" and rows["formula"]["activ."] == ""
+    assert rows["rank 0"]["outside"].endswith("MiB") and rows["rank 0"]["peak"] == "13.6MiB"
+    assert f.formula[0].startswith("step 1 (first steady): peak 13.6MiB on rank 0 @")
+    assert f.formula[0].endswith(", aten.div.Tensor at mem_train.py:56")
+    assert f.formula[1] == "DDP: (4 + 4 + 8)Ψ; Ψ = 263,168 values, 4 B each; K = 8, N = 2"
+    assert f.formula[2] == "measured/predicted: params 1.00, grads 1.00, optimizer 1.00"
+    c = f.chart
+    assert sorted(c.series) == [0, 1] and c.y_unit == "MiB" and len(c.starts) == 30
+    assert [label for _, label in c.ticks] == [str(s) for s in range(0, 30, 4)]
+    assert c.chosen == (c.starts[1], c.starts[2]) and c.peak[1] == pytest.approx(25.6, abs=0.05)
+    # (from the model's making: the process group's start, 1.7 s before, all zeros, is left out)
+    assert c.x_unit == "s" and min(min(xs) for xs, _ in c.series.values()) > -0.01

@@ -13,6 +13,9 @@ from disttrace.tui.model.store import TraceStore
 DATA = Path(__file__).parent / "data"
 TUI_JOB = DATA / "tui_job.jsonl"          # 4 ranks: all_reduce, all_gather, reduce_scatter, broadcast, barrier, ring
 PIPELINE_JOB = DATA / "pipeline_job.jsonl"  # 4 stages x 4 micro-batches, send/recv
+# `disttrace run --memory torchrun --nproc_per_node=2 tests/jobs/mem_train.py ddp` (its rank files renamed, the
+# paths in it made relative): DDP, Adam; rank 1 keeps 2 MiB a step from step 20 (a leak), rank 0 an 8 MiB buffer
+MEM_DDP = DATA / "mem_ddp"
 
 
 def ev(rank, op, start, end, **kw) -> dict:
@@ -46,6 +49,17 @@ def shared_store(path=TUI_JOB) -> TraceStore:
     """fixture_store(path), read and analysed once per process: for tests that hand it to the viewer, which never
     changes a store it is given (only its loading path adopts one); a test that changes its store takes its own."""
     return fixture_store(path)
+
+
+def memory_trace(tmp_path) -> str:
+    """A copy of MEM_DDP in tmp_path (a reader may write its store beside the trace), its path relative to
+    tmp_path, the working directory after (the header shows the path)."""
+    import os
+    import shutil
+
+    shutil.copytree(MEM_DDP, tmp_path / "mem_ddp")
+    os.chdir(tmp_path)
+    return "mem_ddp"
 
 
 def detail_text(store: TraceStore, row: int, width: int = 100) -> str:

@@ -19,6 +19,7 @@ _ON_USE = {
     "analyze": ("engine.run", "analyze"), "pending_analysis": ("core.tables", "pending_analysis"),
     "to_json": ("text.json_report", "to_json"), "merged": ("waits.wait_states", "merged"),
     "whole_run": ("waits.whole_run", "whole_run"), "memory_report": ("memory.analyse", "memory_report"),
+    "memory_fields": ("memory.breakdown", "FIELDS"), "short_site": ("memory.breakdown", "short_site"),
     "compare": ("diff.compare", "compare"), "Diff": ("diff.compare", "Diff"), "signed": ("diff.compare", "signed"),
     "verdict": ("diff.compare", "verdict"), "analysed": ("diff.sides", "analysed"),
     "analyze_apart": ("engine.child_process", "analyze_apart"), "start_apart": ("engine.child_process", "start"),

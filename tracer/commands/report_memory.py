@@ -4,7 +4,8 @@ each rank's bytes at the steps' ends. report.py calls `render` with its table ma
 
 from __future__ import annotations
 
-from ..units import fmt_bytes, fmt_list
+from ..analysis.memory.breakdown import short_site
+from ..units import bytes_unit, fmt_bytes, fmt_bytes_short, fmt_list
 
 _COLUMNS = (("params", "params_bytes"), ("grads", "grads_bytes"), ("optimizer", "optimizer_bytes"),
             ("activations", "activations_peak_bytes"), ("temporaries", "temporaries_peak_bytes"),
@@ -19,13 +20,18 @@ def render(console, mem, top: int, rich_table) -> None:
                   "activations, temporaries and communication buffers at their most", soft_wrap=True)
     for n in mem.notes:
         console.print(f"[yellow]note:[/] {escape(n)}")
-    table = rich_table("Bytes by kind per rank", "rank", *(c for c, _ in _COLUMNS), "outside allocator", "peak",
-                       "peak at")
-    for r, m in list(sorted(mem.ranks.items()))[:top]:
-        where = " ".join(x for x in (m.peak_op, _short(m.peak_site)) if x)
+    ranks = list(sorted(mem.ranks.items()))[:top]
+    # two tables, each readable at 80 columns: the kinds (their sizes short: six of them and the rank fit), then
+    # each rank's peak with its op and line and what lies outside the allocator
+    table = rich_table("Bytes by kind per rank", "rank", *(c for c, _ in _COLUMNS))
+    for r, m in ranks:
+        table.add_row(str(r), *(fmt_bytes_short(getattr(m, f)) for _, f in _COLUMNS))
+    console.print(table)
+    table = rich_table("Peak per rank", "rank", "peak", "outside allocator", "op", "site")
+    for r, m in ranks:
         outside = fmt_bytes(m.outside_allocator_bytes) if m.outside_allocator_bytes is not None else "—"
-        table.add_row(str(r), *(fmt_bytes(getattr(m, f)) for _, f in _COLUMNS), outside, fmt_bytes(m.peak_bytes),
-                      escape(where))
+        table.add_row(str(r), fmt_bytes(m.peak_bytes), outside, escape(m.peak_op or ""),
+                      escape(short_site(m.peak_site)))
     console.print(table)
     _formula(console, mem, top, rich_table)
     for i in mem.imbalance:
@@ -66,20 +72,21 @@ def _ends(console, mem, top: int, rich_table) -> None:
     steps = sorted({s.step for _, m in ranks for s in m.steps})
     if not steps:
         return
-    shown = steps if len(steps) <= 12 else steps[:4] + steps[-8:]
-    table = rich_table(f"Bytes held at the steps' ends (steps {fmt_list(shown)})", "rank", "start", "peak",
+    # one unit for the whole table, in its title (a unit in each cell made two lines of each at 120 columns), and
+    # as many steps as the width holds: the first third of them and the last
+    top_bytes = max((s.peak_bytes for _, m in ranks for s in m.steps), default=0)
+    unit, factor = bytes_unit(max(top_bytes, 1))
+    def num(b: int) -> str:
+        return f"{b * factor:.1f}"
+
+    column = max(len(num(top_bytes)), len(str(steps[-1])), len("start")) + 3  # (its padding and border)
+    fit = max(2, min(12, (console.width - 1 - len("rank") - 3 - 2 * column) // column))
+    shown = steps if len(steps) <= fit else steps[:fit // 3] + steps[-(fit - fit // 3):]
+    table = rich_table(f"Bytes held at the steps' ends, {unit} (steps {fmt_list(shown)})", "rank", "start", "peak",
                        *(str(s) for s in shown))
     for r, m in ranks:
         by = {s.step: s for s in m.steps}
-        table.add_row(str(r), fmt_bytes(m.steps[0].start_bytes) if m.steps else "—",
-                      fmt_bytes(max((s.peak_bytes for s in m.steps), default=0)),
-                      *(fmt_bytes(by[s].end_bytes) if s in by else "—" for s in shown))
+        table.add_row(str(r), num(m.steps[0].start_bytes) if m.steps else "—",
+                      num(max((s.peak_bytes for s in m.steps), default=0)),
+                      *(num(by[s].end_bytes) if s in by else "—" for s in shown))
     console.print(table)
-
-
-def _short(site: str | None) -> str:
-    """A call site as its file's name and line ("train.py:40"), without its folder and function."""
-    if not site:
-        return ""
-    where = site.split(" in ")[0]
-    return where.rsplit("/", 1)[-1]

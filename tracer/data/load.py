@@ -268,6 +268,14 @@ def read_aggregates(paths, run=None):
     return read(paths, run)
 
 
+def has_memory(paths) -> bool:
+    """Whether the trace dirs hold memory samples (`disttrace run --memory`'s `.mem` files): see has_aggregates for
+    why the import is here."""
+    from .importers.memory_files import has_memory as has
+
+    return has(list(paths))
+
+
 def read_memory(table):
     """The memory samples of a table's ranks (`disttrace run --memory`: importers/memory_files.py's MemoryTrace), or
     None: see has_aggregates for why the import is here."""
@@ -280,4 +288,4 @@ __all__ = ["IMPORTERS", "Importer", "load_trace", "load_stored", "trace_size",
            "find_rank_files", "find_runs", "find_snapshots", "run_info", "snapshots_note", "unreadable", "iter_jsonl",
            "read_jsonl",
            "PARALLEL_BYTES", "StoreError", "StoreOrigin", "read_arrays", "source_digest", "store_enabled",
-           "write_arrays", "has_aggregates", "read_aggregates", "read_memory"]
+           "write_arrays", "has_aggregates", "read_aggregates", "has_memory", "read_memory"]

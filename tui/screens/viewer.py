@@ -25,6 +25,7 @@ from ..loading import row_of, settle
 from ..model import viewport
 from ..model.critical import step_paths
 from ..model.replay import SPEEDS, parse_goto, search, step_collective, step_event
+from ..model import memory
 from ..model.run import NONE_HERE, has_run
 from ..model.store import TraceStore
 from ..widgets.detail import DetailPane, NarrationPane
@@ -79,6 +80,8 @@ VIEWS = (
     View("diff", "9", "Diff", "diff view (view B --baseline A)", "diff:DiffView"),
     View("run", "0", "Run", "whole run view (a black-box trace's aggregates)", "run:RunView", shown=has_run,
          absent=NONE_HERE),
+    View("memory", "M", "Memory", "memory view (a trace recorded with --memory)", "memory:MemoryView",
+         shown=memory.has_memory, absent=memory.NONE_HERE),
 )
 VIEW = {v.id: v for v in VIEWS}
 

@@ -55,6 +55,13 @@ def _outside(samples, i: int, j: int) -> int | None:
     return None
 
 
+def short_site(site: str | None) -> str:
+    """A call site as its file's name and line ("train.py:40"), without its folder and function."""
+    if not site:
+        return ""
+    return site.split(" in ")[0].rsplit("/", 1)[-1]
+
+
 def imbalance(ranks: dict[int, RankMemory]) -> list[Imbalance]:
     """Per kind, the rank that holds more than the others (IMBALANCE_FRACTION and IMBALANCE_BYTES over the median)."""
     if len(ranks) < 2:

@@ -53,6 +53,11 @@ def mem_path(rank_file: str) -> str:
     return (rank_file[: -len(RANK_FILE_SUFFIX)] if rank_file.endswith(RANK_FILE_SUFFIX) else rank_file) + MEM_SUFFIX
 
 
+def has_memory(paths: list[str]) -> bool:
+    """Whether these trace dirs hold a `.mem` file (a trace recorded with --memory)."""
+    return any(n.endswith(MEM_SUFFIX) for p in paths if os.path.isdir(p) for n in os.listdir(p))
+
+
 def read_memory(table) -> MemoryTrace | None:
     """The memory samples of the table's ranks; None when none of them has a `.mem` file."""
     ranks: dict[int, RankMemory] = {}
