@@ -190,3 +190,18 @@ def test_the_memory_section_s_tables_fit_80_and_120_columns(width, tmp_path):
     assert "MiB" not in "".join(lines[ends + 1:])  # (in the title, not in the cells)
     shown = len(lines[ends + 2].split("┃")) - 5  # (rank, start, peak; the edges)
     assert shown == (12 if width == 120 else 7)
+
+
+def test_report_follow_reports_memory_and_its_leak_as_report_does(tmp_path, capsysbinary):
+    """`report --follow` on a --memory trace (tests/tui/data/mem_ddp: its job has ended: one report) has the memory
+    key and the leak among its problems, and exits 1 for it, as `report` does."""
+    import shutil
+
+    import orjson
+
+    from disttrace.tracer.cli import main
+
+    shutil.copytree(Path(__file__).parents[1] / "tui" / "data" / "mem_ddp", tmp_path / "t")
+    assert main(["report", "--follow", "--json", str(tmp_path / "t")]) == 1
+    doc = orjson.loads(capsysbinary.readouterr().out.splitlines()[-1])
+    assert "memory" in doc and [p["kind"] for p in doc["problems"]].count("leak") == 1, doc["problems"]

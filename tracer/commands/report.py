@@ -78,11 +78,8 @@ def main(args) -> int:
                                run=run)
             a = analyze(table, progress and (lambda f, label: progress(0.5 + f * 0.5, f"analyzing: {label}")),
                         args.what_if)
-        memory = memory_report(read_memory(a.table), a)  # (a trace recorded with --memory: its leaks are problems)
-        if memory is not None:
-            a.problems.extend(memory.problems)
+        whole, memory = read_beside(args.trace, a, run)
         found = found or bool(a.problems)
-        whole = black_box_extras(args.trace, a, run)
         if args.json:
             sys.stdout.buffer.write(orjson.dumps(to_json(a, whole, memory), option=orjson.OPT_APPEND_NEWLINE))
             sys.stdout.flush()
@@ -94,13 +91,17 @@ def main(args) -> int:
     return 1 if found else 0
 
 
-def black_box_extras(paths: list[str], a: Analysis, run: int | None):
-    """A black-box trace's whole run over its aggregates (None: it has none) and its snapshots' note added to the
-    analysis' notes: both read now, as they grow while the job runs (--follow too)."""
+def read_beside(paths: list[str], a: Analysis, run: int | None):
+    """What is read beside the analysis, now, as it grows while the job runs (--follow too): (a black-box trace's
+    whole run over its aggregates, a --memory trace's memory; each None where the trace has none). A black box's
+    snapshots' note joins the analysis' notes, the memory's leaks its problems."""
     snapshots = snapshots_note(paths)
     if snapshots and snapshots not in a.notes:
         a.notes.append(snapshots)
-    return run_of(paths, a.table.run or run)
+    memory = memory_report(read_memory(a.table), a)
+    if memory is not None:
+        a.problems.extend(p for p in memory.problems if p not in a.problems)
+    return run_of(paths, a.table.run or run), memory
 
 
 def run_of(paths: list[str], run: int | None):
@@ -145,17 +146,18 @@ def follow(args) -> int:
                         sys.stderr.write(f"disttrace report: waiting for the job to write its trace ({e})\n")
                         waiting_said = True
                 else:
+                    whole, memory = read_beside(args.trace, a, args.run)
                     last_size, rc = size, (1 if a.problems else 0)
-                    whole = black_box_extras(args.trace, a, args.run)
                     if args.json:
-                        sys.stdout.buffer.write(orjson.dumps(to_json(a, whole), option=orjson.OPT_APPEND_NEWLINE))
+                        sys.stdout.buffer.write(orjson.dumps(to_json(a, whole, memory),
+                                                             option=orjson.OPT_APPEND_NEWLINE))
                         sys.stdout.flush()
                     else:
                         if tty:
                             console.clear()
                         state = "the job has ended" if ended else "following; Ctrl-C to stop"
                         console.rule(f"disttrace report — {time.strftime('%H:%M:%S')} — {state}")
-                        render(a, args.top, console, whole=whole)
+                        render(a, args.top, console, whole=whole, memory=memory)
             if ended:
                 return rc
             time.sleep(args.interval)
