@@ -95,7 +95,9 @@ def write_snapshot(out: str, info: dict, files: dict[str, bytes], keep: int) -> 
     """Write `files` (name -> bytes) into the snapshot `info` names; then keep only the last `keep` snapshots of
     these names. Returns the snapshot's path."""
     root = snapshot_root(out)
-    path = os.path.join(root, snapshot_dir_name(int(info["seq"]), reason(info.get("reason"))))
+    number = _number(root, info)
+    info = {**info, "number": number}
+    path = os.path.join(root, snapshot_dir_name(number, reason(info.get("reason"))))
     os.makedirs(path, mode=0o700, exist_ok=True)
     if os.path.islink(path):
         raise OSError(f"{path} is a link")
@@ -104,6 +106,24 @@ def write_snapshot(out: str, info: dict, files: dict[str, bytes], keep: int) -> 
         _write_new(os.path.join(path, os.path.basename(name)), data)
     prune(root, keep, files)
     return path
+
+
+_AFTER: dict[str, int] = {}  # a world's token -> the number of the last snapshot of earlier worlds, as first seen
+
+
+def _number(root: str, info: dict) -> int:
+    """The snapshot's number on disk. The job's store counts snapshots from 1 in each world (a job that makes a new
+    process group, torchrun restarting its workers after a failure: the failure's snapshot is on disk): a world's
+    numbers (its token, `world`, set by snapshots.request) follow those of the earlier worlds' snapshots in the trace
+    dir, as this process first saw them, so that a new world's snapshot never lands in an earlier one's directory
+    (the ranks of one node see one disk, and agree)."""
+    seq, world = int(info["seq"]), info.get("world")
+    if world is None:  # (the launcher's own "exit" snapshot: numbered from the disk already)
+        return seq
+    if world not in _AFTER:
+        _AFTER[world] = max((n for n, name in snapshots(root)
+                             if (_info(os.path.join(root, name)) or {}).get("world") != world), default=0)
+    return _AFTER[world] + seq
 
 
 def _write_new(path: str, data: bytes, exclusive: bool = False) -> None:

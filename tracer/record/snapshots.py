@@ -24,14 +24,20 @@ from ..blackbox_files import reason as _reason
 from ..format import SNAPSHOT_REQUEST
 
 COUNTER = "disttrace/snapshot"  # the store's counter: the last snapshot's number
+WORLD = f"{COUNTER}/world"  # this world's token: set by its first request
 ACKS_WAIT_S = 5.0  # how long a rank that dies of an exception waits for the others' copies
 
 
 # -- the store's protocol ---------------------------------------------------------------------------------------
 def request(store, reason: str, rank: int) -> tuple[int, dict]:
-    """Ask every rank for a snapshot: (its number, its info)."""
+    """Ask every rank for a snapshot: (its number in this world, its info, with the world's token: the first
+    request's, kept in the store, so that the snapshots' numbers on disk follow an earlier world's:
+    blackbox_files.write_snapshot)."""
     seq = int(store.add(COUNTER, 1))
-    info = {"seq": seq, "reason": reason, "by_rank": rank, "wall_ns": time.time_ns()}
+    mine = f"{time.time_ns()}-{os.getpid()}"
+    world = store.compare_set(WORLD, "", mine)
+    info = {"seq": seq, "reason": reason, "by_rank": rank, "wall_ns": time.time_ns(),
+            "world": (world.decode() if isinstance(world, bytes) else str(world)) or mine}
     store.set(f"{COUNTER}/{seq}", orjson.dumps(info))
     return seq, info
 
@@ -50,7 +56,13 @@ def poll(store, seen: int) -> tuple[int, dict | None]:
     except orjson.JSONDecodeError:
         info = {}
     return seq, {"seq": seq, "reason": _reason(info.get("reason")), "by_rank": int(info.get("by_rank", -1)),
-                 "wall_ns": int(info.get("wall_ns", time.time_ns()))}
+                 "wall_ns": int(info.get("wall_ns", time.time_ns())), "world": _token(info.get("world"))}
+
+
+def _token(value) -> str | None:
+    """A world's token read from the store's info: digits and a dash, else none (never a path part)."""
+    return value if isinstance(value, str) and len(value) < 64 and all(c.isdigit() or c == "-" for c in value) \
+        else None
 
 
 def ack(store, seq: int) -> None:
