@@ -102,6 +102,10 @@ class Completion:
         # id(the job's Work) -> the synchronous op the fast path issued with it (distributed_c10d waits on that very
         # Work next, on the same thread): the job's own object is known there, so no thread-local is needed
         self.sync_works: dict[int, Event] = {}
+        # the same for fastpath.py's lean path, without an Event: id(the job's Work) -> (op, group, group_seq, start,
+        # thread, event id, the backend's sequence number), the first five what in_flight holds. The op stays in it
+        # until the wait returns: the watchdog watches it from here (in_flight_items)
+        self.lean_sync: dict[int, tuple] = {}
         self.tls = _ThreadSlot()  # the kernel's path: its Work is ours, the job may be handed another object
 
     # -- issue ----------------------------------------------------------------------------------
@@ -136,6 +140,24 @@ class Completion:
                 sync_works[id(work)] = ev
             return
         self.track(ev, work, ours)
+
+    def lean_end(self, entry: tuple, t: int, err: BaseException | None = None) -> None:
+        """The end record of a lean synchronous op (lean_sync's entry), whose wait() returned at t (or raised err)."""
+        seq = entry[6]
+        if err is not None:
+            self.rec.write(end_fields(entry[5], t, seq, err, False))
+            return
+        line = END_LINE % (entry[5], t) if seq is None else END_LINE_SEQ % (entry[5], t, seq)
+        rec = self.rec
+        try:
+            rec.raw(line)
+        except ValueError:  # the map is full (or closed): write_raw grows it (or drops the line)
+            rec.write_raw(line)
+
+    def in_flight_items(self) -> list[tuple[int, tuple]]:
+        """[(event id, (op, group, group_seq, start, thread))] of the ops the watchdog watches: in_flight's and the
+        lean path's synchronous ops (a copy, under the GIL: the job's threads change both meanwhile)."""
+        return list(self.in_flight.items()) + [(e[5], e[:5]) for e in list(self.lean_sync.values())]
 
     def error(self, ev: Event, err: BaseException) -> None:
         """The backend refused the op."""

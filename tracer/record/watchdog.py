@@ -107,7 +107,7 @@ class Watchdog(threading.Thread):
     def check_hang(self) -> None:
         t = self.tracer
         now = time.monotonic_ns()
-        stuck = [(i, info) for i, info in list(t.in_flight.items())
+        stuck = [(i, info) for i, info in t.completion.in_flight_items()
                  if now - info[3] > self.timeout_ns and i not in self.reported]
         if stuck:
             i, (op, group, seq, start, _tid) = min(stuck, key=lambda x: x[1][3])
