@@ -71,7 +71,12 @@ class Tracer:
         self.in_flight: dict[int, tuple] = {}  # event id -> (op, group, group_seq, start, thread) for the watchdog
         # the summary of an op's tensors for its record (summaries on): summaries.for_record, bound to this trace
         self.summary = functools.partial(summaries.for_record, mode == "full", self.rec.write)
-        self.completion = Completion(self.rec, self.in_flight, self.summary)
+        # the black box's aggregates (blackbox.py), which each op's end adds to; None: the full trace
+        self.agg = getattr(self.rec, "agg", None)
+        # the backend's sequence number in each end record: Flight Recorder's id, for matching its dumps; the black
+        # box's ring (matched by group_seq alone) leaves it out
+        self.read_seq = black_box is None
+        self.completion = Completion(self.rec, self.in_flight, self.summary, self.agg)
         self.rec.write({
             "k": META, "v": FORMAT_VERSION, "rank": self.rank, "world_size": self.world_size,
             "local_rank": int(os.environ.get("LOCAL_RANK", -1)), "host": self.host, "pid": self.pid,
@@ -113,9 +118,11 @@ class Tracer:
             if spec.name == "allreduce_" and in_backward and "torch.nn.parallel.distributed" in sys.modules:
                 api = origin = "ddp.reducer_allreduce"  # DDP's C++ reducer, launched from backward()
         is_async = _async_flag(spec, api, is_async)
-        key, fixed, first = self._fixed(spec, site, api, origin, g, inp, out, root, peer, tag, is_async)
+        key, fixed, first, size = self._fixed(spec, site, api, origin, g, inp, out, root, peer, tag, is_async)
         head, collective, special = fixed
         ev = Event(next(self._ids), not is_async, g)
+        if self.agg is not None:  # the black box: the op's key in the aggregates, added to at its end
+            ev.agg = self.agg.slot(g.gidx, spec.op, first.nbytes if size < 0 else size)
         if special:
             self._special(ev, key, inp, out, first)
         gs = None
@@ -143,8 +150,8 @@ class Tracer:
         return ev
 
     def _fixed(self, spec: Spec, site, api, origin, g: Group, inp, out, root, peer, tag, is_async: bool):
-        """(key, the record's fixed part, first tensor): op_records.BeginHeads' entry for this op, made the first
-        time. The usual [tensor]'s bytes follow from its dtype and shape; other inputs' bytes are part of the key."""
+        """(key, the record's fixed part, first tensor, bytes or -1 where they are the first tensor's):
+        op_records.BeginHeads' entry for this op, made the first time. The usual [tensor]'s bytes follow from its dtype and shape; other inputs' bytes are part of the key."""
         if type(inp) is list and len(inp) == 1 and type(inp[0]) is _Tensor:
             first = inp[0]
             key = (spec, api, origin, site, g, root, peer, tag, first.dtype, first.shape, first.is_cuda, is_async,
@@ -164,21 +171,23 @@ class Tracer:
         fixed = self.heads.get(key)
         if fixed is None:
             fixed = self.heads.make(key, first.nbytes if size < 0 else size)
-        return key, fixed, first
+        return key, fixed, first, size
 
     def lean_entry(self, lean_key: tuple, spec: Spec, walked: tuple, g: Group, inp, out, root, peer, tag, is_async):
-        """fastpath.py's lean path, the first time it sees lean_key: (head, is it a collective, is it async, op),
-        or False where the op takes the general path (begin_fields): no user's line or api on the stack (the
+        """fastpath.py's lean path, the first time it sees lean_key: (head, is it a collective, is it async, op,
+        its aggregates' slot where the black box keeps them), or False where the op takes the general path (begin_fields): no user's line or api on the stack (the
         backward's site, the origin's api are not the same from one call to the next), a quantized tensor, an op
         that needs _special. Kept in self.lean under lean_key."""
         site, api, origin = walked
         entry = False
         if site is not None and api is not None:
             is_async = _async_flag(spec, api, is_async)
-            _, (head, collective, special), first = self._fixed(spec, site, api, origin, g, inp, out, root, peer,
-                                                                tag, is_async)
+            _, (head, collective, special), first, size = self._fixed(spec, site, api, origin, g, inp, out, root,
+                                                                      peer, tag, is_async)
             if not special and first is not None and not first.is_quantized:
-                entry = (head, collective, is_async, spec.op)
+                agg = self.agg
+                slot = agg.slot(g.gidx, spec.op, first.nbytes if size < 0 else size) if agg is not None else None
+                entry = (head, collective, is_async, spec.op, slot)
         lean = self.lean
         if len(lean) > _LEAN_LIMIT:  # (as BeginHeads: a job has few distinct lines and shapes)
             lean.clear()

@@ -221,7 +221,7 @@ def _wrap(orig, spec, decode, lean_args, direct, profiler):
                     if entry is None:
                         entry = t.lean_entry(key, spec, walked, g, inp, out, root, peer, tag, is_async)
                     if entry and backend is not None:
-                        head, collective, is_async, op = entry
+                        head, collective, is_async, op, slot = entry
                         i = next(t._ids)
                         if collective:
                             gs = g.next_seq
@@ -243,7 +243,7 @@ def _wrap(orig, spec, decode, lean_args, direct, profiler):
                 t.fail(e)
                 entry = None
             if entry is not None:
-                return _lean_issue(t, self, backend, direct, args, op, g, gs, now, tid, i, is_async)
+                return _lean_issue(t, self, backend, direct, args, op, g, gs, now, tid, i, is_async, slot)
         ev = None
         try:
             fields = decode(args)
@@ -273,7 +273,7 @@ def _wrap(orig, spec, decode, lean_args, direct, profiler):
     return method
 
 
-def _lean_issue(t, pg, backend, direct, args, op, g, gs, now, tid, i, is_async):
+def _lean_issue(t, pg, backend, direct, args, op, g, gs, now, tid, i, is_async, slot):
     """The lean path, its begin written: hand the op to the backend. A synchronous op goes into lean_sync (the job
     waits on its Work next: hooks.py's Work.wait ends it), an async one is followed as the general path follows it
     (an Event)."""
@@ -281,22 +281,26 @@ def _lean_issue(t, pg, backend, direct, args, op, g, gs, now, tid, i, is_async):
     try:
         work = direct(backend, *args)
     except BaseException as e:
-        current.safe(c.error, Event(i, not is_async, g), e)
+        ev = Event(i, not is_async, g)
+        ev.info, ev.agg = (op, g, gs, now, tid), slot
+        current.safe(c.error, ev, e)
         raise
     try:
         if is_async or work is None:
             ev = Event(i, not is_async, g)
-            ev.info = (op, g, gs, now, tid)
+            ev.info, ev.agg = (op, g, gs, now, tid), slot
             c.issued_work(ev, work)
             return work
-        try:  # the backend's own sequence number, read right after issue: Flight Recorder's id for this op
-            seq = pg._get_sequence_number_for_group()
-        except Exception:  # noqa: BLE001
-            seq = None
+        seq = None
+        if t.read_seq:
+            try:  # the backend's own sequence number, read right after issue: Flight Recorder's id for this op
+                seq = pg._get_sequence_number_for_group()
+            except Exception:  # noqa: BLE001
+                pass
         lean = c.lean_sync
         if len(lean) > PENDING_LIMIT:  # Works never waited on (an exception between): forget them
             lean.clear()
-        lean[id(work)] = (op, g, gs, now, tid, i, seq)
+        lean[id(work)] = (op, g, gs, now, tid, i, seq, slot)
     except Exception as e:  # noqa: BLE001
         t.fail(e)
     return work
