@@ -18,7 +18,7 @@ rank, world = dist.get_rank(), dist.get_world_size()
 assert world == 2
 other = 1 - rank
 # Which way each op came, told by who called Tracer.begin_fields: fastpath.py's wrapper or hooks.py's kernel
-# (or by fastpath.py's lean path, which does not call it).
+# (or by fastpath.py's lean path, which does not call it: counted by its call of callsite.walk).
 # begin_fields looks for the call site from its caller's caller outwards, so this wrapper, a frame of a user's
 # file, is never taken for the site.
 paths = {"kernel": 0, "python": 0}
@@ -34,16 +34,17 @@ def counting_begin_fields(self, *args):
 
 
 capture.Tracer.begin_fields = counting_begin_fields
-# fastpath.py's lean path (summaries off) writes its begin without begin_fields: counted where it issues the op
-_lean_issue = fastpath._lean_issue
+# fastpath.py's lean path (summaries off) writes its begin without begin_fields: counted where it looks for the
+# call site (an op it leaves to the general path would be counted twice)
+_walk = fastpath.walk
 
 
-def counting_lean_issue(*args):
+def counting_walk(depth):
     paths["python"] += 1
-    return _lean_issue(*args)
+    return _walk(depth + 1)
 
 
-fastpath._lean_issue = counting_lean_issue
+fastpath.walk = counting_walk
 
 
 class PassThrough(TorchDispatchMode):

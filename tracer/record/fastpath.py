@@ -242,8 +242,26 @@ def _wrap(orig, spec, decode, lean_args, direct, profiler):
             except Exception as e:  # noqa: BLE001
                 t.fail(e)
                 entry = None
-            if entry is not None:
-                return _lean_issue(t, self, backend, direct, args, op, g, gs, now, tid, i, is_async, slot)
+            if entry is not None:  # issued: a synchronous op into lean_sync (the job waits on its Work next)
+                try:
+                    work = direct(backend, *args)
+                except BaseException as e:
+                    current.safe(_lean_failed, t, i, is_async, op, g, gs, now, tid, slot, e)
+                    raise
+                if is_async or work is None:
+                    current.safe(_lean_async, t, i, op, g, gs, now, tid, slot, work)
+                    return work
+                seq = None
+                if t.read_seq:
+                    try:  # the backend's own sequence number, read right after issue: Flight Recorder's id for it
+                        seq = self._get_sequence_number_for_group()
+                    except Exception:  # noqa: BLE001
+                        pass
+                sync = t.completion.lean_sync
+                if len(sync) > PENDING_LIMIT:  # Works never waited on (an exception between): forget them
+                    sync.clear()
+                sync[id(work)] = (op, g, gs, now, tid, i, seq, slot)
+                return work
         ev = None
         try:
             fields = decode(args)
@@ -273,34 +291,18 @@ def _wrap(orig, spec, decode, lean_args, direct, profiler):
     return method
 
 
-def _lean_issue(t, pg, backend, direct, args, op, g, gs, now, tid, i, is_async, slot):
-    """The lean path, its begin written: hand the op to the backend. A synchronous op goes into lean_sync (the job
-    waits on its Work next: hooks.py's Work.wait ends it), an async one is followed as the general path follows it
-    (an Event)."""
-    c = t.completion
-    try:
-        work = direct(backend, *args)
-    except BaseException as e:
-        ev = Event(i, not is_async, g)
-        ev.info, ev.agg = (op, g, gs, now, tid), slot
-        current.safe(c.error, ev, e)
-        raise
-    try:
-        if is_async or work is None:
-            ev = Event(i, not is_async, g)
-            ev.info, ev.agg = (op, g, gs, now, tid), slot
-            c.issued_work(ev, work)
-            return work
-        seq = None
-        if t.read_seq:
-            try:  # the backend's own sequence number, read right after issue: Flight Recorder's id for this op
-                seq = pg._get_sequence_number_for_group()
-            except Exception:  # noqa: BLE001
-                pass
-        lean = c.lean_sync
-        if len(lean) > PENDING_LIMIT:  # Works never waited on (an exception between): forget them
-            lean.clear()
-        lean[id(work)] = (op, g, gs, now, tid, i, seq, slot)
-    except Exception as e:  # noqa: BLE001
-        t.fail(e)
-    return work
+def _lean_event(i, is_async, op, g, gs, now, tid, slot) -> Event:
+    """The Event of an op the lean path began (its rare cases: async, refused)."""
+    ev = Event(i, not is_async, g)
+    ev.info, ev.agg = (op, g, gs, now, tid), slot
+    return ev
+
+
+def _lean_async(t, i, op, g, gs, now, tid, slot, work) -> None:
+    """An async op the lean path issued: followed as the general path follows it."""
+    t.completion.issued_work(_lean_event(i, True, op, g, gs, now, tid, slot), work)
+
+
+def _lean_failed(t, i, is_async, op, g, gs, now, tid, slot, err) -> None:
+    """The backend refused an op the lean path began: its end record, with the error."""
+    t.completion.error(_lean_event(i, is_async, op, g, gs, now, tid, slot), err)
