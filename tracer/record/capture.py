@@ -3,7 +3,8 @@
 Called from the dispatcher kernels of hooks.py and the ProcessGroup wrappers of fastpath.py. The hot path
 (`begin_fields`, then completion.py's `complete`) does the least it can: read a few tensor attributes, walk the
 stack once (callsite.py), fill in a record whose fixed part is cached (op_records.py), append it through the
-recorder. Decoding happens in the reader, later.
+recorder. Decoding happens in the reader, later. fastpath.py's lean path (summaries off) does the same in its
+wrapper, from a key of its own (lean_entry).
 
 The Tracer holds the process's lifecycle (its rank file, the "meta" record, release and close) and the parts:
 groups.py (the groups and their "group" records), op_records.py (the records' bytes), completion.py (how each op

@@ -19,6 +19,11 @@ exactly ProcessGroupGloo (a subclass may override its methods), and no Python di
 (FakeTensorMode must not produce records). Everything else (CUDA, barriers, tensor subclasses, other backends,
 other overloads, the coalesced tensor ops the backend has no Python method for) takes the kernel's path, which
 records the same fields. Both read the tracer and the nesting guard from current.py.
+
+With summaries off (the default) the common case takes the lean path: a reader per method family (_LEAN) checks
+what varies per call, and the wrapper itself looks its own key up in Tracer.lean (what the key's first sight
+decided: Tracer.lean_entry), writes the begin record and issues the op; a synchronous op waits in
+Completion.lean_sync for hooks.py's Work.wait to end it, without an Event (docs/ARCHITECTURE.md, "The lean path").
 """
 
 from __future__ import annotations
@@ -82,14 +87,22 @@ def _lean_one(options: str, root: bool = False):
         if len(args) != 2 or type(args[1]) is not cls:
             return None
         inp = args[0]
-        if type(inp) is not list or len(inp) != 1:
-            return None
-        first = inp[0]
-        if type(first) is not _Tensor or not first.is_cpu or first.layout is not _strided:
+        first = _one_plain(inp)
+        if first is None:
             return None
         opts = args[1]
         return first, opts.rootRank if root else None, None, None, opts.asyncOp, -1, inp, None
     return read
+
+
+def _one_plain(ts):
+    """The tensor of ts if ts is a list of one plain dense CPU tensor (its dtype is checked once: lean_entry)."""
+    if type(ts) is not list or len(ts) != 1:
+        return None
+    first = ts[0]
+    if type(first) is not _Tensor or not first.is_cpu or first.layout is not _strided:
+        return None
+    return first
 
 
 def _lean_p2p(sends: bool):
@@ -98,10 +111,8 @@ def _lean_p2p(sends: bool):
         if len(args) != 3 or type(args[1]) is not int or type(args[2]) is not int:
             return None
         ts = args[0]
-        if type(ts) is not list or len(ts) != 1:
-            return None
-        first = ts[0]
-        if type(first) is not _Tensor or not first.is_cpu or first.layout is not _strided:
+        first = _one_plain(ts)
+        if first is None:
             return None
         return (first, None, args[1], args[2], None, -1) + ((ts, None) if sends else (None, ts))
     return read
