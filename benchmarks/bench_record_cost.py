@@ -11,8 +11,8 @@ loop of 4 KiB all_reduces (1024 float32), under `valgrind --tool=callgrind --sep
   FlightRecorder reads, TORCH_NCCL_TRACE_BUFFER_SIZE its fallback, for gloo as for NCCL);
 - off, stats, full: disttrace's full trace as `disttrace run` installs it in a rank, with its defaults (the hang
   watchdog included) and each --summaries mode (off is the default); Flight Recorder off;
-- bb: `disttrace run --black-box` with its defaults (a ring of 4,000 ops; the watchdog thread feeds the aggregates
-  from the ring); Flight Recorder off.
+- bb: `disttrace run --black-box` with its defaults (a ring of 4,000 ops; the aggregates kept at each op's end, the
+  watchdog thread writing their closed windows); Flight Recorder off.
 
 The yardstick, per mode: (I[600 ops] - I[100 ops]) / 500, the instructions (callgrind's Ir) of two processes that
 differ only in the loop's length, on the job's main thread and on all of the process's threads together (gloo's

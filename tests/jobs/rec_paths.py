@@ -11,13 +11,14 @@ import torch.distributed as dist
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from disttrace.tracer.record import capture
+from disttrace.tracer.record import capture, fastpath
 
 dist.init_process_group("gloo")
 rank, world = dist.get_rank(), dist.get_world_size()
 assert world == 2
 other = 1 - rank
-# Which way each op came, told by who called Tracer.begin_fields: fastpath.py's wrapper or hooks.py's kernel.
+# Which way each op came, told by who called Tracer.begin_fields: fastpath.py's wrapper or hooks.py's kernel
+# (or by fastpath.py's lean path, which does not call it: counted by its call of callsite.walk).
 # begin_fields looks for the call site from its caller's caller outwards, so this wrapper, a frame of a user's
 # file, is never taken for the site.
 paths = {"kernel": 0, "python": 0}
@@ -33,6 +34,17 @@ def counting_begin_fields(self, *args):
 
 
 capture.Tracer.begin_fields = counting_begin_fields
+# fastpath.py's lean path (summaries off) writes its begin without begin_fields: counted where it looks for the
+# call site (an op it leaves to the general path would be counted twice)
+_walk = fastpath.walk
+
+
+def counting_walk(depth):
+    paths["python"] += 1
+    return _walk(depth + 1)
+
+
+fastpath.walk = counting_walk
 
 
 class PassThrough(TorchDispatchMode):

@@ -77,31 +77,16 @@ def test_not_a_ring_has_no_lines(tmp_path):
 
 
 # -- the aggregates ----------------------------------------------------------------------------------------------
-def _begin(i: int, t: int, op="allreduce", g=0, nbytes=4096, gs=None) -> bytes:
-    head = b'{"k":"b","op":"%s","api":"dist.all_reduce","g":%d,"bytes":%d,"dtype":"float32","shape":[1024],' \
-           b'"async":false,"site":["train.py",12,"main"],"i":' % (op.encode(), g, nbytes)
-    return head + (b'%d,"gs":%d,"t":%d}\n' % (i, gs if gs is not None else i, t))
-
-
-def _end(i: int, t: int) -> bytes:
-    return b'{"k":"e","i":%d,"t":%d,"seq":%d}\n' % (i, t, i)
-
-
-def _step(n: int, t: int) -> bytes:
-    return orjson.dumps({"k": "step", "t": t, "n": n, "src": "api"}, option=orjson.OPT_APPEND_NEWLINE)
-
-
 def _rows(path) -> list[tuple]:
     data = path.read_bytes()
     assert data[:8] == AGG_MAGIC
     return [struct.unpack_from(AGG_ROW, data, at) for at in range(AGG_DATA_AT, len(data), 48)]
 
 
-def _agg(tmp_path, by="steps", every=2, ring_ops=1):
-    ring = Ring(str(tmp_path / "r.ring"), ring_size(ring_ops))
+def _agg(tmp_path, by="steps", every=2):
     keys = []
-    agg = Aggregates(str(tmp_path / "r.agg"), ring, keys.append, by, every, float(every))
-    return ring, agg, keys
+    agg = Aggregates(str(tmp_path / "r.agg"), keys.append, by, every, float(every))
+    return agg, keys
 
 
 def test_size_buckets_are_powers_of_two():
@@ -110,20 +95,19 @@ def test_size_buckets_are_powers_of_two():
 
 
 def test_aggregate_rows_per_window_of_steps(tmp_path):
-    ring, agg, keys = _agg(tmp_path, every=2)
+    agg, keys = _agg(tmp_path, every=2)
+    slots = {"all_reduce": agg.slot(0, "all_reduce", 4096), "broadcast": agg.slot(0, "broadcast", 100)}
+    assert agg.slot(0, "all_reduce", 5000) == (0, 5000)  # the same bucket: the same key, its own bytes
     t = agg.start + 1_000
     for step in range(1, 5):  # 4 steps: two windows of 2 steps
         for k in range(3):  # two 4 KiB all-reduces and a 100-byte broadcast a step
-            i = step * 10 + k
-            op, nbytes = ("broadcast", 100) if k == 2 else ("allreduce", 4096)
-            ring.write_raw(_begin(i, t, op=op, nbytes=nbytes))
-            ring.write_raw(_end(i, t + 50 * (k + 1)))
+            agg.add(slots["broadcast" if k == 2 else "all_reduce"], t, t + 50 * (k + 1))
             t += 1000
-        ring.write_raw(_step(step, t))
+        agg.step(step, t)
         if step == 3:
-            agg.tick(now=t)  # read in two parts
+            agg.tick(now=t)  # written in two parts
     agg.finish()
-    assert keys == [{"k": AGGKEY, "id": 0, "g": 0, "op": "allreduce", "lo": 4096, "hi": 8192},
+    assert keys == [{"k": AGGKEY, "id": 0, "g": 0, "op": "all_reduce", "lo": 4096, "hi": 8192},
                     {"k": AGGKEY, "id": 1, "g": 0, "op": "broadcast", "lo": 64, "hi": 128}]
     rows = _rows(tmp_path / "r.agg")
     assert len(rows) == 2 * 3  # 2 windows x (2 keys + the window's own row)
@@ -138,14 +122,13 @@ def test_aggregate_rows_per_window_of_steps(tmp_path):
     assert os.path.getsize(tmp_path / "r.agg") == AGG_DATA_AT + 48 * len(rows)
 
 
-def test_an_op_counts_in_the_window_where_it_ended_and_an_end_without_its_begin_not_at_all(tmp_path):
-    ring, agg, _ = _agg(tmp_path, every=1)
+def test_an_op_counts_in_the_window_where_it_ended(tmp_path):
+    agg, _ = _agg(tmp_path, every=1)
     t = agg.start
-    ring.write_raw(_end(99, t + 500))  # its begin was never in the ring
-    ring.write_raw(_begin(1, t + 1000))
-    ring.write_raw(_step(1, t + 1500))
-    ring.write_raw(_end(1, t + 2000))
-    ring.write_raw(_step(2, t + 2500))
+    slot = agg.slot(0, "all_reduce", 4096)
+    agg.step(1, t + 1500)  # (its begin at t + 1000, before the marker)
+    agg.add(slot, t + 1000, t + 2000)
+    agg.step(2, t + 2500)
     agg.finish()
     rows = _rows(tmp_path / "r.agg")
     wins = [r for r in rows if r[1] == AGG_WINDOW_KEY]
@@ -154,13 +137,14 @@ def test_an_op_counts_in_the_window_where_it_ended_and_an_end_without_its_begin_
 
 
 def test_windows_of_seconds_where_the_job_marks_no_steps(tmp_path):
-    ring, agg, _ = _agg(tmp_path, by="steps", every=1)  # no marker: every second
+    agg, _ = _agg(tmp_path, by="steps", every=1)  # no marker: every second
     start = agg.start
+    slot = agg.slot(0, "all_reduce", 4096)
     for k in range(5):  # an op every 0.4 s: windows [0, 1), [1, 2) s hold 3 and 2 of them (ends at +0.1 s)
         t = start + k * 400_000_000
-        ring.write_raw(_begin(k, t))
-        ring.write_raw(_end(k, t + 100_000_000))
-    agg.tick(now=start + 2_100_000_000)
+        agg.add(slot, t, t + 100_000_000)
+    agg.tick(now=start + 2_100_000_000)  # closes [1, 2) s ([0, 1) s closed by the op that ended past it)
+    agg.tick(now=start + 2_200_000_000)  # writes both
     rows = _rows(tmp_path / "r.agg")
     wins = [r for r in rows if r[1] == AGG_WINDOW_KEY]
     assert [(w[3], w[5] - start, w[8] - start, w[6], w[7]) for w in wins] == [
@@ -168,17 +152,33 @@ def test_windows_of_seconds_where_the_job_marks_no_steps(tmp_path):
     assert [(r[0], r[3]) for r in rows if r[1] == 0] == [(0, 3), (1, 2)]  # the key's rows, window by window
 
 
-def test_an_overrun_between_two_reads_is_flagged(tmp_path):
-    ring, agg, _ = _agg(tmp_path, every=1)
+def test_a_closed_window_is_written_a_tick_later_with_an_end_that_took_it_just_before(tmp_path):
+    """An op's end on another thread that took the window's rows just before a step marker closed it lands in
+    them after the close: the watchdog writes a window one tick after it closed, not at once."""
+    agg, _ = _agg(tmp_path, every=1)
     t = agg.start
-    for i in range(1000):  # 300 KB between two reads of a 64 KiB ring
-        ring.write_raw(_begin(i, t))
-        ring.write_raw(_end(i, t + 10))
-        t += 100
-    ring.write_raw(_step(1, t))
+    slot = agg.slot(0, "all_reduce", 4096)
+    agg.add(slot, t, t + 10)
+    late = agg.acc  # what that other thread holds
+    agg.step(1, t + 100)
+    late[slot[0]][0] += 1  # its update, after the swap
+    agg.tick(now=t + 200)
+    assert _rows(tmp_path / "r.agg") == []  # closed since the last tick: not yet
+    agg.tick(now=t + 300)
+    rows = _rows(tmp_path / "r.agg")
+    assert [r[3] for r in rows if r[1] == 0] == [2]
+
+
+def test_more_keys_than_a_row_names_are_counted_in_the_window_and_flagged(tmp_path, monkeypatch):
+    monkeypatch.setattr("disttrace.tracer.record.aggregates.AGG_WINDOW_KEY", 1)
+    agg, keys = _agg(tmp_path, every=1)
+    t = agg.start
+    agg.add(agg.slot(0, "all_reduce", 4096), t, t + 10)
+    agg.add(agg.slot(0, "broadcast", 4096), t, t + 10)  # the second key: no id left
+    agg.step(1, t + 100)
     agg.finish()
-    win = [r for r in _rows(tmp_path / "r.agg") if r[1] == AGG_WINDOW_KEY][0]
-    assert win[2] & LOST and 0 < win[3] < 1000  # a lower bound, and said to be
+    win = [r for r in _rows(tmp_path / "r.agg") if r[1] == 1][0]  # (the window's own row: key 1 here)
+    assert len(keys) == 1 and win[2] & LOST and win[3] == 2
 
 
 # -- snapshots: bounded, private -------------------------------------------------------------------------------

@@ -2,7 +2,8 @@
 
 A rank keeps its rank file for the records that are few (meta, group, clock, left, stacks, aggkey, exception) and
 writes its op records and step markers into a ring of fixed size (ring.py), not a growing file; the aggregates of
-the whole run (aggregates.py) are computed from the ring by the watchdog thread; snapshots (snapshots.py) copy the
+the whole run (aggregates.py) are kept as integers by the recorder at each op's end and written by the watchdog
+thread; snapshots (snapshots.py) copy the
 ring and the rank file when something happens. docs/FORMAT.md, "The black box"; docs/ARCHITECTURE.md says why.
 
 BlackBox has the Recorder's interface (write, write_raw, close, enabled, fail, disable), so the tracer's hot path is
@@ -18,7 +19,7 @@ import traceback
 
 from ..blackbox_files import Config, snapshot_root, snapshots, write_snapshot
 from ..format import (AGG_SUFFIX, AGGKEY, CLOCK, EXCEPTION, GROUP, LEFT, META, RANK_FILE_SUFFIX, RING_SUFFIX,
-                      STACKS)
+                      STACKS, STEP)
 from . import snapshots as protocol
 from .aggregates import Aggregates
 from .recorder import Recorder, warn_once
@@ -37,8 +38,7 @@ class BlackBox:
         # the hot path: straight into the ring (raw: the Recorder's name for the hot path's call; the ring's
         # write_raw never raises, so it needs no fallback)
         self.write_raw = self.raw = self.ring.write_raw
-        self.agg = Aggregates(stem + AGG_SUFFIX, self.ring, self.head.write, config.by, config.every,
-                              float(config.every))
+        self.agg = Aggregates(stem + AGG_SUFFIX, self.head.write, config.by, config.every, float(config.every))
         self._agg_lock = threading.Lock()
         self._snap_lock = threading.Lock()
         self.taken = 0  # the last snapshot's number this rank took
@@ -53,10 +53,16 @@ class BlackBox:
         return self.head.path
 
     def write(self, obj) -> None:
-        if type(obj) is dict and obj.get("k") in HEAD_KINDS:
+        kind = obj.get("k") if type(obj) is dict else None
+        if kind in HEAD_KINDS:
             self.head.write(obj)
-        else:
-            self.ring.write(obj)
+            return
+        self.ring.write(obj)
+        if kind == STEP and self.ring.enabled:
+            try:
+                self.agg.step(int(obj["n"]), int(obj["t"]))
+            except Exception as e:  # noqa: BLE001
+                self.fail(e)
 
     def meta(self) -> dict:
         return self.config.meta(self.ring.size)
@@ -66,11 +72,6 @@ class BlackBox:
         with self._agg_lock:
             if self.ring.enabled:
                 self.agg.tick()
-
-    def busy(self) -> bool:
-        """Whether the last tick read more than a quarter of the ring: the next should come sooner (else the
-        writer laps the aggregator and the window's counts become a lower bound)."""
-        return self.agg.consumed * 4 > self.ring.size
 
     def take(self, info: dict) -> str | None:
         """Copy this rank's rank file and ring into snapshot info["seq"] (once per number)."""

@@ -3,7 +3,8 @@
 Called from the dispatcher kernels of hooks.py and the ProcessGroup wrappers of fastpath.py. The hot path
 (`begin_fields`, then completion.py's `complete`) does the least it can: read a few tensor attributes, walk the
 stack once (callsite.py), fill in a record whose fixed part is cached (op_records.py), append it through the
-recorder. Decoding happens in the reader, later.
+recorder. Decoding happens in the reader, later. fastpath.py's lean path (summaries off) does the same in its
+wrapper, from a key of its own (lean_entry).
 
 The Tracer holds the process's lifecycle (its rank file, the "meta" record, release and close) and the parts:
 groups.py (the groups and their "group" records), op_records.py (the records' bytes), completion.py (how each op
@@ -38,6 +39,7 @@ from .recorder import Recorder
 from .specs import SYNC_P2P_APIS, Spec
 
 _Tensor = torch.Tensor
+_LEAN_LIMIT = 20000  # lean entries kept per tracer
 
 
 class Tracer:
@@ -61,6 +63,8 @@ class Tracer:
         self.rec = Recorder(self.path) if black_box is None else BlackBox(self.path, black_box)
         self._ids = faults.event_ids()
         self.heads = BeginHeads()  # the fixed part of each begin record, by begin_fields() key
+        # fastpath.py's lean path (summaries off): its key -> lean_entry(); None: every op takes the general path
+        self.lean: dict | None = {} if mode == "off" else None
         self.groups = Groups(self.rec.write)
         self.watchdog = None
         self.backward_site = None  # the user's backward() line while a backward pass runs (hooks.py sets it)
@@ -68,7 +72,12 @@ class Tracer:
         self.in_flight: dict[int, tuple] = {}  # event id -> (op, group, group_seq, start, thread) for the watchdog
         # the summary of an op's tensors for its record (summaries on): summaries.for_record, bound to this trace
         self.summary = functools.partial(summaries.for_record, mode == "full", self.rec.write)
-        self.completion = Completion(self.rec, self.in_flight, self.summary)
+        # the black box's aggregates (blackbox.py), which each op's end adds to; None: the full trace
+        self.agg = getattr(self.rec, "agg", None)
+        # the backend's sequence number in each end record: Flight Recorder's id, for matching its dumps; the black
+        # box's ring (matched by group_seq alone) leaves it out
+        self.read_seq = black_box is None
+        self.completion = Completion(self.rec, self.in_flight, self.summary, self.agg)
         self.rec.write({
             "k": META, "v": FORMAT_VERSION, "rank": self.rank, "world_size": self.world_size,
             "local_rank": int(os.environ.get("LOCAL_RANK", -1)), "host": self.host, "pid": self.pid,
@@ -109,33 +118,12 @@ class Tracer:
             in_backward = (origin or "").startswith("autograd.") or (origin is None and self.backward_site)
             if spec.name == "allreduce_" and in_backward and "torch.nn.parallel.distributed" in sys.modules:
                 api = origin = "ddp.reducer_allreduce"  # DDP's C++ reducer, launched from backward()
-        if is_async is None:
-            is_async = api not in SYNC_P2P_APIS and spec.name != "monitored_barrier_"
-        elif type(is_async) is not bool:
-            is_async = bool(is_async)
-        # The key of the record's fixed part (op_records.BeginHeads). The usual [tensor]'s bytes follow from its
-        # dtype and shape; other inputs' bytes are part of the key.
-        if type(inp) is list and len(inp) == 1 and type(inp[0]) is _Tensor:
-            first = inp[0]
-            key = (spec, api, origin, site, g, root, peer, tag, first.dtype, first.shape, first.is_cuda, is_async,
-                   get_ident())
-            size = -1
-        else:
-            size, first = nbytes(inp) if inp is not None else (0, None)
-            if first is None and out is not None:
-                out_bytes, first = nbytes(out)
-                if spec.op == "recv":
-                    size = out_bytes
-            if first is None:
-                key = (spec, api, origin, site, g, root, peer, tag, None, None, False, is_async, get_ident(), size)
-            else:
-                key = (spec, api, origin, site, g, root, peer, tag, first.dtype, first.shape, first.is_cuda,
-                       is_async, get_ident(), size)
-        fixed = self.heads.get(key)
-        if fixed is None:
-            fixed = self.heads.make(key, first.nbytes if size < 0 else size)
+        is_async = _async_flag(spec, api, is_async)
+        key, fixed, first, size = self._fixed(spec, site, api, origin, g, inp, out, root, peer, tag, is_async)
         head, collective, special = fixed
         ev = Event(next(self._ids), not is_async, g)
+        if self.agg is not None:  # the black box: the op's key in the aggregates, added to at its end
+            ev.agg = self.agg.slot(g.gidx, spec.op, first.nbytes if size < 0 else size)
         if special:
             self._special(ev, key, inp, out, first)
         gs = None
@@ -161,6 +149,51 @@ class Tracer:
         except ValueError:  # the map is full (or closed): write_raw grows it (or drops the line)
             rec.write_raw(line)
         return ev
+
+    def _fixed(self, spec: Spec, site, api, origin, g: Group, inp, out, root, peer, tag, is_async: bool):
+        """(key, the record's fixed part, first tensor, bytes or -1 where they are the first tensor's):
+        op_records.BeginHeads' entry for this op, made the first time. The usual [tensor]'s bytes follow from its dtype and shape; other inputs' bytes are part of the key."""
+        if type(inp) is list and len(inp) == 1 and type(inp[0]) is _Tensor:
+            first = inp[0]
+            key = (spec, api, origin, site, g, root, peer, tag, first.dtype, first.shape, first.is_cuda, is_async,
+                   get_ident())
+            size = -1
+        else:
+            size, first = nbytes(inp) if inp is not None else (0, None)
+            if first is None and out is not None:
+                out_bytes, first = nbytes(out)
+                if spec.op == "recv":
+                    size = out_bytes
+            if first is None:
+                key = (spec, api, origin, site, g, root, peer, tag, None, None, False, is_async, get_ident(), size)
+            else:
+                key = (spec, api, origin, site, g, root, peer, tag, first.dtype, first.shape, first.is_cuda,
+                       is_async, get_ident(), size)
+        fixed = self.heads.get(key)
+        if fixed is None:
+            fixed = self.heads.make(key, first.nbytes if size < 0 else size)
+        return key, fixed, first, size
+
+    def lean_entry(self, lean_key: tuple, spec: Spec, walked: tuple, g: Group, inp, out, root, peer, tag, is_async):
+        """fastpath.py's lean path, the first time it sees lean_key: (head, is it a collective, is it async, op,
+        its aggregates' slot where the black box keeps them), or False where the op takes the general path (begin_fields): no user's line or api on the stack (the
+        backward's site, the origin's api are not the same from one call to the next), a quantized tensor, an op
+        that needs _special. Kept in self.lean under lean_key."""
+        site, api, origin = walked
+        entry = False
+        if site is not None and api is not None:
+            is_async = _async_flag(spec, api, is_async)
+            _, (head, collective, special), first, size = self._fixed(spec, site, api, origin, g, inp, out, root,
+                                                                      peer, tag, is_async)
+            if not special and first is not None and not first.is_quantized:
+                agg = self.agg
+                slot = agg.slot(g.gidx, spec.op, first.nbytes if size < 0 else size) if agg is not None else None
+                entry = (head, collective, is_async, spec.op, slot)
+        lean = self.lean
+        if len(lean) > _LEAN_LIMIT:  # (as BeginHeads: a job has few distinct lines and shapes)
+            lean.clear()
+        lean[lean_key] = entry
+        return entry
 
     @staticmethod
     def _special(ev: Event, key, inp, out, first) -> None:
@@ -238,6 +271,13 @@ class Tracer:
         self.completion.end_unwaited(lambda ev: True)
         background.drain_summaries()
         self.rec.close()
+
+
+def _async_flag(spec: Spec, api: str, is_async) -> bool:
+    """An op's async flag (None: it has none: a P2P call is synchronous where its api is)."""
+    if is_async is None:
+        return api not in SYNC_P2P_APIS and spec.name != "monitored_barrier_"
+    return is_async if type(is_async) is bool else bool(is_async)
 
 
 def _world_identity(init: int) -> dict:

@@ -51,6 +51,7 @@ class Event:
     done_t = None       # when the CUDA watcher saw it done, while the end record waits for the hook
     device = None       # a CUDA op's device index
     stream_end = None   # a StreamEnd after the op on the job's stream, once the job waited on it
+    agg = None          # the black box: the op's slot in the aggregates (aggregates.Aggregates.slot)
 
     def __init__(self, id, sync, group):
         self.id, self.sync, self.group = id, sync, group
@@ -92,8 +93,9 @@ class Completion:
     summary(event id, "out", tensors): the output summary to put in the end record, or None. It holds nothing of
     the Tracer's own: the Tracer, and the groups it keeps, go when hooks.py lets go of it."""
 
-    def __init__(self, rec, in_flight: dict, summary):
+    def __init__(self, rec, in_flight: dict, summary, agg=None):
         self.rec, self.in_flight, self.summary = rec, in_flight, summary
+        self.agg = agg  # the black box's aggregates.Aggregates (each op's end adds to them), or None
         self.pending: dict[int, Event] = {}   # id(python Work) -> event, for async ops the user may wait on
         self.by_ptr: dict[int, Event] = {}    # output data_ptr -> event, for functional collectives' wait_tensor
         # event id -> Event, for the async ops whose future's callback will end them: the job may let go of the
@@ -102,6 +104,10 @@ class Completion:
         # id(the job's Work) -> the synchronous op the fast path issued with it (distributed_c10d waits on that very
         # Work next, on the same thread): the job's own object is known there, so no thread-local is needed
         self.sync_works: dict[int, Event] = {}
+        # the same for fastpath.py's lean path, without an Event: id(the job's Work) -> (op, group, group_seq, start,
+        # thread, event id, the backend's sequence number, the aggregates' slot), the first five what in_flight holds. The op stays in it
+        # until the wait returns: the watchdog watches it from here (in_flight_items)
+        self.lean_sync: dict[int, tuple] = {}
         self.tls = _ThreadSlot()  # the kernel's path: its Work is ours, the job may be handed another object
 
     # -- issue ----------------------------------------------------------------------------------
@@ -136,6 +142,27 @@ class Completion:
                 sync_works[id(work)] = ev
             return
         self.track(ev, work, ours)
+
+    def lean_end(self, entry: tuple, t: int, err: BaseException | None = None) -> None:
+        """The end record of a lean synchronous op (lean_sync's entry), whose wait() returned at t (or raised err)."""
+        slot = entry[7]
+        if slot is not None:
+            self.agg.add(slot, entry[3], t)
+        seq = entry[6]
+        if err is not None:
+            self.rec.write(end_fields(entry[5], t, seq, err, False))
+            return
+        line = END_LINE % (entry[5], t) if seq is None else END_LINE_SEQ % (entry[5], t, seq)
+        rec = self.rec
+        try:
+            rec.raw(line)
+        except ValueError:  # the map is full (or closed): write_raw grows it (or drops the line)
+            rec.write_raw(line)
+
+    def in_flight_items(self) -> list[tuple[int, tuple]]:
+        """[(event id, (op, group, group_seq, start, thread))] of the ops the watchdog watches: in_flight's and the
+        lean path's synchronous ops (a copy, under the GIL: the job's threads change both meanwhile)."""
+        return list(self.in_flight.items()) + [(e[5], e[:5]) for e in list(self.lean_sync.values())]
 
     def error(self, ev: Event, err: BaseException) -> None:
         """The backend refused the op."""
@@ -230,6 +257,8 @@ class Completion:
             return
         ev.ended = True
         t = t or time.monotonic_ns()
+        if ev.agg is not None:
+            self.agg.add(ev.agg, ev.info[3], t)
         self.in_flight.pop(ev.id, None)
         self.awaited.pop(ev.id, None)
         if ev.out_ptr and self.by_ptr.get(ev.out_ptr) is ev and ev.work is None:

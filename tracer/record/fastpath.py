@@ -19,6 +19,11 @@ exactly ProcessGroupGloo (a subclass may override its methods), and no Python di
 (FakeTensorMode must not produce records). Everything else (CUDA, barriers, tensor subclasses, other backends,
 other overloads, the coalesced tensor ops the backend has no Python method for) takes the kernel's path, which
 records the same fields. Both read the tracer and the nesting guard from current.py.
+
+With summaries off (the default) the common case takes the lean path: a reader per method family (_LEAN) checks
+what varies per call, and the wrapper itself looks its own key up in Tracer.lean (what the key's first sight
+decided: Tracer.lean_entry), writes the begin record and issues the op; a synchronous op waits in
+Completion.lean_sync for hooks.py's Work.wait to end it, without an Event (docs/ARCHITECTURE.md, "The lean path").
 """
 
 from __future__ import annotations
@@ -28,7 +33,12 @@ from threading import get_ident
 import torch
 import torch.distributed as dist
 
+from time import monotonic_ns
+
 from . import current
+from .callsite import walk
+from .completion import PENDING_LIMIT, Event
+from .op_records import BEGIN_LINE, BEGIN_LINE_GS, nbytes
 from .specs import SPECS
 
 _C = torch._C
@@ -65,6 +75,66 @@ def _p2p(sends: bool):
     return decode
 
 
+# The lean path's readers, one per method family: (first tensor, root, peer, tag, async flag, bytes or -1 where
+# they follow from the first tensor's dtype and shape, input, output) of the common case, or None (the general
+# path decides). Only the checks that vary from call to call are here: the first tensor's device and layout; its
+# dtype (quantized or not) is part of the lean key, checked once (Tracer.lean_entry).
+def _lean_one(options: str, root: bool = False):
+    """([tensor], opts): all_reduce, broadcast, reduce."""
+    cls = getattr(torch._C._distributed_c10d, options, None)
+
+    def read(args):
+        if len(args) != 2 or type(args[1]) is not cls:
+            return None
+        inp = args[0]
+        first = _one_plain(inp)
+        if first is None:
+            return None
+        opts = args[1]
+        return first, opts.rootRank if root else None, None, None, opts.asyncOp, -1, inp, None
+    return read
+
+
+def _one_plain(ts):
+    """The tensor of ts if ts is a list of one plain dense CPU tensor (its dtype is checked once: lean_entry)."""
+    if type(ts) is not list or len(ts) != 1:
+        return None
+    first = ts[0]
+    if type(first) is not _Tensor or not first.is_cpu or first.layout is not _strided:
+        return None
+    return first
+
+
+def _lean_p2p(sends: bool):
+    """([tensor], peer, tag): send, recv."""
+    def read(args):
+        if len(args) != 3 or type(args[1]) is not int or type(args[2]) is not int:
+            return None
+        ts = args[0]
+        first = _one_plain(ts)
+        if first is None:
+            return None
+        return (first, None, args[1], args[2], None, -1) + ((ts, None) if sends else (None, ts))
+    return read
+
+
+def _lean_many(decode):
+    """Any other method: its decoder's plain tensors, their bytes counted each call (as the general path does)."""
+    def read(args):
+        fields = decode(args)
+        if fields is None:
+            return None
+        inp, out, root, peer, tag, is_async = fields
+        size, first = nbytes(inp) if inp is not None else (0, None)
+        if first is None and out is not None:
+            out_bytes, first = nbytes(out)
+            size = out_bytes if inp is None else size
+        if first is None:
+            return None
+        return first, root, peer, tag, is_async, size, inp, out
+    return read
+
+
 _METHODS = {
     "allreduce": ("allreduce_", _opts("AllreduceOptions", 0, None, 1), "allreduce"),
     "allreduce_coalesced": ("allreduce_coalesced_", _opts("AllreduceCoalescedOptions", 0, None, 1),
@@ -86,6 +156,15 @@ _METHODS = {
     "scatter": ("scatter_", _opts("ScatterOptions", 1, 0, 2, root=True), "scatter"),
     "send": ("send", _p2p(sends=True), "send"),
     "recv": ("recv_", _p2p(sends=False), "recv"),
+}
+
+
+_LEAN = {
+    "allreduce": _lean_one("AllreduceOptions"),
+    "broadcast": _lean_one("BroadcastOptions", root=True),
+    "reduce": _lean_one("ReduceOptions", root=True),
+    "send": _lean_p2p(sends=True),
+    "recv": _lean_p2p(sends=False),
 }
 
 
@@ -112,7 +191,8 @@ def install() -> None:
         if raw is None or spec is None or decode is None or direct is None or _inflight_as_graph_input is None \
                 or getattr(raw, "_disttrace_orig", None) is not None:
             continue
-        wrapper = _wrap(getattr(PG, method), spec, decode, direct, profiler)
+        lean = _LEAN.get(method) or _lean_many(decode)
+        wrapper = _wrap(getattr(PG, method), spec, decode, lean, direct, profiler)
         wrapper._disttrace_raw = raw  # type: ignore[attr-defined]
         setattr(PG, method, wrapper)
 
@@ -125,7 +205,7 @@ def uninstall() -> None:
             setattr(PG, method, raw)
 
 
-def _wrap(orig, spec, decode, direct, profiler):
+def _wrap(orig, spec, decode, lean_args, direct, profiler):
     nested = current.nested
     dispatch_modes = _C._len_torch_dispatch_stack
     inflight = _inflight_as_graph_input
@@ -134,6 +214,65 @@ def _wrap(orig, spec, decode, direct, profiler):
         t = current.tracer
         if t is None or kwargs or (nested and get_ident() in nested) or dispatch_modes():
             return orig(self, *args, **kwargs)  # the kernel's path records it, if it is a real op
+        lean = t.lean
+        if lean is not None:
+            # The lean path (summaries off, the common case): the begin record written here, a synchronous op's end
+            # by hooks.py's Work.wait from Completion.lean_sync; no Event unless the op is async
+            entry = None
+            try:
+                fields = lean_args(args)
+                if fields is not None and not profiler._is_profiler_enabled and not inflight():
+                    first, root, peer, tag, is_async, size, inp, out = fields
+                    g = t.groups.get(id(self)) or t.groups.of(self)
+                    backend = g.gloo
+                    walked = walk(2)
+                    tid = get_ident()
+                    key = (spec, walked, g, root, peer, tag, first.dtype, first.shape, is_async, size, tid)
+                    entry = lean.get(key)
+                    if entry is None:
+                        entry = t.lean_entry(key, spec, walked, g, inp, out, root, peer, tag, is_async)
+                    if entry and backend is not None:
+                        head, collective, is_async, op, slot = entry
+                        i = next(t._ids)
+                        if collective:
+                            gs = g.next_seq
+                            g.next_seq = gs + 1
+                            now = monotonic_ns()  # last: everything above is our own cost, not the op's
+                            line = BEGIN_LINE_GS % (head, i, gs, now)
+                        else:
+                            gs = None
+                            now = monotonic_ns()
+                            line = BEGIN_LINE % (head, i, now)
+                        rec = t.rec
+                        try:
+                            rec.raw(line)
+                        except ValueError:  # the map is full (or closed): write_raw grows it (or drops the line)
+                            rec.write_raw(line)
+                    else:
+                        entry = None
+            except Exception as e:  # noqa: BLE001
+                t.fail(e)
+                entry = None
+            if entry is not None:  # issued: a synchronous op into lean_sync (the job waits on its Work next)
+                try:
+                    work = direct(backend, *args)
+                except BaseException as e:
+                    current.safe(_lean_failed, t, i, is_async, op, g, gs, now, tid, slot, e)
+                    raise
+                if is_async or work is None:
+                    current.safe(_lean_async, t, i, op, g, gs, now, tid, slot, work)
+                    return work
+                seq = None
+                if t.read_seq:
+                    try:  # the backend's own sequence number, read right after issue: Flight Recorder's id for it
+                        seq = self._get_sequence_number_for_group()
+                    except Exception:  # noqa: BLE001
+                        pass
+                sync = t.completion.lean_sync
+                if len(sync) > PENDING_LIMIT:  # Works never waited on (an exception between): forget them
+                    sync.clear()
+                sync[id(work)] = (op, g, gs, now, tid, i, seq, slot)
+                return work
         ev = None
         try:
             fields = decode(args)
@@ -161,3 +300,20 @@ def _wrap(orig, spec, decode, direct, profiler):
     method.__doc__ = orig.__doc__
     method.__name__ = getattr(orig, "__name__", "method")
     return method
+
+
+def _lean_event(i, is_async, op, g, gs, now, tid, slot) -> Event:
+    """The Event of an op the lean path began (its rare cases: async, refused)."""
+    ev = Event(i, not is_async, g)
+    ev.info, ev.agg = (op, g, gs, now, tid), slot
+    return ev
+
+
+def _lean_async(t, i, op, g, gs, now, tid, slot, work) -> None:
+    """An async op the lean path issued: followed as the general path follows it."""
+    t.completion.issued_work(_lean_event(i, True, op, g, gs, now, tid, slot), work)
+
+
+def _lean_failed(t, i, is_async, op, g, gs, now, tid, slot, err) -> None:
+    """The backend refused an op the lean path began: its end record, with the error."""
+    t.completion.error(_lean_event(i, is_async, op, g, gs, now, tid, slot), err)

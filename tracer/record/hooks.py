@@ -408,6 +408,24 @@ def _patch_work_wait() -> None:
         if t is None:
             return orig(self, *args, **kwargs)
         c = t.completion
+        lean = c.lean_sync  # the lean path's synchronous ops, by the job's Work: in the watchdog's sight till the end
+        if lean:
+            key = id(self)
+            entry = lean.get(key)
+            if entry is not None:
+                try:
+                    result = orig(self, *args, **kwargs)
+                except BaseException as e:
+                    lean.pop(key, None)
+                    current.safe(c.lean_end, entry, monotonic_ns(), e)
+                    raise
+                now = monotonic_ns()
+                lean.pop(key, None)
+                try:
+                    c.lean_end(entry, now)
+                except Exception as e:  # noqa: BLE001
+                    t.fail(e)
+                return result
         works = c.sync_works  # the fast path's synchronous ops, by the job's Work
         ev = works.pop(id(self), None) if works else None
         if ev is None:  # the kernel's path's, by thread

@@ -7,7 +7,7 @@ watchdog also looks for that flag, because the rank that matters most is the one
 that never arrived, busy or stuck somewhere in its own code. Each rank records its stacks once per flag.
 `disttrace run` (hangwatch.py) reads these "stacks" records to print its diagnosis.
 
-In black-box mode (blackbox.py) the same thread, always started, also feeds the aggregates from the ring, and
+In black-box mode (blackbox.py) the same thread, always started, also writes the aggregates' closed windows, and
 takes the snapshots: its own triggers (a hang it saw, SIGUSR1 through the signal pipe it select()s on,
 `disttrace snapshot`'s request file) and the other ranks' (the store's snapshot counter, looked at instead of the
 hang flag every FLAG_EVERY ticks: a hang is a snapshot whose reason is "hang", then the flag is read).
@@ -29,7 +29,7 @@ from .blackbox import BlackBox, ask
 
 FLAG = "disttrace/hang"
 FLAG_EVERY = 3  # ticks of 0.5 s between looks at the store's flag (each look, of every rank, is a request to one store)
-TICK_S, TICK_BUSY_S = 0.5, 0.05  # black box: sooner while the ring fills fast (the aggregator must not be lapped)
+TICK_S = 0.5
 
 
 def thread_stacks(skip: int | None = None) -> list[dict]:
@@ -70,7 +70,7 @@ class Watchdog(threading.Thread):
     def _wait(self) -> None:
         box = self.box
         pipe = box.signals if box is not None else None
-        timeout = TICK_BUSY_S if box is not None and box.busy() else TICK_S
+        timeout = TICK_S
         if pipe is None:
             self._stop.wait(timeout)
             return
@@ -107,7 +107,7 @@ class Watchdog(threading.Thread):
     def check_hang(self) -> None:
         t = self.tracer
         now = time.monotonic_ns()
-        stuck = [(i, info) for i, info in list(t.in_flight.items())
+        stuck = [(i, info) for i, info in t.completion.in_flight_items()
                  if now - info[3] > self.timeout_ns and i not in self.reported]
         if stuck:
             i, (op, group, seq, start, _tid) = min(stuck, key=lambda x: x[1][3])
