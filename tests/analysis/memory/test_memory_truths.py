@@ -1,7 +1,7 @@
 """Memory's other ground truths on real jobs (tests/jobs/mem_train.py on gloo): a model whose activations dominate
 (the step's peak where the forward ends and the backward begins, at the user's line); the Python API's
-`trace(out=..., memory=True)` measuring what `disttrace run --memory` measures; FSDP2 on 4 ranks (the formula's
-N = 4)."""
+`trace(out=..., memory=True)` measuring what `disttrace run --memory` measures; DDP, ZeRO-1 and FSDP2 on 4 ranks
+(the formula's N = 4)."""
 
 import json
 import subprocess
@@ -47,11 +47,21 @@ def test_the_python_api_measures_what_disttrace_run_does(traced, tmp_path):
             assert api["ranks"][r][f"{k}_bytes"] == run["ranks"][r][f"{k}_bytes"], (r, k)
 
 
-def test_fsdp2_on_4_ranks_divides_everything_by_4(traced):
-    mem = _memory(traced("mem_train.py", nproc=4, args=("fsdp2",), summaries="off", run_args=("--memory",)))
+# per scheme: its name in the formula, and the bytes a value of parameters, gradients, optimizer state, each divided
+# by N where the scheme shards it (fp32 Adam: 4 + 4 + 8)
+ON_4 = {"ddp": ("ddp", (4, 4, 8), ()), "zero": ("zero1", (4, 4, 8), ("optimizer",)),
+        "fsdp2": ("fsdp2", (4, 4, 8), KINDS)}
+
+
+@pytest.mark.parametrize("scheme", list(ON_4))
+def test_each_scheme_on_4_ranks_divides_what_it_shards_by_4(traced, scheme):
+    mem = _memory(traced("mem_train.py", nproc=4, args=(scheme,), summaries="off", run_args=("--memory",)))
     f = mem["formula"]
-    assert (f["scheme"], f["psi"], f["k"], f["n"], f["expression"]) == ("fsdp2", M.PSI, 8, 4, "(4 + 4 + 8)Ψ/N"), f
+    name, per_value, sharded = ON_4[scheme]
+    assert (f["scheme"], f["psi"], f["k"], f["n"]) == (name, M.PSI, 8, 4), f
+    assert scheme != "fsdp2" or f["expression"] == "(4 + 4 + 8)Ψ/N", f
     assert sorted(mem["ranks"]) == ["0", "1", "2", "3"]
     for r, m in mem["ranks"].items():
-        for k, per_value in zip(KINDS, (4, 4, 8)):
-            assert m[f"{k}_bytes"] == pytest.approx(per_value * M.PSI / 4, rel=0.05), (r, k, m[f"{k}_bytes"])
+        for k, b in zip(KINDS, per_value):
+            want = b * M.PSI / (4 if k in sharded else 1)
+            assert m[f"{k}_bytes"] == pytest.approx(want, rel=0.05), (r, k, m[f"{k}_bytes"], want)

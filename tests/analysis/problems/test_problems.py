@@ -298,3 +298,20 @@ def test_the_reader_keeps_stacks_aligned_and_says_what_each_file_lost(tmp_path):
     # rank 1 stops inside all_reduce #1, which rank 0 finished; rank 0 then waits alone in #2: one death, no hang
     assert kinds(a) == [("died", [1])]
     assert "(its file ends with a torn record), inside all_reduce #1" in a.problems[0].message
+
+
+def test_a_desync_of_two_ranks_is_named_by_the_lowest_rank_s_op_whoever_arrives_first():
+    """Rank 0 all-reduces where rank 1 broadcasts: the mismatch's op is rank 0's whichever rank came first (a tie of
+    the majority rule; the first arrival made two runs of one desync name different ops)."""
+    named = set()
+    for first in (0, 1):
+        tr = Trace(2)
+        t = steps(tr, 1)
+        starts = {first: t, 1 - first: t + 10}
+        for r, op in ((0, "all_reduce"), (1, "broadcast")):
+            tr._ev(r, op, starts[r], t + MS, bytes=64, group="world", group_ranks=[0, 1], group_seq=1,
+                   site="train.py:20 in main")
+        a = tr.analyze()
+        (p,) = [q for q in a.problems if q.kind == "mismatch"]
+        named.add(p.op)
+    assert named == {"all_reduce"}

@@ -192,8 +192,9 @@ def _instance(t: EventTable, rows: list[int], expected: tuple[int, ...]) -> dict
     else:
         suspect = True
         op = op_names[op_c[i0]]
-        if len({x[0] for x in sig}) > 1:  # a mismatch: take the majority's op
-            op = op_names[Counter(op_c[j] for j in rows).most_common(1)[0][0]]
+        if len({x[0] for x in sig}) > 1:  # a mismatch: take the majority's op, on a tie the lowest rank's (never
+            # the first to arrive: two runs of one desync named the one op, then the other)
+            op = op_names[Counter(op_c[j] for j in sorted(rows, key=lambda j: rank_c[j])).most_common(1)[0][0]]
         all_ok = {status_names[x[1]] for x in sig} == _OK
         is_async = any(x[2] for x in sig)
         nbytes = max([bytes_c[i] for i in rows])
