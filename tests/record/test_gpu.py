@@ -15,7 +15,7 @@ import torch.distributed as dist
 from disttrace.tracer.data.load import load_trace
 
 from harness import (aborted_at_exit, assert_compiled_collectives_recorded, assert_compiled_the_same,
-                     compile_modes_runs, run_traced)
+                     compile_modes_runs, run_disttrace, run_traced)
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")]
@@ -97,6 +97,29 @@ def test_ddp_on_one_gpu(tmp_path):
     grads = [r for r in rows if r["api"] == "ddp.reducer_allreduce"]
     assert grads and all(r["status"] == "ok" for r in grads), _brief(grads)
     assert all(r["site"] and "gpu_ops.py" in r["site"] for r in grads)  # the backward() line
+
+
+@nccl
+def test_memory_on_one_gpu_reads_the_caching_allocator(tmp_path):
+    """`--memory` on CUDA (issue 51): each sample at an op carries the caching allocator's counters and the device's
+    use (read, never reset: the job's own peak statistic stays the job's), and the report counts the DDP model's
+    parameters and gradients (Linear(512, 512): Ψ = 512·512 + 512 values of fp32) as on the CPU, what the device
+    holds beyond the allocator in a row of its own. Written on a machine without a GPU: first run when one is lent."""
+    _job(tmp_path, "ddp", summaries="off", run_args=["--memory"])
+    (mem_file,) = (tmp_path / "trace").glob("rank-*.mem")
+    samples = [json.loads(line) for line in mem_file.read_bytes().rstrip(b"\0").splitlines() if line.strip()]
+    at_ops = [m for m in samples if m.get("k") == "m" and m.get("at") == "op"]
+    assert at_ops and all({"alloc", "reserved", "max_alloc", "used", "total"} <= set(m.get("dev") or {})
+                          for m in at_ops), at_ops[:2]
+    proc = run_disttrace("report", "--json", tmp_path / "trace")
+    assert proc.returncode in (0, 1), proc.stderr[-3000:]
+    mem = json.loads(proc.stdout)["memory"]
+    psi = 512 * 512 + 512
+    assert (mem["formula"]["scheme"], mem["formula"]["psi"]) == ("ddp", psi), mem["formula"]
+    m = mem["ranks"]["0"]
+    assert m["params_bytes"] == pytest.approx(4 * psi, rel=0.05) and m["grads_bytes"] == pytest.approx(4 * psi,
+                                                                                                         rel=0.05), m
+    assert m["outside_allocator_bytes"] >= 0 and m["peak_bytes"] >= m["params_bytes"] + m["grads_bytes"], m
 
 
 @nccl
