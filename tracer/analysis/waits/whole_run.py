@@ -35,12 +35,14 @@ Constants, and why:
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ...data.table.event_table import P2P_OPS
+from ...format import AGG_ROW
 from .peers import others_median, spread
 
 if TYPE_CHECKING:
@@ -52,6 +54,10 @@ PERSISTENT = 0.8
 MIN_WINDOWS = 2
 MIN_NS = 50_000
 SECOND = 1_000_000_000
+DAY_S = 86_400
+DAY_BUDGET = 50_000_000  # bytes a rank a day the aggregates are to hold to (docs/USAGE.md, "Leave it on")
+PACE_MIN_WINDOWS = 10    # windows a run needs before its pace is extrapolated to a day
+AGG_ROW_BYTES = struct.calcsize(AGG_ROW)
 
 
 @dataclass
@@ -140,6 +146,7 @@ def whole_run(agg: "Aggregates") -> WholeRun:
     if agg.w_lost.any():
         notes.append(f"{int(agg.w_lost.sum())} window(s) lost ops (the ring overran between two reads of the "
                      "aggregator): their counts are lower bounds, and the straggler rule leaves them out")
+    notes += [n for n in (_pace_note(agg),) if n]
     return WholeRun(
         by="steps" if marked else "seconds", every=agg.window_every, unit=unit, ranks=list(agg.ranks),
         windows=windows, aligned_first_step=firsts.tolist(), aligned_start_ns=starts.tolist(),
@@ -148,6 +155,30 @@ def whole_run(agg: "Aggregates") -> WholeRun:
         ops=_op_totals(agg, by_key=False), keys=_op_totals(agg, by_key=True),
         straggler=max(found, key=lambda s: (s.windows, s.extra_ns)) if found else None,
         warnings=list(agg.damage), notes=notes)
+
+
+def _pace_note(agg: "Aggregates") -> str | None:
+    """What the aggregates would take in a day at this run's pace, where that passes DAY_BUDGET (the rank that
+    writes most: its rows, a window's and one a key, over its windows' span), with the --window that keeps them
+    under it: a window of W steps lasts as long as W of the job's steps, and a job of short steps closes many."""
+    if len(agg.w_rank) < PACE_MIN_WINDOWS:
+        return None
+    cells = np.bincount(agg.w_rank[agg.cell_window], minlength=max(agg.ranks) + 1) if len(agg.cell_window) else \
+        np.zeros(max(agg.ranks) + 1, np.int64)
+    worst = 0.0
+    for r in agg.ranks:
+        mine = agg.w_rank == r
+        span = (int(agg.w_end[mine].max()) - int(agg.w_start[mine].min())) / SECOND
+        if span > 0:
+            worst = max(worst, (int(mine.sum()) + int(cells[r])) * AGG_ROW_BYTES / span * DAY_S)
+    if worst <= DAY_BUDGET:
+        return None
+    every = agg.window_every or 10
+    wider = every * worst / (0.8 * DAY_BUDGET)  # (a margin under the budget)
+    wider = f"{int(np.ceil(wider))}" if agg.window_by != "seconds" else f"{int(np.ceil(wider))}s"
+    return (f"the aggregates grow by {worst / 1e6:,.0f} MB a rank a day at this run's pace (windows of "
+            f"{every:g} {'seconds' if agg.window_by == 'seconds' else 'steps'}; {DAY_BUDGET / 1e6:.0f} MB is the "
+            f"budget): `disttrace run --black-box --window {wider}` keeps them under it")
 
 
 def _by_steps(agg: "Aggregates"):
