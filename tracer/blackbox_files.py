@@ -151,6 +151,22 @@ def snapshots(root: str) -> list[tuple[int, str]]:
     return sorted((int(m.group(1)), n) for n in names if (m := _DIR.match(n)))
 
 
+def newest_snapshot(root: str, since_ns: int, of_reason: str | None = None) -> str | None:
+    """The path of the newest snapshot in `root` taken at or after `since_ns` (its info's wall clock), of the reason
+    `of_reason` where given; None if there is none. A trace dir holds the snapshots of earlier worlds (torchrun
+    restarting its workers) and of earlier runs: the newest on disk need not be this job's. A snapshot whose info
+    is not written yet is passed over."""
+    for _number_, name in reversed(snapshots(root)):
+        if of_reason is not None and _DIR.match(name).group(2) != of_reason:
+            continue
+        info = _info(os.path.join(root, name))
+        if info is None:
+            continue
+        # numbered in the order they were taken: the first one older than since_ns ends the search
+        return os.path.join(root, name) if info.get("wall_ns", 0) >= since_ns else None
+    return None
+
+
 def prune(root: str, keep: int, names) -> None:
     """Remove the files `names` from all but the last `keep` snapshots; a snapshot left with its info alone goes."""
     for _seq, name in snapshots(root)[:-keep] if keep > 0 else snapshots(root):
@@ -180,12 +196,12 @@ def add_dead_ranks(out: str, started_wall: float, keep: int) -> str | None:
     if not dead:
         return None
     root = snapshot_root(out)
-    taken = snapshots(root)
-    info = _info(os.path.join(root, taken[-1][1])) if taken else None
-    if info is not None and info.get("wall_ns", 0) >= started_wall * 1e9:
-        path = os.path.join(root, taken[-1][1])
+    path = newest_snapshot(root, int(started_wall * 1e9))
+    if path is not None:
+        info = _info(path)
         add = [s for s in dead if not os.path.exists(os.path.join(path, s + RING_SUFFIX))]
     else:
+        taken = snapshots(root)
         seq = (taken[-1][0] if taken else 0) + 1
         info = {"seq": seq, "reason": "exit", "by_rank": -1, "wall_ns": time.time_ns()}
         path, add = os.path.join(root, snapshot_dir_name(seq, "exit")), stems

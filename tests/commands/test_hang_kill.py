@@ -7,8 +7,10 @@ import io
 import threading
 import time
 
+import orjson
+
 from disttrace.tracer.commands.hangwatch import HangMonitor
-from disttrace.tracer.format import RING_SUFFIX, SNAPSHOTS_DIR
+from disttrace.tracer.format import RING_SUFFIX, SNAPSHOT_INFO, SNAPSHOTS_DIR
 
 
 def _monitor(out, ranks: int) -> HangMonitor:
@@ -16,19 +18,27 @@ def _monitor(out, ranks: int) -> HangMonitor:
     m.rank_of = {f"rank-{r:05d}-h-{r}.jsonl": r for r in range(ranks)}
     for r in range(ranks):
         (out / f"rank-{r:05d}-h-{r}{RING_SUFFIX}").write_bytes(b"\0" * 64)
+    m.hang_since_ns = time.time_ns() - 10**9
     return m
+
+
+def _snapshot(out, name: str, ranks=(), wall_ns=None):
+    """A snapshot directory as write_snapshot leaves it: its info first, then the rings named."""
+    path = out / SNAPSHOTS_DIR / name
+    path.mkdir(parents=True)
+    (path / SNAPSHOT_INFO).write_bytes(orjson.dumps({"reason": name.split("-")[1],
+                                                     "wall_ns": wall_ns or time.time_ns()}))
+    for r in ranks:
+        (path / f"rank-{r:05d}-h-{r}{RING_SUFFIX}").write_bytes(b"")
+    return path
 
 
 def test_the_kill_waits_for_every_rank_s_ring_in_the_hang_snapshot(tmp_path):
     m = _monitor(tmp_path, 2)
-    snap = tmp_path / SNAPSHOTS_DIR / "000002-hang"
-    (tmp_path / SNAPSHOTS_DIR / "000001-signal").mkdir(parents=True)  # an older snapshot: not the hang's
-    for r in range(2):
-        (tmp_path / SNAPSHOTS_DIR / "000001-signal" / f"rank-{r:05d}-h-{r}{RING_SUFFIX}").write_bytes(b"")
+    _snapshot(tmp_path, "000001-signal", range(2))  # an older snapshot, whole: not the hang's
 
     def copies():  # rank 0's watchdog at once, rank 1's 0.6 s later
-        snap.mkdir(parents=True)
-        (snap / f"rank-00000-h-0{RING_SUFFIX}").write_bytes(b"")
+        snap = _snapshot(tmp_path, "000002-hang", [0])
         time.sleep(0.6)
         (snap / f"rank-00001-h-1{RING_SUFFIX}").write_bytes(b"")
 
@@ -40,7 +50,7 @@ def test_the_kill_waits_for_every_rank_s_ring_in_the_hang_snapshot(tmp_path):
 
 def test_a_snapshot_never_whole_delays_the_kill_a_bounded_time_and_is_said(tmp_path):
     m = _monitor(tmp_path, 2)
-    (tmp_path / SNAPSHOTS_DIR / "000001-hang").mkdir(parents=True)
+    _snapshot(tmp_path, "000001-hang", [0])
     t0 = time.monotonic()
     assert not m.await_snapshot(wait_s=0.3)
     assert time.monotonic() - t0 < 1.0
@@ -51,3 +61,13 @@ def test_a_job_without_rings_is_killed_at_once(tmp_path):
     m = HangMonitor(str(tmp_path), 2.0, stream=io.StringIO())
     t0 = time.monotonic()
     assert m.await_snapshot(wait_s=5.0) and time.monotonic() - t0 < 0.1
+
+
+def test_an_earlier_world_s_whole_hang_snapshot_is_not_this_hang_s(tmp_path):
+    """torchrun restarted the workers after a first hang: its snapshot, whole, is on disk; the kill waits for this
+    hang's own (here never whole: the wait runs out, and says so)."""
+    m = _monitor(tmp_path, 2)
+    _snapshot(tmp_path, "000001-hang", range(2), wall_ns=m.hang_since_ns - 30 * 10**9)
+    assert not m.await_snapshot(wait_s=0.3)
+    _snapshot(tmp_path, "000002-hang", range(2))
+    assert m.await_snapshot(wait_s=0.3)

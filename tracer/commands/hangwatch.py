@@ -20,7 +20,7 @@ import time
 
 import orjson
 
-from ..blackbox_files import snapshots
+from ..blackbox_files import newest_snapshot
 from ..data.table import stacks_site
 from ..data.load import find_rank_files
 from ..format import META, RING_SUFFIX, SNAPSHOTS_DIR, STACKS, kind_marker
@@ -28,6 +28,10 @@ from ..format import META, RING_SUFFIX, SNAPSHOTS_DIR, STACKS, kind_marker
 GRACE_S = 3.0  # how long to wait for the other ranks' stacks after the first report (they look every
 #                record/watchdog.py's FLAG_EVERY ticks)
 SNAPSHOT_WAIT_S = 5.0  # --kill-on-hang on a black box: how long the kill waits for every rank's hang snapshot
+# The hang's snapshot is taken after its op began: at the first in-flight stacks record seen, now less the op's time
+# in flight (`for_ns`) less this, for the record's way to the monitor (a poll, a flush), bounds the op's start from
+# below; an earlier world's snapshots are older (a restart takes longer than this)
+SEEN_LATE_NS = 2_000_000_000
 
 _STACKS, _META = kind_marker(STACKS), kind_marker(META)  # only these records matter here: found unparsed
 
@@ -41,6 +45,7 @@ class HangMonitor(threading.Thread):
         self.rank_of: dict[str, int] = {}
         self.stacks: dict[int, dict] = {}   # rank -> latest stacks record
         self.first_report: float | None = None
+        self.hang_since_ns = 0  # the wall clock before the reported hang's op began (await_snapshot)
         self.reported: set = set()
         self._stop = threading.Event()
 
@@ -88,6 +93,7 @@ class HangMonitor(threading.Thread):
                 self.stacks[self.rank_of[path]] = rec
                 if rec.get("reason") == "in_flight" and self.first_report is None:
                     self.first_report = time.monotonic()
+                    self.hang_since_ns = time.time_ns() - int(rec.get("for_ns") or 0) - SEEN_LATE_NS
 
     def diagnose(self) -> None:
         lines = self.explain()
@@ -104,17 +110,18 @@ class HangMonitor(threading.Thread):
             kill_tree(self.proc.pid)
 
     def await_snapshot(self, wait_s: float = SNAPSHOT_WAIT_S) -> bool:
-        """A black-box job's hang snapshot taken before it is killed: wait until the newest hang snapshot holds
-        every local rank's ring (each rank's watchdog copies its own within seconds of the trigger), `wait_s` at
-        most. Whether it does (True too for a job without rings: nothing to wait for)."""
+        """A black-box job's hang snapshot taken before it is killed: wait until this hang's snapshot (the newest
+        "hang" one taken since its op began) holds every local rank's ring (each rank's watchdog copies its own
+        within seconds of the trigger), `wait_s` at most. Whether it does (True too for a job without rings:
+        nothing to wait for)."""
         if not any(f.endswith(RING_SUFFIX) for f in os.listdir(self.out_dir)):
             return True
         root, deadline = os.path.join(self.out_dir, SNAPSHOTS_DIR), time.monotonic() + wait_s
         while True:
-            hangs = [name for _, name in snapshots(root) if name.endswith("-hang")]
-            if hangs:
+            path = newest_snapshot(root, self.hang_since_ns, "hang")
+            if path is not None:
                 try:
-                    held = sum(f.endswith(RING_SUFFIX) for f in os.listdir(os.path.join(root, hangs[-1])))
+                    held = sum(f.endswith(RING_SUFFIX) for f in os.listdir(path))
                 except OSError:
                     held = 0
                 if held >= len(self.rank_of):
