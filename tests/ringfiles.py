@@ -82,7 +82,7 @@ def rank_files_of(trace, out, step_ends=()) -> Path:
         g = groups.setdefault(ev["group"], len(groups))
         b = {"k": BEGIN, "i": ev["id"], "op": ev["op"], "t": ev["start_ns"], "g": g, "bytes": ev.get("bytes", 0),
              "site": ev.get("site") or "train.py:10 in main"}
-        for key, field in (("group_seq", "gs"), ("peer", "peer"), ("root", "root"), ("tag", "tag")):
+        for key, field in (("group_seq", "gs"), ("pair_seq", "ps"), ("peer", "peer"), ("root", "root"), ("tag", "tag")):
             if ev.get(key) is not None:
                 b[field] = ev[key]
         per_rank[r].append((ev["start_ns"], b))

@@ -46,7 +46,7 @@ def test_a_rows_keys_are_the_events_fields():
 
 def _every_field_records() -> list[bytes]:
     """A rank file's op records with every field of the format's lists set (a send, and an all_reduce)."""
-    begin = {"k": "b", "i": 1, "op": "send", "t": 10, "api": "isend", "g": 0, "gs": 1, "root": 0, "peer": 1,
+    begin = {"k": "b", "i": 1, "op": "send", "t": 10, "api": "isend", "g": 0, "gs": 1, "ps": 4, "root": 0, "peer": 1,
              "tag": 3, "bytes": 8, "dtype": "float32", "shape": [2], "async": True, "site": "train.py:1",
              "origin": "funcol.x", "th": 7, "in": {"n": 2}}
     end = {"k": "e", "i": 1, "t": 20, "seq": 5, "st": "error", "err": "RuntimeError: x", "peer": 1,
@@ -85,8 +85,10 @@ def test_the_writers_templates_write_only_the_formats_fields():
 
     spec, group = Spec(), Group()
     key = (spec, "isend", "funcol.x", "train.py:1", group, 0, 1, 3, "torch.float32", (2,), False, True, -1)
-    head, _, _ = w.BeginHeads().make(key, 8)
+    head, _, _, pair = w.BeginHeads().make(key, 8, {})
+    assert pair is not None  # (a send to a known peer: numbered)
     begin = orjson.loads(w.BEGIN_LINE_GS_IN % (head, 1, 2, b',"in":{}', 10))
+    begin.update(orjson.loads(w.BEGIN_LINE_PS_IN % (head, 1, 2, b',"in":{}', 10)))  # (a P2P op's: "ps")
     end = orjson.loads(w.END_LINE_SEQ_DEV % (1, 20, 5, 9))
     wait = orjson.loads(w.WAIT_LINE % (1, 12, 18))
     ended = w.end_fields(1, 20, 5, RuntimeError("x"), True, 9)

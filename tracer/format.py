@@ -29,8 +29,8 @@ STEP, CLOCK, LEFT, STACKS = "step", "clock", "left", "stacks"  # a step marker; 
 # Every key an op's records may hold (docs/FORMAT.md), "k" first. The one list of each: the writer's templates
 # (record/op_records.py) write only these, the careful reader (data/importers/rank_files.py) and the fast one's
 # structs (data/importers/rank_batches.py) read exactly these; tests/test_format_fields.py holds them to it.
-BEGIN_FIELDS = ("k", "i", "op", "t", "api", "g", "gs", "root", "peer", "tag", "bytes", "dtype", "shape", "async",
-                "site", "origin", "th", "in")
+BEGIN_FIELDS = ("k", "i", "op", "t", "api", "g", "gs", "ps", "root", "peer", "tag", "bytes", "dtype", "shape",
+                "async", "site", "origin", "th", "in")
 END_FIELDS = ("k", "i", "t", "seq", "st", "err", "peer", "out", "bound", "dev")
 WAIT_FIELDS = ("k", "i", "t0", "t1")
 # A begin record's keys that no column holds: kept in the event's `extra` as they are
@@ -40,7 +40,7 @@ BEGIN_EXTRA = ("origin", "th")
 # events-file readers (data/importers/events_files.py, event_batches.py) read these, and keep any other in `extra`.
 EVENT_FIELDS = ("v", "run", "rank", "host", "op", "api", "group", "group_ranks", "group_seq", "seq", "peer", "root",
                 "tag", "bytes", "dtype", "shape", "async_op", "start_ns", "end_ns", "wait_start_ns", "wait_end_ns",
-                "status", "error", "in", "out", "site", "id", "step")
+                "status", "error", "in", "out", "site", "id", "step", "pair_seq")
 
 
 def says_left(rec: dict) -> bool:

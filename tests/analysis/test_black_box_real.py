@@ -108,3 +108,22 @@ def test_recorded_black_box_gives_the_whole_trace_verdict(windows, traced, mode)
     # (each rank's ring holds about the same ops here: their windows may start at the same op, nothing outside)
     assert window["summary"]["window"]["wrapped"] == [0, 1]
     assert not window["summary"]["warnings"]
+    if mode == "p2p":  # one message a step from step 0: each send and its recv carry the step's number
+        _messages_are_numbered(box)
+
+
+def _messages_are_numbered(box) -> None:
+    """Every P2P op the rings hold carries its pair's number ("ps"), and every message the window matches pairs a
+    send and a recv of one number: the step's (the job sends one message a step, step 0 first)."""
+    from disttrace.tracer.analysis import analyze
+    from disttrace.tracer.data.load import load_trace
+    from disttrace.tracer.data.table import NONE
+
+    t = load_trace([str(box)], cache=False)
+    p2p_rows = [i for i in range(len(t)) if t.op[i] in ("send", "recv")]
+    assert p2p_rows and all(t.pair_seq[i] != NONE for i in p2p_rows)
+    matched = [m for m in analyze(t).p2p if m.send is not None and m.recv is not None]
+    assert len(matched) > 50
+    numbers = [t.pair_seq[m.send] for m in matched]
+    assert numbers == [t.pair_seq[m.recv] for m in matched]
+    assert numbers == list(range(JOB.STEPS - len(matched), JOB.STEPS))

@@ -237,7 +237,7 @@ def test_each_run_and_set_of_dirs_has_a_store_of_its_own():
              store.cache_path(["a", "c"], None, True), store.cache_path(["f"], None, False),
              store.cache_path(["f"], 3, False)}
     assert len(names) == 6
-    assert store.cache_path(["a"], None, True) == os.path.join("a", ".disttrace-cache", "events-v2.arrow")
+    assert store.cache_path(["a"], None, True) == os.path.join("a", ".disttrace-cache", "events-v3.arrow")
     assert store.cache_path(["f"], None, False) == "f.disttrace.arrow"
 
 
@@ -267,7 +267,7 @@ def test_a_damaged_store_is_never_trusted(events_file, damage, capsys):
     elif damage == "metadata":  # the schema is written twice (a leading copy and the footer's): both
         data = bytearray(data.replace(b'"warnings"', b'"Warnings"'))
     elif damage == "other_version":
-        data = bytearray(data.replace(b'"store_version":2', b'"store_version":9'))
+        data = bytearray(data.replace(b'"store_version":%d' % store.STORE_VERSION, b'"store_version":9'))
     Path(cache).write_bytes(bytes(data))
     with pytest.raises(store.StoreError):
         store.read_store(cache)
@@ -344,7 +344,7 @@ def test_the_env_var_and_cache_false_turn_it_off(events_file, monkeypatch):
 def test_the_usage_one_liners(events_file):
     """The lines of docs/USAGE.md, "Your trace in pandas, Polars, DuckDB", as written there."""
     load_trace(events_file)
-    path = events_file + ".disttrace.arrow"  # USAGE.md: FILE.disttrace.arrow, TRACE/.disttrace-cache/events-v2.arrow
+    path = events_file + ".disttrace.arrow"  # USAGE.md: FILE.disttrace.arrow, TRACE/.disttrace-cache/events-v3.arrow
     import pandas as pd
     df = pd.read_feather(path)
     import duckdb

@@ -33,7 +33,8 @@ from . import background, faults, ncclhook, summaries
 from .callsite import walk
 from .completion import Completion, Event
 from .groups import Group, Groups
-from .op_records import BEGIN_LINE, BEGIN_LINE_GS, BEGIN_LINE_GS_IN, BEGIN_LINE_IN, BeginHeads, first_tensor, nbytes
+from .op_records import (BEGIN_LINE, BEGIN_LINE_GS, BEGIN_LINE_GS_IN, BEGIN_LINE_IN, BEGIN_LINE_PS, BEGIN_LINE_PS_IN,
+                         BeginHeads, first_tensor, nbytes)
 from .blackbox import BlackBox
 from .recorder import Recorder
 from .specs import SYNC_P2P_APIS, Spec
@@ -63,6 +64,7 @@ class Tracer:
         self.rec = Recorder(self.path) if black_box is None else BlackBox(self.path, black_box)
         self._ids = faults.event_ids()
         self.heads = BeginHeads()  # the fixed part of each begin record, by begin_fields() key
+        self.pairs: dict = {}  # (op, global peer, tag) -> its PairSeq: the P2P records' "ps"
         # fastpath.py's lean path (summaries off): its key -> lean_entry(); None: every op takes the general path
         self.lean: dict | None = {} if mode == "off" else None
         self.groups = Groups(self.rec.write)
@@ -120,24 +122,29 @@ class Tracer:
                 api = origin = "ddp.reducer_allreduce"  # DDP's C++ reducer, launched from backward()
         is_async = _async_flag(spec, api, is_async)
         key, fixed, first, size = self._fixed(spec, site, api, origin, g, inp, out, root, peer, tag, is_async)
-        head, collective, special = fixed
+        head, collective, special, pair = fixed
         ev = Event(next(self._ids), not is_async, g)
         if self.agg is not None:  # the black box: the op's key in the aggregates, added to at its end
             ev.agg = self.agg.slot(g.gidx, spec.op, first.nbytes if size < 0 else size)
         if special:
             self._special(ev, key, inp, out, first)
-        gs = None
+        gs = ps = None
         if collective:
             gs = g.next_seq
             g.next_seq = gs + 1
+        elif pair is not None:
+            ps = pair.next_seq
+            pair.next_seq = ps + 1
         if self.mode == "off":
             t = monotonic_ns()  # last: everything above is our own cost, not the op's
-            if collective:
+            if gs is not None:
                 line = BEGIN_LINE_GS % (head, ev.id, gs, t)
+            elif ps is not None:
+                line = BEGIN_LINE_PS % (head, ev.id, ps, t)
             else:
                 line = BEGIN_LINE % (head, ev.id, t)
         else:
-            line, t = self._with_summary(ev, head, gs, inp, out, spec.inplace)
+            line, t = self._with_summary(ev, head, gs, ps, inp, out, spec.inplace)
         ev.info = (spec.op, g, gs, t, key[12])
         if not is_async or ev.cuda:
             # what the watchdog watches: ops the program is blocked in (a CPU async op only while waited on;
@@ -171,24 +178,24 @@ class Tracer:
                        is_async, get_ident(), size)
         fixed = self.heads.get(key)
         if fixed is None:
-            fixed = self.heads.make(key, first.nbytes if size < 0 else size)
+            fixed = self.heads.make(key, first.nbytes if size < 0 else size, self.pairs)
         return key, fixed, first, size
 
     def lean_entry(self, lean_key: tuple, spec: Spec, walked: tuple, g: Group, inp, out, root, peer, tag, is_async):
         """fastpath.py's lean path, the first time it sees lean_key: (head, is it a collective, is it async, op,
-        its aggregates' slot where the black box keeps them), or False where the op takes the general path (begin_fields): no user's line or api on the stack (the
+        its aggregates' slot where the black box keeps them, a P2P op's PairSeq), or False where the op takes the general path (begin_fields): no user's line or api on the stack (the
         backward's site, the origin's api are not the same from one call to the next), a quantized tensor, an op
         that needs _special. Kept in self.lean under lean_key."""
         site, api, origin = walked
         entry = False
         if site is not None and api is not None:
             is_async = _async_flag(spec, api, is_async)
-            _, (head, collective, special), first, size = self._fixed(spec, site, api, origin, g, inp, out, root,
+            _, (head, collective, special, pair), first, size = self._fixed(spec, site, api, origin, g, inp, out, root,
                                                                       peer, tag, is_async)
             if not special and first is not None and not first.is_quantized:
                 agg = self.agg
                 slot = agg.slot(g.gidx, spec.op, first.nbytes if size < 0 else size) if agg is not None else None
-                entry = (head, collective, is_async, spec.op, slot)
+                entry = (head, collective, is_async, spec.op, slot, pair)
         lean = self.lean
         if len(lean) > _LEAN_LIMIT:  # (as BeginHeads: a job has few distinct lines and shapes)
             lean.clear()
@@ -208,7 +215,7 @@ class Tracer:
             if t is not None:
                 ev.out_ptr = t.data_ptr()
 
-    def _with_summary(self, ev: Event, head: bytes, gs, inp, out, inplace) -> tuple[bytes, int]:
+    def _with_summary(self, ev: Event, head: bytes, gs, ps, inp, out, inplace) -> tuple[bytes, int]:
         """The begin record with the input's summary (summaries on), and its time."""
         summary = b""
         s = self.summary(ev.id, "in", inp) if inp is not None else None
@@ -218,6 +225,8 @@ class Tracer:
         t = monotonic_ns()
         if gs is not None:
             return BEGIN_LINE_GS_IN % (head, ev.id, gs, summary, t), t
+        if ps is not None:
+            return BEGIN_LINE_PS_IN % (head, ev.id, ps, summary, t), t
         return BEGIN_LINE_IN % (head, ev.id, summary, t), t
 
     # -- lifecycle ------------------------------------------------------------------------------

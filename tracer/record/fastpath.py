@@ -38,7 +38,7 @@ from time import monotonic_ns
 from . import current
 from .callsite import walk
 from .completion import PENDING_LIMIT, Event
-from .op_records import BEGIN_LINE, BEGIN_LINE_GS, nbytes
+from .op_records import BEGIN_LINE, BEGIN_LINE_GS, BEGIN_LINE_PS, nbytes
 from .specs import SPECS
 
 _C = torch._C
@@ -232,13 +232,18 @@ def _wrap(orig, spec, decode, lean_args, direct, profiler):
                     if entry is None:
                         entry = t.lean_entry(key, spec, walked, g, inp, out, root, peer, tag, is_async)
                     if entry and backend is not None:
-                        head, collective, is_async, op, slot = entry
+                        head, collective, is_async, op, slot, pair = entry
                         i = next(t._ids)
                         if collective:
                             gs = g.next_seq
                             g.next_seq = gs + 1
                             now = monotonic_ns()  # last: everything above is our own cost, not the op's
                             line = BEGIN_LINE_GS % (head, i, gs, now)
+                        elif pair is not None:  # (a send or recv: its peer is known on this path)
+                            gs, ps = None, pair.next_seq
+                            pair.next_seq = ps + 1
+                            now = monotonic_ns()
+                            line = BEGIN_LINE_PS % (head, i, ps, now)
                         else:
                             gs = None
                             now = monotonic_ns()

@@ -15,11 +15,13 @@ import torch
 from ..format import BEGIN, END, WAIT, kind_marker
 
 
-# head (the begin record up to its id, from BeginHeads), id, [group_seq], [',"in":' summary], time
+# head (the begin record up to its id, from BeginHeads), id, [group_seq or pair_seq], [',"in":' summary], time
 BEGIN_LINE = b'%b%d,"t":%d}\n'
 BEGIN_LINE_GS = b'%b%d,"gs":%d,"t":%d}\n'
+BEGIN_LINE_PS = b'%b%d,"ps":%d,"t":%d}\n'
 BEGIN_LINE_IN = b'%b%d%b,"t":%d}\n'
 BEGIN_LINE_GS_IN = b'%b%d,"gs":%d%b,"t":%d}\n'
+BEGIN_LINE_PS_IN = b'%b%d,"ps":%d%b,"t":%d}\n'
 # id, time, [the backend's sequence number]: the common end, with no error, peer or summary
 END_LINE = b"{" + kind_marker(END) + b',"i":%d,"t":%d}\n'
 END_LINE_SEQ = b"{" + kind_marker(END) + b',"i":%d,"t":%d,"seq":%d}\n'
@@ -71,8 +73,19 @@ def nbytes(obj) -> tuple[int, object]:
     return total, first
 
 
+class PairSeq:
+    """The next number of one direction, peer and tag's P2P ops on this rank (a record's "ps"): what matches a
+    send with its recv after a black box's ring has wrapped, as a group's next_seq does a collective."""
+
+    __slots__ = ("next_seq",)
+
+    def __init__(self) -> None:
+        self.next_seq = 0
+
+
 class BeginHeads(dict):
-    """Tracer.begin_fields() key -> (the begin record up to its id, is it a collective, does it need _special).
+    """Tracer.begin_fields() key -> (the begin record up to its id, is it a collective, does it need _special,
+    the PairSeq of a P2P op whose peer is known, else None).
 
     Everything but the op's id, group_seq and time repeats from one call of a line to the next: that part of the
     record is formatted once per distinct key (cheaper than formatting it each time). The key:
@@ -81,7 +94,9 @@ class BeginHeads(dict):
 
     __slots__ = ()
 
-    def make(self, key, nbytes: int) -> tuple[bytes, bool, bool]:
+    def make(self, key, nbytes: int, pairs: dict) -> tuple[bytes, bool, bool, PairSeq | None]:
+        """The entry for key, made and kept; `pairs`: the tracer's PairSeq by (op, global peer, tag), which outlive
+        this cache (a number never starts again)."""
         spec, api, origin, site, g, root, peer, tag, dtype, shape, cuda, is_async, tid = key[:13]
         op = spec.op
         root = None if root is None else g.global_rank(root)
@@ -106,7 +121,12 @@ class BeginHeads(dict):
             parts.append(b',"th":%d' % tid)
         parts.append(b',"i":')
         special = cuda or (op == "recv" and peer is None) or (is_async and api.startswith("funcol."))
-        fixed = (b"".join(parts), op != "send" and op != "recv", special)
+        pair = None
+        if (op == "send" or op == "recv") and peer is not None:
+            pair = pairs.get((op, peer, tag))
+            if pair is None:
+                pair = pairs[(op, peer, tag)] = PairSeq()
+        fixed = (b"".join(parts), op != "send" and op != "recv", special, pair)
         if len(self) > _CACHE_LIMIT:  # a job has few distinct lines and shapes; a pathological one is cut
             self.clear()
         self[key] = fixed

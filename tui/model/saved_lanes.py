@@ -18,7 +18,7 @@ from disttrace.tracer.data.table import EventTable
 
 from .lod import LANE_COLUMNS
 
-KIND = "lanes"  # the store file's name: lanes-v2[-runN][-HASH].arrow beside events-v2...
+KIND = "lanes"  # the store file's name: lanes-v3[-runN][-HASH].arrow beside events-v3...
 _TYPES = {"present": "i", "bounds": "q", "rows": "i", "cats": "B"}  # the others: "q"
 
 

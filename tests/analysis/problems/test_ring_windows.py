@@ -1,7 +1,8 @@
 """The analysis of black-box windows (issue 50): rings cut at another op on each rank after they wrapped. What
 one rank's window holds and another's had overwritten is outside the window: no hang, death, mismatch, desync or
 unmatched message is made of it; a fault after the wrap is still named, with its ops and ranks. Collectives are
-matched by each group's sequence numbers, P2P by each pair's order (analysis/core/window.py).
+matched by each group's sequence numbers, P2P by each pair's numbers where the records carry them, else by the
+pair's order (analysis/core/window.py).
 
 Synthetic jobs (tests/synthetic.py) written as rank files, then cut into rings as the recorder writes them
 (tests/ringfiles.py), of sizes that start each rank's window at another op."""
@@ -115,6 +116,34 @@ def test_p2p_size_mismatch_after_the_wrap(tmp_path):
     assert p.kind == "mismatch" and p.ranks == [0, 1]
     assert "256 B" in p.message and "512 B" in p.message
     assert {t.start_ns[i] for i in p.events} == {52 * 10 * MS}
+
+
+def _ahead(numbered: bool) -> Trace:
+    """A sender that runs ahead: rank 0's isends (buffered: done at once) of a size that changes every message,
+    rank 1 receiving each 2.5 steps later, so that at the trace's end two sends are done and not yet received and
+    every recv ends after a later send began; both all_reduce each step."""
+    tr = Trace(2)
+    for k in range(STEPS):
+        t = k * 10 * MS
+        size = 256 * (1 + k % 5)
+        ps = {"pair_seq": k} if numbered else {}
+        tr.send(0, 1, t, t + MS // 10, size, async_op=True, site="train.py:20 in step", **ps)
+        if t + 25 * MS < STEPS * 10 * MS:
+            tr.recv(1, 0, t + 25 * MS, t + 26 * MS, size, site="train.py:22 in step", **ps)
+        tr.coll("all_reduce", {0: t + 2 * MS, 1: t + 2 * MS}, t + 3 * MS, nbytes=1024)
+    return tr
+
+
+def test_numbered_messages_are_matched_by_their_numbers_when_the_sender_runs_ahead(tmp_path):
+    """Matched by order, the recvs would pair with sends two messages later (each recv ends after them): sizes
+    that differ, a mismatch that is not there. The pair's numbers in the records match each message with its own."""
+    t, a = _window(_ahead(numbered=True), tmp_path, rings={0: 4000, 1: 5500})
+    # the only problem: the two messages rank 1 had not received when the windows end (the trace's state then)
+    (p,) = a.problems
+    assert p.kind == "unmatched" and sorted(t.start_ns[i] // MS for i in p.events) == [580, 590]
+    matched = [m for m in a.p2p if m.send is not None and m.recv is not None]
+    assert len(matched) > 10
+    assert all(t.bytes[m.send] == t.bytes[m.recv] and t.pair_seq[m.send] == t.pair_seq[m.recv] for m in matched)
 
 
 def test_p2p_hang_after_the_wrap(tmp_path):

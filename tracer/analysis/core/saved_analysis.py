@@ -28,7 +28,7 @@ from ...data.table import EventTable
 from .results import Analysis
 from .tables import CollectiveTable, P2PTable
 
-KIND = "analysis"  # the store file's name: analysis-v2[-runN][-HASH].arrow beside events-v2...
+KIND = "analysis"  # the store file's name: analysis-v3[-runN][-HASH].arrow beside events-v3...
 _TABLES = {"collectives": CollectiveTable, "p2p": P2PTable}
 _TABLE_WARNINGS = "table.warnings"  # a key of the meta that no Analysis field can have
 

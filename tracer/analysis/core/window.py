@@ -7,8 +7,9 @@ outside the window: not missing, not a death, not a hang, not a mismatch, not a 
   numbers ("gs"), never by position from the job's start: a member whose window holds none of the group's ops
   starts it at the first instance begun after its oldest record. Instances before it are left out of matching.
 - point-to-point: messages of a (src, dst, tag) are in order on both sides, but a ring's first send is not the
-  pair's first message. The sides are aligned at the last message known to have arrived: the last recv that
-  finished pairs with the last send begun before that recv ended (a later send can be no earlier message's);
+  pair's first message. Where every side of the pair carries its number (`pair_seq`, recorded since 2026-11-29),
+  send n pairs with recv n. Else the sides are aligned at the last message known to have arrived: the last recv
+  that finished pairs with the last send begun before that recv ended (a later send can be no earlier message's);
   without one, at the ends. Sends and recvs before the other side's first one are outside the window (but for
   an op that never finished, a message that never arrived).
 Traces without rings (RankInfo.ring None on every rank) are matched as they always were: from the job's start.
@@ -77,6 +78,8 @@ def align_p2p(t: EventTable, src, dst, tag, is_send, row, nth, start, fin):
         return keep, nth
     nth = nth.copy()
     unc = {r: max(0, info.clock_uncertainty_ns) for r, info in t.ranks.items()}
+    numbers = np.frombuffer(t.pair_seq, np.int64)[row]
+    done = fin[row] != NONE
     order = order_by(src, dst, tag, ~is_send, nth)  # each pair and tag's sends, then its recvs, in order
     cuts = np.flatnonzero(run_starts(src[order], dst[order], tag[order])).tolist() + [len(order)]
     for a, b in zip(cuts, cuts[1:]):
@@ -85,10 +88,16 @@ def align_p2p(t: EventTable, src, dst, tag, is_send, row, nth, start, fin):
             continue
         mine = order[a:b]
         sends, recvs = mine[is_send[mine]], mine[~is_send[mine]]
+        if (numbers[mine] != NONE).all():  # numbered: send n is recv n's message
+            nth[mine] = numbers[mine]
+            first_send = nth[sends].min() if len(sends) else None
+            first_recv = nth[recvs].min() if len(recvs) else None
+            # (an op never finished is never outside: had its peer's op been overwritten, it would have completed)
+            for side, other in ((sends, first_recv), (recvs, first_send)):
+                keep[side[done[side] & ((nth[side] < other) if other is not None else True)]] = False
+            continue
         shift = _shift(row[sends], row[recvs], start, fin, unc.get(s_, 0) + unc.get(d_, 0))
         nth[recvs] -= shift
-        # (an op never finished is never outside: had its peer's op been overwritten, it would have completed)
-        done = fin[row] != NONE
         keep[recvs[(nth[recvs] < 0) & done[recvs]]] = False
         keep[sends[(nth[sends] + shift < 0) & done[sends]]] = False
     return keep, nth

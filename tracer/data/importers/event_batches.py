@@ -55,6 +55,7 @@ class _Event(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     site: Optional[str] = None
     id: Optional[int] = None
     step: Optional[int] = None
+    pair_seq: Optional[int] = None
 
 
 _decode = msgspec.json.Decoder(list[_Event]).decode
@@ -113,6 +114,7 @@ def columns(table, evs: list, ops: frozenset, group_name) -> dict | None:
             "root": ints("root", typecode="i"), "bytes": ints("bytes", 0), "start_ns": start, "end_ns": end,
             "wait_start_ns": ints("wait_start_ns"), "wait_end_ns": ints("wait_end_ns"), "seq": ints("seq"),
             "tag": ints("tag"), "id": ints("id"), "user_step": ints("step", typecode="i"),
+            "pair_seq": ints("pair_seq"),
         }
     except (OverflowError, ValueError, TypeError):
         return None

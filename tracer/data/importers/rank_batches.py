@@ -38,6 +38,7 @@ class _Begin(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     api: Optional[str] = None
     g: Optional[int] = None
     gs: int = NONE
+    ps: int = NONE
     root: int = NONE
     peer: int = NONE
     tag: int = NONE
@@ -155,7 +156,8 @@ def columns(begins: list, ends: dict, waits: dict, late: dict, rank: int, host: 
         cols = {"rank": array("i", [rank]) * n, "group_seq": ints(get("gs")), "peer": ints(peer, "i"),
                 "root": ints(get("root"), "i"), "bytes": ints(get("bytes")), "start_ns": start, "end_ns": end,
                 "wait_start_ns": wait_start, "wait_end_ns": wait_end,
-                "seq": ints([e.seq if e is not None else NONE for e in es]), "tag": ints(get("tag")), "id": ids}
+                "seq": ints([e.seq if e is not None else NONE for e in es]), "tag": ints(get("tag")), "id": ids,
+                "pair_seq": ints(get("ps"))}
         shapes = [s if s else b"null" for s in map(bytes, get("shape"))]
         shape = orjson.loads(b"[" + b",".join(shapes) + b"]") if n else []
     except (OverflowError, ValueError, TypeError, orjson.JSONDecodeError):

@@ -440,7 +440,7 @@ def _batch(begins: list, rf: _RankFile, rank: int, host: str, gids: dict, step_e
         "root": ints(get("root", NONE), "i"), "bytes": ints(get("bytes", 0)), "start_ns": start, "end_ns": end,
         "wait_start_ns": wait_start, "wait_end_ns": wait_end,
         "seq": ints([(e or b).get("seq", NONE) for b, e in zip(begins, es)]), "tag": ints(get("tag", NONE)),
-        "id": ids, "user_step": user_step,
+        "id": ids, "user_step": user_step, "pair_seq": ints(get("ps", NONE)),
         "op": ops,
         "api": apis if set(map(type, apis)) == {str} and all(apis) else
         [text_field(a) or op for a, op in zip(apis, ops)],
@@ -485,7 +485,7 @@ def _rows(rf: _RankFile, table: EventTable, rank: int, host: str, gids: dict, st
     malformed one skipped. What _columns does at once for an intact file."""
     ends, waits, late = rf.ends, rf.waits, rf.late
     int_names = ("rank", "gid", "group_seq", "peer", "root", "bytes", "start_ns", "end_ns", "wait_start_ns",
-                 "wait_end_ns", "seq", "tag", "id", "user_step")
+                 "wait_end_ns", "seq", "tag", "id", "user_step", "pair_seq")
     cols = {name: array(getattr(table, name).typecode) for name in int_names}
     cols.update({name: [] for name in ("op", "api", "dtype", "status", "site", "host", "shape", "in_", "out", "error",
                                        "extra")}, async_op=bytearray())
@@ -511,7 +511,7 @@ def _rows(rf: _RankFile, table: EventTable, rank: int, host: str, gids: dict, st
             values = (rank, gid, b.get("gs", NONE), _peer(b, e), b.get("root", NONE), b.get("bytes", 0), start,
                       align(_INT(e["t"])) if e else NONE, align(_INT(w["t0"])) if w else NONE,
                       align(_INT(w["t1"])) if w else NONE, (e or b).get("seq", NONE), b.get("tag", NONE), i,
-                      bisect_right(step_ends, t) if step_ends else NONE)
+                      bisect_right(step_ends, t) if step_ends else NONE, b.get("ps", NONE))
             # validate all before appending any, so that columns stay the same length
             for v, limit in zip(values, limits):
                 if type(v) is not int or not -2 < v < limit:

@@ -111,7 +111,7 @@ def _real():
 
 def cache_path(paths: list[str], run: int | None, is_dir: bool) -> str:
     """Where the store of these paths (trace dirs, or one events file) and run lives: TRACE/.disttrace-cache/
-    events-v2[-runN][-HASH].arrow (HASH: of the dirs' real paths, for a trace of several nodes),
+    events-v3[-runN][-HASH].arrow (HASH: of the dirs' real paths, for a trace of several nodes),
     FILE.disttrace.arrow."""
     tag = f"-run{run}" if run is not None else ""
     if not is_dir:

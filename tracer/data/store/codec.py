@@ -35,12 +35,12 @@ from ..table import arrow_arrays
 from ..table.columns import CodedColumn, JsonColumn, SparseColumn, json_key, typecode
 from ..table.event_table import INT_COLUMNS, STR_COLUMNS, EventTable, Group, RankInfo
 
-STORE_VERSION = 2
+STORE_VERSION = 3  # 3: the pair_seq column
 
 _META_KEY = b"disttrace"
 _DIGEST_KEY = b"disttrace.xxh3_64"
 # EventTable field -> column name in the file (the events format's names, docs/FORMAT.md)
-NAMES = {"in_": "in", "user_step": "step"}
+NAMES = {"in_": "in", "user_step": "step"}  # (pair_seq: the same name)
 JSON_COLUMNS = ("in_", "out", "error", "extra")
 
 

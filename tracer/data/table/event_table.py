@@ -31,7 +31,7 @@ P2P_OPS = frozenset({"send", "recv"})
 NONE = -1  # stands for null in the integer columns (ranks, seqs and times are never negative)
 
 INT_COLUMNS = ("rank", "gid", "group_seq", "peer", "root", "bytes", "start_ns", "end_ns",
-                "wait_start_ns", "wait_end_ns", "seq", "tag", "id", "user_step")
+                "wait_start_ns", "wait_end_ns", "seq", "tag", "id", "user_step", "pair_seq")
 STR_COLUMNS = ("op", "api", "dtype", "status", "site", "host")
 OBJ_COLUMNS = ("shape", "in_", "out", "error", "extra")
 RANK_LIMIT = 2 ** 31  # ranks (rank, peer, root) and group indexes are 4-byte columns
@@ -85,6 +85,10 @@ class EventTable:
     # the user-marked training step (disttrace.tracer.mark_step, torch.profiler's step()); NONE: the rank marked
     # none. A column, not `extra`: a marked trace has it on every row (4 bytes here, a dict each there)
     user_step: array = field(default_factory=lambda: array("i"))
+    # a P2P op's number among its rank's earlier ones of the same direction, peer and tag (the pair's sequence
+    # number, as group_seq is the group's): what matches a black box's sends with recvs after its ring wrapped.
+    # NONE: a collective, or a source that has none (Flight Recorder, Kineto, traces before it was recorded)
+    pair_seq: array = field(default_factory=lambda: array("q"))
     op: CodedColumn = field(default_factory=CodedColumn)
     api: CodedColumn = field(default_factory=CodedColumn)
     dtype: CodedColumn = field(default_factory=CodedColumn)
@@ -157,8 +161,8 @@ class EventTable:
         ints = (_opt_int(ev.get("group_seq")), _opt_int(ev.get("peer")), _opt_int(ev.get("root")),
                 _opt_int(ev.get("bytes"), 0), _opt_int(ev.get("end_ns")), _opt_int(ev.get("wait_start_ns")),
                 _opt_int(ev.get("wait_end_ns")), _opt_int(ev.get("seq")), _opt_int(ev.get("tag")),
-                _opt_int(ev.get("id")), _opt_int(ev.get("step")))
-        if ints[-1] >= RANK_LIMIT:
+                _opt_int(ev.get("id")), _opt_int(ev.get("step")), _opt_int(ev.get("pair_seq")))
+        if ints[-2] >= RANK_LIMIT:
             raise ValueError("step out of range")
         status = ev.get("status") or ("ok" if ev.get("end_ns") is not None else "unfinished")
         texts = (text_field(ev.get("api")) or op, text_field(ev.get("dtype")), text_field(status),
@@ -167,7 +171,7 @@ class EventTable:
         extra = {k: v for k, v in ev.items() if k not in KNOWN_KEYS}
         # everything is checked: from here on nothing raises, so all columns grow together
         row = dict(zip(("group_seq", "peer", "root", "bytes", "end_ns", "wait_start_ns", "wait_end_ns", "seq", "tag",
-                        "id", "user_step"), ints))
+                        "id", "user_step", "pair_seq"), ints))
         row.update(zip(("api", "dtype", "status", "site", "host"), texts))
         row.update(rank=rank, gid=self.group_id(group, ranks), start_ns=start, op=op, shape=ev.get("shape"),
                    in_=ev.get("in"), out=ev.get("out"), error=ev.get("error"), extra=extra or None,
@@ -239,6 +243,8 @@ class EventTable:
             del ev["run"]
         if self.user_step[i] != NONE:
             ev["step"] = self.user_step[i]
+        if self.pair_seq[i] != NONE:
+            ev["pair_seq"] = self.pair_seq[i]
         if self.extra[i]:
             ev.update(self.extra[i])
         return ev

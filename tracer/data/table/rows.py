@@ -89,7 +89,7 @@ def _columns(table: EventTable, evs: list) -> dict:
         "root": ints("root", typecode="i"),
         "bytes": ints("bytes", 0), "start_ns": start, "end_ns": end, "wait_start_ns": ints("wait_start_ns"),
         "wait_end_ns": ints("wait_end_ns"), "seq": ints("seq"), "tag": ints("tag"), "id": ints("id"),
-        "user_step": ints("step", typecode="i"),
+        "user_step": ints("step", typecode="i"), "pair_seq": ints("pair_seq"),
         "op": ops,
         "api": apis if set(map(type, apis)) == {str} and all(apis) else
         [a if type(a) is str and a else text_field(a) or o for a, o in zip(apis, ops)],
