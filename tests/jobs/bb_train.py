@@ -6,6 +6,8 @@ Faults (`--fault`): `hang` (rank --rank sleeps --hang-s seconds in its data load
 in the all-reduce), `raise` (rank --rank raises at step --at), `kill` (rank --rank is SIGKILLed at step --at), `pause` (rank 0 writes READY=--ready at step --at,
 then the job goes on slowly for --pause-s seconds so that a test can ask for snapshots while it runs).
 `--trace DIR`: the job records itself with the Python API, `trace(out=DIR, black_box=True, ring=200)`.
+`--thread`: the training loop runs in a thread of its own (the main thread only waits for it, as a job whose main
+thread serves something else does): init_process_group is called there.
 Ground truth: each rank writes --truth.RANK (JSON): the ops it issued by (op, bytes), the checksum of its parameters
 (which it also prints), its resident memory at step 50 and at the end.
 """
@@ -14,6 +16,7 @@ import argparse
 import json
 import os
 import signal
+import threading
 import time
 
 import torch
@@ -51,8 +54,13 @@ def main():
     p.add_argument("--ready", default="")
     p.add_argument("--truth", default="")
     p.add_argument("--trace", default="", help="record with trace(out=..., black_box=True, ring=200) itself")
+    p.add_argument("--thread", action="store_true", help="train in a thread of its own")
     args = p.parse_args()
-    if args.trace:
+    if args.thread:
+        worker = threading.Thread(target=train, args=(args,), name="trainer")
+        worker.start()
+        worker.join()
+    elif args.trace:
         with trace(out=args.trace, black_box=True, ring=200):
             train(args)
     else:

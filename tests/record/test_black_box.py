@@ -261,6 +261,27 @@ def test_snapshot_command_and_sigusr1_on_a_running_job_leave_its_results_as_untr
     assert checksums(done.stdout) == checksums(plain.stdout) and len(checksums(done.stdout)) == 2
 
 
+def test_sigusr1_reaches_a_job_that_trains_in_a_thread_of_its_own(tmp_path):
+    """init_process_group called from a thread that is not the main one (where a signal handler cannot be set):
+    the handler set when the job imported torch.distributed on its main thread still takes SIGUSR1's snapshot."""
+    args = ["--steps", 300, "--fault", "pause", "--at", 100, "--pause-s", 20, "--ready", tmp_path / "ready",
+            "--thread"]
+    out = tmp_path / "trace"
+    proc = _start(out, args)
+    try:
+        _wait_for(lambda: (tmp_path / "ready").exists(), 180, "the job at step 100")
+        os.kill(_meta_pid(out, 0), signal.SIGUSR1)
+        sig = _wait_for(lambda: next((s for s in _snapshots(out, "signal") if _complete(s)), None), 5,
+                        "signal snapshot")
+        assert orjson.loads((sig / SNAPSHOT_INFO).read_bytes())["by_rank"] == 0
+        done = _finish(proc, out)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert done.returncode == 0 or aborted_at_exit(done), done.stderr[-3000:]
+    assert "rank 0 checksum" in done.stdout
+
+
 def test_the_python_api_records_a_black_box_too(tmp_path):
     out = tmp_path / "trace"
     proc = subprocess.run(torchrun_cmd("bb_train.py", 2, ["--steps", 100, "--trace", out]), capture_output=True,

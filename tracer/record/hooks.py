@@ -43,6 +43,7 @@ _inits = 0  # process-group worlds this process has traced: each is a run, in a 
 _lib = None
 _funcol_lib = None
 _installed = False
+_early_signals = None  # black box: the SIGUSR1 pipe set up at install (signals.py), for a tracer on any thread
 
 
 def install(out_dir: str, summaries: str = "off", hang_timeout: float = 0.0, black_box=None, memory=None) -> None:
@@ -57,6 +58,8 @@ def install(out_dir: str, summaries: str = "off", hang_timeout: float = 0.0, bla
         _patch_lifecycle()
         tracebacks.install()  # from here on: an error in init_process_group passes through our wrapper too
     tracebacks.on_uncaught = _uncaught if black_box is not None else None
+    if black_box is not None:
+        _prepare_sigusr1()
     if dist.is_initialized() and current.tracer is None:
         _start()
 
@@ -170,10 +173,31 @@ def _start() -> None:
         t.fail(e)
 
 
-def _catch_sigusr1(t) -> None:
-    """Black box: SIGUSR1 to this rank is a snapshot of every rank (signals.py; where the main thread starts us)."""
+def _prepare_sigusr1() -> None:
+    """Black box: SIGUSR1's handler and wakeup fd, which only the main thread may set, set at install (the job's
+    import of torch.distributed, on its main thread as a rule), for the tracer that init_process_group starts on
+    whichever thread the job calls it (a training loop in a thread of its own)."""
+    global _early_signals
+    if _early_signals is not None and _early_signals.installed:
+        return
     from .signals import SignalPipe
 
+    pipe = SignalPipe()
+    _early_signals = pipe if pipe.install() else None
+    if _early_signals is None:
+        pipe.close()
+
+
+def _catch_sigusr1(t) -> None:
+    """Black box: SIGUSR1 to this rank is a snapshot of every rank (signals.py): through the pipe set up at install,
+    else one set up now (only where the main thread starts the tracer)."""
+    from .signals import SignalPipe
+
+    pipe = _early_signals
+    if pipe is not None and pipe.installed:
+        pipe.drain()  # (a signal before the tracer existed: there was no ring to take)
+        t.rec.signals = pipe
+        return
     pipe = SignalPipe()
     if pipe.install():
         t.rec.signals = pipe
