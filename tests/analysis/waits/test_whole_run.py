@@ -148,3 +148,47 @@ def test_no_run_key_without_aggregates(tmp_path, capsysbinary):
     path.write_bytes(b"".join(orjson.dumps({"v": 3, **e}) + b"\n" for e in t.events))
     main(["report", "--json", str(path)])
     assert "run" not in orjson.loads(capsysbinary.readouterr().out)
+
+
+@pytest.mark.parametrize("marked", [True, False])
+def test_a_long_run_s_windows_are_merged_in_the_json_and_its_totals_kept(tmp_path, marked):
+    """A run of weeks has hundreds of thousands of windows a rank: `report --json` merges them, consecutive ones
+    together, to at most JSON_WINDOWS, keeping every total (ops, time in collectives, steps), the step numbers'
+    range, the time a unit where every window had one, and the straggler found at full resolution."""
+    from disttrace.tracer.analysis.waits.whole_run import coarsened
+
+    r = run_of(tmp_path, steps=300, every=2, slow=(1, 150, 40.0), marked=marked, seconds=0.2)
+    n = len(r.aligned_start_ns)
+    c = coarsened(r, most=40)
+    k = -(-n // 40)
+    assert n > 80 and len(c.aligned_start_ns) == -(-n // k) <= 40
+    assert c.straggler == (None if r.straggler is None else
+                           type(r.straggler)(**{**r.straggler.__dict__, "onset_window": r.straggler.onset_window // k}))
+    assert c.straggler is not None or not marked  # (by steps, rank 1 from step 150 on)
+    assert sum(c.aligned_steps) == sum(r.aligned_steps)
+    for rank, w in r.windows.items():
+        m = c.windows[rank]
+        assert len(m.start_ns) < len(w.start_ns)
+        assert sum(m.ops) == sum(w.ops) and sum(m.collective_ns) == sum(w.collective_ns)
+        assert (m.start_ns[0], m.end_ns[-1]) == (w.start_ns[0], w.end_ns[-1])
+        assert [s for s in m.first_step if s >= 0][0] == [s for s in w.first_step if s >= 0][0] if marked else True
+        assert max(m.last_step) == max(w.last_step)
+        # the time a unit: the units' mean over each merged window (a window's value is its time over its units)
+        full = [v for v in r.per_unit_ns[rank][:k]]
+        units = r.aligned_steps[:k] if marked else [1] * k
+        if None not in full:
+            want = sum(v * u for v, u in zip(full, units)) / sum(units)
+            assert abs(c.per_unit_ns[rank][0] - want) <= 1
+    assert c.notes[-1].startswith(f"report --json: the run's {n:,} aligned windows merged {k} at a time")
+    assert coarsened(r, most=n) is r
+
+
+def test_report_json_s_run_is_bounded(tmp_path, capsysbinary, monkeypatch):
+    from disttrace.tracer.analysis.waits import whole_run as module
+
+    simulate(str(tmp_path), steps=200, every=2, slow=(1, 100, 40.0))
+    monkeypatch.setattr(module, "JSON_WINDOWS", 25)
+    main(["report", "--json", str(tmp_path)])
+    run = orjson.loads(capsysbinary.readouterr().out)["run"]
+    assert len(run["aligned_start_ns"]) <= 25 and all(len(w["start_ns"]) <= 25 for w in run["windows"].values())
+    assert run["straggler"]["rank"] == 1 and abs(run["straggler"]["onset_step"] - 100) <= 2

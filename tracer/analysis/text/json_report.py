@@ -30,8 +30,10 @@ def to_json(a: Analysis, run=None, memory=None) -> dict:
         if name not in _IN_SUMMARY:
             explicit = _EXPLICIT.get(name)
             out[name] = plain(v) if explicit is None else explicit(a, v)
-    if run is not None:
-        out["run"] = plain(run)
+    if run is not None:  # (a run of weeks: its windows merged to at most whole_run.JSON_WINDOWS)
+        from ..waits.whole_run import coarsened
+
+        out["run"] = plain(coarsened(run))
     if memory is not None:
         out["memory"] = plain(memory)
     return out

@@ -56,6 +56,9 @@ MIN_NS = 50_000
 SECOND = 1_000_000_000
 DAY_S = 86_400
 DAY_BUDGET = 50_000_000  # bytes a rank a day the aggregates are to hold to (docs/USAGE.md, "Leave it on")
+# The most aligned windows `report --json` writes: a run of weeks has hundreds of thousands (a window every 10 steps
+# of a second), each a row per rank; beyond this they are merged, consecutive ones together (coarsened)
+JSON_WINDOWS = 2000
 PACE_MIN_WINDOWS = 10    # windows a run needs before its pace is extrapolated to a day
 AGG_ROW_BYTES = struct.calcsize(AGG_ROW)
 
@@ -349,3 +352,77 @@ def _op_totals(agg: "Aggregates", by_key: bool) -> list[OpTotal]:
     out = [OpTotal(op, int(count[i]), int(total[i]), int(most[i]), int(nbytes[i]), g, lo, hi)
            for (g, op, lo, hi), i in code.items()]
     return sorted(out, key=lambda o: -o.total_ns)
+
+
+def coarsened(run: WholeRun, most: int | None = None) -> WholeRun:
+    """`run` with its aligned windows merged k at a time (k the least that leaves at most `most`), as `report
+    --json` writes a long run, and a note that says so; `run` itself where it has no more. Each rank's window rows
+    are merged by their merged aligned window (rows outside any: k consecutive ones together): the first start and
+    step, the last end and step, ops and time summed, lost if any was; the time a unit, over the units that had one
+    (None where none had); the straggler's onset window merged too. The straggler was found at full resolution.
+    `most`: JSON_WINDOWS unless given."""
+    most = JSON_WINDOWS if most is None else most
+    n = len(run.aligned_start_ns)
+    if n <= most:
+        return run
+    k = -(-n // most)
+    units = np.asarray(run.aligned_steps, np.float64) if run.by == "steps" else np.ones(n)
+    idx = np.arange(n) // k
+    m = int(idx[-1]) + 1
+    steps = np.bincount(idx, weights=units, minlength=m)
+    per_unit = {}
+    for r, values in run.per_unit_ns.items():
+        v = np.array([np.nan if x is None else x for x in values], np.float64)
+        have = ~np.isnan(v)
+        w = np.where(have, units, 0.0)
+        total = np.bincount(idx, weights=np.where(have, v, 0.0) * w, minlength=m)
+        weight = np.bincount(idx, weights=w, minlength=m)
+        per_unit[r] = [int(round(t / c)) if c > 0 else None for t, c in zip(total.tolist(), weight.tolist())]
+    firsts = np.asarray(run.aligned_first_step, np.int64)[::k]
+    starts = np.asarray(run.aligned_start_ns, np.int64)[::k]
+    straggler = run.straggler
+    if straggler is not None:
+        straggler = RunStraggler(**{**straggler.__dict__, "onset_window": straggler.onset_window // k})
+    note = (f"report --json: the run's {n:,} aligned windows merged {k} at a time, {m:,} left (at most "
+            f"{most:,}); the straggler was found over all of them")
+    return WholeRun(run.by, run.every, run.unit, run.ranks, {r: _merged(w, k) for r, w in run.windows.items()},
+                    firsts.tolist(), starts.tolist(), steps.astype(np.int64).tolist() if run.by == "steps" else
+                    [0] * m, per_unit, run.ops, run.keys, straggler, run.warnings, run.notes + [note])
+
+
+def _merged(w: RankWindows, k: int) -> RankWindows:
+    """One rank's window rows merged by their aligned window // k (rows outside any: k consecutive ones)."""
+    at = np.asarray(w.aligned, np.int64)
+    if not len(at):
+        return w
+    rows = np.arange(len(at))
+    group = np.where(at >= 0, at // k, -1 - rows // k)  # (outside: keys of their own, below every aligned one)
+    order = np.lexsort((rows, group))
+    key = group[order]
+    cut = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+    last = np.r_[cut[1:], len(order)] - 1
+
+    def col(values, dtype=np.int64):
+        return np.asarray(values, dtype)[order]
+
+    def first_set(values):  # the first (last) step marker's number among each group's rows: -1 where none
+        v = col(values)
+        ok = np.where(v >= 0, np.arange(len(v)), len(v))
+        at_first = np.minimum.reduceat(ok, cut)
+        return np.where(at_first < len(v), v[np.minimum(at_first, len(v) - 1)], -1)
+
+    def last_set(values):
+        v = col(values)
+        ok = np.where(v >= 0, np.arange(len(v)), -1)
+        at_last = np.maximum.reduceat(ok, cut)
+        return np.where(at_last >= 0, v[np.maximum(at_last, 0)], -1)
+
+    merged = RankWindows(
+        col(w.start_ns)[cut].tolist(), col(w.end_ns)[last].tolist(), first_set(w.first_step).tolist(),
+        last_set(w.last_step).tolist(), np.add.reduceat(col(w.ops), cut).tolist(),
+        np.logical_or.reduceat(col(w.lost, bool), cut).tolist(), np.add.reduceat(col(w.collective_ns), cut).tolist(),
+        np.where(key[cut] >= 0, key[cut], -1).tolist())
+    # back in the rows' order: by their first row
+    back = np.argsort(order[cut], kind="stable")
+    return RankWindows(*([getattr(merged, f)[i] for i in back.tolist()] for f in (
+        "start_ns", "end_ns", "first_step", "last_step", "ops", "lost", "collective_ns", "aligned")))
