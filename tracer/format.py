@@ -95,8 +95,11 @@ AGG_WINDOW_KEY = 0xFFFF
 AGGKEY, WINDOW = "aggkey", "window"  # an aggregate key's definition; (in the JSON report) a window of the run
 SNAPSHOTS_DIR = "snapshots"  # a black-box trace dir's snapshots: snapshots/NNNNNN-REASON/, each a trace dir
 EXCEPTION = "exception"  # (a black-box rank file's record) the uncaught exception that ended the rank
+COPIED = "copied"  # (the last record of a snapshot's copy of a rank file) when the rank copied its files: "t"
 SNAPSHOT_INFO = "snapshot.json"  # in each snapshot: {"seq", "reason", "by_rank", "wall_ns", "world", "number"}
 SNAPSHOT_REASONS = ("hang", "exception", "signal", "request", "exit")
+# asked of a job that runs on: each rank's ring is copied at another moment (RankInfo.ring's "live")
+LIVE_REASONS = ("signal", "request")
 SNAPSHOT_REQUEST = ".snapshot-request"  # `disttrace snapshot DIR` asks the running job by this file in DIR
 RING_OP_BYTES = 512  # --ring N: the ring is N x this, rounded up to RING_ROUND (an op's "b" and "e": 250-350 bytes)
 RING_ROUND = 64 << 10

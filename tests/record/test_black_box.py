@@ -196,6 +196,18 @@ def test_a_hang_after_the_ring_wrapped_snapshots_every_rank_even_one_blocked_in_
     assert late and late[0]["reason"] == "peer"
     frames = [f for th in late[0]["threads"] for f in th["frames"]]
     assert any(f[0].endswith("bb_train.py") and f[2] == "load_batch" for f in frames)  # where rank 1 is
+    # the SIGUSR1 snapshot, taken of the hung job as it ran on, seconds into the hang: named a hang all the same
+    # (its window ends at the earliest rank's copy; the all-reduce had been waited in for longer than an op takes)
+    for s in (snap, sig):
+        (hang,) = _report_problems(s)
+        assert (hang["kind"], hang["op"], hang["ranks"]) == ("hang", "all_reduce", [1]), hang
+
+
+def _report_problems(trace: Path) -> list[dict]:
+    """`disttrace report --json`'s problems of a trace dir (a snapshot)."""
+    proc = run_disttrace("report", "--json", trace, timeout=120)
+    assert proc.returncode in (0, 1) and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    return json.loads(proc.stdout)["problems"]
 
 
 # -- an exception at step k ----------------------------------------------------------------------------------
@@ -255,6 +267,9 @@ def test_snapshot_command_and_sigusr1_on_a_running_job_leave_its_results_as_untr
     for snap in (req[0], sig):
         for f in snap.iterdir():
             assert f.stat().st_mode & 0o777 == 0o600
+        # a healthy job, asked while it ran: each rank's ring copied at another moment, in the midst of its ops; what
+        # one rank did after another's copy, or was doing at it, is no death and no hang
+        assert _report_problems(snap) == []
     plain = subprocess.run(torchrun_cmd("bb_train.py", 2, args[:-2]), capture_output=True, text=True, timeout=180)
     # (the ranks print at once: their lines may run together)
     checksums = lambda text: sorted(re.findall(r"rank (\d+) checksum (-?\d+\.\d{12})", text))  # noqa: E731

@@ -18,7 +18,7 @@ import time
 import traceback
 
 from ..blackbox_files import Config, snapshot_root, snapshots, write_snapshot
-from ..format import (AGG_SUFFIX, AGGKEY, CLOCK, EXCEPTION, GROUP, LEFT, META, RANK_FILE_SUFFIX, RING_SUFFIX,
+from ..format import (AGG_SUFFIX, AGGKEY, CLOCK, COPIED, EXCEPTION, GROUP, LEFT, META, RANK_FILE_SUFFIX, RING_SUFFIX,
                       STACKS, STEP)
 from . import snapshots as protocol
 from .aggregates import Aggregates
@@ -79,7 +79,11 @@ class BlackBox:
             if int(info["seq"]) <= self.taken or not self.enabled:
                 return None
             self.taken = int(info["seq"])
-            files = {self.head.path: self.head.copy(), self.ring.path: self.ring.copy()}
+            ring = self.ring.copy()
+            # when it was copied, on this rank's clock: the window of a snapshot of a job that ran on ends there
+            # (a rank blocked or asleep recorded nothing for a while before)
+            head = self.head.copy() + b'{"k":"%s","t":%d}\n' % (COPIED.encode(), time.monotonic_ns())
+            files = {self.head.path: head, self.ring.path: ring}
             return write_snapshot(self.out, info, files, self.config.keep)
 
     def exception(self, exc: BaseException) -> dict:

@@ -8,7 +8,7 @@ from contextlib import contextmanager
 
 from ...data.table.columns import as_int64, copy_of
 from ...data.table import COLLECTIVE_OPS, NONE, EventTable
-from .window import collective_starts
+from .window import at_the_cut, collective_starts, live_end
 
 
 class Instances:
@@ -59,13 +59,45 @@ def _in_window(t: EventTable, rows):
 
     gid = np.frombuffer(t.gid, np.int32)[rows].astype(np.int64)
     seq = np.frombuffer(t.group_seq, np.int64)[rows]
-    starts = collective_starts(t, rows, gid, seq, np.frombuffer(t.start_ns, np.int64)[rows])
-    if not starts:
-        return np.ones(len(rows), bool)
-    first = np.zeros(int(gid.max()) + 1, np.int64)
-    for g, s in starts.items():
-        first[g] = s
-    return seq >= first[gid]
+    start = np.frombuffer(t.start_ns, np.int64)[rows]
+    keep = np.ones(len(rows), bool)
+    starts = collective_starts(t, rows, gid, seq, start)
+    if starts:
+        first = np.zeros(int(gid.max()) + 1, np.int64)
+        for g, s in starts.items():
+            first[g] = s
+        keep = seq >= first[gid]
+    fin = finished_column(t)
+    cut = live_end(t, fin) if len(rows) else None
+    if cut is not None:
+        keep &= ~_at_the_cut(t, cut, gid, seq, start, fin[rows])
+    return keep
+
+
+def _at_the_cut(t: EventTable, cut, gid, seq, start, fin):
+    """Which collective rows are in instances outside a live snapshot's end (window.at_the_cut), and in later
+    instances of their group: each group's window ends at its first such instance."""
+    import numpy as np
+
+    from ...data.table.columns import order_by, run_starts
+
+    order = order_by(gid, seq)
+    g, s, st, f = gid[order], seq[order], start[order], fin[order]
+    heads = np.flatnonzero(run_starts(g, s))
+    first = np.minimum.reduceat(st, heads)
+    open_ = np.maximum.reduceat(np.where(f == NONE, np.iinfo(np.int64).max, f), heads)
+    last = np.where(open_ == np.iinfo(np.int64).max, NONE, open_)
+    counts = np.diff(np.append(heads, len(order)))
+    members = np.array([len(t.groups[x].ranks) or 1 for x in g[heads].tolist()], np.int64)
+    out = at_the_cut(cut, first, last, counts >= members)
+    # from a group's first instance at the cut on, every later one of that group too
+    group_heads = np.flatnonzero(run_starts(g[heads]))
+    past = np.maximum.accumulate(np.where(out, np.arange(len(out)), -1))  # (within each group: reset below)
+    own = np.repeat(group_heads, np.diff(np.append(group_heads, len(heads))))
+    out = past >= own
+    cut_rows = np.zeros(len(order), bool)
+    cut_rows[order] = np.repeat(out, counts)
+    return cut_rows
 
 
 def match_p2p(t: EventTable) -> list[tuple[int, int, int, int, int | None, int | None]]:

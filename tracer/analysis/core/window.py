@@ -12,6 +12,12 @@ outside the window: not missing, not a death, not a hang, not a mismatch, not a 
   that finished pairs with the last send begun before that recv ended (a later send can be no earlier message's);
   without one, at the ends. Sends and recvs before the other side's first one are outside the window (but for
   an op that never finished, a message that never arrived).
+- the end, of a snapshot of a live job (`disttrace snapshot`, SIGUSR1: RankInfo.ring["live"]): each rank's ring
+  was copied at another moment, up to seconds apart, while the job went on. The window ends at the earliest copy
+  (the least of the ranks' `copied` records, `live_end`): an op begun after it is outside the window, and so is
+  a collective or a message in flight at it (begun before, not over on every rank by then) that had been in flight
+  for less than IN_FLIGHT_NS, or IN_FLIGHT_TIMES the longest op the window saw over: neither a death nor a hang,
+  but what the job was doing when it was asked. One in flight for longer is what it looks like: a hang.
 Traces without rings (RankInfo.ring None on every rank) are matched as they always were: from the job's start.
 
 Imports neither torch nor textual; numpy on use.
@@ -24,9 +30,42 @@ from ...data.table.columns import order_by, run_starts, typecode
 from ...units import fmt_ns
 
 
+IN_FLIGHT_NS = 1_000_000_000  # a live snapshot's op in flight at its end for less: what the job was doing then
+IN_FLIGHT_TIMES = 4           # ... or for less than this many times the longest op the window saw over
+
+
 def rings(t: EventTable) -> dict[int, dict]:
     """rank -> its ring's window (RankInfo.ring), of the black-box ranks."""
     return {r: info.ring for r, info in t.ranks.items() if getattr(info, "ring", None)}
+
+
+def live_end(t: EventTable, fin) -> tuple[int, int] | None:
+    """(the end of a live snapshot's window, the least time in flight that is not the cut's) or None: not a live
+    snapshot. The end: the earliest of the live ranks' copies. `fin`: matching.finished_column(t)."""
+    import numpy as np
+
+    ends = []
+    for b in rings(t).values():
+        if b.get("live"):  # its copy's moment (a blocked or sleeping rank's newest record is older), else that record
+            at = b.get("copied_ns", NONE)
+            at = b.get("end_ns", NONE) if at == NONE else at
+            if at != NONE:
+                ends.append(at)
+    if not ends:
+        return None
+    start = np.frombuffer(t.start_ns, np.int64)
+    over = (fin != NONE) & (fin >= start)
+    longest = int((fin[over] - start[over]).max()) if over.any() else 0
+    return min(ends), max(IN_FLIGHT_NS, IN_FLIGHT_TIMES * longest)
+
+
+def at_the_cut(cut: tuple[int, int], start, fin, complete) -> "np.ndarray":
+    """Of ops (collective instances, or messages) by their sides' earliest start, latest finish (NONE: a side
+    never finished) and whether every side is there: which are outside a live snapshot's end (see the module's
+    docstring): begun after it, or not over on every side by then and begun less than cut[1] before it."""
+    end, slack = cut
+    in_flight = ~complete | (fin == NONE) | (fin > end)
+    return (start > end) | (in_flight & (start > end - slack))
 
 
 def collective_starts(t: EventTable, rows, gid, seq, start) -> dict[int, int]:
@@ -100,7 +139,29 @@ def align_p2p(t: EventTable, src, dst, tag, is_send, row, nth, start, fin):
         nth[recvs] -= shift
         keep[recvs[(nth[recvs] < 0) & done[recvs]]] = False
         keep[sends[(nth[sends] + shift < 0) & done[sends]]] = False
+    cut = live_end(t, fin)
+    if cut is not None:
+        keep &= ~_messages_at_the_cut(cut, src, dst, tag, nth, keep, start[row], fin[row])
     return keep, nth
+
+
+def _messages_at_the_cut(cut, src, dst, tag, nth, keep, start, fin):
+    """Which message sides (of those kept) are of messages outside a live snapshot's end (at_the_cut)."""
+    import numpy as np
+
+    idx = np.flatnonzero(keep)
+    out = np.zeros(len(keep), bool)
+    if not len(idx):
+        return out
+    order = idx[order_by(src[idx], dst[idx], tag[idx], nth[idx])]
+    heads = np.flatnonzero(run_starts(src[order], dst[order], tag[order], nth[order]))
+    first = np.minimum.reduceat(start[order], heads)
+    top = np.iinfo(np.int64).max
+    last = np.maximum.reduceat(np.where(fin[order] == NONE, top, fin[order]), heads)
+    counts = np.diff(np.append(heads, len(order)))
+    msg = at_the_cut(cut, first, np.where(last == top, NONE, last), counts == 2)
+    out[order] = np.repeat(msg, counts)
+    return out
 
 
 def _shift(sends, recvs, start, fin, slack: int) -> int:
@@ -150,7 +211,7 @@ def window_summary(t: EventTable, instance_of=None, p2p_of=None, steps=(), marke
             "steps": [inside[0], inside[-1]] if marked and inside else None, "found_steps": len(inside),
             "start_ns": common[0], "end_ns": common[1],
             "span_ns": common[1] - common[0] if common[0] != NONE and common[1] > common[0] else 0,
-            "outside": outside}
+            "outside": outside, "live": any(b.get("live") for b in boxes.values())}
 
 
 def window_sentence(w: dict) -> str:
@@ -163,12 +224,17 @@ def window_sentence(w: dict) -> str:
     else:
         parts = [f"black-box trace: a window, not the whole run: the rings hold the last {ops} ops of each rank "
                  f"({steps}, {fmt_ns(w['span_ns'])} held by every rank)"]
+    if w.get("live"):
+        parts.append("a snapshot of the job as it ran: each rank's ring was copied at another moment, and the window "
+                     "ends at the earliest copy (what was in flight then is not a hang)")
     if w["outside"]:
-        parts.append(f"{w['outside']:,} op(s) that one rank's ring holds and a peer's had overwritten are outside "
-                     f"the window (not matched, not missing)")
+        why = "a peer's had overwritten, or had not recorded when it was copied" if w.get("live") else \
+            "a peer's had overwritten"
+        parts.append(f"{w['outside']:,} op(s) that one rank's ring holds and {why} are outside the window (not "
+                     f"matched, not missing)")
     if w["dropped"]:
         parts.append(f"{w['dropped']:,} end(s) whose begin the ring had overwritten dropped")
     return "; ".join(parts) + "."
 
 
-__all__ = ["align_p2p", "collective_starts", "rings", "window_sentence", "window_summary"]
+__all__ = ["align_p2p", "at_the_cut", "collective_starts", "live_end", "rings", "window_sentence", "window_summary"]

@@ -23,7 +23,7 @@ from operator import attrgetter
 
 import orjson
 
-from ...format import (BEGIN, BEGIN_EXTRA, CLOCK, END, FORMAT_VERSION, GROUP, LEFT, META, STACKS, STEP, SUMMARY,
+from ...format import (COPIED, LIVE_REASONS, SNAPSHOT_INFO, BEGIN, BEGIN_EXTRA, CLOCK, END, FORMAT_VERSION, GROUP, LEFT, META, STACKS, STEP, SUMMARY,
                        WAIT, is_rank_file, says_left)
 from ...errors import TraceError
 from ..table.event_table import NONE, OPS, EventTable, RankInfo, text_field
@@ -108,6 +108,7 @@ class _RankFile:
         self.fast = False  # begins, ends and waits are rank_batches' records (else orjson's dicts)
         self.ring: dict | None = None  # a black-box rank's ring (ring.py): {"lines", "wraps"}
         self.step_n: list[int] = []  # the step markers' own numbers ("n"): a ring's first is not the job's first
+        self.copied: int | None = None  # a snapshot's copy: when the rank copied it (its clock)
 
 
 def _parse_file(path: str, careful: bool = False, limit: int | None = None) -> _RankFile:
@@ -200,6 +201,10 @@ def _record(rf: _RankFile, r: dict) -> None:
         if type(r["t"]) is not int:
             raise TypeError("stacks time must be an integer")
         rf.stacks.append(r)
+    elif k == COPIED:
+        if type(r["t"]) is not int:
+            raise TypeError("copied time must be an integer")
+        rf.copied = r["t"]
     else:
         rf.other.append(r)
 
@@ -554,7 +559,19 @@ def _ring_info(rf: _RankFile, align, orphan: int) -> dict:
                   1 if len({src for _, src in rf.steps}) > 1 else min(rf.step_n))
     return {"ops": len(begins), "dropped": orphan + len(waits), "wraps": rf.ring["wraps"], "first_step": first_step,
             "ring_ops": _ns(box, "ring_ops"), "start_ns": align(min(times)) if times else NONE,
-            "end_ns": align(max(times)) if times else NONE}
+            "end_ns": align(max(times)) if times else NONE, "live": _live_snapshot(rf.path),
+            "copied_ns": align(rf.copied) if rf.copied is not None else NONE}
+
+
+def _live_snapshot(path: str) -> bool:
+    """Whether the rank file is in a snapshot taken of a job that ran on (format.LIVE_REASONS): its snapshot.json
+    says so."""
+    try:
+        with open(os.path.join(os.path.dirname(path), SNAPSHOT_INFO), "rb") as f:
+            info = orjson.loads(f.read())
+    except (OSError, orjson.JSONDecodeError):
+        return False
+    return isinstance(info, dict) and info.get("reason") in LIVE_REASONS
 
 
 def _ring_steps(rf: _RankFile, cols: dict) -> None:
