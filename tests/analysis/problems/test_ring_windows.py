@@ -9,6 +9,9 @@ Synthetic jobs (tests/synthetic.py) written as rank files, then cut into rings a
 
 from __future__ import annotations
 
+import orjson
+import pytest
+
 from ringfiles import rank_files_of, to_black_box
 from synthetic import MS, Trace
 from disttrace.tracer.analysis import analyze
@@ -221,3 +224,43 @@ def test_a_group_none_of_whose_ops_a_ring_holds(tmp_path):
     t, a = _window(_two_groups(hang=True), tmp_path / "hang", rings)
     (hang,) = [p for p in a.problems if p.kind == "hang"]
     assert hang.op == "broadcast" and hang.ranks == [1]
+
+
+def _live(tr: Trace, tmp_path, reason: str, copied: dict[int, int]):
+    """The job's rings as a snapshot taken for `reason` (snapshot.json beside them), each rank's copy ending with
+    its `copied` record at copied[rank], as the recorder writes it."""
+    box = tmp_path / reason
+    to_black_box(rank_files_of(tr, tmp_path / f"plain-{reason}"), box, {0: 3000, 1: 3500})
+    (box / "snapshot.json").write_bytes(orjson.dumps({"seq": 1, "reason": reason, "by_rank": -1, "wall_ns": 0}))
+    for r, at in copied.items():
+        head = next(box.glob(f"rank-{r:05d}-*.jsonl"))
+        head.write_bytes(head.read_bytes() + orjson.dumps({"k": "copied", "t": at}) + b"\n")
+    return analyze(load_trace(str(box), cache=False))
+
+
+@pytest.mark.parametrize("stuck_ms, named", [(2, False), (5000, True)])
+def test_a_live_snapshot_ends_at_the_earliest_copy(tmp_path, stuck_ms, named):
+    """Asked of a running job (a request), the window ends at the earliest rank's copy. Rank 0's ring was copied
+    2 ms into its last all_reduce, rank 1's after it had done that one and two more: what the job was doing, not
+    a death (as the same rings taken at a hang would say). Or rank 0 had waited in it 5 s when rank 1's ring, copied
+    later, shows it elsewhere: a hang, named in any snapshot."""
+    tr = Trace(2)
+    for k in range(60):
+        t = k * 10 * MS
+        tr.coll("all_reduce", {0: t + 2 * MS, 1: t + 2 * MS}, t + 3 * MS, nbytes=1024)
+    t = 600 * MS
+    if named:
+        tr.coll("all_reduce", {0: t}, None, nbytes=1024)
+        tr.coll("broadcast", {1: t + stuck_ms * MS}, t + stuck_ms * MS + MS, nbytes=64, group=[1])
+    else:
+        tr.coll("all_reduce", {0: t, 1: t}, {0: None, 1: t + 3 * MS}, nbytes=1024)
+        for j in (1, 2):
+            tr.coll("all_reduce", {1: t + j * 10 * MS}, t + j * 10 * MS + MS, nbytes=1024)
+    copied = {0: t + (stuck_ms + 2) * MS, 1: t + (stuck_ms + 2) * MS} if named else {0: t + 2 * MS, 1: t + 25 * MS}
+    live = _live(tr, tmp_path, "request", copied)
+    if named:
+        (p,) = live.problems
+        assert (p.kind, p.op, p.ranks) == ("hang", "all_reduce", [1]), p
+    else:
+        assert live.problems == []
+        assert [p.kind for p in _live(tr, tmp_path, "hang", copied).problems] == ["died"]
