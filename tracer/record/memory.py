@@ -161,6 +161,14 @@ class Tracker(TorchDispatchMode):
             self._param_ids = {id(w()) for w in alive}
 
     # -- the dispatch mode -----------------------------------------------------------------------------
+    @classmethod
+    def ignore_compile_internals(cls) -> bool:
+        """torch.compile compiles as untraced: a non-infra mode on the stack made Dynamo skip every frame (the job
+        ran eager, silently). With this, the mode is off while Dynamo, AOT autograd and the backend trace (their
+        fake tensors are never counted) and on while the compiled code runs: its calls into aten are seen (a buffer
+        a backend's generated code allocated and filled without one would not be: docs/ARCHITECTURE.md)."""
+        return True
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if self._dtensor is None:
             self._dtensor = sys.modules.get("torch.distributed.tensor") and getattr(
