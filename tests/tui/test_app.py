@@ -774,3 +774,36 @@ async def test_memory_tab_at_80x24_and_120x40(tmp_path, monkeypatch):
         if size == SIZE:
             assert "measured/predicted: params 1.00, grads 1.00," in text  # (beside the breakdown)
     await absent_tab_says_why("memory", "M", "No memory samples in this trace: `disttrace run --memory`")
+
+
+async def test_memory_tab_picks_the_previous_and_next_step_with_brackets(tmp_path, monkeypatch):
+    """[ and ] on the Memory tab: the breakdown, its title, the note on its peak and the chart's chosen window move
+    to the previous or next step (of the first steady, step 1); past step 0 the screen says it is the first."""
+    from disttrace.tui.loading import load_store
+    from tui_helpers import memory_trace
+
+    monkeypatch.chdir(tmp_path)
+    path = memory_trace(tmp_path)
+    store, _ = load_store([path])
+    async with DisttraceApp([path], store=store).run_test(size=(80, 24)) as pilot:
+        v = await viewer(pilot)
+        await pilot.press("M")
+        await wait_until(pilot, lambda: bool(v.query("#memory-chart")), "showing the memory chart")
+        view = v.query_one("MemoryView")
+        window = view.figures.chart.chosen
+
+        def text():
+            return re.sub(r"\s+", " ", " ".join(line.strip() for line in screen_text(pilot.app)))
+
+        await pilot.pause()
+        assert "step 1 (first steady; [ ] another)" in text()
+        await pilot.press("right_square_bracket", "right_square_bracket")
+        await pilot.pause()
+        assert "step 3 params grads" in text() and "step 3 (picked; [ ] another): peak 13.6MiB on rank 0" in text()
+        assert "rank 1 1MiB 1MiB 2.01MiB 64KiB" in text()  # (step 1's activations: 1.07MiB)
+        assert view.figures.chart.chosen[0] > window[1]  # the chosen window moved right, past step 1's
+        told = []
+        monkeypatch.setattr(v, "notify", lambda message, **kw: told.append(message))
+        await pilot.press(*["left_square_bracket"] * 4)
+        await pilot.pause()
+        assert "step 0 params grads" in text() and told == ["this is the first step"]

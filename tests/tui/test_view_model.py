@@ -222,7 +222,7 @@ def test_memory_figures_of_a_ddp_job_with_a_leak_and_an_extra_buffer(tmp_path, m
     assert rows["rank 0"]["activ."] == "9.07MiB" and rows["rank 1"]["activ."] == "1.07MiB"
     assert rows["formula"]["optim."] == "2.01MiB" and rows["formula"]["activ."] == ""
     assert rows["rank 0"]["outside"].endswith("MiB") and rows["rank 0"]["peak"] == "13.6MiB"
-    assert f.formula[0].startswith("step 1 (first steady): peak 13.6MiB on rank 0 @")
+    assert f.formula[0].startswith("step 1 (first steady; [ ] another): peak 13.6MiB on rank 0 @")
     assert f.formula[0].endswith(", aten.div.Tensor at mem_train.py:56")
     assert f.formula[1] == "DDP: (4 + 4 + 8)Ψ; Ψ = 263,168 values, 4 B each; K = 8, N = 2"
     assert f.formula[2] == "measured/predicted: params 1.00, grads 1.00, optimizer 1.00"

@@ -20,8 +20,10 @@ touched. Never raises into the job: a failure stops the memory recording with on
 
 from __future__ import annotations
 
+import collections
 import os
 import sys
+import threading
 import time
 import weakref
 
@@ -72,10 +74,23 @@ class Tracker(TorchDispatchMode):
         self._page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
         self._dtensor = None
         self.broken = False               # a failure of ours: the mode passes every op on untouched
+        # The counters (totals, total, live, peak) change under _lock only: count() runs on the autograd engine's
+        # device threads too (the mode is in the thread-local state they inherit), and its look-up and insert of a
+        # storage is a check-then-act that two threads can interleave (a storage counted twice, one _Ref orphaned:
+        # bytes never uncounted). A free (a weak reference's callback) runs on whatever thread drops the storage,
+        # at any moment, a GC pass inside our own locked section included: it only queues (deque.append is atomic),
+        # and _settle() uncounts the queue under the lock before the counters are read.
+        self._lock = threading.RLock()
+        self._frees: collections.deque = collections.deque()
 
     # -- counting --------------------------------------------------------------------------------------
     def count(self, t, kind: int) -> None:
-        """Count t's storage under `kind`, or re-kind it upward if it is counted already."""
+        """Count t's storage under `kind`, or re-kind it upward if it is counted already (from any thread)."""
+        with self._lock:
+            self._count(t, kind)
+
+    def _count(self, t, kind: int) -> None:
+        """count(), the lock held."""
         t = local(t)
         if t is None or t.device.type == "meta":
             return
@@ -95,27 +110,39 @@ class Tracker(TorchDispatchMode):
         self.total += ref.nbytes
 
     def _freed(self, ref: _Ref) -> None:
-        if self.live.get(ref.key) is ref:
-            del self.live[ref.key]
-        self.totals[ref.kind] -= ref.nbytes
-        self.total -= ref.nbytes
+        """A counted storage is freed (any thread, any moment): queued, never blocking; _settle uncounts it."""
+        self._frees.append(ref)
+
+    def _settle(self) -> None:
+        """Uncount the storages freed since the last call (the lock held). Where a storage made since has a freed
+        one's id, live holds the new one's _Ref: it stays."""
+        frees = self._frees
+        while frees:
+            ref = frees.popleft()
+            if self.live.get(ref.key) is ref:
+                del self.live[ref.key]
+            self.totals[ref.kind] -= ref.nbytes
+            self.total -= ref.nbytes
 
     def resized(self, st) -> None:
         """A storage's size changed in place (FSDP2 frees and re-allocates its unsharded parameters so)."""
-        ref = self.live.get(id(st))
-        if ref is not None and ref() is st:
-            n = st.nbytes()
-            self.totals[ref.kind] += n - ref.nbytes
-            self.total += n - ref.nbytes
-            ref.nbytes = n
-            self._maybe_peak("resize_")
+        with self._lock:
+            self._settle()
+            ref = self.live.get(id(st))
+            if ref is not None and ref() is st:
+                n = st.nbytes()
+                self.totals[ref.kind] += n - ref.nbytes
+                self.total += n - ref.nbytes
+                ref.nbytes = n
+                self._maybe_peak("resize_")
 
     def add_param(self, p) -> None:
         """A parameter (or buffer) of the job's: counted as such at every sample from now on."""
-        if id(p) not in self._param_ids:
-            self._param_ids.add(id(p))
-            self.params.append(weakref.ref(p))
-        self.count(p, PARAMS)
+        with self._lock:
+            if id(p) not in self._param_ids:
+                self._param_ids.add(id(p))
+                self.params.append(weakref.ref(p))
+            self._count(p, PARAMS)
 
     def _rekind_params(self) -> None:
         """Parameters and their gradients as they are now (a gradient appears in backward, goes at zero_grad)."""
@@ -125,15 +152,23 @@ class Tracker(TorchDispatchMode):
             if p is None:
                 continue
             alive.append(w)
-            self.count(p, PARAMS)
+            self._count(p, PARAMS)
             g = p.grad
             if g is not None:
-                self.count(g, GRADS)
+                self._count(g, GRADS)
         if len(alive) != len(self.params):
             self.params = alive
             self._param_ids = {id(w()) for w in alive}
 
     # -- the dispatch mode -----------------------------------------------------------------------------
+    @classmethod
+    def ignore_compile_internals(cls) -> bool:
+        """torch.compile compiles as untraced: a non-infra mode on the stack made Dynamo skip every frame (the job
+        ran eager, silently). With this, the mode is off while Dynamo, AOT autograd and the backend trace (their
+        fake tensors are never counted) and on while the compiled code runs: its calls into aten are seen (a buffer
+        a backend's generated code allocated and filled without one would not be: docs/ARCHITECTURE.md)."""
+        return True
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if self._dtensor is None:
             self._dtensor = sys.modules.get("torch.distributed.tensor") and getattr(
@@ -159,15 +194,19 @@ class Tracker(TorchDispatchMode):
 
     def _outputs(self, func, namespace: str, res) -> None:
         kind = TEMPORARIES if self.in_opt or _graph_task() != -1 else ACTIVATIONS
-        before = self.total
-        if type(res) is _Tensor:
-            self.count(res, kind)
-        elif isinstance(res, (tuple, list)):
-            self._count_all(res, COMM if namespace == "_c10d_functional" else kind)
-        if self.total > self.peak and self.total > before:
-            self._maybe_peak(func)
+        with self._lock:
+            self._settle()
+            before = self.total
+            if type(res) is _Tensor:
+                self._count(res, kind)
+            elif isinstance(res, (tuple, list)):
+                self._count_all(res, COMM if namespace == "_c10d_functional" else kind)
+            self._settle()
+            if self.total > self.peak and self.total > before:
+                self._maybe_peak(func)
 
     def _maybe_peak(self, func) -> None:
+        """(the lock held: the peak's kinds are the counters of the same moment)"""
         if self.total > self.peak:
             self.peak = self.total
             self.peak_at = (time.monotonic_ns(), op_name(func), callsite.walk(2)[0], list(self.totals))
@@ -176,18 +215,25 @@ class Tracker(TorchDispatchMode):
         """Count the tensors in xs and in its lists, two levels down (a c10d op's list of lists of outputs)."""
         for x in xs:
             if isinstance(x, _Tensor):
-                self.count(x, kind)
+                self._count(x, kind)
             elif depth < 2 and isinstance(x, (list, tuple)):
                 self._count_all(x, kind, depth + 1)
 
     def _at_collective(self, func, args) -> None:
-        self._count_all(args, COMM)
-        self.sample(MEM_AT_OP, op_name(func))
+        with self._lock:
+            self._count_all(args, COMM)
+            self.sample(MEM_AT_OP, op_name(func))
 
     # -- samples ---------------------------------------------------------------------------------------
     def sample(self, at: str, op: str | None = None) -> None:
         """Write the peak since the last sample (where it was above what is held now), then this sample."""
+        with self._lock:
+            self._sample(at, op)
+
+    def _sample(self, at: str, op: str | None) -> None:
+        self._settle()
         self._rekind_params()
+        self._settle()
         now = time.monotonic_ns()
         if self.peak_at is not None and self.peak > self.total:
             t, pop, site, totals = self.peak_at

@@ -7,10 +7,12 @@
   and, at an optimizer's first step, write an "mopt" record: the parameters it holds here, its state's bytes per
   value (the entries shaped like their parameter: Adam's exp_avg and exp_avg_sq) and the rest (scalars: Adam's step).
   A ZeroRedundancyOptimizer's record names its local optimizer (`inner`), the group's size and its own partition.
-  Master copies (mixed precision's fp32 weights): an optimizer whose parameters are all fp32 and none of them a
-  module's, while the job's modules hold 16-bit parameters, holds the model's master copy: its parameters are counted
-  as optimizer state (the seed's K = 4 + 4 + 4 counts them so), and its record says `master` and the modules'
-  parameters (`model`): a hand-written ZeRO-1 (each rank's master copy 1/N of the model) is recognized from them.
+  Master copies (mixed precision's fp32 weights): an optimizer's parameter that is fp32, not a module's, and copies a
+  16-bit module parameter (shaped like one not matched yet, or flat: as many values as the 16-bit parameters
+  together, or 1/N of them) is a master copy: counted as optimizer state (the seed's K = 4 + 4 + 4 counts it so); the
+  optimizer's other parameters (a free fp32 temperature, a LayerNorm kept in fp32) stay parameters. Its record says
+  `master` (the copies) and the modules' parameters (`model`): a hand-written ZeRO-1 (each rank's master copy 1/N of
+  the model) is recognized from them.
 - DDP: DistributedDataParallel.__init__ is wrapped: an "mwrap" record (scheme "ddp": the module's parameters and
   buffers by dtype, the group's size), and the module's parameters and buffers become the tracker's.
 - FSDP2: FSDPParamGroup.__init__ (what every fully_shard call makes, however the job imported fully_shard) is
@@ -38,7 +40,7 @@ _tracker = None  # memory.py's Tracker while memory is recorded (memory.py impor
 _patched: list[tuple[object, str, object]] = []  # (owner, name, original) to put back
 _handles: list = []
 _seen_opts: weakref.WeakSet = weakref.WeakSet()  # optimizers whose "mopt" record is written
-_masters: weakref.WeakSet = weakref.WeakSet()    # optimizers whose parameters are master copies
+_masters: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # optimizer -> its master copies (weakrefs)
 _module_params: dict[int, weakref.ref] = {}      # id -> the modules' parameters registered while traced
 SIXTEEN_BIT = (torch.bfloat16, torch.float16)
 
@@ -142,25 +144,50 @@ def _live_module_params() -> list:
     return [p for p in alive if p is not None]
 
 
-def _master_copies(params) -> bool:
-    """fp32 parameters of an optimizer, none of them a module's, while the job's modules hold 16-bit ones: the
-    model's master copy (mixed precision's fp32 weights), optimizer state in the seed's accounting."""
-    if not params or any(_is_module_param(p) for p in params):
-        return False
-    if any(local(p) is None or local(p).dtype != torch.float32 for p in params):
-        return False
-    return any(local(m) is not None and local(m).dtype in SIXTEEN_BIT for m in _live_module_params())
+def _master_copies(params) -> list:
+    """The optimizer's parameters that are fp32 copies of the job's 16-bit module parameters (mixed precision's master
+    weights, optimizer state in the seed's accounting): fp32, not a module's, and shaped like a 16-bit module
+    parameter (each copied once, over all optimizers: a free fp32 tensor beside a full set of copies finds none
+    left), or flat with as many values as the 16-bit parameters together, or 1/N of them (a hand-written ZeRO-1's
+    shard, N the world's size). Anything else fp32 (a learnable temperature, a LayerNorm kept in fp32) is a parameter."""
+    sixteen = [m for m in _live_module_params() if local(m) is not None and local(m).dtype in SIXTEEN_BIT]
+    if not sixteen:
+        return []
+    shapes = Counter(tuple(m.shape) for m in sixteen) - Counter(tuple(c.shape) for c in _copies())
+    total = sum(m.numel() for m in sixteen)
+    world = max(1, _group_size(None))
+    flat = {total, total // world, -(-total // world)}
+    copies = []
+    for p in params:
+        lp = local(p)
+        if lp is None or lp.dtype != torch.float32 or _is_module_param(p):
+            continue
+        shape = tuple(p.shape)
+        if shapes[shape] > 0:
+            shapes[shape] -= 1
+            copies.append(p)
+        elif p.dim() == 1 and p.numel() in flat:
+            copies.append(p)
+    return copies
+
+
+def _copies() -> list:
+    """The master copies the optimizers hold so far."""
+    alive = (w() for ws in list(_masters.values()) for w in ws)
+    return [p for p in alive if p is not None]
 
 
 def _after_optimizer_init(t, opt, *args, **kwargs) -> None:
     params = [p for g in opt.param_groups for p in g["params"]]
-    if _master_copies(params):
-        _masters.add(opt)
-        for p in params:
-            t.count(p, OPTIMIZER)
-        return
+    copies = _master_copies(params)
+    if copies:
+        _masters[opt] = [weakref.ref(p) for p in copies]
+    ids = {id(p) for p in copies}
     for p in params:
-        t.add_param(p)
+        if id(p) in ids:
+            t.count(p, OPTIMIZER)
+        else:
+            t.add_param(p)
 
 
 def _after_ddp_init(t, ddp, *args, **kwargs) -> None:
@@ -234,7 +261,7 @@ def _count_state(t, opt) -> None:
     rec = {"k": MEM_OPT, "t": time.monotonic_ns(), "id": id(opt), "cls": type(opt).__name__,
            "params": by_dtype(params), "state": per_value, "scalar_bytes": scalar_bytes}
     if opt in _masters:
-        rec["master"] = by_dtype(params)
+        rec["master"] = by_dtype(p for p in (w() for w in _masters[opt]) if p is not None)
         rec["model"] = by_dtype(_live_module_params())
     inner = getattr(opt, "optim", None)
     if isinstance(inner, torch.optim.Optimizer):  # ZeroRedundancyOptimizer: its local optimizer holds the state

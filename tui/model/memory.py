@@ -86,6 +86,18 @@ def memory_of(store):
     return None if report is None else (trace, report)
 
 
+def other_step(trace, report, analysis, direction: int):
+    """The memory analysis with the breakdown of the step before (direction -1) or after (+1) the report's, of the
+    trace's steps in order (the tab's [ and ] keys); None past the first or the last."""
+    from disttrace.tracer.analysis import memory_report
+
+    order = sorted(s.index for s in analysis.steps)
+    if report.step not in order:
+        return None
+    i = order.index(report.step) + direction
+    return memory_report(trace, analysis, step=order[i]) if 0 <= i < len(order) else None
+
+
 def memory_view(trace, report, t0: int) -> MemoryFigures:
     """The tab's figures for a MemoryTrace and its MemoryReport; t0: the trace's start (the timeline's zero)."""
     peak = run_peak(trace, report)
@@ -250,7 +262,7 @@ def chosen_note(report, t0: int) -> str:
         return ""
     m = max(report.ranks.values(), key=lambda m: (m.peak_bytes, -m.rank))
     at = " at ".join(x for x in (m.peak_op, _site(m.peak_site)) if x)
-    step = f"step {report.step} ({report.step_chosen})" if report.step is not None else "the whole trace"
+    step = f"step {report.step} ({report.step_chosen}; [ ] another)" if report.step is not None else "the whole trace"
     return f"{step}: peak {fmt_bytes_short(m.peak_bytes)} on rank {m.rank} @{fmt_ns_short(m.peak_ns - t0)}" + \
         (f", {at}" if at else "")
 

@@ -155,9 +155,10 @@ class ViewerScreen(Screen):
         Binding("slash", "search", "search", tooltip="search events (op, api, site, rank=N)"),
         Binding("g", "goto", "go to", tooltip="go to a time or an event number"),
         *(Binding(v.key, f"view({v.id!r})", v.description, show=False) for v in VIEWS),
-        Binding("left_square_bracket", "ring_step(-1)", "ring: previous step; pipeline: previous iteration",
-                show=False),
-        Binding("right_square_bracket", "ring_step(1)", "ring: next step; pipeline: next iteration", show=False),
+        Binding("left_square_bracket", "ring_step(-1)",
+                "ring: previous step; pipeline: previous iteration; memory: previous step's breakdown", show=False),
+        Binding("right_square_bracket", "ring_step(1)",
+                "ring: next step; pipeline: next iteration; memory: next step's breakdown", show=False),
         Binding("left_curly_bracket", "train_step(-1)", "previous training step", show=False,
                 tooltip="previous training step (the window shows all of it)"),
         Binding("right_curly_bracket", "train_step(1)", "next training step", show=False,
@@ -592,8 +593,15 @@ class ViewerScreen(Screen):
         self.offset_ns = viewport.clamp_offset(span, z, start_ns - t0 - (w - (end_ns - start_ns)) / 2)
 
     def action_ring_step(self, direction: int) -> None:
-        if self.query_one(TabbedContent).active == "pipeline":
+        active = self.query_one(TabbedContent).active
+        if active == "pipeline":
             self._pipeline_iteration(direction)
+            return
+        if active == "memory":
+            for view in self.query("MemoryView"):
+                told = view.pick(direction)
+                if told:
+                    self.notify(told, timeout=2)
             return
         for ring in self.query("RingView"):
             self.ring_step = max(-1, min(ring.n_steps - 1, self.ring_step + direction))

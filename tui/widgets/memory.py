@@ -1,7 +1,8 @@
 """The Memory tab: each rank's bytes held over the run (`disttrace run --memory`) on the trace's timeline with the
 steps' starts and the chosen step marked and the run's peak with its op, the chosen step's breakdown by kind per
-rank beside the formula's prediction, and the formula (tui/model/memory.py works them out). The screen shows the
-tab only for a trace with memory samples; its key on another says how to get them (NONE_HERE)."""
+rank beside the formula's prediction, and the formula (tui/model/memory.py works them out). [ and ] (the screen's
+keys, as on the Ring and Pipeline tabs) pick the previous or next step for the breakdown. The screen shows the tab
+only for a trace with memory samples; its key on another says how to get them (NONE_HERE)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from textual.app import ComposeResult
 from textual.containers import Container, Vertical, VerticalScroll
 from textual.widgets import Static
 
-from ..model.memory import COLUMNS, NONE_HERE, MemoryFigures, memory_of, memory_view
+from ..model.memory import COLUMNS, NONE_HERE, MemoryFigures, memory_of, memory_view, other_step
 from ..model.store import TraceStore
 from .plot import PlotChart
 
@@ -36,19 +37,37 @@ class MemoryView(Vertical):
         super().__init__(**kwargs)
         self.store = store
         self.figures: MemoryFigures | None = None
+        self.memory = None  # (the memory samples, the memory analysis) once composed
 
     def compose(self) -> ComposeResult:
         got = memory_of(self.store)
         if got is None:  # (the screen shows the tab only where there are memory samples)
             yield Static(NONE_HERE, id="memory-lines")
             return
+        self.memory = got
         self.figures = f = memory_view(*got, self.store.t0)
         yield Static("\n".join(f.lines), id="memory-lines", markup=False)
         yield PlotChart(self._draw, id="memory-chart")
         with Container(id="memory-lower"):
             yield Static(self._table(), id="memory-breakdown")
             with VerticalScroll(id="memory-formula", can_focus=False):
-                yield Static("\n".join(f.formula), markup=False)
+                yield Static("\n".join(f.formula), id="memory-formula-text", markup=False)
+
+    def pick(self, direction: int) -> str | None:
+        """The breakdown of the previous (-1) or next (1) step: its mark on the chart, the table and the note on
+        its peak follow. What to tell where there is none."""
+        if self.memory is None:
+            return NONE_HERE
+        trace, report = self.memory
+        picked = other_step(trace, report, self.store.analysis, direction)
+        if picked is None:
+            return f"this is the {'last' if direction > 0 else 'first'} step"
+        self.memory = (trace, picked)
+        self.figures = memory_view(trace, picked, self.store.t0)
+        self.query_one("#memory-breakdown", Static).update(self._table())
+        self.query_one("#memory-formula-text", Static).update("\n".join(self.figures.formula))
+        self.query_one(PlotChart).replot()
+        return None
 
     def on_resize(self) -> None:
         if self.figures is not None:

@@ -1,7 +1,8 @@
 """Memory's other ground truths on real jobs (tests/jobs/mem_train.py on gloo): a model whose activations dominate
 (the step's peak where the forward ends and the backward begins, at the user's line); the Python API's
 `trace(out=..., memory=True)` measuring what `disttrace run --memory` measures; DDP, ZeRO-1 and FSDP2 on 4 ranks
-(the formula's N = 4)."""
+(the formula's N = 4); mixed precision by hand: only the fp32 copies of 16-bit parameters counted as optimizer
+state."""
 
 import json
 import subprocess
@@ -65,3 +66,14 @@ def test_each_scheme_on_4_ranks_divides_what_it_shards_by_4(traced, scheme):
         for k, b in zip(KINDS, per_value):
             want = b * M.PSI / (4 if k in sharded else 1)
             assert m[f"{k}_bytes"] == pytest.approx(want, rel=0.05), (r, k, m[f"{k}_bytes"], want)
+
+
+def test_only_real_master_copies_are_optimizer_state(traced):
+    """Mixed precision by hand (jobs/mem_mixed.py): the fp32 copies of the bf16 parameters are optimizer state; the
+    LayerNorm kept in fp32 and a free fp32 scale with its own optimizer (shaped like a bf16 bias) are parameters."""
+    mm = job("mem_mixed")
+    mem = _memory(traced("mem_mixed.py", summaries="off", run_args=("--memory",)))
+    for r, m in mem["ranks"].items():
+        assert (m["params_bytes"], m["grads_bytes"]) == (mm.PARAM_BYTES, mm.PARAM_BYTES), (r, m)
+        assert m["optimizer_bytes"] == mm.OPT_BYTES, (r, m)
+    assert mem["formula"]["k"] == 12 and mem["formula"]["psi"] == mm.BF16_VALUES + mm.NORM_VALUES

@@ -13,15 +13,20 @@ from .steps import rank_windows, step_series
 NEAR_CAPACITY = 0.9  # a CUDA peak above this share of the device's memory is said
 
 
-def memory_report(memory, a) -> MemoryReport | None:
-    """memory: importers/memory_files.MemoryTrace (data/load.read_memory), a: the trace's Analysis; None: no memory."""
+def memory_report(memory, a, step: int | None = None) -> MemoryReport | None:
+    """memory: importers/memory_files.MemoryTrace (data/load.read_memory), a: the trace's Analysis; None: no memory.
+    step: the step whose breakdown is made, picked in the viewer (one of a.steps), over the trace's --memory-step."""
     if memory is None or not memory.ranks:
         return None
     warmup = {s.index for s in a.steps if s.warmup or s.outside}
     steady = [s.index for s in a.steps if not (s.warmup or s.outside)]
     notes = list(memory.damage)
-    step, chosen = None, "whole trace"
-    if memory.step is not None:
+    chosen = "whole trace"
+    if step is not None and any(s.index == step for s in a.steps):
+        chosen = "picked"
+    else:
+        step = None
+    if step is None and memory.step is not None:
         if any(s.index == memory.step for s in a.steps):
             step, chosen = memory.step, "--memory-step"
         else:

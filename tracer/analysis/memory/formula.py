@@ -73,8 +73,8 @@ def formula(memory) -> Formula | None:
     master = (holder or {}).get("master")
     if master:
         k += value_bytes(master)
-        notes.append(f"{holder.get('cls')}'s parameters are fp32 master copies of the model's 16-bit parameters: "
-                     f"optimizer state, their {_num(value_bytes(master))} bytes a value in K")
+        notes.append(f"{holder.get('cls')}'s fp32 master copies of the model's 16-bit parameters ({values(master):,} "
+                     f"values) are optimizer state, their {_num(value_bytes(master))} bytes a value in K")
     if holder is None:
         unrecognized.append("no optimizer stepped: K (the optimizer state's bytes per value) is unknown")
     elif not holder.get("state"):
