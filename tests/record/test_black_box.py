@@ -255,10 +255,7 @@ def test_snapshot_command_and_sigusr1_on_a_running_job_leave_its_results_as_untr
         assert asked.returncode == 0, asked.stderr
         req = _snapshots(out, "request")
         assert len(req) == 1 and _complete(req[0]) and "snapshot of 2 ranks" in asked.stdout
-        os.kill(_meta_pid(out, 1), signal.SIGUSR1)  # any rank
-        sig = _wait_for(lambda: next((s for s in _snapshots(out, "signal") if _complete(s)), None), 5,
-                        "signal snapshot")
-        assert orjson.loads((sig / SNAPSHOT_INFO).read_bytes())["by_rank"] == 1
+        sig = _signal_snapshot(out, 1)  # any rank
         done = _finish(proc, out)
     finally:
         if proc.poll() is None:
@@ -276,6 +273,14 @@ def test_snapshot_command_and_sigusr1_on_a_running_job_leave_its_results_as_untr
     assert checksums(done.stdout) == checksums(plain.stdout) and len(checksums(done.stdout)) == 2
 
 
+def _signal_snapshot(out: Path, rank: int) -> Path:
+    """SIGUSR1 to `rank`: its snapshot of every rank, whole within 5 s, said to be that rank's."""
+    os.kill(_meta_pid(out, rank), signal.SIGUSR1)
+    sig = _wait_for(lambda: next((s for s in _snapshots(out, "signal") if _complete(s)), None), 5, "signal snapshot")
+    assert orjson.loads((sig / SNAPSHOT_INFO).read_bytes())["by_rank"] == rank
+    return sig
+
+
 def test_sigusr1_reaches_a_job_that_trains_in_a_thread_of_its_own(tmp_path):
     """init_process_group called from a thread that is not the main one (where a signal handler cannot be set):
     the handler set when the job imported torch.distributed on its main thread still takes SIGUSR1's snapshot."""
@@ -285,10 +290,7 @@ def test_sigusr1_reaches_a_job_that_trains_in_a_thread_of_its_own(tmp_path):
     proc = _start(out, args)
     try:
         _wait_for(lambda: (tmp_path / "ready").exists(), 180, "the job at step 100")
-        os.kill(_meta_pid(out, 0), signal.SIGUSR1)
-        sig = _wait_for(lambda: next((s for s in _snapshots(out, "signal") if _complete(s)), None), 5,
-                        "signal snapshot")
-        assert orjson.loads((sig / SNAPSHOT_INFO).read_bytes())["by_rank"] == 0
+        _signal_snapshot(out, 0)
         done = _finish(proc, out)
     finally:
         if proc.poll() is None:
