@@ -180,6 +180,28 @@ async def settled(min_sleep: float = 0.0, max_sleep: float = 1.0) -> None:
             quiet += 1
 
 
+# -- the frames nobody reads, in the contributors' loop ----------------------------------------------------------
+# A headless app draws every frame (the compositor renders each changed widget's lines) and throws it away:
+# App._display writes nothing without a terminal. That is some 3 frames a key and a quarter of a viewer test's CPU.
+# A run that leaves out the slow tests (the contributors' loop, `-m "not slow"`) skips them: what a test reads off
+# the screen (tui_helpers.screen_text, the snapshots) it draws itself, whole, as before, and every view is drawn by
+# its snapshot. The full suite (the README's test command) draws every frame as Textual does, so a widget that fails
+# to draw in a state no test reads is still found there.
+def _skip_unread_frames(refresh):
+    def compositor_refresh(screen) -> None:
+        app = screen.app
+        if app.is_headless and not app.is_inline and screen is app.screen:
+            screen._dirty_widgets.clear()  # (their regions stay dirty in the compositor: the next draw draws them)
+            app._update_mouse_over(screen)
+            return
+        refresh(screen)
+    return compositor_refresh
+
+
+def _is_the_contributors_loop(config) -> bool:
+    return "not slow" in (config.getoption("markexpr", "") or "")
+
+
 @pytest.fixture(autouse=True)
 def _pilot_waits_for_the_keys_effect(request, monkeypatch):
     if "textual.app" not in sys.modules:  # (no test module of this session drives an app)
@@ -187,9 +209,13 @@ def _pilot_waits_for_the_keys_effect(request, monkeypatch):
     import textual.app
     import textual.constants
     import textual.pilot
+    import textual.screen
 
     monkeypatch.setattr(textual.app, "wait_for_idle", settled)
     monkeypatch.setattr(textual.pilot, "wait_for_idle", settled)
+    if _is_the_contributors_loop(request.config):
+        monkeypatch.setattr(textual.screen.Screen, "_compositor_refresh",
+                            _skip_unread_frames(textual.screen.Screen._compositor_refresh))
     # No animations (TEXTUAL_ANIMATIONS=none, as a user may set): a tab's underline slides over ~20 frames, each a
     # whole screen drawn, and it lands where it would have anyway
     monkeypatch.setattr(textual.constants, "TEXTUAL_ANIMATIONS", "none")
