@@ -7,6 +7,7 @@ factory for a trace of a job script in tests/jobs/; the same (script, nproc, arg
 from __future__ import annotations
 
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -58,9 +59,19 @@ def pytest_collection_modifyitems(config, items):
             continue
         if where in QUIET:
             item.add_marker(pytest.mark.quiet)
-    # the viewer's modules first: `-n 2 --dist loadscope` gives a module to one worker, and the viewer's, whose app
-    # sessions make them the longest of the fast loop, came last in path order, one worker running them alone
-    items.sort(key=lambda item: not item.path.is_relative_to(here / "tui"))
+    # The longest modules first, so that the two workers end together: `-n 2 --dist loadscope` hands a worker the
+    # next module when it has 2 tests left. The viewer's modules (their app sessions make them the longest of the
+    # fast loop) first, then the others by their number of tests, most first (xdist's own order, which alone put the
+    # viewer's few long tests in the middle and left the workers 7 s apart at the end).
+    tests_in = Counter(item.path for item in items)
+    items.sort(key=lambda item: (not item.path.is_relative_to(here / "tui"),
+                                 0 if item.path.is_relative_to(here / "tui") else -tests_in[item.path]))
+
+
+def pytest_configure(config):
+    # (the order above, not xdist's: see pytest_collection_modifyitems)
+    if getattr(config.option, "loadscopereorder", False):
+        config.option.loadscopereorder = False
 
 
 # -- the fast loop starts no process ----------------------------------------------------------------------------
