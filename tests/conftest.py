@@ -69,8 +69,9 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_configure(config):
-    # (the order above, not xdist's: see pytest_collection_modifyitems)
-    if getattr(config.option, "loadscopereorder", False):
+    # (the order above, not xdist's, in the loop: see pytest_collection_modifyitems; the full suite, whose time is its
+    # jobs', keeps the order it was measured in)
+    if getattr(config.option, "loadscopereorder", False) and _is_the_contributors_loop(config):
         config.option.loadscopereorder = False
 
 
