@@ -7,6 +7,7 @@ factory for a trace of a job script in tests/jobs/; the same (script, nproc, arg
 from __future__ import annotations
 
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -58,9 +59,20 @@ def pytest_collection_modifyitems(config, items):
             continue
         if where in QUIET:
             item.add_marker(pytest.mark.quiet)
-    # the viewer's modules first: `-n 2 --dist loadscope` gives a module to one worker, and the viewer's, whose app
-    # sessions make them the longest of the fast loop, came last in path order, one worker running them alone
-    items.sort(key=lambda item: not item.path.is_relative_to(here / "tui"))
+    # The longest modules first, so that the two workers end together: `-n 2 --dist loadscope` hands a worker the
+    # next module when it has 2 tests left. The viewer's modules (their app sessions make them the longest of the
+    # fast loop) first, then the others by their number of tests, most first (xdist's own order, which alone put the
+    # viewer's few long tests in the middle and left the workers 7 s apart at the end).
+    tests_in = Counter(item.path for item in items)
+    items.sort(key=lambda item: (not item.path.is_relative_to(here / "tui"),
+                                 0 if item.path.is_relative_to(here / "tui") else -tests_in[item.path]))
+
+
+def pytest_configure(config):
+    # (the order above, not xdist's, in the loop: see pytest_collection_modifyitems; the full suite, whose time is its
+    # jobs', keeps the order it was measured in)
+    if getattr(config.option, "loadscopereorder", False) and _is_the_contributors_loop(config):
+        config.option.loadscopereorder = False
 
 
 # -- the fast loop starts no process ----------------------------------------------------------------------------
@@ -180,6 +192,28 @@ async def settled(min_sleep: float = 0.0, max_sleep: float = 1.0) -> None:
             quiet += 1
 
 
+# -- the frames nobody reads, in the contributors' loop ----------------------------------------------------------
+# A headless app draws every frame (the compositor renders each changed widget's lines) and throws it away:
+# App._display writes nothing without a terminal. That is some 3 frames a key and a quarter of a viewer test's CPU.
+# A run that leaves out the slow tests (the contributors' loop, `-m "not slow"`) skips them: what a test reads off
+# the screen (tui_helpers.screen_text, the snapshots) it draws itself, whole, as before, and every view is drawn by
+# its snapshot. The full suite (the README's test command) draws every frame as Textual does, so a widget that fails
+# to draw in a state no test reads is still found there.
+def _skip_unread_frames(refresh):
+    def compositor_refresh(screen) -> None:
+        app = screen.app
+        if app.is_headless and not app.is_inline and screen is app.screen:
+            screen._dirty_widgets.clear()  # (their regions stay dirty in the compositor: the next draw draws them)
+            app._update_mouse_over(screen)
+            return
+        refresh(screen)
+    return compositor_refresh
+
+
+def _is_the_contributors_loop(config) -> bool:
+    return "not slow" in (config.getoption("markexpr", "") or "")
+
+
 @pytest.fixture(autouse=True)
 def _pilot_waits_for_the_keys_effect(request, monkeypatch):
     if "textual.app" not in sys.modules:  # (no test module of this session drives an app)
@@ -187,9 +221,13 @@ def _pilot_waits_for_the_keys_effect(request, monkeypatch):
     import textual.app
     import textual.constants
     import textual.pilot
+    import textual.screen
 
     monkeypatch.setattr(textual.app, "wait_for_idle", settled)
     monkeypatch.setattr(textual.pilot, "wait_for_idle", settled)
+    if _is_the_contributors_loop(request.config):
+        monkeypatch.setattr(textual.screen.Screen, "_compositor_refresh",
+                            _skip_unread_frames(textual.screen.Screen._compositor_refresh))
     # No animations (TEXTUAL_ANIMATIONS=none, as a user may set): a tab's underline slides over ~20 frames, each a
     # whole screen drawn, and it lands where it would have anyway
     monkeypatch.setattr(textual.constants, "TEXTUAL_ANIMATIONS", "none")
