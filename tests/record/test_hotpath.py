@@ -1,0 +1,111 @@
+"""The recorder's compiled part (_hotpath.c) beside its pure-Python twin: the same frames give the same results.
+
+callsite.walk is _hotpath.walk where the part is built (CPython 3.11-3.13), callsite.py_walk always Python's; both
+read the same caches. Each probe here calls both on the same frame and compares, on first sight (the misses, handed
+back to Python) and again (the compiled walk's own hits). Skipped where the part is not built or is forced off
+(DISTTRACE_PURE=1: then every test of the recorder runs on the Python code alone)."""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+
+import pytest
+
+from disttrace.tracer.format import TORCH_DIR
+from disttrace.tracer.record import callsite, compiled
+
+walk_c = compiled.offers("walk")
+needs_c = pytest.mark.skipif(walk_c is None, reason="the compiled part is not built here (or DISTTRACE_PURE is set)")
+
+
+def probe(depth=2):
+    """Both walks from this frame, `depth` levels up counted as callsite.walk counts them; twice each (miss, hit)."""
+    first = (callsite.py_walk(depth), walk_c(depth))
+    again = (walk_c(depth), callsite.py_walk(depth))
+    return first + again
+
+
+def _same(results):
+    assert results[0][0] is not None or results[0] == (None, None, None)
+    assert all(r == results[0] for r in results), results
+    return results[0]
+
+
+@needs_c
+def test_a_users_line_is_the_same_site_on_both_paths():
+    site, api, origin = _same(probe())
+    assert site.startswith(__file__ + ":") and site.endswith(" in test_a_users_line_is_the_same_site_on_both_paths")
+    assert (api, origin) == (None, None)
+
+
+@needs_c
+def test_each_line_of_a_loop_is_its_own_site():
+    seen = [_same(probe())[0] for _ in range(3)] + [_same(probe())[0]]
+    assert seen[0] == seen[1] == seen[2] != seen[3]
+
+
+@needs_c
+def test_generators_comprehensions_lambdas_and_c_callers():
+    def gen():
+        yield _same(probe())
+
+    sites = [next(gen())[0]]
+    sites += [[_same(probe()) for _ in range(1)][0][0]]
+    sites += [(lambda: _same(probe()))()[0]]
+    sites += [list(map(lambda _: _same(probe()), [0]))[0][0]]  # called from C (a shim frame on 3.12+)
+    sites += [sorted([1, 2], key=lambda _: _same(probe())[0])[0] and _same(probe())[0]]
+    sites += [functools.partial(lambda: _same(probe()))()[0]]
+    assert all(s and s.startswith(__file__) for s in sites), sites
+
+
+@needs_c
+def test_deeper_starting_points_and_code_run_from_a_string():
+    def inner():
+        return probe(3)  # the caller of inner's caller
+
+    def outer():
+        return _same(inner())
+
+    assert _same(probe())[0] != outer()[0]
+    scope = {"probe": probe, "_same": _same}
+    exec(compile("r = _same(probe())\n", "<string>", "exec"), scope)
+    assert scope["r"][0] == "<string>:1 in <module>"
+
+
+def _torch_code(rel: str, src: str, name: str):
+    """A function whose code says it is torch's file `rel` (how a frame of torch is known: its file's path)."""
+    scope: dict = {}
+    exec(compile(src, os.path.join(TORCH_DIR or "/torch/", rel), "exec"), scope)
+    return scope[name]
+
+
+@needs_c
+@pytest.mark.skipif(TORCH_DIR is None, reason="torch's directory is not known here")
+def test_the_api_and_the_origin_are_the_same_on_both_paths():
+    # user -> ddp's forward -> c10d's all_reduce (public: the api) -> c10d's _helper (not an api) -> the probe
+    helper = _torch_code("distributed/distributed_c10d.py", "def _helper(p):\n    return p()\n", "_helper")
+    api = _torch_code("distributed/distributed_c10d.py", "def all_reduce(h, p):\n    return h(p)\n", "all_reduce")
+    ddp = _torch_code("nn/parallel/distributed.py", "class DistributedDataParallel:\n"
+                      "    def forward(self, a, h, p):\n        return a(h, p)\n", "DistributedDataParallel")
+    site, api_name, origin = _same(ddp().forward(api, helper, lambda: probe(3)))
+    assert site.startswith(__file__) and api_name == "all_reduce" and origin == "ddp.DistributedDataParallel.forward"
+
+
+@needs_c
+def test_a_cut_cache_of_sites_is_found_again():
+    _same(probe())
+    for sites in callsite._users.values():
+        code = sites[-1]
+        sites.clear()
+        sites[-1] = code
+    assert _same(probe())[0].startswith(__file__)
+
+
+def test_disttrace_pure_forces_the_python_code(monkeypatch):
+    monkeypatch.setenv(compiled.PURE_ENV, "1")
+    assert compiled._load() is None
+    monkeypatch.setenv(compiled.PURE_ENV, "0")
+    built = importlib.util.find_spec("disttrace.tracer.record._hotpath") is not None
+    assert (compiled._load() is not None) == built
