@@ -109,3 +109,75 @@ def test_disttrace_pure_forces_the_python_code(monkeypatch):
     monkeypatch.setenv(compiled.PURE_ENV, "0")
     built = importlib.util.find_spec("disttrace.tracer.record._hotpath") is not None
     assert (compiled._load() is not None) == built
+
+
+# -- the lean path's records: _hotpath.begin and _hotpath.end beside fastpath.py's and Completion.lean_end's --------
+begin_c, end_c = compiled.offers("begin"), compiled.offers("end")
+needs_records = pytest.mark.skipif(begin_c is None, reason="the compiled part is not built here (or DISTTRACE_PURE)")
+
+
+class _Rec:
+    """A recorder that keeps its lines; full (raw raises ValueError, as a full map does) after `room` lines."""
+
+    def __init__(self, room=10**9):
+        self.lines, self.room, self.grown = [], room, []
+
+    def raw(self, line):
+        if len(self.lines) >= self.room:
+            raise ValueError("full")
+        self.lines.append(line)
+
+    def write_raw(self, line):
+        self.grown.append(line)
+
+
+@needs_records
+@pytest.mark.parametrize("gs", [None, 0, 7, 2**40])
+def test_a_begin_record_is_the_templates_bytes(gs):
+    from disttrace.tracer.record.op_records import BEGIN_LINE, BEGIN_LINE_GS
+
+    head = b'{"k":"b","op":"all_reduce","api":"all_reduce","g":0,"bytes":4096,"async":false,"i":'
+    rec = _Rec()
+    now = begin_c(rec, head, 12345, gs)
+    want = BEGIN_LINE % (head, 12345, now) if gs is None else BEGIN_LINE_GS % (head, 12345, gs, now)
+    assert rec.lines == [want]
+    full = _Rec(room=0)  # the map is full: write_raw has the line
+    begin_c(full, head, 1, gs)
+    assert full.lines == [] and len(full.grown) == 1
+
+
+def _completions(tmp_path, agg: bool):
+    from disttrace.tracer.record.aggregates import Aggregates
+    from disttrace.tracer.record.completion import Completion
+
+    out = []
+    for name in ("py", "c"):
+        a = Aggregates(str(tmp_path / f"{name}.agg"), lambda rec: None, "seconds", 10, 1.0) if agg else None
+        out.append(Completion(_Rec(), {}, None, a))
+    return out
+
+
+@needs_records
+@pytest.mark.parametrize("agg", [False, True], ids=["full", "black_box"])
+def test_a_lean_end_is_the_same_record_and_counts_either_way(tmp_path, agg):
+    py, c = _completions(tmp_path, agg)
+    assert c.lean_done.func is end_c  # (compiled.py's) and Completion.lean_end its twin
+    start = py.agg.start if agg else 0
+    c_start = c.agg.start if agg else 0
+    ends = [(3, 7, 100, 350), (4, None, 400, 1000), (5, 9, 500, 500), (6, 2**33, 600, 2_000_000_000)]  # the last
+    for i, seq, t0, t in ends:  # ... past the window's end: it closes the window first, as Aggregates.add does
+        slot = (py.agg.slot(0, "all_reduce", 4096 * i), c.agg.slot(0, "all_reduce", 4096 * i)) if agg else (None, None)
+        py.lean_end(("all_reduce", "g", i, start + t0, 1, i, seq, slot[0]), start + t)
+        c.lean_done(("all_reduce", "g", i, c_start + t0, 1, i, seq, slot[1]), c_start + t)
+    assert py.rec.lines == [ln if not agg else _shifted(ln, c_start - start) for ln in c.rec.lines]
+    if agg:
+        assert py.agg.acc == c.agg.acc and len(py.agg._closed) == len(c.agg._closed) == 2  # two windows of 1 s passed
+        assert [w[5] for w in py.agg._closed] == [w[5] for w in c.agg._closed]  # the closed windows' rows
+
+
+def _shifted(line: bytes, by: int) -> bytes:
+    import orjson
+
+    rec = orjson.loads(line)
+    rec["t"] -= by
+    return orjson.dumps(rec) + b"\n"

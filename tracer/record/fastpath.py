@@ -37,6 +37,7 @@ from time import monotonic_ns
 
 from . import current
 from .callsite import walk
+from .compiled import offers
 from .completion import PENDING_LIMIT, Event
 from .op_records import BEGIN_LINE, BEGIN_LINE_GS, nbytes
 from .specs import SPECS
@@ -46,6 +47,7 @@ _Tensor = torch.Tensor
 _strided = torch.strided
 _Gloo = getattr(dist, "ProcessGroupGloo", None)
 _inflight_as_graph_input = getattr(_C._distributed_c10d, "_allow_inflight_collective_as_graph_input", None)
+_begin_c = offers("begin")  # the lean path's begin record, formatted and written in C (compiled.py)
 
 
 # ProcessGroup method -> (c10d op it issues, how its arguments read, the backend's method that takes the same
@@ -209,6 +211,7 @@ def _wrap(orig, spec, decode, lean_args, direct, profiler):
     nested = current.nested
     dispatch_modes = _C._len_torch_dispatch_stack
     inflight = _inflight_as_graph_input
+    begin = _begin_c
 
     def method(self, *args, **kwargs):
         t = current.tracer
@@ -237,17 +240,18 @@ def _wrap(orig, spec, decode, lean_args, direct, profiler):
                         if collective:
                             gs = g.next_seq
                             g.next_seq = gs + 1
-                            now = monotonic_ns()  # last: everything above is our own cost, not the op's
-                            line = BEGIN_LINE_GS % (head, i, gs, now)
                         else:
                             gs = None
-                            now = monotonic_ns()
-                            line = BEGIN_LINE % (head, i, now)
-                        rec = t.rec
-                        try:
-                            rec.raw(line)
-                        except ValueError:  # the map is full (or closed): write_raw grows it (or drops the line)
-                            rec.write_raw(line)
+                        if begin is not None:  # the same record, the time taken last, formatted and written in C
+                            now = begin(t.rec, head, i, gs)
+                        else:
+                            now = monotonic_ns()  # last: everything above is our own cost, not the op's
+                            line = BEGIN_LINE % (head, i, now) if gs is None else BEGIN_LINE_GS % (head, i, gs, now)
+                            rec = t.rec
+                            try:
+                                rec.raw(line)
+                            except ValueError:  # the map is full (or closed): write_raw grows it (or drops the line)
+                                rec.write_raw(line)
                     else:
                         entry = None
             except Exception as e:  # noqa: BLE001
