@@ -181,3 +181,19 @@ def _shifted(line: bytes, by: int) -> bytes:
     rec = orjson.loads(line)
     rec["t"] -= by
     return orjson.dumps(rec) + b"\n"
+
+
+@needs_records
+def test_a_lean_end_counts_in_windows_of_steps_whose_deadline_never_comes(tmp_path):
+    from disttrace.tracer.record.aggregates import Aggregates
+    from disttrace.tracer.record.completion import Completion
+
+    aggs = [Aggregates(str(tmp_path / f"{k}.agg"), lambda rec: None, "steps", 10, 10.0) for k in (0, 1)]
+    for a in aggs:
+        a.step(1, a.start)  # a job that marks steps: the deadline is 1 << 63, past a C long long
+    py, c = (Completion(_Rec(), {}, None, a) for a in aggs)
+    for comp in (py, c):
+        slot = comp.agg.slot(0, "all_reduce", 4096)
+        for i in range(3):
+            (comp.lean_end if comp is py else comp.lean_done)(("all_reduce", "g", i, 100, 1, i, None, slot), 350)
+    assert py.agg.acc == c.agg.acc == {0: [3, 750, 250, 12288]}

@@ -274,11 +274,12 @@ agg_add(PyObject *agg, PyObject *slot, long long t0, long long t, PyObject *t_ob
     PyObject *deadline = PyObject_GetAttr(agg, s_deadline);
     if (deadline == NULL)
         return -1;
-    long long dl = PyLong_AsLongLong(deadline);
+    int over;  /* (windows of steps: a deadline that never comes, 1 << 63, past any long long) */
+    long long dl = PyLong_AsLongLongAndOverflow(deadline, &over);
     Py_DECREF(deadline);
     if (dl == -1 && PyErr_Occurred())
         return -1;
-    if (t >= dl) {
+    if (over < 0 || (over == 0 && t >= dl)) {
         PyObject *r = PyObject_CallMethodOneArg(agg, s_roll, t_obj);
         if (r == NULL)
             return -1;
