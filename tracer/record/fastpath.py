@@ -24,6 +24,8 @@ With summaries off (the default) the common case takes the lean path: a reader p
 what varies per call, and the wrapper itself looks its own key up in Tracer.lean (what the key's first sight
 decided: Tracer.lean_entry), writes the begin record and issues the op; a synchronous op waits in
 Completion.lean_sync for hooks.py's Work.wait to end it, without an Event (docs/ARCHITECTURE.md, "The lean path").
+Where the recorder's compiled part is built (compiled.py), the lean branch of the readers _lean_one and _lean_p2p
+runs as one C call (_hotpath.Lean) with the same rules in the same order, and the code below is its twin.
 """
 
 from __future__ import annotations
