@@ -1,6 +1,7 @@
 """Instructions that recording adds to each op, counted with callgrind: issue 50's yardstick.
 
-    python benchmarks/bench_record_cost.py [--ops 100,600] [--reps 1] [--modes untraced,fr,off,stats,full,bb]
+    python benchmarks/bench_record_cost.py [--ops 100,600] [--reps 1]
+                                           [--modes untraced,fr,off,off-pure,stats,full,bb,bb-pure]
                                            [--fr-entries 2000] [--instrument-all] [--keep DIR]
 
 Needs valgrind (callgrind) on PATH. A world of one on gloo (init_process_group with a HashStore, no torchrun), a
@@ -12,7 +13,10 @@ loop of 4 KiB all_reduces (1024 float32), under `valgrind --tool=callgrind --sep
 - off, stats, full: disttrace's full trace as `disttrace run` installs it in a rank, with its defaults (the hang
   watchdog included) and each --summaries mode (off is the default); Flight Recorder off;
 - bb: `disttrace run --black-box` with its defaults (a ring of 4,000 ops; the aggregates kept at each op's end, the
-  watchdog thread writing their closed windows); Flight Recorder off.
+  watchdog thread writing their closed windows); Flight Recorder off;
+- off-pure, bb-pure: off and bb on the recorder's pure-Python code (DISTTRACE_PURE=1: its compiled part,
+  tracer/record/_hotpath.c, unused), beside the compiled part in the same run; the other modes use the compiled part
+  where it is built (the table's note says whether it was).
 
 The yardstick, per mode: (I[600 ops] - I[100 ops]) / 500, the instructions (callgrind's Ir) of two processes that
 differ only in the loop's length, on the job's main thread and on all of the process's threads together (gloo's
@@ -61,6 +65,9 @@ MODES = {  # name -> (label, TORCH_FR_BUFFER_SIZE, disttrace's --summaries or No
     "full": ("disttrace --summaries full", "0", "full"),
     "bb": ("disttrace --black-box", "0", "off"),  # the black box (its defaults: a ring of 4,000 ops)
 }
+PURE = "-pure"  # a mode's suffix: the same mode on the recorder's pure-Python code (DISTTRACE_PURE=1)
+for _m in ("off", "bb"):
+    MODES[_m + PURE] = (MODES[_m][0] + ", pure Python", *MODES[_m][1:])
 
 
 # -- callgrind's client requests, without a compiler ---------------------------------------------------------
@@ -115,7 +122,7 @@ def _worker(mode: str, n: int, out: str, requests: bool) -> None:
     summaries = MODES[mode][2]
     hang_timeout = None if summaries is None else _run_default("hang_timeout")
     black_box = None
-    if mode == "bb":
+    if mode.removesuffix(PURE) == "bb":
         from disttrace.tracer.blackbox_files import Config
 
         black_box = Config.make()
@@ -196,6 +203,7 @@ def _callgrind(mode: str, n: int, args, work: Path) -> tuple[dict[int, int], flo
     fr = MODES[mode][1] or str(args.fr_entries)
     env = {**os.environ, "TORCH_FR_BUFFER_SIZE": fr, "OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0"}
     env.pop("TORCH_NCCL_TRACE_BUFFER_SIZE", None)  # (its fallback: TORCH_FR_BUFFER_SIZE alone decides)
+    env["DISTTRACE_PURE"] = "1" if mode.endswith(PURE) else "0"
     cmd = ["valgrind", "--tool=callgrind", "--separate-threads=yes", f"--callgrind-out-file={work}/cg.%p",
            *([] if args.instrument_all else ["--instr-atstart=no"]),
            sys.executable, os.path.abspath(__file__), "--worker", mode, "--ops", str(n), "--out",
@@ -219,6 +227,12 @@ def _measure(mode: str, args, work: Path) -> tuple[list[tuple[float, float]], fl
     return res, took
 
 
+def _compiled_built() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("disttrace.tracer.record._hotpath") is not None
+
+
 def _k(x: float, sign: bool = False) -> str:
     return f"{x / 1000:{'+' if sign else ''}.1f}k"
 
@@ -229,16 +243,17 @@ def _report(results: dict, args) -> None:
     med = {m: (statistics.median(a for a, _ in v), statistics.median(b for _, b in v))
            for m, (v, _t) in results.items()}
     refs = [r for r in ("untraced", "fr") if r in med]
-    print(f"{'mode':36} {'main /op':>9} {'all /op':>9}" + "".join(
+    print(f"{'mode':50} {'main /op':>9} {'all /op':>9}" + "".join(
         f"   {'beside ' + MODES[r][0] + ': main':>30} {'all':>8}" for r in refs))
     for m, (main, every) in med.items():
         added = [("-", "-") if m == r else (_k(main - med[r][0], True), _k(every - med[r][1], True)) for r in refs]
         cells = [f"{a:>30} {b:>8}" for a, b in added]
-        print(f"{MODES[m][0]:36} {_k(main):>9} {_k(every):>9}" + "".join(f"   {c}" for c in cells))
+        print(f"{MODES[m][0]:50} {_k(main):>9} {_k(every):>9}" + "".join(f"   {c}" for c in cells))
     small, large = args.ops
     print(f"(callgrind's Ir, (I[{large} ops] - I[{small} ops]) / {large - small}; a 4 KiB all_reduce, gloo, a world of "
           f"one; the median of {args.reps} rep(s)" + (", instrumented from the start" if args.instrument_all else "")
-          + f"; Flight Recorder: {args.fr_entries} entries)")
+          + f"; Flight Recorder: {args.fr_entries} entries; the recorder's compiled part "
+          + ("built" if _compiled_built() else "NOT built: every mode ran on pure Python") + ")")
     if args.reps > 1:
         print("each rep, main thread per op: " + "; ".join(
             f"{m} " + ", ".join(_k(a) for a, _ in v) for m, (v, _t) in results.items()))

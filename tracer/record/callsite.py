@@ -19,6 +19,7 @@ import torch
 
 from ..format import GENERATED, TORCH_DIR, frame_kind
 from ..format import USER as USER_FRAME
+from .compiled import offers
 
 # where frame_kind finds torch (the paths of components are below it); torch's own where it found none
 _TORCH_DIR = TORCH_DIR or os.path.dirname(torch.__file__) + os.sep
@@ -117,3 +118,12 @@ def walk(depth: int = 2) -> tuple[str | None, str | None, str | None]:
                 origin = name  # the innermost one wins
         f = f.f_back
     return None, api, origin
+
+
+# The compiled walk (_hotpath.c, CPython 3.11-3.13): the same walk over the interpreter's frames, without making frame
+# objects, sharing these caches; each miss is handed back to the code above (compiled.py says when it is absent).
+py_walk = walk
+_compiled_walk = offers("walk")
+if _compiled_walk is not None:
+    offers("init_walk")(_users, _others, _enter, py_walk, C10D)
+    walk = _compiled_walk

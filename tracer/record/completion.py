@@ -17,12 +17,19 @@ from __future__ import annotations
 import threading
 import time
 import weakref
+from functools import partial
 
 import torch
 import torch.distributed as dist
 
 from . import background
-from .op_records import END_LINE, END_LINE_SEQ, END_LINE_SEQ_DEV, WAIT_LINE, end_fields
+from .compiled import offers
+from .op_records import END_LINE, END_LINE_SEQ, END_LINE_SEQ_DEV, END_OPEN, WAIT_LINE, end_fields
+
+# lean_end's common case (no error) in C, the aggregates' add included (compiled.py): the same record and counts
+_lean_end_c = offers("end")
+if _lean_end_c is not None:
+    offers("init_records")(END_OPEN)
 
 PENDING_LIMIT = 4096  # finished async ops kept for a wait() that may still come
 
@@ -109,6 +116,8 @@ class Completion:
         # until the wait returns: the watchdog watches it from here (in_flight_items)
         self.lean_sync: dict[int, tuple] = {}
         self.tls = _ThreadSlot()  # the kernel's path: its Work is ours, the job may be handed another object
+        if _lean_end_c is not None:  # (lean_done, the same as lean_end without an error; it holds no self)
+            self.lean_done = partial(_lean_end_c, rec, agg)
 
     # -- issue ----------------------------------------------------------------------------------
     def issued(self, ev: Event, result) -> None:
@@ -158,6 +167,8 @@ class Completion:
             rec.raw(line)
         except ValueError:  # the map is full (or closed): write_raw grows it (or drops the line)
             rec.write_raw(line)
+
+    lean_done = lean_end  # a lean op's end without an error: hooks.py's Work.wait (compiled.py's, where it is built)
 
     def in_flight_items(self) -> list[tuple[int, tuple]]:
         """[(event id, (op, group, group_seq, start, thread))] of the ops the watchdog watches: in_flight's and the

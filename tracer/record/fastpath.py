@@ -24,6 +24,8 @@ With summaries off (the default) the common case takes the lean path: a reader p
 what varies per call, and the wrapper itself looks its own key up in Tracer.lean (what the key's first sight
 decided: Tracer.lean_entry), writes the begin record and issues the op; a synchronous op waits in
 Completion.lean_sync for hooks.py's Work.wait to end it, without an Event (docs/ARCHITECTURE.md, "The lean path").
+Where the recorder's compiled part is built (compiled.py), the lean branch of the readers _lean_one and _lean_p2p
+runs as one C call (_hotpath.Lean) with the same rules in the same order, and the code below is its twin.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from time import monotonic_ns
 
 from . import current
 from .callsite import walk
+from .compiled import offers
 from .completion import PENDING_LIMIT, Event
 from .op_records import BEGIN_LINE, BEGIN_LINE_GS, BEGIN_LINE_PS, nbytes
 from .specs import SPECS
@@ -46,6 +49,10 @@ _Tensor = torch.Tensor
 _strided = torch.strided
 _Gloo = getattr(dist, "ProcessGroupGloo", None)
 _inflight_as_graph_input = getattr(_C._distributed_c10d, "_allow_inflight_collective_as_graph_input", None)
+_begin_c = offers("begin")  # the lean path's begin record, formatted and written in C (compiled.py)
+# ... and the whole lean branch of the wrapper for the readers _lean_one and _lean_p2p (where walk is compiled too)
+_Lean = offers("Lean")
+GENERAL = object()  # what it returns for the general path (at a key's first sight: the walk, for the code below)
 
 
 # ProcessGroup method -> (c10d op it issues, how its arguments read, the backend's method that takes the same
@@ -80,7 +87,7 @@ def _p2p(sends: bool):
 # path decides). Only the checks that vary from call to call are here: the first tensor's device and layout; its
 # dtype (quantized or not) is part of the lean key, checked once (Tracer.lean_entry).
 def _lean_one(options: str, root: bool = False):
-    """([tensor], opts): all_reduce, broadcast, reduce."""
+    """([tensor], opts): all_reduce, broadcast, reduce. (_hotpath.Lean reads them the same way: read.c_reader.)"""
     cls = getattr(torch._C._distributed_c10d, options, None)
 
     def read(args):
@@ -92,6 +99,7 @@ def _lean_one(options: str, root: bool = False):
             return None
         opts = args[1]
         return first, opts.rootRank if root else None, None, None, opts.asyncOp, -1, inp, None
+    read.c_reader = (False, root, cls)  # (p2p, root, options class)
     return read
 
 
@@ -115,6 +123,7 @@ def _lean_p2p(sends: bool):
         if first is None:
             return None
         return (first, None, args[1], args[2], None, -1) + ((ts, None) if sends else (None, ts))
+    read.c_reader = (True, False, None)
     return read
 
 
@@ -183,6 +192,9 @@ def install() -> None:
     """Wrap ProcessGroup's collective methods."""
     import torch.autograd.profiler as profiler  # not at import: this module may be imported while torch is
 
+    if _Lean is not None:
+        offers("init_lean")(_Tensor, _strided, profiler, _inflight_as_graph_input, GENERAL, current.safe,
+                            _lean_failed, _lean_async, PENDING_LIMIT, globals())
     PG = dist.ProcessGroup
     for method, (c10d_name, decode, backend_method) in _METHODS.items():
         raw = PG.__dict__.get(method)  # the class's own descriptor, to put back as it was
@@ -209,12 +221,24 @@ def _wrap(orig, spec, decode, lean_args, direct, profiler):
     nested = current.nested
     dispatch_modes = _C._len_torch_dispatch_stack
     inflight = _inflight_as_graph_input
+    begin = _begin_c
+    c_reader = getattr(lean_args, "c_reader", None)
+    lean_c = _Lean(*c_reader, spec, direct) if _Lean is not None and c_reader is not None else None
 
     def method(self, *args, **kwargs):
         t = current.tracer
         if t is None or kwargs or (nested and get_ident() in nested) or dispatch_modes():
             return orig(self, *args, **kwargs)  # the kernel's path records it, if it is a real op
         lean = t.lean
+        walked = None
+        if lean is not None and lean_c is not None:
+            got = lean_c(t, self, args)  # the branch below, in C (compiled.py): the Work, or the general path
+            if type(got) is tuple:
+                walked = got  # a key's first sight: decided below, with this walk (one walk an op)
+            elif got is GENERAL:
+                lean = None
+            else:
+                return got
         if lean is not None:
             # The lean path (summaries off, the common case): the begin record written here, a synchronous op's end
             # by hooks.py's Work.wait from Completion.lean_sync; no Event unless the op is async
@@ -225,7 +249,8 @@ def _wrap(orig, spec, decode, lean_args, direct, profiler):
                     first, root, peer, tag, is_async, size, inp, out = fields
                     g = t.groups.get(id(self)) or t.groups.of(self)
                     backend = g.gloo
-                    walked = walk(2)
+                    if walked is None:
+                        walked = walk(2)
                     tid = get_ident()
                     key = (spec, walked, g, root, peer, tag, first.dtype, first.shape, is_async, size, tid)
                     entry = lean.get(key)
@@ -234,25 +259,24 @@ def _wrap(orig, spec, decode, lean_args, direct, profiler):
                     if entry and backend is not None:
                         head, collective, is_async, op, slot, pair = entry
                         i = next(t._ids)
+                        gs = ps = None
                         if collective:
                             gs = g.next_seq
                             g.next_seq = gs + 1
-                            now = monotonic_ns()  # last: everything above is our own cost, not the op's
-                            line = BEGIN_LINE_GS % (head, i, gs, now)
                         elif pair is not None:  # (a send or recv: its peer is known on this path)
-                            gs, ps = None, pair.next_seq
+                            ps = pair.next_seq
                             pair.next_seq = ps + 1
-                            now = monotonic_ns()
-                            line = BEGIN_LINE_PS % (head, i, ps, now)
+                        if begin is not None:  # the same record, the time taken last, formatted and written in C
+                            now = begin(t.rec, head, i, gs, ps)
                         else:
-                            gs = None
-                            now = monotonic_ns()
-                            line = BEGIN_LINE % (head, i, now)
-                        rec = t.rec
-                        try:
-                            rec.raw(line)
-                        except ValueError:  # the map is full (or closed): write_raw grows it (or drops the line)
-                            rec.write_raw(line)
+                            now = monotonic_ns()  # last: everything above is our own cost, not the op's
+                            line = BEGIN_LINE_GS % (head, i, gs, now) if gs is not None else \
+                                BEGIN_LINE_PS % (head, i, ps, now) if ps is not None else BEGIN_LINE % (head, i, now)
+                            rec = t.rec
+                            try:
+                                rec.raw(line)
+                            except ValueError:  # the map is full (or closed): write_raw grows it (or drops the line)
+                                rec.write_raw(line)
                     else:
                         entry = None
             except Exception as e:  # noqa: BLE001

@@ -446,7 +446,7 @@ def _patch_work_wait() -> None:
                 now = monotonic_ns()
                 lean.pop(key, None)
                 try:
-                    c.lean_end(entry, now)
+                    c.lean_done(entry, now)
                 except Exception as e:  # noqa: BLE001
                     t.fail(e)
                 return result

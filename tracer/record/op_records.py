@@ -23,8 +23,9 @@ BEGIN_LINE_IN = b'%b%d%b,"t":%d}\n'
 BEGIN_LINE_GS_IN = b'%b%d,"gs":%d%b,"t":%d}\n'
 BEGIN_LINE_PS_IN = b'%b%d,"ps":%d%b,"t":%d}\n'
 # id, time, [the backend's sequence number]: the common end, with no error, peer or summary
-END_LINE = b"{" + kind_marker(END) + b',"i":%d,"t":%d}\n'
-END_LINE_SEQ = b"{" + kind_marker(END) + b',"i":%d,"t":%d,"seq":%d}\n'
+END_OPEN = b"{" + kind_marker(END) + b',"i":'  # (compiled.py's end record starts with it too)
+END_LINE = END_OPEN + b'%d,"t":%d}\n'
+END_LINE_SEQ = END_OPEN + b'%d,"t":%d,"seq":%d}\n'
 # ... and the NCCL kernel's duration by its CUDA events, from the completion hook (ncclhook.py)
 END_LINE_SEQ_DEV = b"{" + kind_marker(END) + b',"i":%d,"t":%d,"seq":%d,"dev":%d}\n'
 WAIT_LINE = b"{" + kind_marker(WAIT) + b',"i":%d,"t0":%d,"t1":%d}\n'  # id, the wait's start and end

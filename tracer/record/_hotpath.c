@@ -1,0 +1,868 @@
+/* The recorder's compiled part: what the lean path (fastpath.py) does on every op, in C.
+ *
+ * Optional (setup.py builds it with optional=True; wheels carry it): compiled.py loads it unless DISTTRACE_PURE is set,
+ * and every function here has a pure-Python twin that produces the same bytes (tests/record/test_hotpath.py runs both).
+ * Plain C on CPython's API; no torch.
+ *
+ * walk(depth): callsite.walk without frame objects. On CPython 3.11-3.13 it reads the interpreter's frames
+ * (_PyInterpreterFrame: code object and instruction offset) through the internal headers; on any other version the
+ * module has no walk and callsite.py's is used. It shares callsite.py's caches (set by init_walk) and hands every miss
+ * to Python: an unknown code object to callsite._enter, an unknown call site to callsite's own walk (which makes the
+ * frame object it needs for the line number), so that both give the same results from the same caches.
+ *
+ * begin(rec, head, i, gs) and end(rec, agg, entry, t): the lean path's begin and end records, formatted and written
+ * as fastpath.py's wrapper and Completion.lean_end write them (op_records.py's templates; the end also into the black
+ * box's aggregates, as Aggregates.add counts it), without the Python frames and the `%` formatting.
+ *
+ * Lean(...): fastpath.py's lean path for all_reduce, broadcast, reduce, send and recv (their readers _lean_one and
+ * _lean_p2p), as one C callable the Python wrapper calls after its own checks. It returns the op's Work as the wrapper
+ * would, or the walk's (site, api, origin) at a key's first sight (the Python code decides it, Tracer.lean_entry, with
+ * that walk: one walk an op), or GENERAL (the general path: not the common case, or a failure, handed to t.fail as
+ * the wrapper does). Offered with walk (3.11-3.13).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <time.h>
+
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030E0000
+#define HOTPATH_FRAMES 1
+#ifndef Py_BUILD_CORE
+#define Py_BUILD_CORE 1
+#endif
+#undef _PyGC_FINALIZED
+#include "internal/pycore_frame.h"
+#if PY_VERSION_HEX >= 0x030D0000
+#define FRAME_CODE(f) ((PyObject *)(f)->f_executable)
+#define CURRENT_FRAME(ts) ((ts)->current_frame)
+#else
+#define FRAME_CODE(f) ((PyObject *)(f)->f_code)
+#define CURRENT_FRAME(ts) ((ts)->cframe->current_frame)
+#endif
+#endif
+
+#ifdef HOTPATH_FRAMES
+/* callsite.py's: _users, _others, _enter, its own walk, and the kind C10D */
+static PyObject *users, *others, *enter, *py_walk;
+static long c10d_kind = -1;
+
+static PyObject *
+init_walk(PyObject *self, PyObject *args)
+{
+    PyObject *u, *o, *e, *w;
+    long k;
+    if (!PyArg_ParseTuple(args, "O!O!OOl:init_walk", &PyDict_Type, &u, &PyDict_Type, &o, &e, &w, &k))
+        return NULL;
+    Py_INCREF(u); Py_INCREF(o); Py_INCREF(e); Py_INCREF(w);
+    Py_XSETREF(users, u); Py_XSETREF(others, o); Py_XSETREF(enter, e); Py_XSETREF(py_walk, w);
+    c10d_kind = k;
+    Py_RETURN_NONE;
+}
+
+/* The next frame out that a frame object would show (f_back skips incomplete frames and C shims). */
+static _PyInterpreterFrame *
+complete(_PyInterpreterFrame *f)
+{
+    while (f != NULL && _PyFrame_IsIncomplete(f))
+        f = f->previous;
+    return f;
+}
+
+static PyObject *
+fallback(PyObject *depth)
+{
+    return PyObject_CallOneArg(py_walk, depth);
+}
+
+static PyObject *
+result(PyObject *site, PyObject *api, PyObject *origin)
+{
+    return PyTuple_Pack(3, site, api ? api : Py_None, origin ? origin : Py_None);
+}
+
+/* (site, api, origin) for the code that called into the frame `depth` levels up, counted as callsite.walk counts
+ * them: its own frame is level 0, so the frame that called this function is level 1. */
+static PyObject *
+walk_impl(long depth, PyObject *depth_obj)
+{
+    if (users == NULL || depth < 1)
+        return fallback(depth_obj);
+    _PyInterpreterFrame *f = complete(CURRENT_FRAME(PyThreadState_Get()));
+    for (long d = 1; d < depth && f != NULL; d++)
+        f = complete(f->previous);
+    if (f == NULL)
+        return fallback(depth_obj);  /* (sys._getframe's error, raised by the same call) */
+    PyObject *api = NULL, *origin = NULL;  /* borrowed from the caches' entries, which outlive the walk */
+    int entered = 0;
+    while (f != NULL) {
+        PyObject *code = FRAME_CODE(f);
+        if (!PyCode_Check(code))
+            return fallback(depth_obj);
+        PyObject *key = PyLong_FromVoidPtr(code);
+        if (key == NULL)
+            return NULL;
+        PyObject *sites = PyDict_GetItemWithError(users, key);
+        if (sites != NULL) {  /* the user's code: its call site by instruction offset, as f.f_lasti reads it */
+            Py_DECREF(key);
+            PyObject *lasti = PyLong_FromLong((long)_PyInterpreterFrame_LASTI(f) * (long)sizeof(_Py_CODEUNIT));
+            if (lasti == NULL)
+                return NULL;
+            PyObject *site = PyDict_Check(sites) ? PyDict_GetItemWithError(sites, lasti) : NULL;
+            Py_DECREF(lasti);
+            if (site == NULL) {
+                if (PyErr_Occurred())
+                    return NULL;
+                return fallback(depth_obj);  /* a new call site: its line number from a frame object */
+            }
+            return result(site, api, origin);
+        }
+        PyObject *entry = PyErr_Occurred() ? NULL : PyDict_GetItemWithError(others, key);
+        Py_DECREF(key);
+        if (entry == NULL) {
+            if (PyErr_Occurred() || entered)
+                return PyErr_Occurred() ? NULL : fallback(depth_obj);
+            PyObject *r = PyObject_CallOneArg(enter, code);  /* classified once; looked at again, now known */
+            if (r == NULL)
+                return NULL;
+            Py_DECREF(r);
+            entered = 1;
+            continue;
+        }
+        entered = 0;
+        if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) < 2)
+            return fallback(depth_obj);
+        PyObject *name = PyTuple_GET_ITEM(entry, 1);
+        if (name != Py_None) {
+            long kind = PyLong_AsLong(PyTuple_GET_ITEM(entry, 0));
+            if (kind == -1 && PyErr_Occurred())
+                return NULL;
+            if (kind == c10d_kind)
+                api = name;  /* the outermost one wins */
+            else if (origin == NULL)
+                origin = name;  /* the innermost one wins */
+        }
+        f = complete(f->previous);
+    }
+    return result(Py_None, api, origin);
+}
+
+static PyObject *
+walk(PyObject *self, PyObject *depth_obj)
+{
+    long depth = PyLong_AsLong(depth_obj);
+    if (depth == -1 && PyErr_Occurred())
+        return NULL;
+    return walk_impl(depth, depth_obj);
+}
+#endif
+
+
+/* -- the lean path's records ---------------------------------------------------------------------------- */
+static PyObject *end_open;  /* op_records.END_LINE up to its id: b'{"k":"e","i":' */
+static PyObject *s_raw, *s_write_raw, *s_deadline, *s_acc, *s_roll;
+
+static PyObject *
+init_records(PyObject *self, PyObject *arg)
+{
+    if (!PyBytes_Check(arg)) {
+        PyErr_SetString(PyExc_TypeError, "init_records(end_open: bytes)");
+        return NULL;
+    }
+    Py_INCREF(arg);
+    Py_XSETREF(end_open, arg);
+    Py_RETURN_NONE;
+}
+
+/* rec.raw(line), or rec.write_raw(line) where the map is full or closed (ValueError): the wrapper's own rule */
+static int
+write_line(PyObject *rec, PyObject *line)
+{
+    PyObject *raw = PyObject_GetAttr(rec, s_raw);
+    if (raw == NULL)
+        return -1;
+    PyObject *r = PyObject_CallOneArg(raw, line);
+    Py_DECREF(raw);
+    if (r == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_ValueError))
+            return -1;
+        PyErr_Clear();
+        r = PyObject_CallMethodOneArg(rec, s_write_raw, line);
+        if (r == NULL)
+            return -1;
+    }
+    Py_DECREF(r);
+    return 0;
+}
+
+/* A record's tail, written by hand: glibc's snprintf costs some 2k instructions a call, a third of the lean path */
+static char *
+put_str(char *at, const char *s)
+{
+    while (*s)
+        *at++ = *s++;
+    return at;
+}
+
+static char *
+put_int(char *at, long long v)  /* as Python's %d writes it */
+{
+    char digits[24];
+    int n = 0;
+    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+    do {
+        digits[n++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0)
+        *at++ = '-';
+    while (n)
+        *at++ = digits[--n];
+    return at;
+}
+
+/* head + tail[0:n] as one bytes object */
+static PyObject *
+line_of(PyObject *head, const char *tail, Py_ssize_t n)
+{
+    Py_ssize_t h = PyBytes_GET_SIZE(head);
+    PyObject *line = PyBytes_FromStringAndSize(NULL, h + n);
+    if (line != NULL) {
+        memcpy(PyBytes_AS_STRING(line), PyBytes_AS_STRING(head), h);
+        memcpy(PyBytes_AS_STRING(line) + h, tail, n);
+    }
+    return line;
+}
+
+static long long
+monotonic_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);  /* time.monotonic_ns's clock */
+    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* begin(rec, head, i, gs[, ps]) -> t: the begin record BEGIN_LINE % (head, i, t) (BEGIN_LINE_GS with gs, unless gs is
+ * None; else BEGIN_LINE_PS with ps, unless it is None or not given), the time taken last, written to rec as the
+ * wrapper writes it. */
+static PyObject *
+begin(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if ((nargs != 4 && nargs != 5) || !PyBytes_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "begin(rec, head: bytes, i, gs[, ps])");
+        return NULL;
+    }
+    long long i = PyLong_AsLongLong(args[2]);
+    if (i == -1 && PyErr_Occurred())
+        return NULL;
+    int has_gs = args[3] != Py_None;
+    long long gs = has_gs ? PyLong_AsLongLong(args[3]) : 0;
+    if (gs == -1 && PyErr_Occurred())
+        return NULL;
+    int has_ps = !has_gs && nargs == 5 && args[4] != Py_None;
+    long long ps = has_ps ? PyLong_AsLongLong(args[4]) : 0;
+    if (ps == -1 && PyErr_Occurred())
+        return NULL;
+    long long now = monotonic_now();  /* last: everything above is our own cost, not the op's */
+    char tail[128], *at = put_int(tail, i);  /* op_records.BEGIN_LINE(_GS, _PS) after the head */
+    if (has_gs)
+        at = put_int(put_str(at, ",\"gs\":"), gs);
+    else if (has_ps)
+        at = put_int(put_str(at, ",\"ps\":"), ps);
+    at = put_str(put_int(put_str(at, ",\"t\":"), now), "}\n");
+    PyObject *line = line_of(args[1], tail, at - tail);
+    if (line == NULL)
+        return NULL;
+    int err = write_line(args[0], line);
+    Py_DECREF(line);
+    return err ? NULL : PyLong_FromLongLong(now);
+}
+
+static int
+add_item(PyObject *row, Py_ssize_t k, long long by, int keep_max)
+{
+    long long v = PyLong_AsLongLong(PyList_GET_ITEM(row, k));
+    if (v == -1 && PyErr_Occurred())
+        return -1;
+    if (keep_max && by <= v)
+        return 0;
+    PyObject *n = PyLong_FromLongLong(keep_max ? by : v + by);
+    if (n == NULL)
+        return -1;
+    return PyList_SetItem(row, k, n);  /* (steals n, lets go of the old value) */
+}
+
+/* Aggregates.add(slot, t0, t): an op of slot (key id, bytes) that began at t0 and ended at t, into its key's row
+ * [count, total ns, max ns, bytes] of the window in progress; no Python call between a row's read and its write. */
+static int
+agg_add(PyObject *agg, PyObject *slot, long long t0, long long t, PyObject *t_obj)
+{
+    PyObject *deadline = PyObject_GetAttr(agg, s_deadline);
+    if (deadline == NULL)
+        return -1;
+    int over;  /* (windows of steps: a deadline that never comes, 1 << 63, past any long long) */
+    long long dl = PyLong_AsLongLongAndOverflow(deadline, &over);
+    Py_DECREF(deadline);
+    if (dl == -1 && PyErr_Occurred())
+        return -1;
+    if (over < 0 || (over == 0 && t >= dl)) {
+        PyObject *r = PyObject_CallMethodOneArg(agg, s_roll, t_obj);
+        if (r == NULL)
+            return -1;
+        Py_DECREF(r);
+    }
+    if (!PyTuple_Check(slot) || PyTuple_GET_SIZE(slot) != 2) {
+        PyErr_SetString(PyExc_TypeError, "an aggregates' slot is (key id, bytes)");
+        return -1;
+    }
+    PyObject *kid = PyTuple_GET_ITEM(slot, 0);
+    long long nbytes = PyLong_AsLongLong(PyTuple_GET_ITEM(slot, 1));
+    if (nbytes == -1 && PyErr_Occurred())
+        return -1;
+    long long d = t - t0;
+    PyObject *acc = PyObject_GetAttr(agg, s_acc);
+    if (acc == NULL)
+        return -1;
+    if (!PyDict_Check(acc)) {
+        Py_DECREF(acc);
+        PyErr_SetString(PyExc_TypeError, "Aggregates.acc is a dict");
+        return -1;
+    }
+    PyObject *row = PyDict_GetItemWithError(acc, kid);
+    if (row == NULL && !PyErr_Occurred()) {
+        PyObject *fresh = Py_BuildValue("[iiii]", 0, 0, 0, 0);
+        if (fresh != NULL) {
+            row = PyDict_SetDefault(acc, kid, fresh);
+            Py_DECREF(fresh);
+        }
+    }
+    int err = row == NULL || !PyList_Check(row) || PyList_GET_SIZE(row) != 4;
+    if (!err) {
+        Py_INCREF(row);
+        err = add_item(row, 0, 1, 0) || add_item(row, 1, d, 0) || add_item(row, 2, d, 1) || add_item(row, 3, nbytes, 0);
+        Py_DECREF(row);
+    }
+    Py_DECREF(acc);
+    if (err && !PyErr_Occurred())
+        PyErr_SetString(PyExc_TypeError, "an aggregates' row is [count, total, max, bytes]");
+    return err ? -1 : 0;
+}
+
+/* end(rec, agg, entry, t): Completion.lean_end(entry, t) of an op that ended without an error: into the aggregates
+ * where the entry has a slot (entry: op, group, group_seq, start, thread, id, seq, slot), then END_LINE % (id, t), or
+ * END_LINE_SEQ % (id, t, seq) where the backend's sequence number was read. */
+static PyObject *
+end(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4 || !PyTuple_Check(args[2]) || PyTuple_GET_SIZE(args[2]) < 8 || end_open == NULL) {
+        PyErr_SetString(PyExc_TypeError, "end(rec, agg, entry, t), after init_records");
+        return NULL;
+    }
+    PyObject *entry = args[2];
+    long long t = PyLong_AsLongLong(args[3]);
+    if (t == -1 && PyErr_Occurred())
+        return NULL;
+    PyObject *slot = PyTuple_GET_ITEM(entry, 7);
+    if (slot != Py_None) {
+        long long t0 = PyLong_AsLongLong(PyTuple_GET_ITEM(entry, 3));
+        if ((t0 == -1 && PyErr_Occurred()) || agg_add(args[1], slot, t0, t, args[3]) < 0)
+            return NULL;
+    }
+    long long i = PyLong_AsLongLong(PyTuple_GET_ITEM(entry, 5));
+    if (i == -1 && PyErr_Occurred())
+        return NULL;
+    PyObject *seq = PyTuple_GET_ITEM(entry, 6);
+    char tail[96], *at = put_int(put_str(put_int(tail, i), ",\"t\":"), t);  /* op_records.END_LINE(_SEQ) */
+    if (seq != Py_None) {
+        long long s = PyLong_AsLongLong(seq);
+        if (s == -1 && PyErr_Occurred())
+            return NULL;
+        at = put_int(put_str(at, ",\"seq\":"), s);
+    }
+    at = put_str(at, "}\n");
+    PyObject *line = line_of(end_open, tail, at - tail);
+    if (line == NULL)
+        return NULL;
+    int err = write_line(args[0], line);
+    Py_DECREF(line);
+    if (err)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+#ifdef HOTPATH_FRAMES
+/* -- the lean path, as one C callable (fastpath._wrap's lean branch) ------------------------------------------ */
+static PyObject *walk_impl(long depth, PyObject *depth_obj);
+
+/* fastpath.py's, given once (init_lean): torch.Tensor, torch.strided, torch.autograd.profiler, the inflight check,
+ * GENERAL, current.safe, _lean_failed, _lean_async, PENDING_LIMIT, fastpath's globals (its `walk`, which a test
+ * may wrap, is looked up per call as the Python code does), this module's walk */
+static PyObject *tensor_type, *strided, *profiler, *inflight, *general, *safe, *lean_failed, *lean_async;
+static PyObject *fastpath_globals, *c_walk, *one, *two;
+static Py_ssize_t pending_limit;
+static PyObject *s_lean, *s_groups, *s_get, *s_of, *s_gloo, *s_ids, *s_next_seq, *s_rec, *s_read_seq, *s_seqno,
+    *s_completion, *s_lean_sync, *s_fail, *s_is_cpu, *s_layout, *s_rootRank, *s_asyncOp, *s_dtype, *s_shape,
+    *s_enabled, *s_walk;
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    int p2p;            /* the reader: _lean_p2p (send/recv) or _lean_one */
+    int root;           /* _lean_one(..., root=True): broadcast, reduce */
+    PyObject *opts;     /* _lean_one's options class */
+    PyObject *spec;     /* the c10d op's spec */
+    PyObject *direct;   /* the gloo backend's method */
+} Lean;
+
+static PyObject *
+init_lean(PyObject *self, PyObject *args)
+{
+    PyObject *o[9];
+    Py_ssize_t limit;
+    if (!PyArg_ParseTuple(args, "OOOOOOOOnO!:init_lean", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7],
+                          &limit, &PyDict_Type, &o[8]))
+        return NULL;
+    PyObject **to[9] = {&tensor_type, &strided, &profiler, &inflight, &general, &safe, &lean_failed, &lean_async,
+                        &fastpath_globals};
+    for (int k = 0; k < 9; k++) {
+        Py_INCREF(o[k]);
+        Py_XSETREF(*to[k], o[k]);
+    }
+    pending_limit = limit;
+    Py_RETURN_NONE;
+}
+
+
+static PyObject *
+PyErr_GetRaisedException_compat(void)
+{
+#if PY_VERSION_HEX >= 0x030C0000
+    return PyErr_GetRaisedException();
+#else
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (tb != NULL)
+        PyException_SetTraceback(value, tb);
+    Py_XDECREF(type);
+    Py_XDECREF(tb);
+    return value;
+#endif
+}
+
+static void
+PyErr_SetRaisedException_compat(PyObject *e)
+{
+#if PY_VERSION_HEX >= 0x030C0000
+    PyErr_SetRaisedException(e);
+#else
+    PyErr_Restore(Py_NewRef((PyObject *)Py_TYPE(e)), e, PyException_GetTraceback(e));
+#endif
+}
+
+/* _one_plain: the tensor of ts if ts is a list of one plain dense CPU tensor (borrowed), else NULL (no error) */
+static PyObject *
+one_plain(PyObject *ts, int *err)
+{
+    if (!PyList_CheckExact(ts) || PyList_GET_SIZE(ts) != 1)
+        return NULL;
+    PyObject *first = PyList_GET_ITEM(ts, 0);
+    if ((PyObject *)Py_TYPE(first) != tensor_type)
+        return NULL;
+    PyObject *v = PyObject_GetAttr(first, s_is_cpu);
+    if (v == NULL) {
+        *err = 1;
+        return NULL;
+    }
+    int yes = PyObject_IsTrue(v);
+    Py_DECREF(v);
+    if (yes <= 0) {
+        *err = yes < 0;
+        return NULL;
+    }
+    v = PyObject_GetAttr(first, s_layout);
+    if (v == NULL) {
+        *err = 1;
+        return NULL;
+    }
+    Py_DECREF(v);
+    return v == strided ? first : NULL;
+}
+
+/* The Python wrapper's `except Exception as e: t.fail(e)`: GENERAL after it; any other exception goes on up. */
+static PyObject *
+failed(PyObject *t)
+{
+    if (!PyErr_ExceptionMatches(PyExc_Exception))
+        return NULL;
+    PyObject *e = PyErr_GetRaisedException_compat();
+    PyObject *r = PyObject_CallMethodOneArg(t, s_fail, e);
+    Py_DECREF(e);
+    if (r == NULL)
+        return NULL;
+    Py_DECREF(r);
+    return Py_NewRef(general);
+}
+
+/* Lean(t, pg, args) -> Work, the walk's result or GENERAL: fastpath._wrap's lean branch from `fields = lean_args(args)` on. */
+static PyObject *
+lean_call(Lean *self, PyObject *const *argv, size_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (nargs != 3 || kwnames != NULL || !PyTuple_Check(argv[2]) || general == NULL) {
+        PyErr_SetString(PyExc_TypeError, "Lean(t, pg, args), after init_lean");
+        return NULL;
+    }
+    PyObject *t = argv[0], *pg = argv[1], *args = argv[2];
+    Py_ssize_t n = PyTuple_GET_SIZE(args);
+    PyObject *first, *root = NULL, *peer = Py_None, *tag = Py_None, *is_async = NULL;
+    PyObject *g = NULL, *backend = NULL, *walked = NULL, *tid = NULL, *key = NULL, *entry, *lean = NULL;
+    PyObject *i = NULL, *gs = NULL, *now = NULL, *rec = NULL, *work = NULL, *result = NULL;
+    int err = 0;
+    /* the reader: (first tensor, root, peer, tag, async) of the common case, or the general path */
+    if (self->p2p) {
+        if (n != 3 || !PyLong_CheckExact(PyTuple_GET_ITEM(args, 1)) || !PyLong_CheckExact(PyTuple_GET_ITEM(args, 2)))
+            return Py_NewRef(general);
+        first = one_plain(PyTuple_GET_ITEM(args, 0), &err);
+        if (first == NULL)
+            return err ? failed(t) : Py_NewRef(general);
+        peer = PyTuple_GET_ITEM(args, 1);
+        tag = PyTuple_GET_ITEM(args, 2);
+        is_async = Py_NewRef(Py_None);
+    } else {
+        if (n != 2 || (PyObject *)Py_TYPE(PyTuple_GET_ITEM(args, 1)) != self->opts)
+            return Py_NewRef(general);
+        first = one_plain(PyTuple_GET_ITEM(args, 0), &err);
+        if (first == NULL)
+            return err ? failed(t) : Py_NewRef(general);
+        PyObject *opts = PyTuple_GET_ITEM(args, 1);
+        if (self->root && (root = PyObject_GetAttr(opts, s_rootRank)) == NULL)
+            return failed(t);
+        is_async = PyObject_GetAttr(opts, s_asyncOp);
+        if (is_async == NULL) {
+            Py_XDECREF(root);
+            return failed(t);
+        }
+    }
+    Py_INCREF(first);  /* (the job's list holds it; Python code runs below) */
+    /* not under the profiler, nor with in-flight collectives as graph inputs */
+    PyObject *on = PyObject_GetAttr(profiler, s_enabled);
+    if (on == NULL)
+        goto fail;
+    int yes = PyObject_IsTrue(on);
+    Py_DECREF(on);
+    if (yes < 0)
+        goto fail;
+    if (yes)
+        goto general_path;
+    on = PyObject_CallNoArgs(inflight);
+    if (on == NULL)
+        goto fail;
+    yes = PyObject_IsTrue(on);
+    Py_DECREF(on);
+    if (yes < 0)
+        goto fail;
+    if (yes)
+        goto general_path;
+    /* g = t.groups.get(id(self)) or t.groups.of(self); backend = g.gloo */
+    PyObject *groups = PyObject_GetAttr(t, s_groups);
+    if (groups == NULL)
+        goto fail;
+    PyObject *pid = PyLong_FromVoidPtr(pg);
+    g = pid ? PyObject_CallMethodOneArg(groups, s_get, pid) : NULL;
+    Py_XDECREF(pid);
+    if (g != NULL && (yes = PyObject_IsTrue(g)) <= 0) {
+        Py_DECREF(g);
+        g = yes < 0 ? NULL : PyObject_CallMethodOneArg(groups, s_of, pg);
+    }
+    Py_DECREF(groups);
+    if (g == NULL || (backend = PyObject_GetAttr(g, s_gloo)) == NULL)
+        goto fail;
+    /* walked = walk(2): fastpath's global, as the Python code calls it */
+    PyObject *w = PyDict_GetItemWithError(fastpath_globals, s_walk);
+    if (w == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_NameError, "walk");
+        goto fail;
+    }
+    walked = w == c_walk ? walk_impl(2, two) : PyObject_CallOneArg(w, two);
+    if (walked == NULL || (tid = PyLong_FromUnsignedLong(PyThread_get_thread_ident())) == NULL)
+        goto fail;
+    /* key = (spec, walked, g, root, peer, tag, first.dtype, first.shape, is_async, size, tid) */
+    PyObject *dtype = PyObject_GetAttr(first, s_dtype);
+    PyObject *shape = dtype ? PyObject_GetAttr(first, s_shape) : NULL;
+    PyObject *size = shape ? PyLong_FromLong(-1) : NULL;
+    key = size ? PyTuple_Pack(11, self->spec, walked, g, root ? root : Py_None, peer, tag, dtype, shape, is_async, size, tid) : NULL;
+    Py_XDECREF(dtype);
+    Py_XDECREF(shape);
+    Py_XDECREF(size);
+    if (key == NULL || (lean = PyObject_GetAttr(t, s_lean)) == NULL)
+        goto fail;
+    if (lean == Py_None || !PyDict_Check(lean)) {
+        result = Py_NewRef(walked);  /* (not a dict: the Python code's own lookup) */
+        goto done;
+    }
+    entry = PyDict_GetItemWithError(lean, key);  /* borrowed: the cache keeps it */
+    if (entry == NULL) {
+        if (PyErr_Occurred())
+            goto fail;
+        result = Py_NewRef(walked);  /* a key's first sight: Tracer.lean_entry, in the Python code */
+        goto done;
+    }
+    if ((yes = PyObject_IsTrue(entry)) < 0)
+        goto fail;
+    if (!yes || backend == Py_None)
+        goto general_path;
+    if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 6) {
+        PyErr_SetString(PyExc_TypeError, "a lean entry is (head, collective, async, op, slot, pair)");
+        goto fail;
+    }
+    Py_INCREF(entry);  /* head, collective, is_async, op, slot, pair = entry */
+    PyObject *head = PyTuple_GET_ITEM(entry, 0), *op = PyTuple_GET_ITEM(entry, 3), *slot = PyTuple_GET_ITEM(entry, 4);
+    PyObject *pair = PyTuple_GET_ITEM(entry, 5);
+    Py_SETREF(is_async, Py_NewRef(PyTuple_GET_ITEM(entry, 2)));
+    int collective = PyObject_IsTrue(PyTuple_GET_ITEM(entry, 1));
+    PyObject *ids = collective < 0 ? NULL : PyObject_GetAttr(t, s_ids);
+    i = ids ? PyIter_Next(ids) : NULL;
+    Py_XDECREF(ids);
+    if (i == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetNone(PyExc_StopIteration);
+        Py_DECREF(entry);
+        goto fail;
+    }
+    if (collective) {
+        gs = PyObject_GetAttr(g, s_next_seq);
+        PyObject *next = gs ? PyNumber_Add(gs, one) : NULL;
+        int bad = next == NULL || PyObject_SetAttr(g, s_next_seq, next) < 0;
+        Py_XDECREF(next);
+        if (bad) {
+            Py_DECREF(entry);
+            goto fail;
+        }
+    } else {
+        gs = Py_NewRef(Py_None);
+    }
+    PyObject *ps = Py_NewRef(Py_None);  /* a send's or recv's number in its pair (op_records.PairSeq) */
+    if (!collective && pair != Py_None) {
+        Py_SETREF(ps, PyObject_GetAttr(pair, s_next_seq));
+        PyObject *next = ps ? PyNumber_Add(ps, one) : NULL;
+        int bad = next == NULL || PyObject_SetAttr(pair, s_next_seq, next) < 0;
+        Py_XDECREF(next);
+        if (bad) {
+            Py_XDECREF(ps);
+            Py_DECREF(entry);
+            goto fail;
+        }
+    }
+    rec = PyObject_GetAttr(t, s_rec);
+    PyObject *bargs[5] = {rec, head, i, gs, ps};
+    now = rec ? begin(NULL, bargs, 5) : NULL;
+    Py_DECREF(ps);
+    if (now == NULL) {
+        Py_DECREF(entry);
+        goto fail;
+    }
+    /* issued: the backend's method with the same arguments */
+    PyObject *full = PyTuple_New(n + 1);
+    if (full == NULL) {
+        Py_DECREF(entry);
+        goto error;
+    }
+    PyTuple_SET_ITEM(full, 0, Py_NewRef(backend));
+    for (Py_ssize_t k = 0; k < n; k++)
+        PyTuple_SET_ITEM(full, k + 1, Py_NewRef(PyTuple_GET_ITEM(args, k)));
+    work = PyObject_Call(self->direct, full, NULL);
+    Py_DECREF(full);
+    if (work == NULL) {  /* current.safe(_lean_failed, t, i, is_async, op, g, gs, now, tid, slot, e); raise */
+        PyObject *e = PyErr_GetRaisedException_compat();
+        PyObject *r = PyObject_CallFunctionObjArgs(safe, lean_failed, t, i, is_async, op, g, gs, now, tid, slot, e,
+                                                   NULL);
+        Py_DECREF(entry);
+        if (r == NULL) {
+            Py_DECREF(e);
+            goto error;
+        }
+        Py_DECREF(r);
+        PyErr_SetRaisedException_compat(e);
+        goto error;
+    }
+    yes = PyObject_IsTrue(is_async);
+    if (yes < 0) {
+        Py_DECREF(entry);
+        goto error;
+    }
+    if (yes || work == Py_None) {  /* current.safe(_lean_async, t, i, op, g, gs, now, tid, slot, work) */
+        PyObject *r = PyObject_CallFunctionObjArgs(safe, lean_async, t, i, op, g, gs, now, tid, slot, work, NULL);
+        Py_DECREF(entry);
+        if (r == NULL)
+            goto error;
+        Py_DECREF(r);
+        result = Py_NewRef(work);
+        goto done;
+    }
+    /* the backend's own sequence number, read right after issue: Flight Recorder's id for it */
+    PyObject *seq = Py_NewRef(Py_None);
+    PyObject *read = PyObject_GetAttr(t, s_read_seq);
+    if (read == NULL || (yes = PyObject_IsTrue(read)) < 0) {
+        Py_XDECREF(read);
+        Py_DECREF(seq);
+        Py_DECREF(entry);
+        goto error;
+    }
+    Py_DECREF(read);
+    if (yes) {
+        PyObject *got = PyObject_CallMethodNoArgs(pg, s_seqno);
+        if (got != NULL)
+            Py_SETREF(seq, got);
+        else if (PyErr_ExceptionMatches(PyExc_Exception))
+            PyErr_Clear();
+        else {
+            Py_DECREF(seq);
+            Py_DECREF(entry);
+            goto error;
+        }
+    }
+    /* t.completion.lean_sync[id(work)] = (op, g, gs, now, tid, i, seq, slot): Work.wait ends it */
+    PyObject *completion = PyObject_GetAttr(t, s_completion);
+    PyObject *sync = completion ? PyObject_GetAttr(completion, s_lean_sync) : NULL;
+    Py_XDECREF(completion);
+    PyObject *item = sync ? PyTuple_Pack(8, op, g, gs, now, tid, i, seq, slot) : NULL;
+    Py_DECREF(seq);
+    Py_DECREF(entry);
+    PyObject *wid = item ? PyLong_FromVoidPtr(work) : NULL;
+    int bad = wid == NULL || !PyDict_Check(sync);
+    if (!bad && PyDict_GET_SIZE(sync) > pending_limit)  /* Works never waited on (an exception between) */
+        PyDict_Clear(sync);
+    bad = bad || PyDict_SetItem(sync, wid, item) < 0;
+    Py_XDECREF(sync);
+    Py_XDECREF(item);
+    Py_XDECREF(wid);
+    if (bad) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "Completion.lean_sync is a dict");
+        goto error;
+    }
+    result = Py_NewRef(work);
+    goto done;
+
+general_path:
+    result = Py_NewRef(general);
+    goto done;
+fail:  /* before the op was issued: the Python wrapper's except clause */
+    result = failed(t);
+    goto done;
+error:  /* after: as the Python code raises it */
+    result = NULL;
+done:
+    Py_DECREF(first);
+    Py_XDECREF(root);
+    Py_XDECREF(is_async);
+    Py_XDECREF(g);
+    Py_XDECREF(backend);
+    Py_XDECREF(walked);
+    Py_XDECREF(tid);
+    Py_XDECREF(key);
+    Py_XDECREF(lean);
+    Py_XDECREF(i);
+    Py_XDECREF(gs);
+    Py_XDECREF(now);
+    Py_XDECREF(rec);
+    Py_XDECREF(work);
+    return result;
+}
+
+static PyObject *
+lean_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+    int p2p, root;
+    PyObject *opts, *spec, *direct;
+    if (!PyArg_ParseTuple(args, "ppOOO:Lean", &p2p, &root, &opts, &spec, &direct))
+        return NULL;
+    Lean *self = (Lean *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->vectorcall = (vectorcallfunc)lean_call;
+    self->p2p = p2p;
+    self->root = root;
+    self->opts = Py_NewRef(opts);
+    self->spec = Py_NewRef(spec);
+    self->direct = Py_NewRef(direct);
+    return (PyObject *)self;
+}
+
+static void
+lean_dealloc(Lean *self)
+{
+    Py_XDECREF(self->opts);
+    Py_XDECREF(self->spec);
+    Py_XDECREF(self->direct);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyTypeObject LeanType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "disttrace.tracer.record._hotpath.Lean",
+    .tp_basicsize = sizeof(Lean),
+    .tp_dealloc = (destructor)lean_dealloc,
+    .tp_vectorcall_offset = offsetof(Lean, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "Lean(p2p, root, opts, spec, direct)(t, pg, args) -> Work, (site, api, origin) or GENERAL: "
+              "fastpath.py's lean path.",
+    .tp_new = lean_new,
+};
+#endif
+
+static PyMethodDef methods[] = {
+    {"init_records", init_records, METH_O, "init_records(end_open): op_records.END_LINE up to its id."},
+    {"begin", (PyCFunction)(void (*)(void))begin, METH_FASTCALL, "begin(rec, head, i, gs) -> t: the begin record."},
+    {"end", (PyCFunction)(void (*)(void))end, METH_FASTCALL, "end(rec, agg, entry, t): a lean op's end record."},
+#ifdef HOTPATH_FRAMES
+    {"init_walk", init_walk, METH_VARARGS, "init_walk(users, others, enter, walk, c10d): callsite.py's caches."},
+    {"walk", walk, METH_O, "walk(depth) -> (site, api, origin): callsite.walk without frame objects."},
+    {"init_lean", init_lean, METH_VARARGS, "init_lean(Tensor, strided, profiler, inflight, GENERAL, safe, "
+     "lean_failed, lean_async, PENDING_LIMIT, fastpath's globals)"},
+#endif
+    {NULL, NULL, 0, NULL}
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_hotpath", "The recorder's compiled part (optional: see compiled.py).", -1, methods,
+};
+
+PyMODINIT_FUNC
+PyInit__hotpath(void)
+{
+    s_raw = PyUnicode_InternFromString("raw");
+    s_write_raw = PyUnicode_InternFromString("write_raw");
+    s_deadline = PyUnicode_InternFromString("deadline");
+    s_acc = PyUnicode_InternFromString("acc");
+    s_roll = PyUnicode_InternFromString("_roll");
+    if (!s_raw || !s_write_raw || !s_deadline || !s_acc || !s_roll)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+#ifdef HOTPATH_FRAMES
+    PyObject **names[] = {&s_lean, &s_groups, &s_get, &s_of, &s_gloo, &s_ids, &s_next_seq, &s_rec, &s_read_seq, &s_seqno,
+                          &s_completion, &s_lean_sync, &s_fail, &s_is_cpu, &s_layout, &s_rootRank, &s_asyncOp,
+                          &s_dtype, &s_shape, &s_enabled, &s_walk};
+    const char *strs[] = {"lean", "groups", "get", "of", "gloo", "_ids", "next_seq", "rec", "read_seq",
+                          "_get_sequence_number_for_group", "completion", "lean_sync", "fail", "is_cpu", "layout",
+                          "rootRank", "asyncOp", "dtype", "shape", "_is_profiler_enabled", "walk"};
+    for (size_t k = 0; k < sizeof(strs) / sizeof(strs[0]); k++)
+        if ((*names[k] = PyUnicode_InternFromString(strs[k])) == NULL)
+            goto error;
+    one = PyLong_FromLong(1);
+    two = PyLong_FromLong(2);
+    c_walk = PyObject_GetAttrString(m, "walk");
+    if (one == NULL || two == NULL || c_walk == NULL || PyType_Ready(&LeanType) < 0
+            || PyModule_AddObjectRef(m, "Lean", (PyObject *)&LeanType) < 0)
+        goto error;
+#endif
+    return m;
+#ifdef HOTPATH_FRAMES
+error:
+    Py_DECREF(m);
+    return NULL;
+#endif
+}
