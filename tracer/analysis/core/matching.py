@@ -82,14 +82,10 @@ def _at_the_cut(t: EventTable, cut, gid, seq, start, fin):
     from ...data.table.columns import order_by, run_starts
 
     order = order_by(gid, seq)
-    g, s, st, f = gid[order], seq[order], start[order], fin[order]
-    heads = np.flatnonzero(run_starts(g, s))
-    first = np.minimum.reduceat(st, heads)
-    open_ = np.maximum.reduceat(np.where(f == NONE, np.iinfo(np.int64).max, f), heads)
-    last = np.where(open_ == np.iinfo(np.int64).max, NONE, open_)
-    counts = np.diff(np.append(heads, len(order)))
+    g = gid[order]
+    heads = np.flatnonzero(run_starts(g, seq[order]))
     members = np.array([len(t.groups[x].ranks) or 1 for x in g[heads].tolist()], np.int64)
-    out = at_the_cut(cut, first, last, counts >= members)
+    out, counts = at_the_cut(cut, order, heads, start, fin, members)
     # from a group's first instance at the cut on, every later one of that group too
     group_heads = np.flatnonzero(run_starts(g[heads]))
     past = np.maximum.accumulate(np.where(out, np.arange(len(out)), -1))  # (within each group: reset below)

@@ -59,13 +59,20 @@ def live_end(t: EventTable, fin) -> tuple[int, int] | None:
     return min(ends), max(IN_FLIGHT_NS, IN_FLIGHT_TIMES * longest)
 
 
-def at_the_cut(cut: tuple[int, int], start, fin, complete) -> "np.ndarray":
-    """Of ops (collective instances, or messages) by their sides' earliest start, latest finish (NONE: a side
-    never finished) and whether every side is there: which are outside a live snapshot's end (see the module's
-    docstring): begun after it, or not over on every side by then and begun less than cut[1] before it."""
+def at_the_cut(cut: tuple[int, int], order, heads, start, fin, members):
+    """(outside, sizes) of groups of rows, the rows `order` in runs that begin at `heads` (a collective instance's
+    rows, a message's sides): which groups are outside a live snapshot's end (see the module's docstring), begun
+    after it, or not over on every side by then (fewer than `members` rows, or a row never finished or finishing
+    after it) and begun less than cut[1] before it; and each group's number of rows."""
+    import numpy as np
+
     end, slack = cut
-    in_flight = ~complete | (fin == NONE) | (fin > end)
-    return (start > end) | (in_flight & (start > end - slack))
+    never = np.iinfo(np.int64).max
+    first = np.minimum.reduceat(start[order], heads)
+    last = np.maximum.reduceat(np.where(fin[order] == NONE, never, fin[order]), heads)
+    sizes = np.diff(np.append(heads, len(order)))
+    in_flight = (sizes < members) | (last == never) | (last > end)
+    return (first > end) | (in_flight & (first > end - slack)), sizes
 
 
 def collective_starts(t: EventTable, rows, gid, seq, start) -> dict[int, int]:
@@ -155,12 +162,8 @@ def _messages_at_the_cut(cut, src, dst, tag, nth, keep, start, fin):
         return out
     order = idx[order_by(src[idx], dst[idx], tag[idx], nth[idx])]
     heads = np.flatnonzero(run_starts(src[order], dst[order], tag[order], nth[order]))
-    first = np.minimum.reduceat(start[order], heads)
-    top = np.iinfo(np.int64).max
-    last = np.maximum.reduceat(np.where(fin[order] == NONE, top, fin[order]), heads)
-    counts = np.diff(np.append(heads, len(order)))
-    msg = at_the_cut(cut, first, np.where(last == top, NONE, last), counts == 2)
-    out[order] = np.repeat(msg, counts)
+    outside, sizes = at_the_cut(cut, order, heads, start, fin, 2)
+    out[order] = np.repeat(outside, sizes)
     return out
 
 
