@@ -6,6 +6,7 @@ factory for a trace of a job script in tests/jobs/; the same (script, nproc, arg
 
 from __future__ import annotations
 
+import os
 import sys
 from collections import Counter
 from pathlib import Path
@@ -16,8 +17,10 @@ from harness import Traces, run_folder
 
 # The suite keeps its bytecode (__pycache__/, ignored by git) even where PYTHONDONTWRITEBYTECODE is set, as on this
 # project's machines: otherwise every run, and every worker of a parallel run, rewrites the asserts of every test
-# module and compiles the package again (most of collecting the fast loop)
+# module and compiles the package again (most of collecting the fast loop). The processes the tests start keep theirs
+# too: each rank of each job would compile the recorder's modules, each `disttrace report` the analysis'
 sys.dont_write_bytecode = False
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 # The tests lie in folders that mirror the code (record/, data/, analysis/ and its groups, commands/, tui/, demos/). pytest imports
 # each test module by its file name (no __init__.py: names are unique across the folders), and a few import helpers
@@ -81,7 +84,6 @@ def pytest_configure(config):
 # of starting one fails the test, in its fixtures too (a session fixture that runs a job is set up inside the first
 # test that asks for it).
 import _posixsubprocess  # noqa: E402
-import os  # noqa: E402
 import subprocess  # noqa: E402
 
 _STARTERS = [(subprocess, "_fork_exec"), (_posixsubprocess, "fork_exec"), (os, "fork"), (os, "forkpty"),
