@@ -88,26 +88,6 @@ def test_the_change_that_undoes_the_fault_predicts_the_run_without_it(name, pair
     assert prediction_error(w, measured) is None, prediction_error(w, measured)
 
 
-@pytest.mark.parametrize("schedule,nproc,virtual", [("gpipe", 2, 1), ("1f1b", 2, 1), ("interleaved", 4, 2)])
-def test_pipelining_s_schedules_are_read_as_their_stages_iterations_and_micro_batches(traced, schedule, nproc,
-                                                                                      virtual):
-    from harness import job
-    from disttrace.tracer.analysis import analyze
-    from disttrace.tracer.data.load import load_trace
-
-    spec = job("pp_schedules")
-    a = analyze(load_trace(str(traced("pp_schedules.py", nproc=nproc, args=[f"--schedule={schedule}"],
-                                      summaries="off"))))
-    p = a.pipeline
-    assert p is not None, a.steps
-    assert (p.stages, p.iterations, p.micro_batches, p.virtual_stages) == (
-        list(range(nproc)), spec.ITERATIONS, spec.MICRO_BATCHES, virtual), p
-    assert len(a.steps) == spec.ITERATIONS and a.steps_source == "detected"
-    m = spec.MICRO_BATCHES
-    assert p.expected_fraction == pytest.approx((nproc - 1) / (virtual * m + nproc - 1))
-    assert p.stage_ranks == [[r] for r in range(nproc)] and p.slow_stage is None
-
-
 # -- a start read before the previous op's end (issue 53) ---------------------------------------------------------
 
 def _loss_read_early(trace, shifted, ranks=(1, 2, 3), by_ns: int = 20_000):

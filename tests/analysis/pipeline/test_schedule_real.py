@@ -40,6 +40,26 @@ def check_sleeps(p, forward_ms: float, backward_ms: float) -> None:
             assert c[6] - c[5] >= (forward_ms if c[3] == "F" else backward_ms) * MS * 0.99, c
 
 
+# (the attribution's stages, iterations and micro-batches: no timing, so here, on the runs the schedule's test
+# makes, not among the quiet modules' pairs)
+@pytest.mark.parametrize("schedule,nproc,virtual", [("gpipe", 2, 1), ("1f1b", 2, 1), ("interleaved", 4, 2)])
+def test_pipelining_s_schedules_are_read_as_their_stages_iterations_and_micro_batches(traced, schedule, nproc,
+                                                                                      virtual):
+    from harness import job
+
+    spec = job("pp_schedules")
+    a = analyze(load_trace(str(traced("pp_schedules.py", nproc=nproc, args=[f"--schedule={schedule}"],
+                                      summaries="off"))))
+    p = a.pipeline
+    assert p is not None, a.steps
+    assert (p.stages, p.iterations, p.micro_batches, p.virtual_stages) == (
+        list(range(nproc)), spec.ITERATIONS, spec.MICRO_BATCHES, virtual), p
+    assert len(a.steps) == spec.ITERATIONS and a.steps_source == "detected"
+    m = spec.MICRO_BATCHES
+    assert p.expected_fraction == pytest.approx((nproc - 1) / (virtual * m + nproc - 1))
+    assert p.stage_ranks == [[r] for r in range(nproc)] and p.slow_stage is None
+
+
 @pytest.mark.parametrize("schedule,nproc,virtual,kind", [("gpipe", 2, 1, "GPipe"), ("1f1b", 2, 1, "1F1B"),
                                                           ("interleaved", 4, 2, "interleaved 1F1B")])
 def test_pipelining_s_schedules(traced, schedule, nproc, virtual, kind):
