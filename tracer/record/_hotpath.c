@@ -172,23 +172,188 @@ init_records(PyObject *self, PyObject *arg)
     Py_RETURN_NONE;
 }
 
-/* rec.raw(line), or rec.write_raw(line) where the map is full or closed (ValueError): the wrapper's own rule */
+/* -- the black box's ring, written from C (ring.py's Ring.write_raw, its twin) ---------------------------------
+ * RingWriter(map, data_at, ring): the ring's map held through the buffer protocol from here to release() (Ring.close
+ * and Ring.stop call it before the map is closed: an exported buffer blocks mmap.close). The header's pos (offset 8)
+ * is the next write's offset and the only one: every line of the ring goes through write() (Ring.write_raw is it), so
+ * the map's own position is not used. A line is copied and the header stored in one C call under the GIL: lines of
+ * several threads never interleave, and the header never lags. A line that does not fit before the end: the rest
+ * zeroed, the wraps counted, the line at data_at (as Ring._wrap does); longer than the whole ring: lost. */
+typedef struct {
+    PyObject_HEAD
+    Py_buffer view;
+    int held;
+    Py_ssize_t data_at;
+    Py_ssize_t lost;     /* lines longer than the whole ring */
+    PyObject *ring;      /* a weak reference to the Ring: its Python write for what is not bytes */
+} RingWriter;
+
+static PyTypeObject RingWriterType;
+static PyObject *s_write_py;
+
+/* head[0:hn] + tail[0:tn] into the ring */
+static void
+ring_put(RingWriter *w, const char *head, Py_ssize_t hn, const char *tail, Py_ssize_t tn)
+{
+    if (!w->held)
+        return;  /* stopped or closed: Ring.write_raw's `if not self.enabled` */
+    char *base = (char *)w->view.buf;
+    Py_ssize_t size = w->view.len, n = hn + tn;
+    unsigned long long hdr[2];  /* pos, wraps (little-endian: Ring makes a writer only there) */
+    memcpy(hdr, base + 8, sizeof hdr);
+    Py_ssize_t pos = (Py_ssize_t)hdr[0];
+    if (pos < w->data_at || pos > size)
+        pos = size;  /* (not ours: start again at the data's start) */
+    if (n > size - pos) {
+        if (n > size - w->data_at) {
+            w->lost++;
+            return;
+        }
+        memset(base + pos, 0, size - pos);  /* the reader reads the old lines up to these zeros */
+        pos = w->data_at;
+        hdr[1]++;
+    }
+    memcpy(base + pos, head, hn);
+    memcpy(base + pos + hn, tail, tn);
+    hdr[0] = (unsigned long long)(pos + n);
+    memcpy(base + 8, hdr, sizeof hdr);
+}
+
+static PyObject *
+ring_write(RingWriter *w, PyObject *line)
+{
+    if (PyBytes_CheckExact(line)) {
+        ring_put(w, PyBytes_AS_STRING(line), PyBytes_GET_SIZE(line), "", 0);
+        Py_RETURN_NONE;
+    }
+    PyObject *ring = w->ring ? PyWeakref_GetObject(w->ring) : Py_None;  /* borrowed */
+    if (ring == NULL || ring == Py_None)
+        Py_RETURN_NONE;
+    return PyObject_CallMethodOneArg(ring, s_write_py, line);  /* the Python write: its own checks and errors */
+}
+
+static PyObject *
+ring_release(RingWriter *w, PyObject *unused)
+{
+    if (w->held) {
+        w->held = 0;
+        PyBuffer_Release(&w->view);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+ring_lost(RingWriter *w, void *unused)
+{
+    return PyLong_FromSsize_t(w->lost);
+}
+
+static PyObject *
+ring_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+    PyObject *map, *ring;
+    Py_ssize_t data_at;
+    if (!PyArg_ParseTuple(args, "OnO:RingWriter", &map, &data_at, &ring))
+        return NULL;
+    RingWriter *w = (RingWriter *)type->tp_alloc(type, 0);
+    if (w == NULL)
+        return NULL;
+    if (PyObject_GetBuffer(map, &w->view, PyBUF_WRITABLE | PyBUF_SIMPLE) < 0) {
+        Py_DECREF(w);
+        return NULL;
+    }
+    w->held = 1;
+    if (data_at < 24 || data_at > w->view.len || (w->ring = PyWeakref_NewRef(ring, NULL)) == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "RingWriter: data_at out of the map");
+        Py_DECREF(w);
+        return NULL;
+    }
+    w->data_at = data_at;
+    return (PyObject *)w;
+}
+
+static void
+ring_dealloc(RingWriter *w)
+{
+    if (w->held)
+        PyBuffer_Release(&w->view);
+    Py_XDECREF(w->ring);
+    Py_TYPE(w)->tp_free((PyObject *)w);
+}
+
+static PyMethodDef ring_methods[] = {
+    {"write", (PyCFunction)ring_write, METH_O, "write(line): Ring.write_raw."},
+    {"release", (PyCFunction)ring_release, METH_NOARGS, "release(): let go of the map (writes are dropped after)."},
+    {NULL, NULL, 0, NULL}
+};
+
+static PyGetSetDef ring_getset[] = {
+    {"lost", (getter)ring_lost, NULL, "lines longer than the whole ring (never written)", NULL},
+    {NULL}
+};
+
+static PyTypeObject RingWriterType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "disttrace.tracer.record._hotpath.RingWriter",
+    .tp_basicsize = sizeof(RingWriter),
+    .tp_dealloc = (destructor)ring_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "RingWriter(map, data_at, ring): ring.py's Ring.write_raw in C, straight into the map.",
+    .tp_methods = ring_methods,
+    .tp_getset = ring_getset,
+    .tp_new = ring_new,
+};
+
+/* The RingWriter whose write `raw` is (the black box's rec.raw, where C writes the ring), else NULL */
+static RingWriter *
+ring_of(PyObject *raw)
+{
+    if (PyCFunction_Check(raw)) {
+        PyObject *self = PyCFunction_GET_SELF(raw);
+        if (self != NULL && Py_TYPE(self) == &RingWriterType)
+            return (RingWriter *)self;
+    }
+    return NULL;
+}
+
+/* head + tail[0:n] as one bytes object */
+static PyObject *line_of(PyObject *head, const char *tail, Py_ssize_t n);
+
+/* head + tail to rec: straight into the ring where rec.raw is a RingWriter's; else rec.raw(line), or
+ * rec.write_raw(line) where the map is full or closed (ValueError): the wrapper's own rule */
 static int
-write_line(PyObject *rec, PyObject *line)
+write_line(PyObject *rec, PyObject *head, const char *tail, Py_ssize_t n)
 {
     PyObject *raw = PyObject_GetAttr(rec, s_raw);
     if (raw == NULL)
         return -1;
+    RingWriter *w = ring_of(raw);
+    if (w != NULL) {
+        ring_put(w, PyBytes_AS_STRING(head), PyBytes_GET_SIZE(head), tail, n);
+        Py_DECREF(raw);
+        return 0;
+    }
+    PyObject *line = line_of(head, tail, n);
+    if (line == NULL) {
+        Py_DECREF(raw);
+        return -1;
+    }
     PyObject *r = PyObject_CallOneArg(raw, line);
     Py_DECREF(raw);
     if (r == NULL) {
-        if (!PyErr_ExceptionMatches(PyExc_ValueError))
+        if (!PyErr_ExceptionMatches(PyExc_ValueError)) {
+            Py_DECREF(line);
             return -1;
+        }
         PyErr_Clear();
         r = PyObject_CallMethodOneArg(rec, s_write_raw, line);
-        if (r == NULL)
+        if (r == NULL) {
+            Py_DECREF(line);
             return -1;
+        }
     }
+    Py_DECREF(line);
     Py_DECREF(r);
     return 0;
 }
@@ -268,12 +433,7 @@ begin(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     else if (has_ps)
         at = put_int(put_str(at, ",\"ps\":"), ps);
     at = put_str(put_int(put_str(at, ",\"t\":"), now), "}\n");
-    PyObject *line = line_of(args[1], tail, at - tail);
-    if (line == NULL)
-        return NULL;
-    int err = write_line(args[0], line);
-    Py_DECREF(line);
-    return err ? NULL : PyLong_FromLongLong(now);
+    return write_line(args[0], args[1], tail, at - tail) ? NULL : PyLong_FromLongLong(now);
 }
 
 static int
@@ -378,12 +538,7 @@ end(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         at = put_int(put_str(at, ",\"seq\":"), s);
     }
     at = put_str(at, "}\n");
-    PyObject *line = line_of(end_open, tail, at - tail);
-    if (line == NULL)
-        return NULL;
-    int err = write_line(args[0], line);
-    Py_DECREF(line);
-    if (err)
+    if (write_line(args[0], end_open, tail, at - tail))
         return NULL;
     Py_RETURN_NONE;
 }
@@ -837,11 +992,16 @@ PyInit__hotpath(void)
     s_deadline = PyUnicode_InternFromString("deadline");
     s_acc = PyUnicode_InternFromString("acc");
     s_roll = PyUnicode_InternFromString("_roll");
-    if (!s_raw || !s_write_raw || !s_deadline || !s_acc || !s_roll)
+    s_write_py = PyUnicode_InternFromString("_write_raw_py");
+    if (!s_raw || !s_write_raw || !s_deadline || !s_acc || !s_roll || !s_write_py || PyType_Ready(&RingWriterType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;
+    if (PyModule_AddObjectRef(m, "RingWriter", (PyObject *)&RingWriterType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
 #ifdef HOTPATH_FRAMES
     PyObject **names[] = {&s_lean, &s_groups, &s_get, &s_of, &s_gloo, &s_ids, &s_next_seq, &s_rec, &s_read_seq, &s_seqno,
                           &s_completion, &s_lean_sync, &s_fail, &s_is_cpu, &s_layout, &s_rootRank, &s_asyncOp,

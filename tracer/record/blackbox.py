@@ -111,7 +111,7 @@ class BlackBox:
 
     def disable(self, reason: str) -> None:
         was = self.ring.enabled or self.head.enabled
-        self.ring.enabled = False
+        self.ring.stop()
         self.head.enabled = False
         if was:
             warn_once(self.out, f"disttrace: black box disabled: {reason}; the job goes on unrecorded from here "
