@@ -543,6 +543,60 @@ end(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_NONE;
 }
 
+/* Ender(rec, agg)(entry, t): end(rec, agg, entry, t), Completion.lean_done where the compiled part is built (the
+ * compiled Work.wait calls it without a Python call) */
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *rec, *agg;
+} Ender;
+
+static PyObject *
+ender_call(Ender *self, PyObject *const *argv, size_t nargsf, PyObject *kwnames)
+{
+    if (PyVectorcall_NARGS(nargsf) != 2 || kwnames != NULL) {
+        PyErr_SetString(PyExc_TypeError, "lean_done(entry, t)");
+        return NULL;
+    }
+    PyObject *args[4] = {self->rec, self->agg, argv[0], argv[1]};
+    return end(NULL, args, 4);
+}
+
+static PyObject *
+ender_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+    PyObject *rec, *agg;
+    if (!PyArg_ParseTuple(args, "OO:Ender", &rec, &agg))
+        return NULL;
+    Ender *self = (Ender *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->vectorcall = (vectorcallfunc)ender_call;
+    self->rec = Py_NewRef(rec);
+    self->agg = Py_NewRef(agg);
+    return (PyObject *)self;
+}
+
+static void
+ender_dealloc(Ender *self)
+{
+    Py_XDECREF(self->rec);
+    Py_XDECREF(self->agg);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyTypeObject EnderType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "disttrace.tracer.record._hotpath.Ender",
+    .tp_basicsize = sizeof(Ender),
+    .tp_dealloc = (destructor)ender_dealloc,
+    .tp_vectorcall_offset = offsetof(Ender, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "Ender(rec, agg)(entry, t): end(rec, agg, entry, t).",
+    .tp_new = ender_new,
+};
+
 #ifdef HOTPATH_FRAMES
 /* -- the lean path, as one C callable (fastpath._wrap's lean branch) ------------------------------------------ */
 static PyObject *walk_impl(long depth, PyObject *depth_obj);
@@ -965,6 +1019,171 @@ static PyTypeObject LeanType = {
               "fastpath.py's lean path.",
     .tp_new = lean_new,
 };
+
+/* -- Work.wait's lean branch (hooks.py's wait, its twin) ------------------------------------------------------
+ * Wait(orig, wait, current's globals): Work.wait, a method descriptor (self comes first, unbound, as a function's
+ * would). Where the tracer's Completion.lean_sync holds this Work (a synchronous op of the lean path): the job's wait
+ * (orig), then its end (Completion.lean_done: an Ender's, without a Python call), as hooks.py's wait does; anything
+ * else is hooks.py's wait itself, which looks again and takes its other branches. */
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *orig, *py_wait, *cur, *dict;
+} Wait;
+
+static PyObject *s_tracer, *s_lean_end, *s_lean_done;
+
+/* d.pop(key, None): 0, or -1 with an error */
+static int
+discard(PyObject *d, PyObject *key)
+{
+    if (PyDict_DelItem(d, key) == 0)
+        return 0;
+    if (!PyErr_ExceptionMatches(PyExc_KeyError))
+        return -1;
+    PyErr_Clear();
+    return 0;
+}
+
+static PyObject *
+wait_call(Wait *self, PyObject *const *argv, size_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (nargs < 1)
+        return PyObject_Vectorcall(self->py_wait, argv, nargsf, kwnames);  /* (its own error) */
+    PyObject *t = PyDict_GetItemWithError(self->cur, s_tracer);  /* current.tracer, borrowed */
+    if (t == NULL || t == Py_None) {
+        if (t == NULL && PyErr_Occurred())
+            return NULL;
+        return PyObject_Vectorcall(self->orig, argv, nargsf, kwnames);
+    }
+    Py_INCREF(t);
+    PyObject *c = PyObject_GetAttr(t, s_completion);
+    PyObject *lean = c ? PyObject_GetAttr(c, s_lean_sync) : NULL;
+    PyObject *key = NULL, *entry = NULL, *result = NULL;
+    if (lean == NULL)
+        goto done;
+    if (!PyDict_Check(lean) || PyDict_GET_SIZE(lean) == 0)
+        goto python;
+    key = PyLong_FromVoidPtr(argv[0]);
+    if (key == NULL)
+        goto done;
+    entry = PyDict_GetItemWithError(lean, key);
+    if (entry == NULL) {
+        if (PyErr_Occurred())
+            goto done;
+        goto python;
+    }
+    Py_INCREF(entry);
+    result = PyObject_Vectorcall(self->orig, argv, nargsf, kwnames);
+    if (result == NULL) {  /* lean.pop(key, None); current.safe(c.lean_end, entry, monotonic_ns(), e); raise */
+        PyObject *e = PyErr_GetRaisedException_compat();
+        PyObject *now = discard(lean, key) == 0 ? PyLong_FromLongLong(monotonic_now()) : NULL;
+        PyObject *lean_end = now ? PyObject_GetAttr(c, s_lean_end) : NULL;
+        PyObject *r = lean_end ? PyObject_CallFunctionObjArgs(safe, lean_end, entry, now, e, NULL) : NULL;
+        Py_XDECREF(now);
+        Py_XDECREF(lean_end);
+        if (r == NULL) {
+            Py_DECREF(e);
+            goto done;
+        }
+        Py_DECREF(r);
+        PyErr_SetRaisedException_compat(e);
+        goto done;
+    }
+    PyObject *now = PyLong_FromLongLong(monotonic_now());
+    if (now == NULL || discard(lean, key) < 0) {
+        Py_XDECREF(now);
+        Py_CLEAR(result);
+        goto done;
+    }
+    PyObject *done_fn = PyObject_GetAttr(c, s_lean_done);
+    PyObject *r = NULL;
+    if (done_fn != NULL) {  /* c.lean_done(entry, now); an Exception: t.fail(e) */
+        if (Py_IS_TYPE(done_fn, &EnderType)) {
+            PyObject *args[4] = {((Ender *)done_fn)->rec, ((Ender *)done_fn)->agg, entry, now};
+            r = end(NULL, args, 4);
+        } else {
+            PyObject *args[2] = {entry, now};
+            r = PyObject_Vectorcall(done_fn, args, 2, NULL);
+        }
+        Py_DECREF(done_fn);
+    }
+    Py_XDECREF(now);
+    if (r != NULL) {
+        Py_DECREF(r);
+    } else if (PyErr_ExceptionMatches(PyExc_Exception)) {
+        PyObject *e = PyErr_GetRaisedException_compat();
+        r = PyObject_CallMethodOneArg(t, s_fail, e);
+        Py_DECREF(e);
+        if (r == NULL)
+            Py_CLEAR(result);
+        else
+            Py_DECREF(r);
+    } else {
+        Py_CLEAR(result);
+    }
+    goto done;
+python:  /* not a lean op's Work: hooks.py's wait, all of it */
+    result = PyObject_Vectorcall(self->py_wait, argv, nargsf, kwnames);
+done:
+    Py_XDECREF(entry);
+    Py_XDECREF(key);
+    Py_XDECREF(lean);
+    Py_XDECREF(c);
+    Py_DECREF(t);
+    return result;
+}
+
+static PyObject *
+wait_get(PyObject *self, PyObject *obj, PyObject *type)
+{
+    if (obj == NULL || obj == Py_None)
+        return Py_NewRef(self);
+    return PyMethod_New(self, obj);
+}
+
+static PyObject *
+wait_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+    PyObject *orig, *py_wait, *cur;
+    if (!PyArg_ParseTuple(args, "OOO!:Wait", &orig, &py_wait, &PyDict_Type, &cur))
+        return NULL;
+    Wait *self = (Wait *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->vectorcall = (vectorcallfunc)wait_call;
+    self->orig = Py_NewRef(orig);
+    self->py_wait = Py_NewRef(py_wait);
+    self->cur = Py_NewRef(cur);
+    return (PyObject *)self;
+}
+
+static void
+wait_dealloc(Wait *self)
+{
+    Py_XDECREF(self->orig);
+    Py_XDECREF(self->py_wait);
+    Py_XDECREF(self->cur);
+    Py_XDECREF(self->dict);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyTypeObject WaitType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "disttrace.tracer.record._hotpath.Wait",
+    .tp_basicsize = sizeof(Wait),
+    .tp_dealloc = (destructor)wait_dealloc,
+    .tp_vectorcall_offset = offsetof(Wait, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_descr_get = wait_get,
+    .tp_getattro = PyObject_GenericGetAttr,
+    .tp_setattro = PyObject_GenericSetAttr,
+    .tp_dictoffset = offsetof(Wait, dict),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_METHOD_DESCRIPTOR,
+    .tp_doc = "Wait(orig, wait, current's globals): Work.wait, hooks.py's wait with its lean branch in C.",
+    .tp_new = wait_new,
+};
 #endif
 
 static PyMethodDef methods[] = {
@@ -998,7 +1217,8 @@ PyInit__hotpath(void)
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;
-    if (PyModule_AddObjectRef(m, "RingWriter", (PyObject *)&RingWriterType) < 0) {
+    if (PyType_Ready(&EnderType) < 0 || PyModule_AddObjectRef(m, "Ender", (PyObject *)&EnderType) < 0
+            || PyModule_AddObjectRef(m, "RingWriter", (PyObject *)&RingWriterType) < 0) {
         Py_DECREF(m);
         return NULL;
     }
@@ -1012,6 +1232,12 @@ PyInit__hotpath(void)
     for (size_t k = 0; k < sizeof(strs) / sizeof(strs[0]); k++)
         if ((*names[k] = PyUnicode_InternFromString(strs[k])) == NULL)
             goto error;
+    s_tracer = PyUnicode_InternFromString("tracer");
+    s_lean_end = PyUnicode_InternFromString("lean_end");
+    s_lean_done = PyUnicode_InternFromString("lean_done");
+    if (!s_tracer || !s_lean_end || !s_lean_done || PyType_Ready(&WaitType) < 0
+            || PyModule_AddObjectRef(m, "Wait", (PyObject *)&WaitType) < 0)
+        goto error;
     one = PyLong_FromLong(1);
     two = PyLong_FromLong(2);
     c_walk = PyObject_GetAttrString(m, "walk");
