@@ -1184,6 +1184,126 @@ static PyTypeObject WaitType = {
     .tp_doc = "Wait(orig, wait, current's globals): Work.wait, hooks.py's wait with its lean branch in C.",
     .tp_new = wait_new,
 };
+
+/* -- a ProcessGroup method's wrapper (fastpath._wrap's method, its twin) ---------------------------------------
+ * Method(orig, lean, rest, current's globals, current.nested, _len_torch_dispatch_stack): the method, a method
+ * descriptor as Wait is. Untraced, nested or under a dispatch mode: orig. Else the Lean (lean_call) where t.lean is
+ * not None; its Work returned, anything else (a key's first sight, the general path) handed to fastpath's
+ * rest(t, pg, args, lean, walked) as the Python method hands it. */
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *orig, *lean, *rest, *cur, *nested, *modes, *dict;
+} Method;
+
+static PyObject *
+method_call(Method *self, PyObject *const *argv, size_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (nargs < 1 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames) > 0))
+        return PyObject_Vectorcall(self->orig, argv, nargsf, kwnames);
+    PyObject *t = PyDict_GetItemWithError(self->cur, s_tracer);  /* current.tracer, borrowed */
+    if (t == NULL && PyErr_Occurred())
+        return NULL;
+    if (t == NULL || t == Py_None)
+        return PyObject_Vectorcall(self->orig, argv, nargsf, kwnames);
+    if (PySet_GET_SIZE(self->nested) > 0) {  /* get_ident() in nested */
+        PyObject *tid = PyLong_FromUnsignedLong(PyThread_get_thread_ident());
+        int in = tid ? PySet_Contains(self->nested, tid) : -1;
+        Py_XDECREF(tid);
+        if (in < 0)
+            return NULL;
+        if (in)
+            return PyObject_Vectorcall(self->orig, argv, nargsf, kwnames);
+    }
+    PyObject *modes = PyObject_CallNoArgs(self->modes);
+    int yes = modes ? PyObject_IsTrue(modes) : -1;
+    Py_XDECREF(modes);
+    if (yes < 0)
+        return NULL;
+    if (yes)
+        return PyObject_Vectorcall(self->orig, argv, nargsf, kwnames);
+    Py_INCREF(t);
+    PyObject *args = PyTuple_New(nargs - 1);  /* the method's args, as the Python method's *args */
+    for (Py_ssize_t k = 1; args != NULL && k < nargs; k++)
+        PyTuple_SET_ITEM(args, k - 1, Py_NewRef(argv[k]));
+    PyObject *lean = args ? PyObject_GetAttr(t, s_lean) : NULL;
+    PyObject *walked = Py_NewRef(Py_None), *result = NULL;
+    if (lean == NULL)
+        goto done;
+    if (lean != Py_None) {
+        PyObject *largs[3] = {t, argv[0], args};
+        PyObject *got = lean_call((Lean *)self->lean, largs, 3, NULL);
+        if (got == NULL)
+            goto done;
+        if (PyTuple_CheckExact(got)) {
+            Py_SETREF(walked, got);  /* a key's first sight: decided by rest, with this walk (one walk an op) */
+        } else if (got == general) {
+            Py_DECREF(got);
+            Py_SETREF(lean, Py_NewRef(Py_None));
+        } else {
+            result = got;
+            goto done;
+        }
+    }
+    PyObject *rargs[5] = {t, argv[0], args, lean, walked};
+    result = PyObject_Vectorcall(self->rest, rargs, 5, NULL);
+done:
+    Py_XDECREF(lean);
+    Py_XDECREF(args);
+    Py_DECREF(walked);
+    Py_DECREF(t);
+    return result;
+}
+
+static PyObject *
+method_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+    PyObject *orig, *lean, *rest, *cur, *nested, *modes;
+    if (!PyArg_ParseTuple(args, "OO!OO!O!O:Method", &orig, &LeanType, &lean, &rest, &PyDict_Type, &cur, &PySet_Type,
+                          &nested, &modes))
+        return NULL;
+    Method *self = (Method *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->vectorcall = (vectorcallfunc)method_call;
+    self->orig = Py_NewRef(orig);
+    self->lean = Py_NewRef(lean);
+    self->rest = Py_NewRef(rest);
+    self->cur = Py_NewRef(cur);
+    self->nested = Py_NewRef(nested);
+    self->modes = Py_NewRef(modes);
+    return (PyObject *)self;
+}
+
+static void
+method_dealloc(Method *self)
+{
+    Py_XDECREF(self->orig);
+    Py_XDECREF(self->lean);
+    Py_XDECREF(self->rest);
+    Py_XDECREF(self->cur);
+    Py_XDECREF(self->nested);
+    Py_XDECREF(self->modes);
+    Py_XDECREF(self->dict);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyTypeObject MethodType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "disttrace.tracer.record._hotpath.Method",
+    .tp_basicsize = sizeof(Method),
+    .tp_dealloc = (destructor)method_dealloc,
+    .tp_vectorcall_offset = offsetof(Method, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_descr_get = wait_get,
+    .tp_getattro = PyObject_GenericGetAttr,
+    .tp_setattro = PyObject_GenericSetAttr,
+    .tp_dictoffset = offsetof(Method, dict),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_METHOD_DESCRIPTOR,
+    .tp_doc = "Method(orig, lean, rest, current's globals, nested, dispatch_modes): fastpath.py's method in C.",
+    .tp_new = method_new,
+};
 #endif
 
 static PyMethodDef methods[] = {
@@ -1236,7 +1356,8 @@ PyInit__hotpath(void)
     s_lean_end = PyUnicode_InternFromString("lean_end");
     s_lean_done = PyUnicode_InternFromString("lean_done");
     if (!s_tracer || !s_lean_end || !s_lean_done || PyType_Ready(&WaitType) < 0
-            || PyModule_AddObjectRef(m, "Wait", (PyObject *)&WaitType) < 0)
+            || PyModule_AddObjectRef(m, "Wait", (PyObject *)&WaitType) < 0 || PyType_Ready(&MethodType) < 0
+            || PyModule_AddObjectRef(m, "Method", (PyObject *)&MethodType) < 0)
         goto error;
     one = PyLong_FromLong(1);
     two = PyLong_FromLong(2);
