@@ -605,7 +605,7 @@ static PyObject *walk_impl(long depth, PyObject *depth_obj);
  * GENERAL, current.safe, _lean_failed, _lean_async, PENDING_LIMIT, fastpath's globals (its `walk`, which a test
  * may wrap, is looked up per call as the Python code does), this module's walk */
 static PyObject *tensor_type, *strided, *profiler, *inflight, *general, *safe, *lean_failed, *lean_async;
-static PyObject *fastpath_globals, *c_walk, *one, *two;
+static PyObject *fastpath_globals, *c_walk, *one, *two, *dict_get;
 static Py_ssize_t pending_limit;
 static PyObject *s_lean, *s_groups, *s_get, *s_of, *s_gloo, *s_ids, *s_next_seq, *s_rec, *s_read_seq, *s_seqno,
     *s_completion, *s_lean_sync, *s_fail, *s_is_cpu, *s_layout, *s_rootRank, *s_asyncOp, *s_dtype, *s_shape,
@@ -619,7 +619,74 @@ typedef struct {
     PyObject *opts;     /* _lean_one's options class */
     PyObject *spec;     /* the c10d op's spec */
     PyObject *direct;   /* the gloo backend's method */
+    /* The last call's lookups, for the next call with the same arguments: t.groups' entry for pg, and t.lean's for
+     * the key. A dict is compared by address and version (ma_version_tag: new for every dict and every change of
+     * one), never dereferenced from here; what was found is held (a Group lets go of its pg at release). */
+    PyObject *groups_at, *pg_at, *last_g, *lean_at, *last_key, *last_entry;
+    uint64_t groups_version, lean_version;
+    /* ... and, with t.lean's entry, the tracer's own fields that the call reads (capture.Tracer sets them once):
+     * t._ids, t.rec, t.read_seq, t.completion.lean_sync. The same t.lean (each Tracer has its own) is the same t. */
+    PyObject *ids_c, *rec_c, *read_seq_c, *sync_c;
 } Lean;
+
+/* A dict's version tag: 3.12 and 3.13 keep it (deprecated), changed on every modification */
+static inline uint64_t
+dict_version(PyObject *d)
+{
+#if defined(__GNUC__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+#endif
+    return ((PyDictObject *)d)->ma_version_tag;
+#if defined(__GNUC__)
+#pragma GCC diagnostic pop
+#endif
+}
+
+/* t's fields that the Lean keeps with t.lean's entry: 0, or -1 (nothing kept, no error) */
+static int
+remember(Lean *self, PyObject *t)
+{
+    PyObject *ids = PyObject_GetAttr(t, s_ids), *rec = ids ? PyObject_GetAttr(t, s_rec) : NULL;
+    PyObject *read = rec ? PyObject_GetAttr(t, s_read_seq) : NULL;
+    PyObject *completion = read ? PyObject_GetAttr(t, s_completion) : NULL;
+    PyObject *sync = completion ? PyObject_GetAttr(completion, s_lean_sync) : NULL;
+    Py_XDECREF(completion);
+    if (sync == NULL) {
+        PyErr_Clear();  /* (the call reads them itself, and meets the error there) */
+        Py_XDECREF(ids);
+        Py_XDECREF(rec);
+        Py_XDECREF(read);
+        return -1;
+    }
+    Py_XSETREF(self->ids_c, ids);
+    Py_XSETREF(self->rec_c, rec);
+    Py_XSETREF(self->read_seq_c, read);
+    Py_XSETREF(self->sync_c, sync);
+    return 0;
+}
+
+/* Is the key made of items equal to `key` (a tuple of 11)? As the dict's comparison: identity, else ==. */
+static int
+same_key(PyObject *key, PyObject *const *items)
+{
+    if (key == NULL)
+        return 0;
+    for (Py_ssize_t k = 0; k < 11; k++) {
+        PyObject *a = PyTuple_GET_ITEM(key, k), *b = items[k];
+        if (a == b)
+            continue;
+        if (b == NULL)
+            return 0;
+        int eq = PyObject_RichCompareBool(a, b, Py_EQ);
+        if (eq <= 0) {
+            if (eq < 0)
+                PyErr_Clear();
+            return 0;
+        }
+    }
+    return 1;
+}
 
 static PyObject *
 init_lean(PyObject *self, PyObject *args)
@@ -712,6 +779,8 @@ failed(PyObject *t)
 }
 
 /* Lean(t, pg, args) -> Work, the walk's result or GENERAL: fastpath._wrap's lean branch from `fields = lean_args(args)` on. */
+static PyObject *lean_impl(Lean *self, PyObject *t, PyObject *pg, PyObject *args, long depth);
+
 static PyObject *
 lean_call(Lean *self, PyObject *const *argv, size_t nargsf, PyObject *kwnames)
 {
@@ -720,12 +789,19 @@ lean_call(Lean *self, PyObject *const *argv, size_t nargsf, PyObject *kwnames)
         PyErr_SetString(PyExc_TypeError, "Lean(t, pg, args), after init_lean");
         return NULL;
     }
-    PyObject *t = argv[0], *pg = argv[1], *args = argv[2];
+    return lean_impl(self, argv[0], argv[1], argv[2], 2);  /* walk(2) from the Python method: its caller's frame */
+}
+
+/* depth: the walk's, counted from the frame that called into C (1: that frame itself, where no Python method of ours
+ * is between, as under Method) */
+static PyObject *
+lean_impl(Lean *self, PyObject *t, PyObject *pg, PyObject *args, long depth)
+{
     Py_ssize_t n = PyTuple_GET_SIZE(args);
     PyObject *first, *root = NULL, *peer = Py_None, *tag = Py_None, *is_async = NULL;
     PyObject *g = NULL, *backend = NULL, *walked = NULL, *tid = NULL, *key = NULL, *entry, *lean = NULL;
     PyObject *i = NULL, *gs = NULL, *now = NULL, *rec = NULL, *work = NULL, *result = NULL;
-    int err = 0;
+    int err = 0, cached = 0;  /* cached: t's fields from the Lean's cache (t.lean's entry was found there or kept) */
     /* the reader: (first tensor, root, peer, tag, async) of the common case, or the general path */
     if (self->p2p) {
         if (n != 3 || !PyLong_CheckExact(PyTuple_GET_ITEM(args, 1)) || !PyLong_CheckExact(PyTuple_GET_ITEM(args, 2)))
@@ -775,12 +851,23 @@ lean_call(Lean *self, PyObject *const *argv, size_t nargsf, PyObject *kwnames)
     PyObject *groups = PyObject_GetAttr(t, s_groups);
     if (groups == NULL)
         goto fail;
-    PyObject *pid = PyLong_FromVoidPtr(pg);
-    g = pid ? PyObject_CallMethodOneArg(groups, s_get, pid) : NULL;
-    Py_XDECREF(pid);
-    if (g != NULL && (yes = PyObject_IsTrue(g)) <= 0) {
-        Py_DECREF(g);
-        g = yes < 0 ? NULL : PyObject_CallMethodOneArg(groups, s_of, pg);
+    if (self->last_g != NULL && groups == self->groups_at && pg == self->pg_at && PyDict_Check(groups)
+            && dict_version(groups) == self->groups_version) {
+        g = Py_NewRef(self->last_g);  /* the same dict, unchanged since: the same lookup's result */
+    } else {
+        PyObject *pid = PyLong_FromVoidPtr(pg);
+        g = pid ? PyObject_CallMethodOneArg(groups, s_get, pid) : NULL;
+        Py_XDECREF(pid);
+        if (g != NULL && (yes = PyObject_IsTrue(g)) <= 0) {
+            Py_DECREF(g);
+            g = yes < 0 ? NULL : PyObject_CallMethodOneArg(groups, s_of, pg);
+        }
+        if (g != NULL && PyDict_Check(groups) && _PyType_Lookup(Py_TYPE(groups), s_get) == dict_get) {  /* dict's get */
+            self->groups_at = groups;
+            self->pg_at = pg;
+            self->groups_version = dict_version(groups);
+            Py_XSETREF(self->last_g, Py_NewRef(g));
+        }
     }
     Py_DECREF(groups);
     if (g == NULL || (backend = PyObject_GetAttr(g, s_gloo)) == NULL)
@@ -792,24 +879,42 @@ lean_call(Lean *self, PyObject *const *argv, size_t nargsf, PyObject *kwnames)
             PyErr_SetString(PyExc_NameError, "walk");
         goto fail;
     }
-    walked = w == c_walk ? walk_impl(2, two) : PyObject_CallOneArg(w, two);
+    walked = w == c_walk ? walk_impl(depth, depth == 2 ? two : one) : PyObject_CallOneArg(w, depth == 2 ? two : one);
     if (walked == NULL || (tid = PyLong_FromUnsignedLong(PyThread_get_thread_ident())) == NULL)
         goto fail;
     /* key = (spec, walked, g, root, peer, tag, first.dtype, first.shape, is_async, size, tid) */
     PyObject *dtype = PyObject_GetAttr(first, s_dtype);
     PyObject *shape = dtype ? PyObject_GetAttr(first, s_shape) : NULL;
     PyObject *size = shape ? PyLong_FromLong(-1) : NULL;
-    key = size ? PyTuple_Pack(11, self->spec, walked, g, root ? root : Py_None, peer, tag, dtype, shape, is_async, size, tid) : NULL;
+    PyObject *items[11] = {self->spec, walked, g, root ? root : Py_None, peer, tag, dtype, shape, is_async, size, tid};
+    lean = size ? PyObject_GetAttr(t, s_lean) : NULL;
+    if (lean != NULL && PyDict_CheckExact(lean) && lean == self->lean_at && dict_version(lean) == self->lean_version
+            && same_key(self->last_key, items)) {
+        entry = self->last_entry;  /* lean[key] as the last call found it: the dict is unchanged since */
+        cached = 1;
+    } else if (lean != NULL && lean != Py_None && PyDict_Check(lean)) {
+        key = PyTuple_Pack(11, items[0], items[1], items[2], items[3], items[4], items[5], items[6], items[7],
+                           items[8], items[9], items[10]);
+        entry = key ? PyDict_GetItemWithError(lean, key) : NULL;  /* borrowed: the cache keeps it */
+        if (entry != NULL && PyDict_CheckExact(lean) && remember(self, t) == 0) {
+            self->lean_at = lean;
+            self->lean_version = dict_version(lean);
+            Py_XSETREF(self->last_key, Py_NewRef(key));
+            Py_XSETREF(self->last_entry, Py_NewRef(entry));
+            cached = 1;
+        }
+    } else {
+        entry = NULL;
+    }
     Py_XDECREF(dtype);
     Py_XDECREF(shape);
     Py_XDECREF(size);
-    if (key == NULL || (lean = PyObject_GetAttr(t, s_lean)) == NULL)
+    if (lean == NULL || PyErr_Occurred())
         goto fail;
     if (lean == Py_None || !PyDict_Check(lean)) {
         result = Py_NewRef(walked);  /* (not a dict: the Python code's own lookup) */
         goto done;
     }
-    entry = PyDict_GetItemWithError(lean, key);  /* borrowed: the cache keeps it */
     if (entry == NULL) {
         if (PyErr_Occurred())
             goto fail;
@@ -829,7 +934,7 @@ lean_call(Lean *self, PyObject *const *argv, size_t nargsf, PyObject *kwnames)
     PyObject *pair = PyTuple_GET_ITEM(entry, 5);
     Py_SETREF(is_async, Py_NewRef(PyTuple_GET_ITEM(entry, 2)));
     int collective = PyObject_IsTrue(PyTuple_GET_ITEM(entry, 1));
-    PyObject *ids = collective < 0 ? NULL : PyObject_GetAttr(t, s_ids);
+    PyObject *ids = collective < 0 ? NULL : (cached ? Py_NewRef(self->ids_c) : PyObject_GetAttr(t, s_ids));
     i = ids ? PyIter_Next(ids) : NULL;
     Py_XDECREF(ids);
     if (i == NULL) {
@@ -862,7 +967,7 @@ lean_call(Lean *self, PyObject *const *argv, size_t nargsf, PyObject *kwnames)
             goto fail;
         }
     }
-    rec = PyObject_GetAttr(t, s_rec);
+    rec = (cached ? Py_NewRef(self->rec_c) : PyObject_GetAttr(t, s_rec));
     PyObject *bargs[5] = {rec, head, i, gs, ps};
     now = rec ? begin(NULL, bargs, 5) : NULL;
     Py_DECREF(ps);
@@ -910,7 +1015,7 @@ lean_call(Lean *self, PyObject *const *argv, size_t nargsf, PyObject *kwnames)
     }
     /* the backend's own sequence number, read right after issue: Flight Recorder's id for it */
     PyObject *seq = Py_NewRef(Py_None);
-    PyObject *read = PyObject_GetAttr(t, s_read_seq);
+    PyObject *read = (cached ? Py_NewRef(self->read_seq_c) : PyObject_GetAttr(t, s_read_seq));
     if (read == NULL || (yes = PyObject_IsTrue(read)) < 0) {
         Py_XDECREF(read);
         Py_DECREF(seq);
@@ -931,9 +1036,12 @@ lean_call(Lean *self, PyObject *const *argv, size_t nargsf, PyObject *kwnames)
         }
     }
     /* t.completion.lean_sync[id(work)] = (op, g, gs, now, tid, i, seq, slot): Work.wait ends it */
-    PyObject *completion = PyObject_GetAttr(t, s_completion);
-    PyObject *sync = completion ? PyObject_GetAttr(completion, s_lean_sync) : NULL;
-    Py_XDECREF(completion);
+    PyObject *sync = cached ? Py_NewRef(self->sync_c) : NULL;
+    if (sync == NULL) {
+        PyObject *completion = PyObject_GetAttr(t, s_completion);
+        sync = completion ? PyObject_GetAttr(completion, s_lean_sync) : NULL;
+        Py_XDECREF(completion);
+    }
     PyObject *item = sync ? PyTuple_Pack(8, op, g, gs, now, tid, i, seq, slot) : NULL;
     Py_DECREF(seq);
     Py_DECREF(entry);
@@ -1004,6 +1112,13 @@ lean_dealloc(Lean *self)
     Py_XDECREF(self->opts);
     Py_XDECREF(self->spec);
     Py_XDECREF(self->direct);
+    Py_XDECREF(self->last_g);
+    Py_XDECREF(self->last_key);
+    Py_XDECREF(self->last_entry);
+    Py_XDECREF(self->ids_c);
+    Py_XDECREF(self->rec_c);
+    Py_XDECREF(self->read_seq_c);
+    Py_XDECREF(self->sync_c);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -1232,8 +1347,10 @@ method_call(Method *self, PyObject *const *argv, size_t nargsf, PyObject *kwname
     if (lean == NULL)
         goto done;
     if (lean != Py_None) {
-        PyObject *largs[3] = {t, argv[0], args};
-        PyObject *got = lean_call((Lean *)self->lean, largs, 3, NULL);
+        /* (no Python frame of ours between: the walk starts at the frame that called the method) */
+        PyObject *got = general != NULL ? lean_impl((Lean *)self->lean, t, argv[0], args, 1) : NULL;
+        if (general == NULL)
+            PyErr_SetString(PyExc_TypeError, "Method before init_lean");
         if (got == NULL)
             goto done;
         if (PyTuple_CheckExact(got)) {
@@ -1361,6 +1478,7 @@ PyInit__hotpath(void)
         goto error;
     one = PyLong_FromLong(1);
     two = PyLong_FromLong(2);
+    dict_get = _PyType_Lookup(&PyDict_Type, s_get);  /* (borrowed: the type keeps it) */
     c_walk = PyObject_GetAttrString(m, "walk");
     if (one == NULL || two == NULL || c_walk == NULL || PyType_Ready(&LeanType) < 0
             || PyModule_AddObjectRef(m, "Lean", (PyObject *)&LeanType) < 0)
