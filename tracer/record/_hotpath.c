@@ -323,6 +323,34 @@ static PyObject *line_of(PyObject *head, const char *tail, Py_ssize_t n);
 /* head + tail to rec: straight into the ring where rec.raw is a RingWriter's; else rec.raw(line), or
  * rec.write_raw(line) where the map is full or closed (ValueError): the wrapper's own rule */
 static int
+write_line(PyObject *rec, PyObject *head, const char *tail, Py_ssize_t n);
+
+/* write_line where rec.raw is known to be w's (the black box's raw, which BlackBox sets once), else write_line */
+static int
+write_to(RingWriter *w, PyObject *rec, PyObject *head, const char *tail, Py_ssize_t n)
+{
+    if (w == NULL)
+        return write_line(rec, head, tail, n);
+    ring_put(w, PyBytes_AS_STRING(head), PyBytes_GET_SIZE(head), tail, n);
+    return 0;
+}
+
+/* The RingWriter of rec.raw, a new reference, or NULL (no error): what write_to may be handed for rec */
+static PyObject *
+writer_of(PyObject *rec)
+{
+    PyObject *raw = PyObject_GetAttr(rec, s_raw);
+    if (raw == NULL) {
+        PyErr_Clear();
+        return NULL;
+    }
+    RingWriter *w = ring_of(raw);
+    PyObject *r = w != NULL ? Py_NewRef((PyObject *)w) : NULL;
+    Py_DECREF(raw);
+    return r;
+}
+
+static int
 write_line(PyObject *rec, PyObject *head, const char *tail, Py_ssize_t n)
 {
     PyObject *raw = PyObject_GetAttr(rec, s_raw);
@@ -408,8 +436,17 @@ monotonic_now(void)
 /* begin(rec, head, i, gs[, ps]) -> t: the begin record BEGIN_LINE % (head, i, t) (BEGIN_LINE_GS with gs, unless gs is
  * None; else BEGIN_LINE_PS with ps, unless it is None or not given), the time taken last, written to rec as the
  * wrapper writes it. */
+static PyObject *begin_to(RingWriter *w, PyObject *const *args, Py_ssize_t nargs);
+
 static PyObject *
 begin(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    return begin_to(NULL, args, nargs);
+}
+
+/* begin, writing to w where given (rec.raw's writer, known) */
+static PyObject *
+begin_to(RingWriter *w, PyObject *const *args, Py_ssize_t nargs)
 {
     if ((nargs != 4 && nargs != 5) || !PyBytes_Check(args[1])) {
         PyErr_SetString(PyExc_TypeError, "begin(rec, head: bytes, i, gs[, ps])");
@@ -433,7 +470,7 @@ begin(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     else if (has_ps)
         at = put_int(put_str(at, ",\"ps\":"), ps);
     at = put_str(put_int(put_str(at, ",\"t\":"), now), "}\n");
-    return write_line(args[0], args[1], tail, at - tail) ? NULL : PyLong_FromLongLong(now);
+    return write_to(w, args[0], args[1], tail, at - tail) ? NULL : PyLong_FromLongLong(now);
 }
 
 static int
@@ -509,8 +546,17 @@ agg_add(PyObject *agg, PyObject *slot, long long t0, long long t, PyObject *t_ob
 /* end(rec, agg, entry, t): Completion.lean_end(entry, t) of an op that ended without an error: into the aggregates
  * where the entry has a slot (entry: op, group, group_seq, start, thread, id, seq, slot), then END_LINE % (id, t), or
  * END_LINE_SEQ % (id, t, seq) where the backend's sequence number was read. */
+static PyObject *end_to(RingWriter *w, PyObject *const *args, Py_ssize_t nargs);
+
 static PyObject *
 end(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    return end_to(NULL, args, nargs);
+}
+
+/* end, writing to w where given (rec.raw's writer, known) */
+static PyObject *
+end_to(RingWriter *w, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 4 || !PyTuple_Check(args[2]) || PyTuple_GET_SIZE(args[2]) < 8 || end_open == NULL) {
         PyErr_SetString(PyExc_TypeError, "end(rec, agg, entry, t), after init_records");
@@ -538,7 +584,7 @@ end(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         at = put_int(put_str(at, ",\"seq\":"), s);
     }
     at = put_str(at, "}\n");
-    if (write_line(args[0], end_open, tail, at - tail))
+    if (write_to(w, args[0], end_open, tail, at - tail))
         return NULL;
     Py_RETURN_NONE;
 }
@@ -549,6 +595,7 @@ typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
     PyObject *rec, *agg;
+    PyObject *ring;  /* rec.raw's RingWriter (the black box), or NULL */
 } Ender;
 
 static PyObject *
@@ -559,7 +606,7 @@ ender_call(Ender *self, PyObject *const *argv, size_t nargsf, PyObject *kwnames)
         return NULL;
     }
     PyObject *args[4] = {self->rec, self->agg, argv[0], argv[1]};
-    return end(NULL, args, 4);
+    return end_to((RingWriter *)self->ring, args, 4);
 }
 
 static PyObject *
@@ -574,6 +621,7 @@ ender_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     self->vectorcall = (vectorcallfunc)ender_call;
     self->rec = Py_NewRef(rec);
     self->agg = Py_NewRef(agg);
+    self->ring = writer_of(rec);
     return (PyObject *)self;
 }
 
@@ -582,6 +630,7 @@ ender_dealloc(Ender *self)
 {
     Py_XDECREF(self->rec);
     Py_XDECREF(self->agg);
+    Py_XDECREF(self->ring);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -626,7 +675,7 @@ typedef struct {
     uint64_t groups_version, lean_version;
     /* ... and, with t.lean's entry, the tracer's own fields that the call reads (capture.Tracer sets them once):
      * t._ids, t.rec, t.read_seq, t.completion.lean_sync. The same t.lean (each Tracer has its own) is the same t. */
-    PyObject *ids_c, *rec_c, *read_seq_c, *sync_c;
+    PyObject *ids_c, *rec_c, *read_seq_c, *sync_c, *ring_c;  /* ring_c: rec.raw's RingWriter, or NULL */
 } Lean;
 
 /* A dict's version tag: 3.12 and 3.13 keep it (deprecated), changed on every modification */
@@ -663,6 +712,7 @@ remember(Lean *self, PyObject *t)
     Py_XSETREF(self->rec_c, rec);
     Py_XSETREF(self->read_seq_c, read);
     Py_XSETREF(self->sync_c, sync);
+    Py_XSETREF(self->ring_c, writer_of(rec));
     return 0;
 }
 
@@ -969,7 +1019,7 @@ lean_impl(Lean *self, PyObject *t, PyObject *pg, PyObject *args, long depth)
     }
     rec = (cached ? Py_NewRef(self->rec_c) : PyObject_GetAttr(t, s_rec));
     PyObject *bargs[5] = {rec, head, i, gs, ps};
-    now = rec ? begin(NULL, bargs, 5) : NULL;
+    now = rec ? begin_to(cached ? (RingWriter *)self->ring_c : NULL, bargs, 5) : NULL;
     Py_DECREF(ps);
     if (now == NULL) {
         Py_DECREF(entry);
@@ -1119,6 +1169,7 @@ lean_dealloc(Lean *self)
     Py_XDECREF(self->rec_c);
     Py_XDECREF(self->read_seq_c);
     Py_XDECREF(self->sync_c);
+    Py_XDECREF(self->ring_c);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -1144,7 +1195,24 @@ typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
     PyObject *orig, *py_wait, *cur, *dict;
+    /* the last tracer's t.completion.lean_sync and .lean_done (Completion sets both once), with a weak reference to
+     * that tracer: another tracer, even at the same address, is another weak reference's object */
+    PyObject *t_ref, *sync_c, *done_c;
 } Wait;
+
+/* The object of weak reference ref, borrowed (None once it is gone) */
+static inline PyObject *
+referent(PyObject *ref)
+{
+#if defined(__GNUC__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+#endif
+    return PyWeakref_GetObject(ref);
+#if defined(__GNUC__)
+#pragma GCC diagnostic pop
+#endif
+}
 
 static PyObject *s_tracer, *s_lean_end, *s_lean_done;
 
@@ -1173,11 +1241,25 @@ wait_call(Wait *self, PyObject *const *argv, size_t nargsf, PyObject *kwnames)
         return PyObject_Vectorcall(self->orig, argv, nargsf, kwnames);
     }
     Py_INCREF(t);
-    PyObject *c = PyObject_GetAttr(t, s_completion);
-    PyObject *lean = c ? PyObject_GetAttr(c, s_lean_sync) : NULL;
-    PyObject *key = NULL, *entry = NULL, *result = NULL;
-    if (lean == NULL)
-        goto done;
+    PyObject *c = NULL, *lean = NULL, *done_fn = NULL, *key = NULL, *entry = NULL, *result = NULL;
+    if (self->t_ref != NULL && referent(self->t_ref) == t) {
+        lean = Py_NewRef(self->sync_c);
+        done_fn = Py_NewRef(self->done_c);
+    } else {
+        c = PyObject_GetAttr(t, s_completion);
+        lean = c ? PyObject_GetAttr(c, s_lean_sync) : NULL;
+        done_fn = lean ? PyObject_GetAttr(c, s_lean_done) : NULL;
+        if (done_fn == NULL)
+            goto done;
+        PyObject *ref = PyWeakref_NewRef(t, NULL);
+        if (ref == NULL)
+            PyErr_Clear();  /* (nothing kept: looked up again next time) */
+        else {
+            Py_XSETREF(self->t_ref, ref);
+            Py_XSETREF(self->sync_c, Py_NewRef(lean));
+            Py_XSETREF(self->done_c, Py_NewRef(done_fn));
+        }
+    }
     if (!PyDict_Check(lean) || PyDict_GET_SIZE(lean) == 0)
         goto python;
     key = PyLong_FromVoidPtr(argv[0]);
@@ -1194,7 +1276,9 @@ wait_call(Wait *self, PyObject *const *argv, size_t nargsf, PyObject *kwnames)
     if (result == NULL) {  /* lean.pop(key, None); current.safe(c.lean_end, entry, monotonic_ns(), e); raise */
         PyObject *e = PyErr_GetRaisedException_compat();
         PyObject *now = discard(lean, key) == 0 ? PyLong_FromLongLong(monotonic_now()) : NULL;
-        PyObject *lean_end = now ? PyObject_GetAttr(c, s_lean_end) : NULL;
+        if (now != NULL && c == NULL)
+            c = PyObject_GetAttr(t, s_completion);
+        PyObject *lean_end = now && c ? PyObject_GetAttr(c, s_lean_end) : NULL;
         PyObject *r = lean_end ? PyObject_CallFunctionObjArgs(safe, lean_end, entry, now, e, NULL) : NULL;
         Py_XDECREF(now);
         Py_XDECREF(lean_end);
@@ -1212,17 +1296,15 @@ wait_call(Wait *self, PyObject *const *argv, size_t nargsf, PyObject *kwnames)
         Py_CLEAR(result);
         goto done;
     }
-    PyObject *done_fn = PyObject_GetAttr(c, s_lean_done);
     PyObject *r = NULL;
-    if (done_fn != NULL) {  /* c.lean_done(entry, now); an Exception: t.fail(e) */
+    {  /* c.lean_done(entry, now); an Exception: t.fail(e) */
         if (Py_IS_TYPE(done_fn, &EnderType)) {
             PyObject *args[4] = {((Ender *)done_fn)->rec, ((Ender *)done_fn)->agg, entry, now};
-            r = end(NULL, args, 4);
+            r = end_to((RingWriter *)((Ender *)done_fn)->ring, args, 4);
         } else {
             PyObject *args[2] = {entry, now};
             r = PyObject_Vectorcall(done_fn, args, 2, NULL);
         }
-        Py_DECREF(done_fn);
     }
     Py_XDECREF(now);
     if (r != NULL) {
@@ -1245,6 +1327,7 @@ done:
     Py_XDECREF(entry);
     Py_XDECREF(key);
     Py_XDECREF(lean);
+    Py_XDECREF(done_fn);
     Py_XDECREF(c);
     Py_DECREF(t);
     return result;
@@ -1280,6 +1363,9 @@ wait_dealloc(Wait *self)
     Py_XDECREF(self->orig);
     Py_XDECREF(self->py_wait);
     Py_XDECREF(self->cur);
+    Py_XDECREF(self->t_ref);
+    Py_XDECREF(self->sync_c);
+    Py_XDECREF(self->done_c);
     Py_XDECREF(self->dict);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }

@@ -37,7 +37,7 @@ class BlackBox:
         self.ring = Ring(stem + RING_SUFFIX, ring_size(config.ring), on_disable=self.disable)
         # the hot path: straight into the ring (raw: the Recorder's name for the hot path's call; the ring's
         # write_raw never raises, so it needs no fallback)
-        self.write_raw = self.raw = self.ring.write_raw
+        self.write_raw = self.raw = self.ring.write_raw  # (set once: the compiled part keeps the writer it names)
         self.agg = Aggregates(stem + AGG_SUFFIX, self.head.write, config.by, config.every, float(config.every))
         self._agg_lock = threading.Lock()
         self._snap_lock = threading.Lock()
