@@ -18,7 +18,10 @@
  * _lean_p2p), as one C callable the Python wrapper calls after its own checks. It returns the op's Work as the wrapper
  * would, or the walk's (site, api, origin) at a key's first sight (the Python code decides it, Tracer.lean_entry, with
  * that walk: one walk an op), or GENERAL (the general path: not the common case, or a failure, handed to t.fail as
- * the wrapper does). Offered with walk (3.11-3.13).
+ * the wrapper does). Offered with walk (3.11-3.13), as are Method (the wrapper itself: its checks, then the Lean, else
+ * fastpath's rest) and Wait (Work.wait's lean branch, everything else hooks.py's wait).
+ *
+ * RingWriter: the black box's ring written from C (ring.py); Ender: Completion.lean_done, end() with (rec, agg).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
