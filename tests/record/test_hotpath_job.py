@@ -96,8 +96,9 @@ def test_the_compiled_lean_path_reads_an_op_in_c_after_its_keys_first_sight(tmp_
 
 # A world of one, every op by the lean path: what the compiled Lean keeps from its last call (t.groups' entry, t.lean's
 # entry, the tracer's fields) must never stand for a lookup whose answer changed: call sites and shapes alternate,
-# a group is made midway (t.groups changes), the lean cache is emptied midway (t.lean changes), broadcast and
-# all_reduce interleave; in the full trace and in the black box's ring.
+# one line's calls change shape or group from one call to the next, a group is made midway (t.groups changes), the
+# lean cache is emptied midway (t.lean changes), broadcast and all_reduce interleave; in the full trace and in the
+# black box's ring.
 _CHANGES = """
 import sys
 import torch, torch.distributed as dist
@@ -105,15 +106,16 @@ from disttrace.tracer.blackbox_files import Config
 from disttrace.tracer.record import current, hooks
 dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
 hooks.install(sys.argv[1], "off", 0.0, black_box=Config.make() if sys.argv[2] == "1" else None)
-a, b = torch.ones(16), torch.ones(4, 4)
+a, b = torch.ones(16), torch.ones(2, 4)
+groups = [None]
 for n in range(12):
-    dist.all_reduce(a)
-    dist.all_reduce(b if n % 3 else a)
+    for x in (a, b, a):  # one line, the shape changing from one call to the next
+        dist.all_reduce(x)
     dist.broadcast(a, src=0)
     if n == 4:
-        sub = dist.new_group([0])
-    if n >= 4:
-        dist.all_reduce(a, group=sub)
+        groups.append(dist.new_group([0]))
+    for g in groups:  # one line, the group changing from one call to the next
+        dist.all_reduce(a, group=g)
     if n == 7:
         current.tracer.lean.clear()
 hooks.uninstall()
@@ -133,5 +135,6 @@ def test_what_the_compiled_lean_path_keeps_never_outlives_a_change(tmp_path, bla
         else:
             lines = next(out.glob("rank-00000-*.jsonl")).read_bytes().splitlines(keepends=True)
         got[pure] = [TIMES.sub(rb'"\1":0', ln) for ln in lines if ln.startswith((b'{"k":"b"', b'{"k":"e"'))]
-    assert len(got["0"]) == 2 * (12 * 3 + 8) and got["0"] == got["1"]
-    assert len({orjson.loads(ln)["site"] for ln in got["0"] if ln.startswith(b'{"k":"b"')}) == 4
+    assert len(got["0"]) == 2 * (12 * 5 + 8) and got["0"] == got["1"]
+    begins = [orjson.loads(ln) for ln in got["0"] if ln.startswith(b'{"k":"b"')]
+    assert len({b["site"] for b in begins}) == 3 and {b["g"] for b in begins} == {0, 1}
