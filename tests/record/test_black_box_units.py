@@ -232,3 +232,58 @@ def test_the_python_api_refuses_the_black_box_options_without_it():
     with pytest.raises(ValueError, match="--ring 0"):
         with trace("unused", black_box=True, ring=0):
             pass
+
+
+# -- the ring written by the compiled part (_hotpath.RingWriter) beside ring.py's Python write ---------------------
+def _python_ring(path, size) -> Ring:
+    """A Ring on ring.py's own write, wherever the compiled writer is built."""
+    ring = Ring(str(path), size)
+    if ring._c is not None:
+        ring._c.release()
+        ring._c = None
+        del ring.write_raw  # the class's method again
+    return ring
+
+
+@pytest.mark.skipif(Ring.__init__.__globals__["_Writer"] is None, reason="the compiled part is not built here")
+def test_the_compiled_ring_writes_the_same_bytes_as_the_python_one(tmp_path):
+    size = ring_size(1)
+    c, py = Ring(str(tmp_path / "c.ring"), size), _python_ring(tmp_path / "py.ring", size)
+    assert c._c is not None and c.write_raw == c._c.write
+    lines = [_line(n, 60 + n % 90) for n in range(3000)]  # many wraps, lines of odd lengths
+    lines[1500] = b"x" * (size * 2)  # longer than the whole ring: lost, on either
+    lines[1501] = bytearray(_line(1501))  # mmap.write takes any bytes-like: so does the compiled write
+    copies = {}
+    for ring, name in ((c, "c"), (py, "py")):
+        for n, line in enumerate(lines):
+            ring.write_raw(line)
+            if n == 2000:
+                copies[name] = ring.copy()  # a snapshot's copy while the compiled writer holds the map
+        assert ring.lost == 1
+    assert copies["c"] == copies["py"]
+    c.close()
+    py.close()
+    assert (tmp_path / "c.ring").read_bytes() == (tmp_path / "py.ring").read_bytes()
+    assert read_ring(tmp_path / "c.ring")[-1] == lines[-1].rstrip(b"\n")
+
+
+@pytest.mark.skipif(Ring.__init__.__globals__["_Writer"] is None, reason="the compiled part is not built here")
+def test_the_compiled_ring_lets_go_of_the_map_at_close_and_at_stop(tmp_path):
+    ring = Ring(str(tmp_path / "r.ring"), ring_size(1))
+    ring.write_raw(_line(1))
+    ring.close()  # (an exported buffer would make mmap.close raise: close() releases it first)
+    assert ring._map.closed and not ring.enabled
+    ring.write_raw(_line(2))  # dropped, never a write into the unmapped memory
+    ring.close()
+    assert [orjson.loads(ln)["i"] for ln in read_ring(tmp_path / "r.ring")] == [1]
+    stopped = Ring(str(tmp_path / "s.ring"), ring_size(1))
+    stopped.write_raw(_line(1))
+    stopped.stop()  # (the black box disabled: BlackBox.disable)
+    stopped.write_raw(_line(2))
+    assert not stopped.enabled and len(read_ring(tmp_path / "s.ring")) == 1
+    stopped.write_raw("not bytes")  # after a stop: nothing, as ring.py's own write does
+    stopped.close()
+    odd = Ring(str(tmp_path / "o.ring"), ring_size(1))
+    odd.write_raw("not bytes")  # an odd line: the ring is disabled, as ring.py's own write does, never an exception
+    assert not odd.enabled
+    odd.close()

@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import orjson
 import pytest
 
 from harness import run_traced
@@ -91,3 +92,49 @@ def test_the_compiled_lean_path_reads_an_op_in_c_after_its_keys_first_sight(tmp_
     assert proc.returncode == 0, proc.stderr[-3000:]
     reads = int(re.search(r"READS (\d+)", proc.stdout).group(1))
     assert reads == (3 if pure == "0" else 60)
+
+
+# A world of one, every op by the lean path: what the compiled Lean keeps from its last call (t.groups' entry, t.lean's
+# entry, the tracer's fields) must never stand for a lookup whose answer changed: call sites and shapes alternate,
+# one line's calls change shape or group from one call to the next, a group is made midway (t.groups changes), the
+# lean cache is emptied midway (t.lean changes), broadcast and all_reduce interleave; in the full trace and in the
+# black box's ring.
+_CHANGES = """
+import sys
+import torch, torch.distributed as dist
+from disttrace.tracer.blackbox_files import Config
+from disttrace.tracer.record import current, hooks
+dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+hooks.install(sys.argv[1], "off", 0.0, black_box=Config.make() if sys.argv[2] == "1" else None)
+a, b = torch.ones(16), torch.ones(2, 4)
+groups = [None]
+for n in range(12):
+    for x in (a, b, a):  # one line, the shape changing from one call to the next
+        dist.all_reduce(x)
+    dist.broadcast(a, src=0)
+    if n == 4:
+        groups.append(dist.new_group([0]))
+    for g in groups:  # one line, the group changing from one call to the next
+        dist.all_reduce(a, group=g)
+    if n == 7:
+        current.tracer.lean.clear()
+hooks.uninstall()
+"""
+
+
+@pytest.mark.parametrize("black_box", ["0", "1"], ids=["full", "black_box"])
+def test_what_the_compiled_lean_path_keeps_never_outlives_a_change(tmp_path, black_box):
+    got = {}
+    for pure in ("0", "1"):
+        out = tmp_path / f"pure{pure}"
+        proc = subprocess.run([sys.executable, "-c", _CHANGES, str(out), black_box], capture_output=True, text=True,
+                              timeout=120, env={**os.environ, compiled.PURE_ENV: pure})
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        if black_box == "1":
+            lines = read_ring(str(next(out.glob("rank-00000-*.ring"))))
+        else:
+            lines = next(out.glob("rank-00000-*.jsonl")).read_bytes().splitlines(keepends=True)
+        got[pure] = [TIMES.sub(rb'"\1":0', ln) for ln in lines if ln.startswith((b'{"k":"b"', b'{"k":"e"'))]
+    assert len(got["0"]) == 2 * (12 * 5 + 8) and got["0"] == got["1"]
+    begins = [orjson.loads(ln) for ln in got["0"] if ln.startswith(b'{"k":"b"')]
+    assert len({b["site"] for b in begins}) == 3 and {b["g"] for b in begins} == {0, 1}

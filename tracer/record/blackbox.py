@@ -37,7 +37,7 @@ class BlackBox:
         self.ring = Ring(stem + RING_SUFFIX, ring_size(config.ring), on_disable=self.disable)
         # the hot path: straight into the ring (raw: the Recorder's name for the hot path's call; the ring's
         # write_raw never raises, so it needs no fallback)
-        self.write_raw = self.raw = self.ring.write_raw
+        self.write_raw = self.raw = self.ring.write_raw  # (set once: the compiled part keeps the writer it names)
         self.agg = Aggregates(stem + AGG_SUFFIX, self.head.write, config.by, config.every, float(config.every))
         self._agg_lock = threading.Lock()
         self._snap_lock = threading.Lock()
@@ -111,7 +111,7 @@ class BlackBox:
 
     def disable(self, reason: str) -> None:
         was = self.ring.enabled or self.head.enabled
-        self.ring.enabled = False
+        self.ring.stop()
         self.head.enabled = False
         if was:
             warn_once(self.out, f"disttrace: black box disabled: {reason}; the job goes on unrecorded from here "

@@ -65,7 +65,9 @@ class Tracer:
         self._ids = faults.event_ids()
         self.heads = BeginHeads()  # the fixed part of each begin record, by begin_fields() key
         self.pairs: dict = {}  # (op, global peer, tag) -> its PairSeq: the P2P records' "ps"
-        # fastpath.py's lean path (summaries off): its key -> lean_entry(); None: every op takes the general path
+        # fastpath.py's lean path (summaries off): its key -> lean_entry(); None: every op takes the general path.
+        # Set once, as rec, _ids, read_seq and completion are: the compiled Lean keeps those with t.lean's entries
+        # (_hotpath.c, "the last call's lookups"), knowing this tracer by its lean dict
         self.lean: dict | None = {} if mode == "off" else None
         self.groups = Groups(self.rec.write)
         self.watchdog = None

@@ -17,7 +17,6 @@ from __future__ import annotations
 import threading
 import time
 import weakref
-from functools import partial
 
 import torch
 import torch.distributed as dist
@@ -28,6 +27,7 @@ from .op_records import END_LINE, END_LINE_SEQ, END_LINE_SEQ_DEV, END_OPEN, WAIT
 
 # lean_end's common case (no error) in C, the aggregates' add included (compiled.py): the same record and counts
 _lean_end_c = offers("end")
+_Ender = offers("Ender")  # end(rec, agg, ...) as one object: the compiled Work.wait calls it without a Python call
 if _lean_end_c is not None:
     offers("init_records")(END_OPEN)
 
@@ -117,7 +117,7 @@ class Completion:
         self.lean_sync: dict[int, tuple] = {}
         self.tls = _ThreadSlot()  # the kernel's path: its Work is ours, the job may be handed another object
         if _lean_end_c is not None:  # (lean_done, the same as lean_end without an error; it holds no self)
-            self.lean_done = partial(_lean_end_c, rec, agg)
+            self.lean_done = _Ender(rec, agg)
 
     # -- issue ----------------------------------------------------------------------------------
     def issued(self, ev: Event, result) -> None:

@@ -52,6 +52,7 @@ _inflight_as_graph_input = getattr(_C._distributed_c10d, "_allow_inflight_collec
 _begin_c = offers("begin")  # the lean path's begin record, formatted and written in C (compiled.py)
 # ... and the whole lean branch of the wrapper for the readers _lean_one and _lean_p2p (where walk is compiled too)
 _Lean = offers("Lean")
+_Method = offers("Method")  # ... and the wrapper's checks before it (with _Lean)
 GENERAL = object()  # what it returns for the general path (at a key's first sight: the walk, for the code below)
 
 
@@ -232,13 +233,18 @@ def _wrap(orig, spec, decode, lean_args, direct, profiler):
         lean = t.lean
         walked = None
         if lean is not None and lean_c is not None:
-            got = lean_c(t, self, args)  # the branch below, in C (compiled.py): the Work, or the general path
+            got = lean_c(t, self, args)  # rest's lean branch, in C (compiled.py): the Work, or the general path
             if type(got) is tuple:
-                walked = got  # a key's first sight: decided below, with this walk (one walk an op)
+                walked = got  # a key's first sight: decided by rest, with this walk (one walk an op)
             elif got is GENERAL:
                 lean = None
             else:
                 return got
+        return rest(t, self, args, lean, walked)
+
+    def rest(t, self, args, lean, walked):
+        """The lean path in Python (lean: t.lean, or None for the general path; walked: the walk, where C made it)
+        and the general path."""
         if lean is not None:
             # The lean path (summaries off, the common case): the begin record written here, a synchronous op's end
             # by hooks.py's Work.wait from Completion.lean_sync; no Event unless the op is async
@@ -325,6 +331,8 @@ def _wrap(orig, spec, decode, lean_args, direct, profiler):
             t.fail(e)
         return work
 
+    if lean_c is not None and _Method is not None:  # the method itself in C too: its checks, then lean_c, else rest (as above)
+        method = _Method(orig, lean_c, rest, vars(current), nested, dispatch_modes)
     method._disttrace_orig = orig  # type: ignore[attr-defined]
     method.__doc__ = orig.__doc__
     method.__name__ = getattr(orig, "__name__", "method")

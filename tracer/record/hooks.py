@@ -32,6 +32,7 @@ from torch._C import DispatchKey
 from ..format import LEFT, STEP
 from . import callsite, clock, current, fastpath, nocompile, summaries, tracebacks
 from .capture import Tracer
+from .compiled import offers
 from .specs import SPECS
 
 _PACKAGE = __name__.rsplit(".", 2)[0]  # disttrace.tracer: this process's disttrace modules start with it
@@ -485,6 +486,11 @@ def _patch_work_wait() -> None:
             t.fail(e)
         return result
 
+    # the lean branch above in C where the compiled part is built (compiled.py): the rest is this function, called
+    # from it
+    compiled = offers("Wait")
+    if compiled is not None:
+        wait = compiled(orig, wait, vars(current))
     wait._disttrace = True  # type: ignore[attr-defined]
     wait._disttrace_orig = orig  # type: ignore[attr-defined]
     wait.__doc__ = orig.__doc__

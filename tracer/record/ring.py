@@ -9,6 +9,11 @@ Writer's rule (the contract's): append at `pos` with mmap.write (one C call unde
 never interleave), then store the map's position in the header (under a race of threads it may lag one line: the
 reader tolerates it). A line that does not fit before the end: zero the rest, count a wrap, write it at the data's
 start. Same interface as Recorder: write(obj), write_raw(line), close(), enabled, fail(e), disable(reason).
+
+Where the recorder's compiled part is built (compiled.py), write_raw is _hotpath.RingWriter's write instead: the same
+bytes, copied into the map in C (the lean path's records too, without a Python call: docs/ARCHITECTURE.md, "The
+compiled part"); there the header's pos is the only position (the map's own is unused) and a wrap happens within the
+same C call. The writer holds the map's buffer: stop() and close() let go of it before the map is closed.
 """
 
 from __future__ import annotations
@@ -23,6 +28,9 @@ from array import array
 import orjson
 
 from ..format import RING_DATA_AT, RING_HEADER, RING_MAGIC, RING_OP_BYTES, RING_ROUND
+from .compiled import offers
+
+_Writer = offers("RingWriter")
 
 
 def ring_size(ops: int) -> int:
@@ -37,7 +45,7 @@ class Ring:
     def __init__(self, path: str, size: int, on_disable=None, mode: int = 0o600):
         self.path, self.size = path, size
         self.enabled = True
-        self.lost = 0  # lines longer than the whole ring (never written)
+        self._lost = 0  # lines longer than the whole ring (never written), by the Python code
         self._on_disable = on_disable
         self._lock = threading.Lock()
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, mode)
@@ -53,10 +61,18 @@ class Ring:
         # machines torch runs on: elsewhere every store goes through struct)
         self._hdr = memoryview(self._map)[8:24].cast("Q") if sys.byteorder == "little" else None
         self._map.seek(RING_DATA_AT)
+        self._c = None  # the compiled writer, where it is built (little-endian: it stores the header natively)
+        if _Writer is not None and self._hdr is not None:
+            self._c = _Writer(self._map, RING_DATA_AT, self)
+            self.write_raw = self._c.write
+
+    @property
+    def lost(self) -> int:
+        return self._lost + (self._c.lost if self._c is not None else 0)
 
     # -- the hot path ------------------------------------------------------------------------------
     def write_raw(self, line: bytes) -> None:
-        """Append a JSON line (with its newline). Never raises."""
+        """Append a JSON line (with its newline). Never raises. (The compiled writer's write where it is built.)"""
         if not self.enabled:
             return
         m = self._map
@@ -91,7 +107,7 @@ class Ring:
                 except ValueError:
                     pass
                 if len(line) > self.size - RING_DATA_AT:
-                    self.lost += 1
+                    self._lost += 1
                     return
                 pos = m.tell()
                 m[pos:] = bytes(self.size - pos)  # the reader reads the old lines up to these zeros
@@ -117,6 +133,16 @@ class Ring:
     def wraps(self) -> int:
         return struct.unpack_from("<Q", self._map, 16)[0]
 
+    def _write_raw_py(self, line) -> None:
+        """The compiled writer's odd input (a line that is not bytes): as mmap.write takes it, or the Python write's
+        error."""
+        try:
+            data = bytes(memoryview(line))
+        except Exception as e:  # noqa: BLE001
+            self.disable(f"cannot write {self.path}: {e}")
+            return
+        self._c.write(data)
+
     def copy(self) -> bytes:
         """The whole ring as it is now: one copy under the GIL, so no writer of this process is half-way."""
         return self._map[:]
@@ -127,7 +153,7 @@ class Ring:
         with self._lock:
             if self._map.closed:
                 return
-            self.enabled = False
+            self.stop()
             if self._hdr is not None:
                 self._hdr.release()
                 self._hdr = None
@@ -139,8 +165,14 @@ class Ring:
     def fail(self, e: BaseException) -> None:
         self.disable(f"internal error: {type(e).__name__}: {e}")
 
+    def stop(self) -> None:
+        """No more writes (the compiled writer lets go of the map's buffer)."""
+        self.enabled = False
+        if self._c is not None:
+            self._c.release()
+
     def disable(self, reason: str) -> None:
         if self.enabled:
-            self.enabled = False
+            self.stop()
             if self._on_disable is not None:
                 self._on_disable(reason)
