@@ -16,7 +16,7 @@ from textual.reactive import reactive, var
 from textual.screen import Screen
 from textual.timer import Timer
 from textual.widget import Widget
-from textual.widgets import Footer, Static, TabbedContent, TabPane
+from textual.widgets import Static, TabbedContent, TabPane
 
 from disttrace.tracer.analysis import describe
 from disttrace.tracer.units import fmt_ns_short
@@ -30,6 +30,7 @@ from ..model.run import NONE_HERE, has_run
 from ..model.store import TraceStore
 from ..widgets.detail import DetailPane, NarrationPane
 from ..widgets.event_list import EventList
+from ..widgets.footer import ViewerFooter
 from ..widgets.header import ViewerHeader
 from ..widgets.messages import AnalysisReady, EventPicked, LoadProgress, ShowInTimeline, ViewChanged
 from ..widgets.timeline import Ruler, Timeline
@@ -227,7 +228,7 @@ class ViewerScreen(Screen):
                         yield Static("" if s.analysed else "analysing the trace…", classes="pending")
         yield PlayheadLine(s).data_bind(ViewerScreen.playhead, ViewerScreen.playing, ViewerScreen.speed,
                                         ViewerScreen.analysis_label)
-        yield Footer()
+        yield ViewerFooter()
 
     def _compose_timeline(self) -> ComposeResult:
         """The timeline tab: the narration (for a demo), the ruler and timeline, the event list and the detail."""
