@@ -44,7 +44,8 @@ from ...data.table import NONE, EventTable
 from ..core.results import Attribution, PipelineStats, Step, StragglerVerdict, Straggler
 from ..waits.peers import Roles, identities, occurrences, others_median, roles_of, spread
 
-MIN_SAVING = 0.02   # of the mean step: what putting a candidate on pace must save to name it
+MIN_SAVING = 0.05   # of the mean step: what putting a candidate on pace must save to name it (a balanced job's
+#                     ranks sit a few percent apart on a busy machine: docs/ANALYSIS.md)
 DOMINANT = 2.0      # times any other rank's saving: a worker's (ranks late by turns are no one worker)
 PERSISTENT = 0.75   # of the steps: a rank off its peers' pace in this many, and in DOMINANT times as many as any other
 #                     rank, is a worker even where another rank's one long hiccup saves half as much as it
