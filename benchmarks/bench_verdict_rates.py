@@ -26,7 +26,7 @@ from wi_cases import CASES, Case, prediction_error  # noqa: E402
 from wi_ddp_straggler import LATE_STEPS  # noqa: E402
 from pairs import analysed_pair, measured_without_fault  # noqa: E402
 
-from disttrace.tracer.analysis.causal.attribution import MIN_SAVING  # noqa: E402
+from disttrace.tracer.analysis.causal.attribution import MIN_SAVING, ONE_PEER_SAVING  # noqa: E402
 from disttrace.tracer.analysis.causal.what_if import parse_change  # noqa: E402
 
 # and a 2-rank DDP periodic straggler (issue 53: its what-if 15.3% off the re-run in one pair of ten), measured here
@@ -90,7 +90,7 @@ def main() -> None:
                       f"{'within' if miss is None else 'off: ' + miss}, without the fault "
                       f"{'quiet' if quiet else b.attribution.kind}; the largest rank's or stage's saving "
                       f"{largest_saving(at):.1%} of the step, {largest_saving(b.attribution):.1%} without the fault "
-                      f"(a culprit is named from {MIN_SAVING:.0%})", flush=True)
+                      f"(a culprit is named from {MIN_SAVING:.0%}, {ONE_PEER_SAVING:.0%} with one peer)", flush=True)
                 if ns.keep and not (right and miss is None and quiet):
                     ns.keep.mkdir(parents=True, exist_ok=True)
                     for p in made:

@@ -151,15 +151,17 @@ def test_one_small_delay_is_not_a_straggler():
 
 
 @pytest.mark.parametrize("late_ms, named", [(0.5, False), (1.2, True)])
-def test_a_rank_a_few_percent_behind_in_every_step_is_named_only_from_5_percent(late_ms, named):
+def test_a_rank_a_few_percent_behind_its_one_peer_is_named_only_from_5_percent(late_ms, named):
     # a balanced 2-rank job on a busy machine: one rank's process scheduled a little worse, steadily (wi_grad_hooks'
-    # run without its fault named "worker rank 1" at 2% once in a dozen runs); 0.5 ms of a ~16 ms step (3%) is no
-    # culprit worth a fix, 1.2 ms (7%) is
+    # run without its fault named "worker rank 1" at 2% once in a dozen runs); against its one peer, 0.5 ms of a
+    # ~16 ms step (3%) is no culprit, 1.2 ms (7%) is. Among 4 ranks the 3% rank stands out of its peers' median.
     a = ddp(20, {(k, 1): late_ms for k in range(20)}, world=2, compute_ms=15.0).analyze()
     at = a.attribution
     saving = at.ranks.get(1, 0.0) * (at.step_ns - at.ideal_step_ns) / at.step_ns
     assert (0.025 < saving < 0.04) if not named else (0.06 < saving < 0.09), (saving, at)
     assert (at.kind, at.rank) == (("worker", 1) if named else ("none", None)), at
+    b = ddp(20, {(k, 1): late_ms for k in range(20)}, world=4, compute_ms=15.0).analyze().attribution
+    assert (b.kind, b.rank) == ("worker", 1), b
 
 
 def test_a_persistent_straggler_s_pace_saves_its_whole_delay():

@@ -14,9 +14,9 @@ The *ideal* step has every rank on pace, then every stage, and every op at its t
 slowdown S = measured / ideal, and share(X) = (measured - with X on pace) / (measured - ideal).
 
 The verdict follows from the candidates' savings (each a mean over the steps replayed):
-- *worker*: a rank whose saving is at least `MIN_SAVING` of the mean step (a single small delay is no straggler)
-  and the steps' own spread with it on pace (`_left_spread`: docs/ANALYSIS.md's "beyond the noise"), and `DOMINANT` times
-  any other rank's (ranks late by turns, as data-dependent imbalance makes them, are no one
+- *worker*: a rank whose saving is at least `MIN_SAVING` of the mean step (a single small delay is no straggler;
+  `ONE_PEER_SAVING` where the rank has one peer, its pace that rank's alone) and the steps' own spread with it on
+  pace (`_left_spread`: docs/ANALYSIS.md's "beyond the noise"), and `DOMINANT` times any other rank's (ranks late by turns, as data-dependent imbalance makes them, are no one
   worker's doing; a span is put on pace only past its own noise, so jitter saves next to nothing). Or a rank late
   in some steps only (a fault from step 40 of 60 on; every 5th step), whose mean over all the steps dilutes its
   saving below the steps' spread: its steps that stand out (as *spread* reads them) are at least `RECURRING` and
@@ -44,8 +44,9 @@ from ...data.table import NONE, EventTable
 from ..core.results import Attribution, PipelineStats, Step, StragglerVerdict, Straggler
 from ..waits.peers import Roles, identities, occurrences, others_median, roles_of, spread
 
-MIN_SAVING = 0.05   # of the mean step: what putting a candidate on pace must save to name it (a balanced job's
-#                     ranks sit a few percent apart on a busy machine: docs/ANALYSIS.md)
+MIN_SAVING = 0.02   # of the mean step: what putting a candidate on pace must save to name it
+ONE_PEER_SAVING = 0.05  # ... a worker with one peer: its pace is that one other rank's, and two processes sit a few
+#                     percent apart for no fault of either (docs/ANALYSIS.md)
 DOMINANT = 2.0      # times any other rank's saving: a worker's (ranks late by turns are no one worker)
 PERSISTENT = 0.75   # of the steps: a rank off its peers' pace in this many, and in DOMINANT times as many as any other
 #                     rank, is a worker even where another rank's one long hiccup saves half as much as it
@@ -352,7 +353,7 @@ def attribute(t: EventTable, replay, pipeline: PipelineStats | None, steps: list
         steady = (late_in[r] >= PERSISTENT * len(k_used)
                   and all(DOMINANT * n <= late_in[r] for x, n in late_in.items() if x != r))
         left = _left_spread(by_rank[r], ideal, k_used)
-        if save >= threshold and (
+        if save >= (threshold if len(roles.peers_of(r)) > 2 else ONE_PEER_SAVING * mean) and (
                 (save >= left and (save >= DOMINANT * max(second, 0.0) or steady))
                 or _recurring(r, _standing_out(units, max(floor, SPREAD * med_step)), measured, by_rank[r], left)):
             found.append((save, "worker", r))
