@@ -6,8 +6,9 @@
 under `disttrace run --black-box` (its defaults: a ring of 4,000 ops, a window every 10 steps), side by side.
 Printed: the wall time of each and their ratio; each rank's resident memory from step 50 to the end (the job reads
 /proc/self/statm itself), traced beside untraced, against the ring's size; the trace dir's files at the end (the
-ring: its fixed size; the rank file; the .agg file: its rows and bytes a window), and the .agg file extrapolated to
-a day of a job of 500 ops a second over 10 keys (the issue's budget: <= 50 MB a rank a day); the report's window.
+ring: its fixed size; the rank file; the .agg file: its windows, widened where steps are short), and the .agg file
+extrapolated to a day, at the run's pace and for a job of 500 ops a second over 10 keys (the issue's budget: <= 50 MB
+a rank a day); the report's window.
 `straggler`: tests/jobs/bb_straggler.py for --straggler-steps steps, rank 1 40 ms slower from 60% of them on,
 under `--black-box` (its ring far smaller than the run): what `report --json`'s whole run names (rank, onset step,
 the extra time a step) beside what the job injected.
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import struct
 import subprocess
 import sys
 import tempfile
@@ -77,20 +79,40 @@ def bounded(ops: int, tmp: Path) -> None:
         print(f"  {p.name}: {p.stat().st_size:,} bytes")
     aggs = [p for p in files if p.suffix == ".agg"]
     if aggs:
-        windows = -(-steps // 10)
-        per_window = aggs[0].stat().st_size / max(windows, 1)
-        keys_seen = per_window / ROW - 1  # (a window: its own row and one a key)
-        print(f"  .agg: {per_window:.0f} bytes a window of 10 steps ({keys_seen:.1f} keys); a day over {KEYS} keys, "
-              f"{(KEYS + 1) * ROW} bytes a window:")
-        for what, steps_a_second in ((f"{OPS_A_SECOND} ops a step, a step a second", 1.0),
-                                     (f"{OPS_A_SECOND} ops a second in steps of {OPS_PER_STEP} ops (this job's)",
-                                      OPS_A_SECOND / OPS_PER_STEP)):
-            day = DAY_S * steps_a_second / 10 * (KEYS + 1) * ROW
-            print(f"    {what}: {day / 1e6:.1f} MB a rank (budget 50 MB)")
+        _agg_pace(aggs[0])
     report = subprocess.run(_disttrace("report", "--json", str(out)), capture_output=True, text=True)
     if report.stdout:
         w = json.loads(report.stdout)["summary"].get("window") or {}
         print(f"  report (exit {report.returncode}): the window holds steps {w.get('steps')} of {steps}")
+
+
+def _agg_pace(path: Path) -> None:
+    """The .agg file's windows (the recorder widens windows of 10 steps where the job's steps are short) and what it
+    writes in a day: at this run's last whole window's pace, and by the recorder's rule for the issue's job of 500
+    ops a second over 10 keys."""
+    from disttrace.tracer.format import AGG_DATA_AT, AGG_DAY_BUDGET, AGG_ROW, AGG_WINDOW_KEY
+    from disttrace.tracer.record.aggregates import HEADROOM
+
+    data = path.read_bytes()
+    rows = [struct.unpack_from(AGG_ROW, data, at) for at in range(AGG_DATA_AT, len(data), ROW)]
+    wins = [r for r in rows if r[1] == AGG_WINDOW_KEY]
+    widths = [r[6] - r[7] + 1 for r in wins]
+    print(f"  .agg: {len(wins):,} windows of {widths[0]} to {max(widths)} steps ({len(rows) / len(wins):.1f} rows a "
+          f"window); the first ones' widths {widths[:8]}")
+    if len(wins) > 2:
+        steady = wins[-2]
+        per_window = sum(r[0] == steady[0] for r in rows) * ROW
+        day = per_window * DAY_S * 1e9 / (steady[8] - steady[5])
+        print(f"    a day at this run's pace (its last whole window, {widths[-2]} steps): {day / 1e6:.1f} MB a rank "
+              f"(budget {AGG_DAY_BUDGET / 1e6:.0f} MB)")
+    window_s = (KEYS + 1) * ROW * DAY_S / (HEADROOM * AGG_DAY_BUDGET)  # the least window the rule keeps
+    for what, step_s in ((f"{OPS_A_SECOND} ops a step, a step a second", 1.0),
+                         (f"{OPS_A_SECOND} ops a second in steps of {OPS_PER_STEP} ops", OPS_PER_STEP / OPS_A_SECOND)):
+        width = 10
+        while width * step_s < window_s:
+            width *= 2
+        day = (KEYS + 1) * ROW * DAY_S / (width * step_s)
+        print(f"    {what}, {KEYS} keys: windows of {width} steps, {day / 1e6:.1f} MB a rank a day")
 
 
 def straggler(steps: int, tmp: Path) -> None:

@@ -61,12 +61,13 @@ def write_rank(out: str, rank: int, world: int, rows: list[bytes], keys=KEYS, of
 def simulate(out: str, world: int = 4, steps: int = 60, every: int = 10, compute_ms: float = 100.0,
              slow: tuple[int, int, float] | None = None, jitter_ms: float = 2.0, marked: bool = True,
              seconds: float = 1.0, offsets: dict[int, int] | None = None, seed: int = 0,
-             first: tuple[int, float] | None = None) -> None:
+             first: tuple[int, float] | None = None, widen: dict[int, tuple[int, int]] | None = None) -> None:
     """A data-parallel loop's aggregates: each step every rank computes (compute_ms ± jitter; `slow` = (rank, from
     step, extra ms): that rank computes longer from that step on), then all_reduces its gradients (ends 5 ms after
     the last arrival) and its loss (1 ms); `first` = (rank, ms): that rank arrives so late at the first all_reduce
     (gloo connecting its pairs). Windows: every `every` steps where `marked`, else every `seconds` of each rank's own
-    clock (raw = rank 0's - its offset)."""
+    clock (raw = rank 0's - its offset); `widen` = {rank: (marker, width)}: that rank's windows end at multiples of
+    `width` after that marker (as the recorder widens them: record/aggregates.py)."""
     rnd = random.Random(seed)
     offsets = offsets or {}
     t = 1_000 * MS  # rank 0's clock
@@ -88,18 +89,21 @@ def simulate(out: str, world: int = 4, steps: int = 60, every: int = 10, compute
         t = end + MS
     for r in range(world):
         off = offsets.get(r, 0)
-        rows = _marked_rows(ops[r], every, starts[r] - off, off) if marked else \
+        rows = _marked_rows(ops[r], every, starts[r] - off, off, (widen or {}).get(r)) if marked else \
             _timed_rows(ops[r], int(seconds * 1e9), starts[r] - off, t - off, off)
         write_rank(out, r, world, rows, offset_ns=off, by="steps" if marked else "seconds",
                    every=every if marked else seconds)
 
 
-def _marked_rows(ops: list, every: int, start: int, off: int) -> list[bytes]:
+def _marked_rows(ops: list, every: int, start: int, off: int, widen: tuple[int, int] | None = None) -> list[bytes]:
     rows, window = [], 0
     by_window: dict[int, list] = {}
-    for op in ops:
-        by_window.setdefault(op[4] // every, []).append(op)
-    for w, mine in sorted(by_window.items()):
+    for op in ops:  # (step s ends at marker s + 1; a window ends at a marker that is a multiple of its width)
+        marker = op[4] + 1
+        width = widen[1] if widen and marker > widen[0] else every
+        end = -(-marker // width) * width
+        by_window.setdefault(end, []).append(op)
+    for w, (_, mine) in enumerate(sorted(by_window.items())):
         end = max(o[0] for o in mine) - off
         steps = sorted({o[4] for o in mine})
         rows += _key_rows(w, mine)

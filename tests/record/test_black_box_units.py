@@ -10,8 +10,8 @@ import orjson
 import pytest
 
 from disttrace.tracer.data.importers.ring import read_ring
-from disttrace.tracer.format import (AGG_DATA_AT, AGG_MAGIC, AGG_ROW, AGG_WINDOW_KEY, AGGKEY, RING_DATA_AT,
-                                     RING_HEADER, RING_MAGIC, SNAPSHOT_INFO)
+from disttrace.tracer.format import (AGG_DATA_AT, AGG_DAY_BUDGET, AGG_MAGIC, AGG_ROW, AGG_WINDOW_KEY, AGGKEY,
+                                     RING_DATA_AT, RING_HEADER, RING_MAGIC, SNAPSHOT_INFO)
 from disttrace.tracer import blackbox_files as snapshot_files
 from disttrace.tracer.record import snapshots
 from disttrace.tracer.record.aggregates import LOST, Aggregates, size_bucket
@@ -120,6 +120,30 @@ def test_aggregate_rows_per_window_of_steps(tmp_path):
     assert (win[2], win[3], win[6], win[7]) == (0, 6, 2, 1)  # flags, ops, last step, first step
     assert win[8] == by_key[0][8] and win[8] > win[5]  # the window ends at step 2's marker, after it began
     assert os.path.getsize(tmp_path / "r.agg") == AGG_DATA_AT + 48 * len(rows)
+
+
+@pytest.mark.parametrize("step_ms, width", [(1.0, 1280), (14.0, 160), (100.0, 20), (200.0, 10)])
+def test_windows_of_short_steps_widen_to_keep_to_the_day_budget(tmp_path, step_ms, width):
+    """A job of 10 keys (11 rows a window) whose steps last step_ms, for 4,000 steps. Windows of 10 steps of 1 ms
+    would write 11 rows every 10 ms, 4.6 GB a day. At the first window's close, `every` doubles until windows of it
+    at that pace keep to 80% of AGG_DAY_BUDGET: the least 10 x 2^k steps of at least 528 B x 86,400 s / 40 MB =
+    1.14 s. The next window ends at a multiple of it (nested in a narrower rank's windows), then every one lasts it."""
+    agg, _ = _agg(tmp_path, every=10)
+    slots = [agg.slot(0, "all_reduce", 1 << k) for k in range(10)]
+    t = agg.start
+    for step in range(1, 4001):
+        for slot in slots:
+            agg.add(slot, t, t + 1000)
+        t += int(step_ms * 1e6)
+        agg.step(step, t)
+    agg.finish()
+    wins = [r for r in _rows(tmp_path / "r.agg") if r[1] == AGG_WINDOW_KEY]
+    first, last = [w[7] for w in wins], [w[6] for w in wins]
+    assert first[0] == 1 and last[-1] == 4000 and all(f == lo + 1 for lo, f in zip(last, first[1:]))
+    assert agg.every == width and last[0] == 10 and all(n % width == 0 for n in last[1:-1]), last
+    assert all(b - a + 1 == width for a, b in zip(first[2:-1], last[2:-1])), list(zip(first, last))
+    day = 11 * 48 * 86_400e9 / (width * step_ms * 1e6)
+    assert day <= 0.8 * AGG_DAY_BUDGET and (width == 10 or 2 * day > 0.8 * AGG_DAY_BUDGET), day
 
 
 def test_an_op_counts_in_the_window_where_it_ended(tmp_path):

@@ -61,7 +61,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                                 "4000: 2 MB a rank)")
     bb.add_argument("--keep-snapshots", metavar="K", help="snapshots kept, the last K (default 8)")
     bb.add_argument("--window", metavar="W", help="the aggregates' window: W steps where the job marks steps, "
-                                                  "else W seconds; Ws: W seconds always (default 10)")
+                                                  "else W seconds; Ws: W seconds always (default 10; windows of steps "
+                                                  "widen where the job's steps are too short for 50 MB a day)")
     p.add_argument("job", nargs=argparse.REMAINDER, metavar="COMMAND", help="the job's command line")
 
 

@@ -8,9 +8,13 @@ thread only closes the windows of time and writes the closed windows' rows (tick
 file. docs/FORMAT.md, "The black box", defines both.
 
 Windows: where the job marks steps, a window ends at each step marker whose number is a multiple of `every` (step,
-on the thread that marks it); before its first marker, and in a job that marks none (or with `--window Ns`), every
-`every` seconds of monotonic time (an op that ends past the window's end closes it first, so that it counts in the
-window where it ended; the watchdog's tick closes the windows in which no op ends).
+on the thread that marks it). Where windows of `every` steps at a closing window's pace (its rows, its time a step)
+would write more than HEADROOM of AGG_DAY_BUDGET in a day (a job of short steps), `every` doubles until they would
+not, on this rank alone: windows end at multiples of every rank's `every`, so that a wider rank's window is whole
+windows of a narrower one's, which the analysis merges (waits/whole_run.py). Before its first marker, and in a job
+that marks none (or with `--window Ns`), every `every` seconds of monotonic time (an op that ends past the window's
+end closes it first, so that it counts in the window where it ended; the watchdog's tick closes the windows in which
+no op ends).
 
 Threads: ops end on the job's threads and on gloo's (async ops' callbacks). add() changes a row only with steps the
 GIL does not interrupt (no call between a row's read and its write), and a new row is made with dict.setdefault; a
@@ -25,10 +29,13 @@ import struct
 import threading
 import time
 
-from ..format import AGG_DATA_AT, AGG_MAGIC, AGG_ROW, AGG_WINDOW_KEY, AGGKEY
+from ..format import AGG_DATA_AT, AGG_DAY_BUDGET, AGG_MAGIC, AGG_ROW, AGG_WINDOW_KEY, AGGKEY
 
 LOST = 1  # a row's flags: ops were not counted (more keys than a row can name)
 _NEVER = 1 << 63  # a deadline that never comes (windows of steps)
+_ROW_BYTES = struct.calcsize(AGG_ROW)
+_DAY_NS = 86_400 * 10**9
+HEADROOM = 0.8  # of AGG_DAY_BUDGET: a window of steps whose pace writes more widens the next ones
 
 
 def size_bucket(nbytes: int) -> tuple[int, int]:
@@ -101,7 +108,13 @@ class Aggregates:
                 if self.by != "seconds":
                     self.deadline = _NEVER
             if self.by != "seconds" and n % self.every == 0:
+                span, rows, steps = t - self.start, len(self.acc) + 1, n - self.first_step + 1
                 self._close(t)
+                # windows of `every` steps at this window's pace, over a day; wider until they keep to the budget
+                # (the next window ends at a multiple of the new width: nested in a narrower rank's)
+                day = rows * _ROW_BYTES * _DAY_NS * steps
+                while span > 0 and day > HEADROOM * AGG_DAY_BUDGET * span * self.every:
+                    self.every *= 2
 
     # -- windows ---------------------------------------------------------------------------------------
     def _roll(self, t: int) -> None:

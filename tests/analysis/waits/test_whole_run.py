@@ -47,6 +47,32 @@ def test_no_straggler_invented_on_a_balanced_run(tmp_path, kw, seed):
     assert run_straggler_sentence(r).startswith("No straggler over the whole run")
 
 
+def test_windows_widened_on_some_ranks_merge_into_the_windows_every_rank_ended(tmp_path):
+    """The recorder widens a rank's windows of steps on its own (record/aggregates.py: a job of short steps), to a
+    multiple of its width: here rank 2's to 20 steps and rank 3's to 40 after marker 40, ranks 0 and 1 at 10. The
+    aligned windows end where every rank ended one (markers 10, 20, 30, 40, 80, 120): the narrower windows merged,
+    each rank's time in collectives a step over them kept, and rank 1, 40 ms slower from step 60 on, still named
+    there. Without the widening, the same job's windows are 12 of 10 steps."""
+    widen = {2: (40, 20), 3: (40, 40)}
+    r = run_of(tmp_path / "wide", steps=120, slow=(1, 60, 40.0), widen=widen)
+    assert [f + s for f, s in zip(r.aligned_first_step, r.aligned_steps)] == [10, 20, 30, 40, 80, 120]
+    assert r.aligned_steps == [10, 10, 10, 10, 40, 40]
+    for rank, w in r.windows.items():
+        per_step = r.per_unit_ns[rank]
+        assert None not in per_step, (rank, per_step)
+        # the rank's time in collectives, window rows against aligned windows: the same sum
+        assert sum(v * n for v, n in zip(per_step, r.aligned_steps)) == pytest.approx(sum(w.collective_ns), rel=1e-6)
+        width = {2: 20, 3: 40}.get(rank, 10)
+        assert w.aligned == [0, 1, 2, 3] + [4] * (40 // width) + [5] * (40 // width), (rank, w.aligned)
+    s = r.straggler
+    assert s is not None and s.rank == 1 and abs(s.onset_step - 60) <= 1 and abs(s.extra_ns - 40 * MS) <= 3 * MS, s
+    assert ("the black box widened the windows of 2 ranks from 10 steps to up to 40, to keep its aggregates within "
+            "50 MB a rank a day") in " ".join(r.notes), r.notes
+    plain = run_of(tmp_path / "plain", steps=120, slow=(1, 60, 40.0))
+    assert plain.aligned_steps == [10] * 12 and (plain.straggler.rank, plain.straggler.onset_step) == (1, 60)
+    assert not any("widened" in n for n in plain.notes), plain.notes
+
+
 def test_steps_unmarked_windows_by_time_aligned_by_the_clocks(tmp_path):
     """Windows of 1 s of each rank's own clock, the clocks apart by up to 8 ms: the straggler named from the time
     its delay began (step 30: ~3.2 s into the run), per second."""

@@ -16,8 +16,9 @@ slowdown S = measured / ideal, and share(X) = (measured - with X on pace) / (mea
 The verdict follows from the candidates' savings (each a mean over the steps replayed):
 - *worker*: a rank whose saving is at least `MIN_SAVING` of the mean step (a single small delay is no straggler;
   `ONE_PEER_SAVING` where the rank has one peer, its pace that rank's alone) and the steps' own spread with it on
-  pace (`_left_spread`: docs/ANALYSIS.md's "beyond the noise"), and `DOMINANT` times any other rank's (ranks late by turns, as data-dependent imbalance makes them, are no one
-  worker's doing; a span is put on pace only past its own noise, so jitter saves next to nothing). Or a rank late
+  pace (`_left_spread`: docs/ANALYSIS.md's "beyond the noise"), and `DOMINANT` times any other rank's (ranks late
+  by turns, as data-dependent imbalance makes them, are no one worker's doing; a span is put on pace only past its
+  own noise, so jitter saves next to nothing). Or a rank late
   in some steps only (a fault from step 40 of 60 on; every 5th step), whose mean over all the steps dilutes its
   saving below the steps' spread: its steps that stand out (as *spread* reads them) are at least `RECURRING` and
   `DOMINANT` times any other rank's, and its saving in them passes `SE_NOISE` standard errors of the steps' spread

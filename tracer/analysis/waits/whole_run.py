@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ...data.table.event_table import P2P_OPS
-from ...format import AGG_ROW
+from ...format import AGG_DAY_BUDGET, AGG_ROW
 from .peers import others_median, spread
 
 if TYPE_CHECKING:
@@ -55,7 +55,7 @@ MIN_WINDOWS = 2
 MIN_NS = 50_000
 SECOND = 1_000_000_000
 DAY_S = 86_400
-DAY_BUDGET = 50_000_000  # bytes a rank a day the aggregates are to hold to (docs/USAGE.md, "Leave it on")
+DAY_BUDGET = AGG_DAY_BUDGET  # bytes a rank a day the aggregates are to hold to (docs/USAGE.md, "Leave it on")
 # The most aligned windows `report --json` writes: a run of weeks has hundreds of thousands (a window every 10 steps
 # of a second), each a row per rank; beyond this they are merged, consecutive ones together (coarsened)
 JSON_WINDOWS = 2000
@@ -149,7 +149,7 @@ def whole_run(agg: "Aggregates") -> WholeRun:
     if agg.w_lost.any():
         notes.append(f"{int(agg.w_lost.sum())} window(s) lost ops (the ring overran between two reads of the "
                      "aggregator): their counts are lower bounds, and the straggler rule leaves them out")
-    notes += [n for n in (_pace_note(agg),) if n]
+    notes += [n for n in (_widened_note(agg, marked), _pace_note(agg)) if n]
     return WholeRun(
         by="steps" if marked else "seconds", every=agg.window_every, unit=unit, ranks=list(agg.ranks),
         windows=windows, aligned_first_step=firsts.tolist(), aligned_start_ns=starts.tolist(),
@@ -158,6 +158,28 @@ def whole_run(agg: "Aggregates") -> WholeRun:
         ops=_op_totals(agg, by_key=False), keys=_op_totals(agg, by_key=True),
         straggler=max(found, key=lambda s: (s.windows, s.extra_ns)) if found else None,
         warnings=list(agg.damage), notes=notes)
+
+
+def _widened_note(agg: "Aggregates", marked: bool) -> str | None:
+    """Which ranks' windows of steps the recorder widened (record/aggregates.py: a job of short steps), and to how
+    many steps: a window before a rank's last holds more steps than the meta's `every`."""
+    every = int(agg.window_every or 0)
+    if not marked or every <= 0:
+        return None
+    steps = _row_steps(agg)
+    wide: dict[int, int] = {}
+    for r in agg.ranks:
+        mine = np.flatnonzero((agg.w_rank == r) & (steps > 0))[:-1]
+        most = int(steps[mine].max()) if len(mine) else 0
+        if most > every:
+            wide[r] = most
+    if not wide:
+        return None
+    ranks = sorted(wide)
+    who = f"rank {ranks[0]}" if len(ranks) == 1 else f"{len(ranks)} ranks"
+    return (f"the black box widened the windows of {who} from {every} steps to up to {max(wide.values())}, to keep "
+            f"its aggregates within {DAY_BUDGET / 1e6:.0f} MB a rank a day at this run's pace; windows are aligned "
+            "where every rank ended one")
 
 
 def _pace_note(agg: "Aggregates") -> str | None:
@@ -185,18 +207,38 @@ def _pace_note(agg: "Aggregates") -> str | None:
 
 
 def _by_steps(agg: "Aggregates"):
-    """Each window row's aligned window (by its first step: first marker - 1), and per aligned window its first
-    step, its start (the earliest rank's) and its steps (the most any rank's row of it holds)."""
+    """Each window row's aligned window, and per aligned window its first step (first marker - 1), its start (the
+    earliest rank's) and its steps (the most any rank's rows of it hold). An aligned window ends at a *common*
+    boundary: a window's last marker that every rank whose markers span it ended a window at too. Windows widen on
+    one rank and not another (record/aggregates.py: a job of short steps), a wider window being whole windows of a
+    narrower one: those merge into it. Where every rank's windows end alike, each window is its own aligned one."""
     has = agg.w_first_step >= 0
-    first = np.where(has, agg.w_first_step - 1, -1)
-    steps = _row_steps(agg)
-    keys = np.unique(first[has])
-    at = np.where(has, np.searchsorted(keys, first), -1)
-    starts = np.full(len(keys), np.iinfo(np.int64).max, np.int64)
-    units = np.zeros(len(keys), np.float64)
+    last = agg.w_last_step
+    ends = np.unique(last[has])
+    common = np.ones(len(ends), bool)
+    for r in agg.ranks:
+        mine = has & (agg.w_rank == r)
+        if mine.any():
+            spanned = (ends >= int(agg.w_first_step[mine].min())) & (ends <= int(last[mine].max()))
+            common &= ~spanned | np.isin(ends, last[mine])
+    common_ends = ends[common]
+    at = np.where(has, np.searchsorted(common_ends, last), -1)  # (past the last common end: one more, the run's end)
+    n = int(at.max()) + 1 if has.any() else 0
+    firsts = np.full(n, np.iinfo(np.int64).max, np.int64)
+    starts = np.full(n, np.iinfo(np.int64).max, np.int64)
+    np.minimum.at(firsts, at[has], agg.w_first_step[has] - 1)
     np.minimum.at(starts, at[has], agg.w_start[has])
-    np.maximum.at(units, at[has], steps[has])
-    return at, keys, starts, units
+    units = np.zeros(n, np.float64)
+    if n:  # the most steps any one rank's rows of the aligned window hold
+        rank_at = np.searchsorted(np.array(agg.ranks), agg.w_rank[has])
+        held = np.zeros((len(agg.ranks), n), np.float64)
+        np.add.at(held, (rank_at, at[has]), _row_steps(agg)[has])
+        units = held.max(axis=0)
+    kept = np.flatnonzero(firsts < np.iinfo(np.int64).max)  # (an end no row is merged up to: none)
+    if len(kept) < n:
+        at = np.where(at >= 0, np.searchsorted(kept, at), -1)
+        firsts, starts, units = firsts[kept], starts[kept], units[kept]
+    return at, firsts, starts, units
 
 
 def _by_time(agg: "Aggregates"):
@@ -221,13 +263,18 @@ def _row_steps(agg: "Aggregates") -> np.ndarray:
 
 
 def _per_unit(agg: "Aggregates", coll_ns: np.ndarray, at: np.ndarray, aligned: int, marked: bool) -> np.ndarray:
-    """[rank, aligned window]: the rank's time in collectives per unit of its own row there (NaN: no row, a row
-    with no unit, or lost ops)."""
-    out = np.full((len(agg.ranks), aligned), np.nan)
+    """[rank, aligned window]: the rank's time in collectives per unit of its own rows there, summed (NaN: no row,
+    no unit, or a row that lost ops)."""
     row_units = _row_steps(agg).astype(np.float64) if marked else (agg.w_end - agg.w_start) / SECOND
-    ok = (at >= 0) & (row_units > 0) & ~agg.w_lost
     rank_at = np.searchsorted(np.array(agg.ranks), agg.w_rank)
-    out[rank_at[ok], at[ok]] = coll_ns[ok] / row_units[ok]
+    ok = at >= 0
+    time, units, lost = (np.zeros((len(agg.ranks), aligned), t) for t in (np.float64, np.float64, bool))
+    np.add.at(time, (rank_at[ok], at[ok]), coll_ns[ok])
+    np.add.at(units, (rank_at[ok], at[ok]), row_units[ok])
+    lost[rank_at[ok & agg.w_lost], at[ok & agg.w_lost]] = True
+    out = np.full((len(agg.ranks), aligned), np.nan)
+    good = (units > 0) & ~lost
+    out[good] = time[good] / units[good]
     return out
 
 
