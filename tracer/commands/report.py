@@ -18,7 +18,7 @@ from statistics import median
 
 import orjson
 
-from ..analysis import analyze, memory_report, to_json, whole_run
+from ..analysis import analyze, memory_report, to_json, whole_run, widened
 from ..analysis.text.sentences import (attribution_lines, micro_batches, run_straggler_sentence, startup_sentence,
                                   straggler_verdict, what_if_sentence)
 from ..analysis.core.results import NULL, Analysis
@@ -521,6 +521,9 @@ def _whole_run(console, run, top: int) -> None:
 
     n = sum(len(w.start_ns) for w in run.windows.values())
     every = f"every {run.every:g} {run.by}" if run.every else f"by {run.by}"
+    wide = widened(run.windows, run.every) if run.by == "steps" else {}
+    if wide:
+        every += f", widened to up to {max(wide.values())}"
     span = max((max(w.end_ns, default=0) for w in run.windows.values()), default=0) - \
         min(run.aligned_start_ns, default=0)
     console.print(f"[bold]Whole run[/] (the black box's aggregates): {len(run.ranks)} ranks, {n:,} windows ({every}), "

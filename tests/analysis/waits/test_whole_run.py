@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from agg_files import MS, simulate
-from disttrace.tracer.analysis import run_straggler_sentence, whole_run
+from disttrace.tracer.analysis import run_straggler_sentence, whole_run, widened
 from disttrace.tracer.cli import main
 from disttrace.tracer.data.load import read_aggregates
 
@@ -66,6 +66,7 @@ def test_windows_widened_on_some_ranks_merge_into_the_windows_every_rank_ended(t
         assert w.aligned == [0, 1, 2, 3] + [4] * (40 // width) + [5] * (40 // width), (rank, w.aligned)
     s = r.straggler
     assert s is not None and s.rank == 1 and abs(s.onset_step - 60) <= 1 and abs(s.extra_ns - 40 * MS) <= 3 * MS, s
+    assert widened(r.windows, r.every) == {2: 20, 3: 40}
     assert ("the black box widened the windows of 2 ranks from 10 steps to up to 40, to keep its aggregates within "
             "50 MB a rank a day") in " ".join(r.notes), r.notes
     plain = run_of(tmp_path / "plain", steps=120, slow=(1, 60, 40.0))

@@ -149,7 +149,7 @@ def whole_run(agg: "Aggregates") -> WholeRun:
     if agg.w_lost.any():
         notes.append(f"{int(agg.w_lost.sum())} window(s) lost ops (the ring overran between two reads of the "
                      "aggregator): their counts are lower bounds, and the straggler rule leaves them out")
-    notes += [n for n in (_widened_note(agg, marked), _pace_note(agg)) if n]
+    notes += [n for n in (_widened_note(windows, agg.window_every, marked), _pace_note(agg)) if n]
     return WholeRun(
         by="steps" if marked else "seconds", every=agg.window_every, unit=unit, ranks=list(agg.ranks),
         windows=windows, aligned_first_step=firsts.tolist(), aligned_start_ns=starts.tolist(),
@@ -160,24 +160,23 @@ def whole_run(agg: "Aggregates") -> WholeRun:
         warnings=list(agg.damage), notes=notes)
 
 
-def _widened_note(agg: "Aggregates", marked: bool) -> str | None:
-    """Which ranks' windows of steps the recorder widened (record/aggregates.py: a job of short steps), and to how
-    many steps: a window before a rank's last holds more steps than the meta's `every`."""
-    every = int(agg.window_every or 0)
-    if not marked or every <= 0:
-        return None
-    steps = _row_steps(agg)
-    wide: dict[int, int] = {}
-    for r in agg.ranks:
-        mine = np.flatnonzero((agg.w_rank == r) & (steps > 0))[:-1]
-        most = int(steps[mine].max()) if len(mine) else 0
-        if most > every:
-            wide[r] = most
+def widened(windows: dict[int, RankWindows], every: float) -> dict[int, int]:
+    """The ranks whose windows of steps the recorder widened (record/aggregates.py: a job of short steps), each with
+    its widest window's steps: a window before the rank's last holds more steps than the meta's `every`."""
+    out = {}
+    for r, w in windows.items():
+        most = max((b - a + 1 for a, b in zip(w.first_step[:-1], w.last_step[:-1]) if a >= 0), default=0)
+        if every > 0 and most > every:
+            out[r] = most
+    return out
+
+
+def _widened_note(windows: dict[int, RankWindows], every: float, marked: bool) -> str | None:
+    wide = widened(windows, every) if marked else {}
     if not wide:
         return None
-    ranks = sorted(wide)
-    who = f"rank {ranks[0]}" if len(ranks) == 1 else f"{len(ranks)} ranks"
-    return (f"the black box widened the windows of {who} from {every} steps to up to {max(wide.values())}, to keep "
+    who = f"rank {min(wide)}" if len(wide) == 1 else f"{len(wide)} ranks"
+    return (f"the black box widened the windows of {who} from {every:g} steps to up to {max(wide.values())}, to keep "
             f"its aggregates within {DAY_BUDGET / 1e6:.0f} MB a rank a day at this run's pace; windows are aligned "
             "where every rank ended one")
 
