@@ -92,8 +92,10 @@ AGG_MAGIC = b"DTAGG001"
 AGG_DATA_AT = 16
 AGG_ROW = "<IHHIIqqqq"  # 48 bytes
 AGG_WINDOW_KEY = 0xFFFF
-# What a rank's aggregates may write in a day (docs/USAGE.md, "Leave it on"): windows of steps widen to keep to it
+# What a rank's aggregates may write in a day (docs/USAGE.md, "Leave it on"): windows of steps widen to keep to it,
+# once a rank has written AGG_ALLOWANCE (a short run, a test, a demo, keeps the resolution asked for)
 AGG_DAY_BUDGET = 50_000_000
+AGG_ALLOWANCE = 256 << 10
 AGGKEY, WINDOW = "aggkey", "window"  # an aggregate key's definition; (in the JSON report) a window of the run
 SNAPSHOTS_DIR = "snapshots"  # a black-box trace dir's snapshots: snapshots/NNNNNN-REASON/, each a trace dir
 EXCEPTION = "exception"  # (a black-box rank file's record) the uncaught exception that ended the rank

@@ -83,9 +83,9 @@ def _rows(path) -> list[tuple]:
     return [struct.unpack_from(AGG_ROW, data, at) for at in range(AGG_DATA_AT, len(data), 48)]
 
 
-def _agg(tmp_path, by="steps", every=2):
+def _agg(tmp_path, by="steps", every=2, **kw):
     keys = []
-    agg = Aggregates(str(tmp_path / "r.agg"), keys.append, by, every, float(every))
+    agg = Aggregates(str(tmp_path / "r.agg"), keys.append, by, every, float(every), **kw)
     return agg, keys
 
 
@@ -125,18 +125,29 @@ def test_aggregate_rows_per_window_of_steps(tmp_path):
 @pytest.mark.parametrize("step_ms, width", [(1.0, 1280), (14.0, 160), (100.0, 20), (200.0, 10)])
 def test_windows_of_short_steps_widen_to_keep_to_the_day_budget(tmp_path, step_ms, width):
     """A job of 10 keys (11 rows a window) whose steps last step_ms, for 4,000 steps. Windows of 10 steps of 1 ms
-    would write 11 rows every 10 ms, 4.6 GB a day. At the first window's close, `every` doubles until windows of it
-    at that pace keep to 80% of AGG_DAY_BUDGET: the least 10 x 2^k steps of at least 528 B x 86,400 s / 40 MB =
-    1.14 s. The next window ends at a multiple of it (nested in a narrower rank's windows), then every one lasts it."""
-    agg, _ = _agg(tmp_path, every=10)
-    slots = [agg.slot(0, "all_reduce", 1 << k) for k in range(10)]
-    t = agg.start
-    for step in range(1, 4001):
-        for slot in slots:
-            agg.add(slot, t, t + 1000)
-        t += int(step_ms * 1e6)
-        agg.step(step, t)
-    agg.finish()
+    would write 11 rows every 10 ms, 4.6 GB a day. With nothing allowed before (allowance 0), at the first window's
+    close `every` doubles until windows of it at that pace keep to 80% of AGG_DAY_BUDGET: the least 10 x 2^k steps
+    of at least 528 B x 86,400 s / 40 MB = 1.14 s. The next window ends at a multiple of it (nested in a narrower
+    rank's windows), then every one lasts it. With the default allowance (256 KB written first), these 400 windows
+    of 10 steps (211 KB) keep their width: a short run keeps the resolution asked for."""
+    def run(agg):
+        slots = [agg.slot(0, "all_reduce", 1 << k) for k in range(10)]
+        t = agg.start
+        for step in range(1, 4001):
+            for slot in slots:
+                agg.add(slot, t, t + 1000)
+            t += int(step_ms * 1e6)
+            agg.step(step, t)
+            if step % 50 == 0:
+                agg.tick(now=t)
+        agg.finish()
+
+    (tmp_path / "short").mkdir()
+    short, _ = _agg(tmp_path / "short", every=10)
+    run(short)
+    assert short.every == 10 and len(_rows(tmp_path / "short" / "r.agg")) == 400 * 11
+    agg, _ = _agg(tmp_path, every=10, allowance=0)
+    run(agg)
     wins = [r for r in _rows(tmp_path / "r.agg") if r[1] == AGG_WINDOW_KEY]
     first, last = [w[7] for w in wins], [w[6] for w in wins]
     assert first[0] == 1 and last[-1] == 4000 and all(f == lo + 1 for lo, f in zip(last, first[1:]))

@@ -8,9 +8,9 @@ thread only closes the windows of time and writes the closed windows' rows (tick
 file. docs/FORMAT.md, "The black box", defines both.
 
 Windows: where the job marks steps, a window ends at each step marker whose number is a multiple of `every` (step,
-on the thread that marks it). Where windows of `every` steps at a closing window's pace (its rows, its time a step)
-would write more than HEADROOM of AGG_DAY_BUDGET in a day (a job of short steps), `every` doubles until they would
-not, on this rank alone: windows end at multiples of every rank's `every`, so that a wider rank's window is whole
+on the thread that marks it). Once the file holds AGG_ALLOWANCE bytes of rows, where windows of `every` steps at a closing
+window's pace (its rows, its time a step) would write more than HEADROOM of AGG_DAY_BUDGET in a day (a job of short
+steps), `every` doubles until they would not, on this rank alone: windows end at multiples of every rank's `every`, so that a wider rank's window is whole
 windows of a narrower one's, which the analysis merges (waits/whole_run.py). Before its first marker, and in a job
 that marks none (or with `--window Ns`), every `every` seconds of monotonic time (an op that ends past the window's
 end closes it first, so that it counts in the window where it ended; the watchdog's tick closes the windows in which
@@ -29,7 +29,7 @@ import struct
 import threading
 import time
 
-from ..format import AGG_DATA_AT, AGG_DAY_BUDGET, AGG_MAGIC, AGG_ROW, AGG_WINDOW_KEY, AGGKEY
+from ..format import AGG_ALLOWANCE, AGG_DATA_AT, AGG_DAY_BUDGET, AGG_MAGIC, AGG_ROW, AGG_WINDOW_KEY, AGGKEY
 
 LOST = 1  # a row's flags: ops were not counted (more keys than a row can name)
 _NEVER = 1 << 63  # a deadline that never comes (windows of steps)
@@ -49,8 +49,9 @@ def size_bucket(nbytes: int) -> tuple[int, int]:
 class Aggregates:
     """The .agg file at `path`; new keys' records go through `write_head`."""
 
-    def __init__(self, path: str, write_head, by: str = "steps", every: int = 10, seconds: float = 10.0):
-        self.path, self.write_head = path, write_head
+    def __init__(self, path: str, write_head, by: str = "steps", every: int = 10, seconds: float = 10.0,
+                 allowance: int = AGG_ALLOWANCE):
+        self.path, self.write_head, self.allowance = path, write_head, allowance
         self.by, self.every, self.seconds_ns = by, int(every), int(seconds * 1e9)
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600)
         os.write(self._fd, AGG_MAGIC.ljust(AGG_DATA_AT, b"\0"))
@@ -113,7 +114,8 @@ class Aggregates:
                 # windows of `every` steps at this window's pace, over a day; wider until they keep to the budget
                 # (the next window ends at a multiple of the new width: nested in a narrower rank's)
                 day = rows * _ROW_BYTES * _DAY_NS * steps
-                while span > 0 and day > HEADROOM * AGG_DAY_BUDGET * span * self.every:
+                while span > 0 and self.rows * _ROW_BYTES >= self.allowance and \
+                        day > HEADROOM * AGG_DAY_BUDGET * span * self.every:
                     self.every *= 2
 
     # -- windows ---------------------------------------------------------------------------------------

@@ -184,8 +184,8 @@ def _widened_note(windows: dict[int, RankWindows], every: float, marked: bool) -
 def _pace_note(agg: "Aggregates") -> str | None:
     """What the aggregates would take in a day at this run's pace, where that passes DAY_BUDGET (the rank that
     writes most: its rows, a window's and one a key, over its windows' span), with the --window that keeps them
-    under it: a window of W steps lasts as long as W of the job's steps, and a job of short steps closes many."""
-    if len(agg.w_rank) < PACE_MIN_WINDOWS:
+    under it. Windows of seconds only: the recorder widens windows of steps itself (record/aggregates.py)."""
+    if len(agg.w_rank) < PACE_MIN_WINDOWS or agg.window_by != "seconds":
         return None
     cells = np.bincount(agg.w_rank[agg.cell_window], minlength=max(agg.ranks) + 1) if len(agg.cell_window) else \
         np.zeros(max(agg.ranks) + 1, np.int64)
@@ -199,10 +199,9 @@ def _pace_note(agg: "Aggregates") -> str | None:
         return None
     every = agg.window_every or 10
     wider = every * worst / (0.8 * DAY_BUDGET)  # (a margin under the budget)
-    wider = f"{int(np.ceil(wider))}" if agg.window_by != "seconds" else f"{int(np.ceil(wider))}s"
-    return (f"the aggregates grow by {worst / 1e6:,.0f} MB a rank a day at this run's pace (windows of "
-            f"{every:g} {'seconds' if agg.window_by == 'seconds' else 'steps'}; {DAY_BUDGET / 1e6:.0f} MB is the "
-            f"budget): `disttrace run --black-box --window {wider}` keeps them under it")
+    return (f"the aggregates grow by {worst / 1e6:,.0f} MB a rank a day at this run's pace (windows of {every:g} "
+            f"seconds; {DAY_BUDGET / 1e6:.0f} MB is the budget): `disttrace run --black-box --window "
+            f"{int(np.ceil(wider))}s` keeps them under it")
 
 
 def _by_steps(agg: "Aggregates"):
