@@ -90,8 +90,7 @@ def _agg_pace(path: Path) -> None:
     """The .agg file's windows (the recorder widens windows of 10 steps where the job's steps are short) and what it
     writes in a day: at this run's last whole window's pace, and by the recorder's rule for the issue's job of 500
     ops a second over 10 keys."""
-    from disttrace.tracer.format import AGG_DATA_AT, AGG_DAY_BUDGET, AGG_ROW, AGG_WINDOW_KEY
-    from disttrace.tracer.record.aggregates import HEADROOM
+    from disttrace.tracer.format import AGG_DATA_AT, AGG_DAY_BUDGET, AGG_HEADROOM, AGG_ROW, AGG_WINDOW_KEY
 
     data = path.read_bytes()
     rows = [struct.unpack_from(AGG_ROW, data, at) for at in range(AGG_DATA_AT, len(data), ROW)]
@@ -105,7 +104,7 @@ def _agg_pace(path: Path) -> None:
         day = per_window * DAY_S * 1e9 / (steady[8] - steady[5])
         print(f"    a day at this run's pace (its last whole window, {widths[-2]} steps): {day / 1e6:.1f} MB a rank "
               f"(budget {AGG_DAY_BUDGET / 1e6:.0f} MB)")
-    window_s = (KEYS + 1) * ROW * DAY_S / (HEADROOM * AGG_DAY_BUDGET)  # the least window the rule keeps
+    window_s = (KEYS + 1) * ROW * DAY_S / (AGG_HEADROOM * AGG_DAY_BUDGET)  # the least window the rule keeps
     for what, step_s in ((f"{OPS_A_SECOND} ops a step, a step a second", 1.0),
                          (f"{OPS_A_SECOND} ops a second in steps of {OPS_PER_STEP} ops", OPS_PER_STEP / OPS_A_SECOND)):
         width = 10

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import struct
 import sysconfig
 import tempfile
 
@@ -90,11 +91,14 @@ RING_DATA_AT = 64  # the header's room (its struct, then zeros)
 AGG_SUFFIX = ".agg"
 AGG_MAGIC = b"DTAGG001"
 AGG_DATA_AT = 16
-AGG_ROW = "<IHHIIqqqq"  # 48 bytes
+AGG_ROW = "<IHHIIqqqq"
+AGG_ROW_BYTES = struct.calcsize(AGG_ROW)  # 48
 AGG_WINDOW_KEY = 0xFFFF
-# What a rank's aggregates may write in a day (docs/USAGE.md, "Leave it on"): windows of steps widen to keep to it,
-# once a rank has written AGG_ALLOWANCE (a short run, a test, a demo, keeps the resolution asked for)
+# What a rank's aggregates may write in a day (docs/USAGE.md, "Leave it on"): windows of steps widen to keep under
+# AGG_HEADROOM of it, once a rank has written AGG_ALLOWANCE (a short run, a test, a demo, keeps the resolution asked
+# for); a window of seconds that passes it is told the --window that keeps it under the same margin
 AGG_DAY_BUDGET = 50_000_000
+AGG_HEADROOM = 0.8
 AGG_ALLOWANCE = 256 << 10
 AGGKEY, WINDOW = "aggkey", "window"  # an aggregate key's definition; (in the JSON report) a window of the run
 SNAPSHOTS_DIR = "snapshots"  # a black-box trace dir's snapshots: snapshots/NNNNNN-REASON/, each a trace dir

@@ -8,10 +8,11 @@ thread only closes the windows of time and writes the closed windows' rows (tick
 file. docs/FORMAT.md, "The black box", defines both.
 
 Windows: where the job marks steps, a window ends at each step marker whose number is a multiple of `every` (step,
-on the thread that marks it). Once the file holds AGG_ALLOWANCE bytes of rows, where windows of `every` steps at a closing
-window's pace (its rows, its time a step) would write more than HEADROOM of AGG_DAY_BUDGET in a day (a job of short
-steps), `every` doubles until they would not, on this rank alone: windows end at multiples of every rank's `every`, so that a wider rank's window is whole
-windows of a narrower one's, which the analysis merges (waits/whole_run.py). Before its first marker, and in a job
+on the thread that marks it). Once the file holds AGG_ALLOWANCE bytes of rows, where windows of `every` steps at a
+closing window's pace (its rows, its time a step) would write more than AGG_HEADROOM of AGG_DAY_BUDGET in a day (a
+job of short steps), `every` doubles until they would not, on this rank alone: windows end at multiples of every
+rank's `every`, so that a wider rank's window is whole windows of a narrower one's, which the analysis merges
+(waits/whole_run.py). Before its first marker, and in a job
 that marks none (or with `--window Ns`), every `every` seconds of monotonic time (an op that ends past the window's
 end closes it first, so that it counts in the window where it ended; the watchdog's tick closes the windows in which
 no op ends).
@@ -29,13 +30,12 @@ import struct
 import threading
 import time
 
-from ..format import AGG_ALLOWANCE, AGG_DATA_AT, AGG_DAY_BUDGET, AGG_MAGIC, AGG_ROW, AGG_WINDOW_KEY, AGGKEY
+from ..format import (AGG_ALLOWANCE, AGG_DATA_AT, AGG_DAY_BUDGET, AGG_HEADROOM, AGG_MAGIC, AGG_ROW,
+                      AGG_ROW_BYTES, AGG_WINDOW_KEY, AGGKEY)
 
 LOST = 1  # a row's flags: ops were not counted (more keys than a row can name)
 _NEVER = 1 << 63  # a deadline that never comes (windows of steps)
-_ROW_BYTES = struct.calcsize(AGG_ROW)
 _DAY_NS = 86_400 * 10**9
-HEADROOM = 0.8  # of AGG_DAY_BUDGET: a window of steps whose pace writes more widens the next ones
 
 
 def size_bucket(nbytes: int) -> tuple[int, int]:
@@ -113,9 +113,9 @@ class Aggregates:
                 self._close(t)
                 # windows of `every` steps at this window's pace, over a day; wider until they keep to the budget
                 # (the next window ends at a multiple of the new width: nested in a narrower rank's)
-                day = rows * _ROW_BYTES * _DAY_NS * steps
-                while span > 0 and self.rows * _ROW_BYTES >= self.allowance and \
-                        day > HEADROOM * AGG_DAY_BUDGET * span * self.every:
+                day = rows * AGG_ROW_BYTES * _DAY_NS * steps
+                while span > 0 and self.rows * AGG_ROW_BYTES >= self.allowance and \
+                        day > AGG_HEADROOM * AGG_DAY_BUDGET * span * self.every:
                     self.every *= 2
 
     # -- windows ---------------------------------------------------------------------------------------

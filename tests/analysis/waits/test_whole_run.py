@@ -152,7 +152,7 @@ def test_a_run_whose_aggregates_outgrow_the_day_budget_is_told_the_window_that_k
     """Windows of 0.1 s (`--window 0.1s`) of 3 rows: ~130 MB a rank a day, over the 50 MB budget; the note names the
     --window that keeps them under it (by the same pace: W times as long, W times fewer rows). Windows of 1 s: no
     note. Windows of 10 steps of ~11 ms are as fast, but the recorder widens windows of steps itself: no note."""
-    from disttrace.tracer.analysis.waits.whole_run import DAY_BUDGET
+    from disttrace.tracer.format import AGG_DAY_BUDGET as DAY_BUDGET
 
     def notes(path, **kw):
         simulate(str(path), steps=200, **kw)

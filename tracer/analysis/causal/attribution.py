@@ -354,7 +354,8 @@ def attribute(t: EventTable, replay, pipeline: PipelineStats | None, steps: list
         steady = (late_in[r] >= PERSISTENT * len(k_used)
                   and all(DOMINANT * n <= late_in[r] for x, n in late_in.items() if x != r))
         left = _left_spread(by_rank[r], ideal, k_used)
-        if save >= (threshold if len(roles.peers_of(r)) > 2 else ONE_PEER_SAVING * mean) and (
+        one_peer = len(roles.peers_of(r)) <= 2  # (peers_of counts the rank itself)
+        if save >= (ONE_PEER_SAVING * mean if one_peer else threshold) and (
                 (save >= left and (save >= DOMINANT * max(second, 0.0) or steady))
                 or _recurring(r, _standing_out(units, max(floor, SPREAD * med_step)), measured, by_rank[r], left)):
             found.append((save, "worker", r))

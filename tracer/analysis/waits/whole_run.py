@@ -35,14 +35,13 @@ Constants, and why:
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ...data.table.event_table import P2P_OPS
-from ...format import AGG_DAY_BUDGET, AGG_ROW
+from ...format import AGG_DAY_BUDGET, AGG_HEADROOM, AGG_ROW_BYTES
 from .peers import others_median, spread
 
 if TYPE_CHECKING:
@@ -55,12 +54,10 @@ MIN_WINDOWS = 2
 MIN_NS = 50_000
 SECOND = 1_000_000_000
 DAY_S = 86_400
-DAY_BUDGET = AGG_DAY_BUDGET  # bytes a rank a day the aggregates are to hold to (docs/USAGE.md, "Leave it on")
 # The most aligned windows `report --json` writes: a run of weeks has hundreds of thousands (a window every 10 steps
 # of a second), each a row per rank; beyond this they are merged, consecutive ones together (coarsened)
 JSON_WINDOWS = 2000
 PACE_MIN_WINDOWS = 10    # windows a run needs before its pace is extrapolated to a day
-AGG_ROW_BYTES = struct.calcsize(AGG_ROW)
 
 
 @dataclass
@@ -177,12 +174,12 @@ def _widened_note(windows: dict[int, RankWindows], every: float, marked: bool) -
         return None
     who = f"rank {min(wide)}" if len(wide) == 1 else f"{len(wide)} ranks"
     return (f"the black box widened the windows of {who} from {every:g} steps to up to {max(wide.values())}, to keep "
-            f"its aggregates within {DAY_BUDGET / 1e6:.0f} MB a rank a day at this run's pace; windows are aligned "
+            f"its aggregates within {AGG_DAY_BUDGET / 1e6:.0f} MB a rank a day at this run's pace; windows are aligned "
             "where every rank ended one")
 
 
 def _pace_note(agg: "Aggregates") -> str | None:
-    """What the aggregates would take in a day at this run's pace, where that passes DAY_BUDGET (the rank that
+    """What the aggregates would take in a day at this run's pace, where that passes AGG_DAY_BUDGET (the rank that
     writes most: its rows, a window's and one a key, over its windows' span), with the --window that keeps them
     under it. Windows of seconds only: the recorder widens windows of steps itself (record/aggregates.py)."""
     if len(agg.w_rank) < PACE_MIN_WINDOWS or agg.window_by != "seconds":
@@ -195,12 +192,12 @@ def _pace_note(agg: "Aggregates") -> str | None:
         span = (int(agg.w_end[mine].max()) - int(agg.w_start[mine].min())) / SECOND
         if span > 0:
             worst = max(worst, (int(mine.sum()) + int(cells[r])) * AGG_ROW_BYTES / span * DAY_S)
-    if worst <= DAY_BUDGET:
+    if worst <= AGG_DAY_BUDGET:
         return None
     every = agg.window_every or 10
-    wider = every * worst / (0.8 * DAY_BUDGET)  # (a margin under the budget)
+    wider = every * worst / (AGG_HEADROOM * AGG_DAY_BUDGET)
     return (f"the aggregates grow by {worst / 1e6:,.0f} MB a rank a day at this run's pace (windows of {every:g} "
-            f"seconds; {DAY_BUDGET / 1e6:.0f} MB is the budget): `disttrace run --black-box --window "
+            f"seconds; {AGG_DAY_BUDGET / 1e6:.0f} MB is the budget): `disttrace run --black-box --window "
             f"{int(np.ceil(wider))}s` keeps them under it")
 
 
@@ -232,10 +229,6 @@ def _by_steps(agg: "Aggregates"):
         held = np.zeros((len(agg.ranks), n), np.float64)
         np.add.at(held, (rank_at, at[has]), _row_steps(agg)[has])
         units = held.max(axis=0)
-    kept = np.flatnonzero(firsts < np.iinfo(np.int64).max)  # (an end no row is merged up to: none)
-    if len(kept) < n:
-        at = np.where(at >= 0, np.searchsorted(kept, at), -1)
-        firsts, starts, units = firsts[kept], starts[kept], units[kept]
     return at, firsts, starts, units
 
 

@@ -19,21 +19,20 @@ Imports neither torch nor textual.
 from __future__ import annotations
 
 import os
-import struct
 from dataclasses import dataclass, field
 
 import numpy as np
 import orjson
 
-from ...format import (AGG_DATA_AT, AGG_MAGIC, AGG_ROW, AGG_SUFFIX, AGG_WINDOW_KEY, AGGKEY, CLOCK, GROUP, META,
-                       RANK_FILE_SUFFIX, kind_marker)
+from ...format import (AGG_DATA_AT, AGG_MAGIC, AGG_ROW, AGG_ROW_BYTES, AGG_SUFFIX, AGG_WINDOW_KEY, AGGKEY, CLOCK,
+                       GROUP, META, RANK_FILE_SUFFIX, kind_marker)
 from .rank_files import aligned, clock_of, find_rank_files, group_name
 from .runs import find_runs, pick_run
 
 # AGG_ROW's fields, in its order (docs/FORMAT.md): the dtype is built from format.py's struct, never repeated
 ROW_FIELDS = ("window", "key", "flags", "count", "pad", "total_ns", "max_ns", "bytes", "t_end_ns")
 ROW_DTYPE = np.dtype([(name, AGG_ROW[0] + code) for name, code in zip(ROW_FIELDS, AGG_ROW[1:])])
-assert ROW_DTYPE.itemsize == struct.calcsize(AGG_ROW)
+assert ROW_DTYPE.itemsize == AGG_ROW_BYTES
 LOST = 1  # a window row's flags bit 0: the ring overran between two reads of the aggregator (counts: lower bounds)
 _FEW = tuple(kind_marker(k) for k in (META, GROUP, CLOCK, AGGKEY))  # the rank file's records read here
 
