@@ -8,6 +8,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -72,10 +73,15 @@ def aborted_at_exit(proc) -> bool:
 
 
 def run_traced(script, out: Path, nproc: int = 2, args=(), summaries: str = "full", run_args=(),
-               env: dict | None = None, timeout: float = 180):
-    """`disttrace run --out OUT [run_args] torchrun --nproc_per_node=N tests/jobs/SCRIPT ARGS`."""
+               env: dict | None = None, timeout: float = 180, again: bool = False):
+    """`disttrace run --out OUT [run_args] torchrun --nproc_per_node=N tests/jobs/SCRIPT ARGS`. again: where torch
+    aborted a rank at exit (EXIT_ABORT: not the job's doing nor disttrace's), run it once more, into a new OUT."""
     cmd = ["run", "--out", str(out), "--summaries", summaries, *run_args, "--", *torchrun_cmd(script, nproc, args)]
-    return run_disttrace(*cmd, timeout=timeout, env=env)
+    proc = run_disttrace(*cmd, timeout=timeout, env=env)
+    if again and aborted_at_exit(proc):
+        shutil.rmtree(out, ignore_errors=True)
+        proc = run_disttrace(*cmd, timeout=timeout, env=env)
+    return proc
 
 
 def run_folder(tmp_path_factory) -> Path:
@@ -127,12 +133,7 @@ class Traces:
     @staticmethod
     def _trace(d: Path, script, nproc, args, summaries, run_args, expect_rc):
         out = d / "trace"
-        proc = run_traced(script, out, nproc, args, summaries, run_args)
-        if expect_rc == 0 and aborted_at_exit(proc):
-            # torch's own abort at exit (EXIT_ABORT), not the job's doing nor disttrace's: once more
-            out = d.with_name(f"{d.name}-again") / "trace"
-            proc = run_traced(script, out, nproc, args, summaries, run_args)
-        return out, proc
+        return out, run_traced(script, out, nproc, args, summaries, run_args, again=expect_rc == 0)
 
 
 def demo_once(tmp_path_factory, name: str, *args: str) -> tuple[Path, subprocess.CompletedProcess]:

@@ -6,7 +6,6 @@ Run with `pytest -m gpu`; skipped where there is no CUDA device (the CPU suite n
 from __future__ import annotations
 
 import json
-import shutil
 
 import pytest
 import torch
@@ -14,7 +13,7 @@ import torch.distributed as dist
 
 from disttrace.tracer.data.load import load_trace
 
-from harness import (aborted_at_exit, assert_compiled_collectives_recorded, assert_compiled_the_same,
+from harness import (assert_compiled_collectives_recorded, assert_compiled_the_same,
                      compile_modes_runs, run_disttrace, run_traced)
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow,
@@ -29,10 +28,7 @@ def _job(tmp_path, mode, summaries="stats", run_args=(), expect_rc=0):
     tmp_path.mkdir(parents=True, exist_ok=True)
     side = tmp_path / "timings.json"
     out = tmp_path / "trace"
-    proc = run_traced("gpu_ops.py", out, 1, [mode, str(side)], summaries, run_args)
-    if expect_rc == 0 and aborted_at_exit(proc):  # torch's own abort at exit (harness.EXIT_ABORT): once more
-        shutil.rmtree(out, ignore_errors=True)
-        proc = run_traced("gpu_ops.py", out, 1, [mode, str(side)], summaries, run_args)
+    proc = run_traced("gpu_ops.py", out, 1, [mode, str(side)], summaries, run_args, again=expect_rc == 0)
     if expect_rc is not None:
         assert proc.returncode == expect_rc, proc.stderr[-4000:]
     table = load_trace(str(out))

@@ -46,7 +46,7 @@ def test_a_jobs_records_are_the_same_bytes_either_way(tmp_path, job, black_box):
         out = tmp_path / f"pure{pure}"
         args = [tmp_path / f"w{pure}.pt"] if job == "rec_train" else []
         proc = run_traced(f"{job}.py", out, nproc=2, args=args, summaries="off", run_args=run_args,
-                          env={compiled.PURE_ENV: pure})
+                          env={compiled.PURE_ENV: pure}, again=True)
         assert proc.returncode == 0, proc.stderr[-3000:]
         runs[pure] = _lines(out, black_box)
     compiled_run, pure_run = runs["0"], runs["1"]
