@@ -7,7 +7,8 @@ in the all-reduce), `raise` (rank --rank raises at step --at), `kill` (rank --ra
 then the job goes on slowly for --pause-s seconds so that a test can ask for snapshots while it runs).
 `--trace DIR`: the job records itself with the Python API, `trace(out=DIR, black_box=True, ring=200)`.
 `--thread`: the training loop runs in a thread of its own (the main thread only waits for it, as a job whose main
-thread serves something else does): init_process_group is called there.
+thread serves something else does): init_process_group is called there. `--device cuda`: on NCCL, the model and
+batches on the rank's GPU (tests/record/test_gpu.py).
 Ground truth: each rank writes --truth.RANK (JSON): the ops it issued by (op, bytes), the checksum of its parameters
 (which it also prints), its resident memory at step 50 and at the end.
 """
@@ -35,7 +36,7 @@ def load_batch(step, rank, args):
     if args.fault == "kill" and rank == args.rank and step == args.at:
         os.kill(os.getpid(), signal.SIGKILL)  # the OOM killer
     g = torch.Generator().manual_seed(1000 * step + rank)
-    return torch.randn(16, 32, generator=g), torch.randn(16, 4, generator=g)
+    return torch.randn(16, 32, generator=g).to(args.device), torch.randn(16, 4, generator=g).to(args.device)
 
 
 def resident_bytes() -> int:
@@ -55,6 +56,7 @@ def main():
     p.add_argument("--truth", default="")
     p.add_argument("--trace", default="", help="record with trace(out=..., black_box=True, ring=200) itself")
     p.add_argument("--thread", action="store_true", help="train in a thread of its own")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     args = p.parse_args()
     if args.thread:
         worker = threading.Thread(target=train, args=(args,), name="trainer")
@@ -68,11 +70,13 @@ def main():
 
 
 def train(args):
-    dist.init_process_group("gloo")
+    if args.device == "cuda":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+    dist.init_process_group("nccl" if args.device == "cuda" else "gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64), torch.nn.ReLU(),
-                                torch.nn.Linear(64, 4))
+                                torch.nn.Linear(64, 4)).to(args.device)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     issued = {}
     slow_until = None

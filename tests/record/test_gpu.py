@@ -150,3 +150,56 @@ def test_compiled_cuda_jobs_compile_the_same_traced_and_untraced(tmp_path):
                                                                "TORCHINDUCTOR_FORCE_DISABLE_CACHES": "1"})
     assert_compiled_the_same(counts)
     assert_compiled_collectives_recorded(trace, fsdp=False)  # (FSDP2 in a world of one issues no collective)
+
+
+# -- the black box on NCCL (issue 50's NCCL side) ---------------------------------------------------------------
+BB = ["--black-box", "--ring", "200"]
+
+
+@nccl
+def test_the_black_box_on_nccl_keeps_the_last_ops_ended_by_the_device_and_counts_every_op(tmp_path):
+    """`disttrace run --black-box --ring 200` on a training loop on one GPU (tests/jobs/bb_train.py on NCCL, ten
+    times the ring in ops): the trace dir opens like any trace, its ops the ring's last ones, each ended through the
+    CUDA path with the completion hook's device duration; the aggregates count every op the job issued, their
+    durations those ends'. Written on a machine without a GPU: first run when one is lent."""
+    from disttrace.tracer.data.importers.aggregates import read_aggregates
+
+    out, truth = tmp_path / "trace", tmp_path / "truth"
+    proc = run_traced("bb_train.py", out, 1, ["--steps", "300", "--truth", truth, "--device", "cuda"],
+                      summaries="off", run_args=BB, again=True)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    issued = json.loads((tmp_path / "truth.0").read_text())["allreduce"]
+    table = load_trace(str(out))
+    rows = [table.row(i) for i in range(len(table))]
+    ops = [r for r in rows if r["op"] == "all_reduce"]
+    assert 200 <= len(ops) < sum(issued.values()), len(ops)  # the ring's last ops, not the whole run
+    assert all(r["status"] == "ok" and r["end_ns"] >= r["start_ns"] for r in ops), _brief(ops)
+    assert all("device_ns" in r for r in ops), _brief([r for r in ops if "device_ns" not in r])
+    agg = read_aggregates(str(out))
+    assert agg is not None and not agg.damage and not agg.w_lost.any(), agg and agg.damage
+    counted = {}
+    for key, count in zip(agg.cell_key, agg.cell_count):
+        k = agg.keys[key]
+        counted[(k.op, k.lo)] = counted.get((k.op, k.lo), 0) + int(count)
+    want = {}
+    for nbytes, n in issued.items():
+        lo = 1 << (int(nbytes).bit_length() - 1)
+        want[("all_reduce", lo)] = want.get(("all_reduce", lo), 0) + n
+    assert counted == want
+    report = run_disttrace("report", "--json", out, timeout=120)
+    assert report.returncode == 0 and "Traceback" not in report.stderr, report.stderr[-3000:]
+    assert not json.loads(report.stdout)["problems"]
+
+
+@nccl
+def test_the_black_box_on_nccl_snapshots_a_device_hang(tmp_path):
+    """An all_reduce stuck behind a spinning kernel, in black-box mode: the watchdog's hang snapshot holds the
+    rank's ring, and the report of the snapshot names the hung all_reduce."""
+    _rows, _, proc = _job(tmp_path, "hang", summaries="off",
+                          run_args=[*BB, "--hang-timeout", "5", "--kill-on-hang"], expect_rc=None)
+    snaps = sorted((tmp_path / "trace" / "snapshots").glob("*-hang"))
+    assert snaps and list(snaps[-1].glob("rank-00000-*.ring")), proc.stderr[-4000:]
+    report = run_disttrace("report", "--json", snaps[-1], timeout=120)
+    assert report.returncode in (0, 1) and "Traceback" not in report.stderr, report.stderr[-3000:]
+    hangs = [p for p in json.loads(report.stdout)["problems"] if p["kind"] == "hang"]
+    assert hangs and hangs[0]["op"] == "all_reduce", json.loads(report.stdout)["problems"]

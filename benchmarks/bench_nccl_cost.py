@@ -1,0 +1,139 @@
+"""CPU time that recording adds to each NCCL op, beside Flight Recorder's: issue 50's NCCL side, measured on a GPU.
+
+    python benchmarks/bench_nccl_cost.py [--ops 1500] [--rounds 8] [--repeat 2] [--backend nccl|gloo]
+
+bench_record_cost.py counts instructions with callgrind on gloo; a GPU machine has no valgrind, and NCCL's work
+is split between the job's thread (the issue), NCCL's watchdog and hook threads and disttrace's CUDA watcher. So
+here the yardstick is CPU time per op, in a world of one (one process, one GPU, a HashStore), a loop of 4 KiB
+all_reduces issued without waiting (the device keeps up: a world of one's kernel takes microseconds), then one
+synchronize. Per op: the job's thread's CPU time over the issue loop (time.thread_time), and the process's
+(every thread, from the loop's start until the device is done and 0.2 s more for the threads that end ops after
+it: the same 0.2 s in every mode). Modes:
+- untraced: Flight Recorder off (TORCH_FR_BUFFER_SIZE=0 and TORCH_NCCL_TRACE_BUFFER_SIZE=0);
+- fr: Flight Recorder on at its default 2,000 entries, timing off (what a job has unless it sets the variables);
+- fr+timing: Flight Recorder with TORCH_NCCL_ENABLE_TIMING=1 (what gives its entries device durations);
+- full: disttrace's full trace (summaries off); bb: `--black-box` (a ring of 4,000 ops, the aggregates);
+  both with Flight Recorder off, as disttrace leaves it (it turns on NCCL's timing for its completion hook itself).
+Flight Recorder is read when the process group is made, so each setting runs in a process of its own: untraced,
+full and bb in one (interleaved blocks, --rounds of them), fr and fr+timing each in another (untraced blocks);
+--repeat runs each process that many times, alternating, so that what differs between processes shows in the
+spread. Printed: the medians per op, and what each mode adds beside untraced. --backend gloo runs the same on the
+CPU (no device; a check of this script, and a CPU-time figure beside callgrind's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+NUMEL = 1024  # float32: 4 KiB
+SETTINGS = {  # process -> (environment, modes measured in it)
+    "off": ({"TORCH_FR_BUFFER_SIZE": "0", "TORCH_NCCL_TRACE_BUFFER_SIZE": "0"}, ("untraced", "full", "bb")),
+    "fr": ({"TORCH_FR_BUFFER_SIZE": "2000", "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000"}, ("fr",)),
+    "fr+timing": ({"TORCH_FR_BUFFER_SIZE": "2000", "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000",
+                   "TORCH_NCCL_ENABLE_TIMING": "1"}, ("fr+timing",)),
+}
+LABELS = {"untraced": "untraced (Flight Recorder off)", "fr": "Flight Recorder (2,000 entries)",
+          "fr+timing": "Flight Recorder, NCCL timing on", "full": "disttrace, full trace",
+          "bb": "disttrace --black-box"}
+
+
+def _worker(setting: str, backend: str, ops: int, rounds: int) -> None:
+    import torch
+    import torch.distributed as dist
+
+    from disttrace.tracer import trace
+
+    cuda = backend == "nccl"
+    if cuda:
+        torch.cuda.set_device(0)
+    dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+    t = torch.ones(NUMEL, device="cuda" if cuda else "cpu")
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    tmp = tempfile.mkdtemp(prefix="disttrace-bench-nccl-")
+
+    def block() -> tuple[float, float]:
+        c0, p0 = time.thread_time(), time.process_time()
+        for _ in range(ops):
+            dist.all_reduce(t)
+        c1 = time.thread_time()
+        sync()
+        time.sleep(0.2)  # the ends that other threads record after the device is done
+        return (c1 - c0) / ops * 1e6, (time.process_time() - p0) / ops * 1e6
+
+    def traced(mode: str, b: int):
+        if mode in ("untraced", "fr", "fr+timing"):
+            return block()
+        with trace(out=os.path.join(tmp, f"{mode}-{b}"), summaries="off", black_box=mode == "bb"):
+            block()  # warm (the recorder's modules, the hook's registration)
+            return block()
+
+    modes = SETTINGS[setting][1]
+    for _ in range(2):
+        block()  # the communicator, the allocator
+    res: dict = {m: [] for m in modes}
+    for b in range(rounds):
+        for m in modes[b % len(modes):] + modes[: b % len(modes)]:  # the order rotated each round
+            res[m].append(traced(m, b))
+    sync()
+    print(json.dumps({m: [list(x) for x in v] for m, v in res.items()}))
+    dist.destroy_process_group()
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--ops", type=int, default=1500, help="all_reduces per block")
+    p.add_argument("--rounds", type=int, default=8, help="blocks per mode in each process")
+    p.add_argument("--repeat", type=int, default=2, help="processes per setting, alternating")
+    p.add_argument("--backend", choices=("nccl", "gloo"), default="nccl")
+    p.add_argument("--worker", choices=tuple(SETTINGS), help=argparse.SUPPRESS)
+    a = p.parse_args()
+    if a.worker:
+        _worker(a.worker, a.backend, a.ops, a.rounds)
+        return 0
+    if a.backend == "nccl":
+        import torch
+        import torch.distributed as dist
+
+        if not torch.cuda.is_available() or not dist.is_nccl_available():
+            print("bench_nccl_cost: needs a CUDA device and a torch built with NCCL (or --backend gloo); this "
+                  "machine has " + ("no CUDA device" if not torch.cuda.is_available() else "no NCCL"),
+                  file=sys.stderr)
+            return 2
+    got: dict = {}
+    for rep in range(a.repeat):
+        for setting, (env, _modes) in SETTINGS.items():
+            cmd = [sys.executable, __file__, "--worker", setting, "--backend", a.backend, "--ops", str(a.ops),
+                   "--rounds", str(a.rounds)]
+            t0 = time.monotonic()
+            proc = subprocess.run(cmd, env={**os.environ, **env}, capture_output=True, text=True, timeout=600)
+            if proc.returncode != 0:
+                print(f"{setting} (process {rep + 1}) failed:\n{proc.stderr[-3000:]}", file=sys.stderr)
+                return 1
+            for m, v in json.loads(proc.stdout.strip().splitlines()[-1]).items():
+                got.setdefault(m, []).append(v)
+            print(f"  ({setting}, process {rep + 1}: {time.monotonic() - t0:.0f} s)", file=sys.stderr)
+    print(f"4 KiB all_reduce on {a.backend}, a world of one: CPU µs per op, medians of {a.rounds} blocks of {a.ops} ops "
+          f"per process; per process (of {a.repeat}) in brackets")
+    base_main = statistics.median(x[0] for v in got["untraced"] for x in v)
+    base_all = statistics.median(x[1] for v in got["untraced"] for x in v)
+    print(f"{'':40} {'job thread':>11} {'added':>8} {'all threads':>12} {'added':>8}")
+    for m in ("untraced", "fr", "fr+timing", "full", "bb"):
+        if m not in got:
+            continue
+        main_ = statistics.median(x[0] for v in got[m] for x in v)
+        all_ = statistics.median(x[1] for v in got[m] for x in v)
+        per = ", ".join(f"{statistics.median(x[0] for x in v):.1f}" for v in got[m])
+        print(f"{LABELS[m]:40} {main_:11.1f} {main_ - base_main:+8.1f} {all_:12.1f} {all_ - base_all:+8.1f}"
+              f"   [{per}]")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
