@@ -19,6 +19,12 @@ full and bb in one (interleaved blocks, --rounds of them), fr and fr+timing each
 --repeat runs each process that many times, alternating, so that what differs between processes shows in the
 spread. Printed: the medians per op, and what each mode adds beside untraced. --backend gloo runs the same on the
 CPU (no device; a check of this script, and a CPU-time figure beside callgrind's).
+
+--pieces: where a traced CUDA op's time goes, for whoever makes it cheaper: in one process (Flight Recorder off),
+blocks of the same loop untraced, with a timing CUDA event from a pool recorded after each op (the floor of an end
+event of our own), and traced (full and --black-box) as built and with one piece of the CUDA path changed at a time
+(the CUDA watcher woken only when it is idle instead of at each op; never given the op; the op ended at its issue,
+no CUDA end at all). The changed pieces end ops wrongly or never: a measurement only.
 """
 
 from __future__ import annotations
@@ -36,27 +42,43 @@ NUMEL = 1024  # float32: 4 KiB
 SETTINGS = {  # process -> (environment, modes measured in it)
     "off": ({"TORCH_FR_BUFFER_SIZE": "0", "TORCH_NCCL_TRACE_BUFFER_SIZE": "0"}, ("untraced", "full", "bb")),
     "fr": ({"TORCH_FR_BUFFER_SIZE": "2000", "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000"}, ("fr",)),
+    "full-from-start": ({"TORCH_FR_BUFFER_SIZE": "0", "TORCH_NCCL_TRACE_BUFFER_SIZE": "0"}, ("full-from-start",)),
+    "bb-from-start": ({"TORCH_FR_BUFFER_SIZE": "0", "TORCH_NCCL_TRACE_BUFFER_SIZE": "0"}, ("bb-from-start",)),
     "fr+timing": ({"TORCH_FR_BUFFER_SIZE": "2000", "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000",
                    "TORCH_NCCL_ENABLE_TIMING": "1"}, ("fr+timing",)),
 }
 LABELS = {"untraced": "untraced (Flight Recorder off)", "fr": "Flight Recorder (2,000 entries)",
           "fr+timing": "Flight Recorder, NCCL timing on", "full": "disttrace, full trace",
-          "bb": "disttrace --black-box"}
+          "bb": "disttrace --black-box", "full-from-start": "full trace, from init (NCCL hook, timing)",
+          "bb-from-start": "--black-box, from init (NCCL hook, timing)"}
 
 
 def _worker(setting: str, backend: str, ops: int, rounds: int) -> None:
     import torch
-    import torch.distributed as dist
 
     from disttrace.tracer import trace
 
     cuda = backend == "nccl"
     if cuda:
         torch.cuda.set_device(0)
+    tmp = tempfile.mkdtemp(prefix="disttrace-bench-nccl-")
+    if setting.endswith("-from-start"):  # traced from before init_process_group, as `disttrace run` traces a job
+        with trace(out=os.path.join(tmp, setting), summaries="off", black_box=setting.startswith("bb")):
+            _measure(setting, backend, ops, rounds, tmp, from_start=True)
+        return
+    _measure(setting, backend, ops, rounds, tmp)
+
+
+def _measure(setting: str, backend: str, ops: int, rounds: int, tmp: str, from_start: bool = False) -> None:
+    import torch
+    import torch.distributed as dist
+
+    from disttrace.tracer import trace
+
+    cuda = backend == "nccl"
     dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
     t = torch.ones(NUMEL, device="cuda" if cuda else "cpu")
     sync = torch.cuda.synchronize if cuda else (lambda: None)
-    tmp = tempfile.mkdtemp(prefix="disttrace-bench-nccl-")
 
     def block() -> tuple[float, float]:
         c0, p0 = time.thread_time(), time.process_time()
@@ -68,7 +90,7 @@ def _worker(setting: str, backend: str, ops: int, rounds: int) -> None:
         return (c1 - c0) / ops * 1e6, (time.process_time() - p0) / ops * 1e6
 
     def traced(mode: str, b: int):
-        if mode in ("untraced", "fr", "fr+timing"):
+        if mode in ("untraced", "fr", "fr+timing") or from_start:
             return block()
         with trace(out=os.path.join(tmp, f"{mode}-{b}"), summaries="off", black_box=mode == "bb"):
             block()  # warm (the recorder's modules, the hook's registration)
@@ -86,14 +108,93 @@ def _worker(setting: str, backend: str, ops: int, rounds: int) -> None:
     dist.destroy_process_group()
 
 
+def _pieces(backend: str, ops: int, rounds: int) -> None:
+    import torch
+    import torch.distributed as dist
+
+    from disttrace.tracer import trace
+    from disttrace.tracer.record import background, completion
+
+    torch.cuda.set_device(0)
+    dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+    t = torch.ones(NUMEL, device="cuda")
+    tmp = tempfile.mkdtemp(prefix="disttrace-bench-pieces-")
+    watcher, stream_end = background._CudaWatcher, completion.StreamEnd
+    real_add, real_after = watcher.add, stream_end.__dict__["after"]
+    pool = [torch.cuda.Event(enable_timing=True) for _ in range(4096)]
+
+    def add_when_idle(self, comp, ev, work) -> None:
+        with self.lock:
+            idle = not self.items and not self.passing
+            self.items.append((comp, ev, work))
+        if idle:
+            self.wake.set()
+
+    after_none = staticmethod(lambda ev: None)
+    pieces = [  # (name, black box, change)
+        ("full trace", False, None),
+        ("  ended at issue (no CUDA end)", False, lambda: setattr(stream_end, "after", after_none)),
+        ("black box", True, None),
+        ("  the watcher woken only when idle", True, lambda: setattr(watcher, "add", add_when_idle)),
+        ("  the watcher never given the op", True, lambda: setattr(watcher, "add", lambda self, c, e, w: None)),
+        ("  ended at issue (no CUDA end)", True, lambda: setattr(stream_end, "after", after_none)),
+    ]
+
+    def block(extra=None) -> tuple[float, float]:
+        c0, p0 = time.thread_time(), time.process_time()
+        if extra is None:
+            for _ in range(ops):
+                dist.all_reduce(t)
+        else:
+            for i in range(ops):
+                dist.all_reduce(t)
+                extra(i)
+        c1 = time.thread_time()
+        torch.cuda.synchronize()
+        time.sleep(0.2)
+        return (c1 - c0) / ops * 1e6, (time.process_time() - p0) / ops * 1e6
+
+    for _ in range(2):
+        block()
+    res: dict = {}
+    for b in range(rounds):
+        res.setdefault("untraced", []).append(block())
+        res.setdefault("untraced + a pooled timing event per op", []).append(
+            block(lambda i: pool[i % 4096].record()))
+        for name, bb, change in pieces:
+            if change is not None:
+                change()
+            try:
+                with trace(out=os.path.join(tmp, f"{b}-{len(res)}"), summaries="off", black_box=bb):
+                    block()
+                    res.setdefault(("bb" if bb else "full") + ": " + name, []).append(block())
+            finally:
+                watcher.add, stream_end.after = real_add, real_after
+                w = background._THREADS.get(watcher)
+                if w is not None:
+                    w.wake.set()
+            torch.cuda.synchronize()
+    print(f"the CUDA path piece by piece: 4 KiB all_reduce on {backend}, issued back to back; CPU µs per op, "
+          f"medians of {rounds} blocks of {ops}")
+    for name, v in res.items():
+        print(f"  {name:50s} job's thread {statistics.median(c for c, _ in v):7.1f}   "
+              f"all threads {statistics.median(a for _, a in v):7.1f}")
+    dist.destroy_process_group()
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--ops", type=int, default=1500, help="all_reduces per block")
     p.add_argument("--rounds", type=int, default=8, help="blocks per mode in each process")
     p.add_argument("--repeat", type=int, default=2, help="processes per setting, alternating")
     p.add_argument("--backend", choices=("nccl", "gloo"), default="nccl")
+    p.add_argument("--pieces", action="store_true", help="the CUDA path piece by piece (see above)")
     p.add_argument("--worker", choices=tuple(SETTINGS), help=argparse.SUPPRESS)
     a = p.parse_args()
+    if a.pieces:
+        os.environ.update(SETTINGS["off"][0])
+        _pieces(a.backend, a.ops, a.rounds)
+        return 0
     if a.worker:
         _worker(a.worker, a.backend, a.ops, a.rounds)
         return 0
@@ -124,7 +225,7 @@ def main() -> int:
     base_main = statistics.median(x[0] for v in got["untraced"] for x in v)
     base_all = statistics.median(x[1] for v in got["untraced"] for x in v)
     print(f"{'':40} {'job thread':>11} {'added':>8} {'all threads':>12} {'added':>8}")
-    for m in ("untraced", "fr", "fr+timing", "full", "bb"):
+    for m in LABELS:
         if m not in got:
             continue
         main_ = statistics.median(x[0] for v in got[m] for x in v)

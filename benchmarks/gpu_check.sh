@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The device check for a session lent a GPU (docs/PERFORMANCE.md, "On a GPU"), one script, each step bounded so
 # that the whole ends within ~8 minutes:
-#   bash benchmarks/gpu_check.sh [LOGDIR]
+#   bash benchmarks/gpu_check.sh [LOGDIR [STEP...]]     (STEP: the names below; all by default)
 # the GPU tests (pytest -m gpu), issue 50's NCCL side (bench_nccl_cost.py), then issue 41's figures
 # (probe_cuda_ends.py, bench_recorder.py --device cuda). A machine without this project's dependencies installs them
 # from wheels in .whl/ (cp312, downloaded where pip reaches a registry: see the device tool's README), offline.
@@ -9,6 +9,8 @@
 set -u
 cd "$(dirname "$0")/.."
 logs=${1:-/tmp/gpu-check}
+shift
+only=" $* "
 mkdir -p "$logs"
 export PYTHONUNBUFFERED=1
 if [ -d .whl ]; then
@@ -27,6 +29,7 @@ EOF
 step() {  # step NAME SECONDS COMMAND...
     local name=$1 limit=$2
     shift 2
+    [ "$only" = "  " ] || [[ "$only" == *" $name "* ]] || return 0
     echo "== $name (at most $limit s)"
     local t0=$SECONDS
     timeout -k 10 "$limit" "$@" 2>&1 | tee "$logs/$name.log"
@@ -34,6 +37,7 @@ step() {  # step NAME SECONDS COMMAND...
 }
 
 step gpu_tests 240 python3 -m pytest -q -m gpu -n 4 -p no:cacheprovider tests/record/test_gpu.py
-step nccl_cost 100 python3 benchmarks/bench_nccl_cost.py --rounds 6 --repeat 2
+step nccl_cost 150 python3 benchmarks/bench_nccl_cost.py --rounds 6 --repeat 2
+step nccl_pieces 100 python3 benchmarks/bench_nccl_cost.py --pieces --rounds 5
 step probe_cuda_ends 60 python3 benchmarks/probe_cuda_ends.py
 step bench_recorder 80 python3 benchmarks/bench_recorder.py --device cuda --rounds 6
