@@ -20,7 +20,8 @@ critical path costs on this machine, whoever runs it.
 --device cuda: NCCL in a world of one (one process, one GPU), all_reduces of 4 KiB and 1 MiB, untraced and traced
 (summaries off) in interleaved blocks: per op, the wall time to the device's completion (synchronized per op) and
 the process's CPU time, whose difference traced - untraced is the recorder's CPU per op (the begin record, the
-end through NCCL's completion hook; the same goal as on gloo: default mode <= 1.05x).
+end through NCCL's completion hook; the same goal as on gloo: default mode <= 1.05x). Where that time goes, piece
+by piece, and the black box beside Flight Recorder: benchmarks/bench_nccl_cost.py.
 """
 
 from __future__ import annotations
@@ -203,72 +204,7 @@ def _cuda_worker(iters: int, rounds: int) -> None:
         print(f"{name} (NCCL, world of one): untraced {statistics.median(med['untraced']) * 1e6:.1f} µs/op, "
               f"traced {ratio:.3f}x; CPU per op untraced {cpu_us['untraced']:.1f} µs, traced {cpu_us['off']:.1f} µs "
               f"(the recorder: {cpu_us['off'] - cpu_us['untraced']:+.1f} µs)")
-    try:
-        _cuda_pieces(rounds)
-    except Exception as e:  # noqa: BLE001 - a breakdown for whoever speeds the CUDA path up: never the figures above
-        print(f"(the breakdown by piece failed: {type(e).__name__}: {e})")
     dist.destroy_process_group()
-
-
-def _cuda_pieces(rounds: int, n: int = 1500) -> None:
-    """Where the recorder's time on a CUDA op goes: the 4 KiB loop (synchronized per op) untraced, traced, and
-    traced with one piece of the CUDA path taken out at a time (its ops then end wrongly or never: a measurement
-    only), alternating in this process; the job's thread's CPU and the wall time per op, medians over rounds."""
-    import torch
-    import torch.distributed as dist
-
-    from disttrace.tracer import trace
-    from disttrace.tracer.record import background, completion
-
-    watcher, stream_end = background._CudaWatcher, completion.StreamEnd
-    real_add, real_after = watcher.add, stream_end.__dict__["after"]
-
-    def add_quietly(self, comp, ev, work) -> None:  # watched, but the watcher thread is not woken for each op
-        with self.lock:
-            self.items.append((comp, ev, work))
-
-    class _Done:
-        __slots__ = ("__weakref__",)
-
-        def is_completed(self) -> bool:
-            return True
-
-    pieces = {
-        "traced": lambda: None,
-        "  without waking the CUDA watcher per op": lambda: setattr(watcher, "add", add_quietly),
-        "  without the CUDA watcher": lambda: setattr(watcher, "add", lambda self, c, e, w: None),
-        "  without the CUDA event after a synchronous op": lambda: setattr(
-            stream_end, "after", staticmethod(lambda ev: _Done())),
-    }
-    t = torch.ones(1024, device="cuda")
-    tmp = tempfile.mkdtemp(prefix="disttrace-bench-pieces-")
-
-    def block() -> tuple[float, float]:
-        c0, w0 = time.thread_time(), time.perf_counter()
-        for _ in range(n):
-            dist.all_reduce(t)
-            torch.cuda.synchronize()
-        return (time.thread_time() - c0) / n * 1e6, (time.perf_counter() - w0) / n * 1e6
-
-    res: dict = {"untraced": []}
-    for b in range(max(rounds // 2, 3)):
-        res["untraced"].append(block())
-        for m, (name, take_out) in enumerate(pieces.items()):
-            take_out()
-            try:
-                with trace(out=os.path.join(tmp, f"{b}-{m}"), summaries="off"):  # (a trace dir of its own each)
-                    block()  # (warm)
-                    res.setdefault(name, []).append(block())
-            finally:
-                watcher.add, stream_end.after = real_add, real_after
-                w = background._THREADS.get(watcher)
-                if w is not None:
-                    w.wake.set()
-            torch.cuda.synchronize()
-    print("the CUDA path piece by piece (4 KiB all_reduce, synchronized per op; medians):")
-    for name, v in res.items():
-        print(f"  {name:50s} job's thread CPU {statistics.median(c for c, _ in v):6.1f} µs/op, "
-              f"wall {statistics.median(w for _, w in v):6.1f} µs/op")
 
 
 def _iterations_for(us: float) -> int:
