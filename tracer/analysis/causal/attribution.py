@@ -72,7 +72,7 @@ class Pacing:
         self.replay, self.roles, self.windows = replay, roles, windows
         t = replay.t
         self.ident = identities(t, roles)
-        self._steps = {k: _StepPace(replay, roles, self.ident, k) for k in windows}
+        self._steps = _StepPace.all(replay, roles, self.ident, windows)
         _flag_past_noise(list(self._steps.values()))
         self._ops = _OpPace(replay, windows)
         self._after: dict[tuple, dict[int, int]] = {}
@@ -177,33 +177,52 @@ def _group_size(t: EventTable) -> np.ndarray:
 
 
 class _StepPace:
-    """Step k's compute spans (the replay's start events) with their typical durations."""
+    """Step k's compute spans (the replay's start events) with their typical durations. Made for every step at once
+    (`all`): a trace of many short steps would otherwise pay numpy's per-call cost for each of them."""
 
-    def __init__(self, replay, roles: Roles, ident, k: int) -> None:
-        events, ranks, _, _, _, gap, prev = replay.timeline(k)
-        _, is_end, slot, h = events
-        _, _, hrow, hkind, _ = replay.w.columns
-        self.gap = gap
-        ev = np.flatnonzero(is_end == 0)
-        self.ev = ev
-        rank = ranks[slot[ev]]
-        self.rank = rank
-        row, kind, before = hrow[h[ev]], hkind[h[ev]].astype(np.int64), prev[ev]
-        id_before = np.where(before >= 0, ident[np.maximum(before, 0)], -1)
-        id_row = ident[row]
-        occ = occurrences(slot[ev], id_before, id_row, kind)
-        role = roles.role[rank]
-        self.key = np.stack((role, id_before, id_row, kind, occ), 1)  # the same span on every peer, every step
-        g = gap[ev].astype(np.float64)
-        self.typical = others_median(dense_ids(*self.key.T), g)
+    def __init__(self, gap, ev, rank, key, typical, span, span_sites, nth, kinds) -> None:
+        self.gap, self.ev, self.rank, self.key, self.typical = gap, ev, rank, key, typical
         # every span at its typical (the ideal's), what each span's rank spent past its peers, and the spans on pace
         # (set by _flag_past_noise: only what stands out from the noise)
         self.ideal = self.excess = self.paced = None
+        self.span, self.span_sites, self.nth, self.kinds = span, span_sites, nth, kinds
+
+    @classmethod
+    def all(cls, replay, roles: Roles, ident, windows: list[int]) -> dict[int, "_StepPace"]:
+        """Each step's spans. Keys: a span is the same on every peer in its step (role, the op identities around
+        it, the kind of its interval, its occurrence); `span`, its sites, numbered within the step by first
+        appearance; each key made per step by putting the step's index first."""
+        _, _, hrow, hkind, _ = replay.w.columns
         sites = np.asarray(replay.t.site.codes, np.int64)
-        self.span = dense_ids(np.where(before >= 0, sites[np.maximum(before, 0)], -1), sites[row])
-        self.span_sites = (np.where(before >= 0, before, -1), row)
-        self.nth = occurrences(slot[ev], self.span)  # each span the n-th of its sites on its rank in the step
-        self.kinds = kind
+        parts = []
+        for k in windows:
+            events, ranks, _, _, _, gap, prev = replay.timeline(k)
+            _, is_end, slot, h = events
+            ev = np.flatnonzero(is_end == 0)
+            parts.append((gap, ev, ranks[slot[ev]], slot[ev], hrow[h[ev]], hkind[h[ev]].astype(np.int64), prev[ev]))
+        sizes = np.array([len(p[1]) for p in parts], np.int64)
+        at = np.concatenate(([0], np.cumsum(sizes)))
+        step = np.repeat(np.arange(len(parts), dtype=np.int64), sizes)
+
+        def cat(i: int, dtype=np.int64) -> np.ndarray:
+            return np.concatenate([np.asarray(p[i], dtype) for p in parts]) if parts else np.zeros(0, dtype)
+        rank, slot, row, kind, before = cat(2), cat(3), cat(4), cat(5), cat(6)
+        g = np.concatenate([np.asarray(p[0])[p[1]] for p in parts]).astype(np.float64) if parts else np.zeros(0)
+        id_before = np.where(before >= 0, ident[np.maximum(before, 0)], -1)
+        id_row = ident[row]
+        occ = occurrences(step, slot, id_before, id_row, kind)
+        key = np.stack((roles.role[rank], id_before, id_row, kind, occ), 1)
+        typical = others_median(dense_ids(step, *key.T), g)
+        site_before = np.where(before >= 0, sites[np.maximum(before, 0)], -1)
+        span = dense_ids(step, site_before, sites[row])
+        nth = occurrences(step, slot, span)
+        out = {}
+        for i, k in enumerate(windows):
+            a, b = int(at[i]), int(at[i + 1])
+            sp = span[a:b] - (span[a] if b > a else 0)  # (numbered from 0 within the step)
+            out[k] = cls(parts[i][0], parts[i][1], rank[a:b], key[a:b], typical[a:b], sp,
+                         (np.where(before[a:b] >= 0, before[a:b], -1), row[a:b]), nth[a:b], kind[a:b])
+        return out
 
     def gaps(self, ranks=None, span: int | None = None, ideal: bool = False) -> np.ndarray:
         """The step's gaps with the spans of `ranks` (a set; None: every rank) on pace, or only `span` (an id of
@@ -213,6 +232,8 @@ class _StepPace:
             sel = self.span == span
         elif ranks is None:
             sel = np.ones(len(self.ev), bool)
+        elif len(ranks) == 1:
+            sel = self.rank == next(iter(ranks))  # (np.isin's own cost, paid per step, is many times this)
         else:
             sel = np.isin(self.rank, list(ranks))
         out[self.ev[sel]] = (self.ideal if ideal else self.paced)[sel]
@@ -227,6 +248,8 @@ class _StepPace:
     def stage_paced(self, gaps, roles: Roles, stages) -> np.ndarray:
         """`gaps` with each rank of `stages` computing no longer than the typical other stage: the median over the
         other stages of their ranks' median compute in the step."""
+        if len(roles.stage_ranks) < 2:
+            return gaps.copy()  # (no other stage to pace by)
         compute = self.compute(gaps)
         per_stage = {s: median(compute[r] for r in rs if r in compute) for s, rs in enumerate(roles.stage_ranks)
                      if any(r in compute for r in rs)}
@@ -316,11 +339,9 @@ def attribute(t: EventTable, replay, pipeline: PipelineStats | None, steps: list
     # the ranks: those whose excess over their peers stands out, the most first
     excess = {}
     units: dict[tuple[int, int], int] = {}
-    for k in k_used:
-        sp = pacing.step(k)
-        for r, x in zip(*_sum_by(sp.rank, sp.excess)):
-            excess[r] = excess.get(r, 0) + x
-            units[(k, r)] = x
+    for k, r, x in _sums_per_step(pacing, k_used, lambda sp: sp.rank, lambda sp: sp.excess):
+        excess[r] = excess.get(r, 0) + x
+        units[(k, r)] = x
     med_step = median(measured[k] for k in k_used)
     floor = max(50_000, FLOOR * med_step)
     cands = sorted((r for r, x in excess.items() if x > floor), key=lambda r: -excess[r])[:MAX_RANKS]
@@ -428,9 +449,21 @@ def _stage_ratio(compute: dict[int, float], roles: Roles, s: int) -> float:
     return min(mine) / median(others)
 
 
-def _sum_by(keys, values) -> tuple[list, list]:
-    u, inv = np.unique(keys, return_inverse=True)
-    return u.tolist(), _ints(np.bincount(inv.ravel(), weights=values, minlength=len(u)))
+def _sums_per_step(pacing: Pacing, ks: list[int], keys_of, values_of) -> list[tuple[int, int, int]]:
+    """[(k, key, sum)]: each step's values summed per key (keys ascending within a step, each sum made an int),
+    for all the steps in one pass."""
+    steps = [pacing.step(k) for k in ks]
+    sizes = np.array([len(sp.ev) for sp in steps], np.int64)
+    if not sizes.sum():
+        return []
+    step = np.repeat(np.arange(len(steps), dtype=np.int64), sizes)
+    keys = np.concatenate([np.asarray(keys_of(sp), np.int64) for sp in steps])
+    values = np.concatenate([np.asarray(values_of(sp), np.float64) for sp in steps])
+    pair = dense_ids(step, keys)
+    first = np.unique(pair, return_index=True)[1]  # (ids number pairs by first appearance: one index each)
+    order = np.lexsort((keys[first], step[first]))
+    sums = _ints(np.bincount(pair, weights=values, minlength=len(first))[order])
+    return list(zip([ks[i] for i in step[first][order].tolist()], keys[first][order].tolist(), sums))
 
 
 def _ints(sums) -> list[int]:
@@ -441,10 +474,9 @@ def _ints(sums) -> list[int]:
 def _mean_compute(pacing: Pacing, ks: list[int], paced: bool) -> dict[int, float]:
     """Each rank's compute a step, as measured or with its spans at its peers' pace."""
     total: dict[int, int] = {}
-    for k in ks:
-        sp = pacing.step(k)
-        for r, c in sp.compute(sp.gaps() if paced else sp.gap).items():
-            total[r] = total.get(r, 0) + c
+    for _k, r, c in _sums_per_step(pacing, ks, lambda sp: sp.rank,
+                                   (lambda sp: sp.paced) if paced else (lambda sp: sp.gap[sp.ev])):
+        total[r] = total.get(r, 0) + c
     return {r: c / len(ks) for r, c in total.items()}
 
 
@@ -453,18 +485,12 @@ def _top_spans(pacing: Pacing, ks: list[int], floor: float, most: int = 4) -> li
     w = pacing.replay.w
     by_name: dict[str, int] = {}
     ids: dict[str, dict] = {}
-    for k in ks:
+    for k, s, x in _sums_per_step(pacing, ks, lambda sp: sp.span, lambda sp: sp.excess):
         sp = pacing.step(k)
-        span_ids, sums = _sum_by(sp.span, sp.excess)
-        first = {}
-        for e, s in enumerate(sp.span.tolist()):
-            first.setdefault(s, e)
-        for s, x in zip(span_ids, sums):
-            e = first[s]
-            before, row = sp.span_sites[0][e], sp.span_sites[1][e]
-            name = w.span(int(before), int(row))
-            by_name[name] = by_name.get(name, 0) + x
-            ids.setdefault(name, {})[sp] = s
+        e = int(np.argmax(sp.span == s))  # the span's first interval in the step
+        name = w.span(int(sp.span_sites[0][e]), int(sp.span_sites[1][e]))
+        by_name[name] = by_name.get(name, 0) + x
+        ids.setdefault(name, {})[sp] = s
     top = sorted((n for n, x in by_name.items() if x > floor and "?" not in n),  # (a trace without call sites:
                  key=lambda n: -by_name[n])[:most]                                  # its spans have no names)
     return [(n, ids[n]) for n in top]
