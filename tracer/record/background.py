@@ -51,16 +51,24 @@ class _CudaWatcher(threading.Thread):
         self.dropped: list = []  # (completion, which) let go of during this pass: not put back
         self.lock = threading.Lock()
         self.wake = threading.Event()
+        self.idle = False  # waiting on `wake` for an op (set and cleared under the lock)
 
     def add(self, completion, ev, work) -> None:
-        """completion: the tracer's completion.Completion, which ends ev when work is completed."""
+        """completion: the tracer's completion.Completion, which ends ev when work is completed. The watcher is
+        woken only from its wait for ops: one that is passing or sleeping between passes sees the op at its next
+        pass (a wake-up at each op cost the job's thread about as much as the op itself: docs/PERFORMANCE.md, "On an
+        H200")."""
         with self.lock:
             self.items.append((completion, ev, work))
-        self.wake.set()
+            idle, self.idle = self.idle, False
+        if idle:
+            self.wake.set()
 
     def run(self) -> None:
         while True:
-            if not self.items:
+            with self.lock:
+                self.idle = idle = not self.items
+            if idle:
                 self.wake.wait()
                 self.wake.clear()
             if self._pass():
