@@ -220,8 +220,8 @@ def main() -> int:
             for m, v in json.loads(proc.stdout.strip().splitlines()[-1]).items():
                 got.setdefault(m, []).append(v)
             print(f"  ({setting}, process {rep + 1}: {time.monotonic() - t0:.0f} s)", file=sys.stderr)
-    print(f"4 KiB all_reduce on {a.backend}, a world of one: CPU µs per op, medians of {a.rounds} blocks of {a.ops} ops "
-          f"per process; per process (of {a.repeat}) in brackets")
+    print(f"4 KiB all_reduce on {a.backend}, a world of one: CPU µs per op, medians of {a.rounds} blocks of "
+          f"{a.ops} ops per process; per process (of {a.repeat}) in brackets")
     base_main = statistics.median(x[0] for v in got["untraced"] for x in v)
     base_all = statistics.median(x[1] for v in got["untraced"] for x in v)
     print(f"{'':40} {'job thread':>11} {'added':>8} {'all threads':>12} {'added':>8}")
