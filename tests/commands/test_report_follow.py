@@ -31,3 +31,10 @@ def test_report_follow_sees_the_trace_grow_and_stops_when_the_job_ends(tmp_path)
     assert len(reports) >= 3, counts          # it reported while the job ran, not only at the end
     assert counts == sorted(counts) and counts[0] < 10 and counts[-1] == 10, counts
     assert "Traceback" not in proc.stderr
+    # each rank's file read at its own moment while the job ran: an all_reduce one rank had begun and the other had
+    # not yet (or had, after its file was read) is no death and no hang; the reports say the job was running, the
+    # last (the job over) does not
+    for r in reports:
+        assert not [p for p in r["problems"] if p["kind"] in ("died", "hang")], r["problems"]
+    running = ["the job was running" in " ".join(r["summary"]["notes"]) for r in reports]
+    assert running[0] and not running[-1], running

@@ -135,3 +135,20 @@ def test_a_rank_of_an_old_trace_that_left_alive_is_not_said_to_have_died(tmp_pat
         (tmp_path / f"rank-{r:05d}-h-{r}.jsonl").write_bytes(b"".join(orjson.dumps(x) + b"\n" for x in records))
     (run,) = runs_mod.find_runs(sorted(str(p) for p in tmp_path.iterdir()))[0]
     assert run.died == [1]
+
+
+def test_runs_here_is_a_live_process_of_this_host_that_began_before_its_meta_record():
+    """Whether a rank file's process runs now (a trace read while its job runs is cut at each read, never stored):
+    this process, yes; no process, another host's, or a process that began after the meta record (its pid given to
+    another), no."""
+    import os
+    import socket
+    import time
+
+    me = {"host": socket.gethostname(), "pid": os.getpid(), "mono_ns": time.monotonic_ns()}
+    assert runs_mod.runs_here(me)
+    assert not runs_mod.runs_here({**me, "host": me["host"] + "-elsewhere"})
+    assert not runs_mod.runs_here({**me, "mono_ns": 1})  # this pid's process began long after that record
+    with open("/proc/sys/kernel/pid_max") as f:  # (a pid above it is no process's)
+        assert not runs_mod.runs_here({**me, "pid": int(f.read()) + 1})
+    assert not runs_mod.runs_here({"host": me["host"], "pid": 0})

@@ -213,9 +213,14 @@ def test_a_hang_after_the_ring_wrapped_snapshots_every_rank_even_one_blocked_in_
 
 def _report_problems(trace: Path) -> list[dict]:
     """`disttrace report --json`'s problems of a trace dir (a snapshot)."""
+    return _report(trace)["problems"]
+
+
+def _report(trace: Path) -> dict:
+    """`disttrace report --json` of a trace dir."""
     proc = run_disttrace("report", "--json", trace, timeout=120)
     assert proc.returncode in (0, 1) and "Traceback" not in proc.stderr, proc.stderr[-3000:]
-    return json.loads(proc.stdout)["problems"]
+    return json.loads(proc.stdout)
 
 
 # -- an exception at step k ----------------------------------------------------------------------------------
@@ -263,6 +268,12 @@ def test_snapshot_command_and_sigusr1_on_a_running_job_leave_its_results_as_untr
         assert asked.returncode == 0, asked.stderr
         req = _snapshots(out, "request")
         assert len(req) == 1 and _complete(req[0]) and "snapshot of 2 ranks" in asked.stdout
+        # the trace dir itself, reported while the job runs: each rank's ring read at its own moment, no death, no
+        # hang; never from a store (a ring's map keeps its size, and its mtime for seconds): a later report is later
+        first, second = _report(out), (time.sleep(1.0), _report(out))[1]
+        for r in (first, second):
+            assert r["problems"] == [] and "the job was running" in " ".join(r["summary"]["notes"]), r["problems"]
+        assert second["steps"][-1]["index"] > first["steps"][-1]["index"] and not (out / ".disttrace-cache").exists()
         sig = _signal_snapshot(out, 1)  # any rank
         done = _finish(proc, out)
     finally:

@@ -18,6 +18,7 @@ import orjson
 from ..errors import TraceError
 from ..format import LEFT, RANK_FILE_SUFFIX, RING_SUFFIX, SNAPSHOT_REQUEST, is_rank_file, kind_marker
 from ..blackbox_files import snapshot_root, snapshots
+from ..data.load import runs_here
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -90,24 +91,12 @@ def _running_ranks(out: str) -> int:
             meta = orjson.loads(data[: data.index(b"\n")])
         except (ValueError, orjson.JSONDecodeError):
             meta = {}
-        if meta.get("host") == host and not _alive(int(meta.get("pid", 0))):
+        if meta.get("host") == host and not runs_here(meta):
             continue
         running += 1
     if not running:
         raise TraceError(f"the job traced in {out} is not running (every rank has left or died)")
     return running
-
-
-def _alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # another user's process now holds that number: not ours to ask
-    return True
 
 
 def _shown(path: str) -> str:

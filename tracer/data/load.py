@@ -25,7 +25,7 @@ from .importers.events_files import iter_jsonl, no_events, read_jsonl
 from .importers.rank_files import (find_rank_files, is_trace_dir, load_trace_dirs, run_info, trace_sources,
                                    written_size)
 from .importers.ring import ring_written
-from .importers.runs import find_runs, find_snapshots, snapshots_note, unreadable
+from .importers.runs import find_runs, find_snapshots, runs_here, snapshots_note, unreadable
 from .store import head, node_stores, parallel
 from .store.parallel import PARALLEL_BYTES
 from .store.arrays import read_arrays, write_arrays
@@ -285,7 +285,7 @@ def read_memory(table):
 
 
 __all__ = ["IMPORTERS", "Importer", "load_trace", "load_stored", "trace_size",
-           "find_rank_files", "find_runs", "find_snapshots", "run_info", "snapshots_note", "unreadable", "iter_jsonl",
+           "find_rank_files", "find_runs", "find_snapshots", "run_info", "runs_here", "snapshots_note", "unreadable", "iter_jsonl",
            "read_jsonl",
            "PARALLEL_BYTES", "StoreError", "StoreOrigin", "read_arrays", "source_digest", "store_enabled",
            "write_arrays", "has_aggregates", "read_aggregates", "has_memory", "read_memory"]

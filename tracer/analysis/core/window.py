@@ -13,12 +13,14 @@ outside the window: not missing, not a death, not a hang, not a mismatch, not a 
   without one, at the ends. Sends and recvs before the other side's first one are outside the window (but for
   an op that never finished, a message that never arrived).
 - the end, of a snapshot of a live job (`disttrace snapshot`, SIGUSR1: RankInfo.ring["live"]): each rank's ring
-  was copied at another moment, up to seconds apart, while the job went on. The window ends at the earliest copy
-  (the least of the ranks' `copied` records, `live_end`): an op begun after it is outside the window, and so is
+  was copied at another moment, up to seconds apart, while the job went on; and of any trace dir read while its
+  job runs (with or without rings: each rank's file read at its own moment). The window ends at the earliest copy
+  or read (the least of the ranks' RankInfo.live_ns, `live_end`): an op begun after it is outside the window, and so is
   a collective or a message in flight at it (begun before, not over on every rank by then) that had been in flight
   for less than IN_FLIGHT_NS, or IN_FLIGHT_TIMES the longest op the window saw over: neither a death nor a hang,
   but what the job was doing when it was asked. One in flight for longer is what it looks like: a hang.
-Traces without rings (RankInfo.ring None on every rank) are matched as they always were: from the job's start.
+Traces without rings (RankInfo.ring None on every rank) are matched from the job's start, and end as above where
+they were read while the job ran.
 
 Imports neither torch nor textual; numpy on use.
 """
@@ -41,16 +43,10 @@ def rings(t: EventTable) -> dict[int, dict]:
 
 def live_end(t: EventTable, fin) -> tuple[int, int] | None:
     """(the end of a live snapshot's window, the least time in flight that is not the cut's) or None: not a live
-    snapshot. The end: the earliest of the live ranks' copies. `fin`: matching.finished_column(t)."""
+    snapshot. The end: the earliest of the live ranks' copies or reads. `fin`: matching.finished_column(t)."""
     import numpy as np
 
-    ends = []
-    for b in rings(t).values():
-        if b.get("live"):  # its copy's moment (a blocked or sleeping rank's newest record is older), else that record
-            at = b.get("copied_ns", NONE)
-            at = b.get("end_ns", NONE) if at == NONE else at
-            if at != NONE:
-                ends.append(at)
+    ends = [info.live_ns for info in t.ranks.values() if getattr(info, "live_ns", NONE) != NONE]
     if not ends:
         return None
     start = np.frombuffer(t.start_ns, np.int64)
@@ -115,19 +111,18 @@ def _first_after(seq, start, since: int) -> int:
 
 def align_p2p(t: EventTable, src, dst, tag, is_send, row, nth, start, fin):
     """(keep, nth): which message sides of build_p2p's columns are in the window, and their order numbers with the
-    recvs' moved onto their sends' (see the module's docstring). Unchanged where neither rank has a ring."""
+    recvs' moved onto their sends' (see the module's docstring). Unchanged where neither rank has a ring, but
+    for a live read's end."""
     import numpy as np
 
     boxes = rings(t)
     keep = np.ones(len(row), bool)
-    if not boxes:
-        return keep, nth
     nth = nth.copy()
     unc = {r: max(0, info.clock_uncertainty_ns) for r, info in t.ranks.items()}
     numbers = np.frombuffer(t.pair_seq, np.int64)[row]
     done = fin[row] != NONE
     order = order_by(src, dst, tag, ~is_send, nth)  # each pair and tag's sends, then its recvs, in order
-    cuts = np.flatnonzero(run_starts(src[order], dst[order], tag[order])).tolist() + [len(order)]
+    cuts = np.flatnonzero(run_starts(src[order], dst[order], tag[order])).tolist() + [len(order)] if boxes else []
     for a, b in zip(cuts, cuts[1:]):
         s_, d_ = int(src[order[a]]), int(dst[order[a]])
         if s_ not in boxes and d_ not in boxes:
@@ -217,6 +212,14 @@ def window_summary(t: EventTable, instance_of=None, p2p_of=None, steps=(), marke
             "outside": outside, "live": any(b.get("live") for b in boxes.values())}
 
 
+def live_read_sentence(ranks: list[int]) -> str:
+    """The report's line on a trace read while its job ran (RankInfo.live_ns of its own files, not a snapshot's)."""
+    who = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks))}"
+    return (f"the job was running ({who} on this host): each rank's file was read at its own moment, so the trace "
+            "ends at the earliest read; what was in flight then, or begun after, is left out (not a hang, not a "
+            "death). Report again for a later view, or once the job has ended for the whole run.")
+
+
 def window_sentence(w: dict) -> str:
     """The report's line on a black-box trace: what its windows hold."""
     ops = f"{w['min_ops']:,}" if w["min_ops"] == w["max_ops"] else f"{w['min_ops']:,}–{w['max_ops']:,}"
@@ -240,4 +243,5 @@ def window_sentence(w: dict) -> str:
     return "; ".join(parts) + "."
 
 
-__all__ = ["align_p2p", "at_the_cut", "collective_starts", "live_end", "rings", "window_sentence", "window_summary"]
+__all__ = ["align_p2p", "at_the_cut", "collective_starts", "live_end", "live_read_sentence", "rings",
+           "window_sentence", "window_summary"]

@@ -29,7 +29,7 @@ from ..comms.collectives import build_collectives
 from ..causal.critical_path import critical_paths, step_windows
 from ..core.matching import ends_kept, group_collectives
 from ..core.results import Analysis
-from ..core.window import window_sentence, window_summary
+from ..core.window import live_read_sentence, window_sentence, window_summary
 from ..causal.overlap import overlaps
 from ..comms.p2p import build_p2p
 from ..pipeline.stages import pipeline_stats
@@ -85,6 +85,9 @@ def _span_and_notes(t: EventTable, traced: set[int], steps_notes: list[str], ins
     window = window_summary(t, instance_of, p2p_of, steps, steps_source == "marker")
     if window is not None:  # a black-box trace: what its rings' windows hold is said first
         notes.insert(0, window_sentence(window))
+    read_live = [r for r, info in sorted(t.ranks.items()) if info.live_ns != NONE and not (info.ring or {}).get("live")]
+    if read_live:
+        notes.insert(0, live_read_sentence(read_live))
     absent = sorted({r for g in t.groups for r in g.ranks} - traced)
     if absent:
         notes.append(f"no events from ranks {absent}: their files are missing, so they are left out of matching")

@@ -16,6 +16,7 @@ Imports neither torch nor textual.
 from __future__ import annotations
 
 import os
+import time
 from array import array
 from bisect import bisect_right
 from itertools import repeat
@@ -32,7 +33,7 @@ from ..table.progress import Progress
 from ..table.rows import text_column
 from . import rank_batches
 from .ring import has_ring, read_ring_wraps, ring_path
-from .runs import find_runs, pick_run, unreadable, written
+from .runs import find_runs, pick_run, runs_here, unreadable, written
 
 _INT = int
 
@@ -109,6 +110,7 @@ class _RankFile:
         self.ring: dict | None = None  # a black-box rank's ring (ring.py): {"lines", "wraps"}
         self.step_n: list[int] = []  # the step markers' own numbers ("n"): a ring's first is not the job's first
         self.copied: int | None = None  # a snapshot's copy: when the rank copied it (its clock)
+        self.read_ns: int | None = None  # when this host read it whole (its monotonic clock, the local ranks' own)
 
 
 def _parse_file(path: str, careful: bool = False, limit: int | None = None) -> _RankFile:
@@ -127,9 +129,10 @@ def _parse_file(path: str, careful: bool = False, limit: int | None = None) -> _
         ring_lines, wraps = read_ring_wraps(ring_path(path))
         ring = {"lines": len(ring_lines), "wraps": wraps}
         lines[len(lines) - torn:len(lines) - torn] = ring_lines
+    read_ns = time.monotonic_ns() if limit is None else None
     if not careful and not torn:
         rf = _RankFile(path, limit)
-        rf.ring = ring
+        rf.ring, rf.read_ns = ring, read_ns
         begins, ends, waits, others = rank_batches.split(lines)
         recs = rank_batches.decode(begins, ends, waits)
         if recs is not None and _others(rf, others):
@@ -137,7 +140,7 @@ def _parse_file(path: str, careful: bool = False, limit: int | None = None) -> _
             rf.fast = True
             return rf
     rf = _RankFile(path, limit)
-    rf.torn, rf.ring = torn, ring
+    rf.torn, rf.ring, rf.read_ns = torn, ring, read_ns
     loads = orjson.loads
     last = len(lines) - 1
     for n, line in enumerate(lines):
@@ -345,8 +348,13 @@ def _append_rank(rf: _RankFile, table: EventTable) -> None:
         table.warnings.append(f"{rf.path}: skipped {skipped} malformed event(s)")
     orphan = len(set(rf.ends) - set(_begin_values(rf, "i")))
     if rf.ring is not None:  # ends and waits whose begin the ring overwrote: its nature, not damage
-        table.ranks[rank].ring = _ring_info(rf, align, orphan)
+        info = table.ranks[rank].ring = _ring_info(rf, align, orphan)
+        if info["live"]:  # a snapshot of a job that ran on: its copy's moment (a blocked rank's newest record is
+            # older), else that record
+            table.ranks[rank].live_ns = info["copied_ns"] if info["copied_ns"] != NONE else info["end_ns"]
         orphan = 0
+    if rf.read_ns is not None and rf.copied is None and not rf.left and runs_here(meta):
+        table.ranks[rank].live_ns = align(rf.read_ns)  # its own file, read while it ran on
     if orphan:
         table.warnings.append(f"{rf.path}: {orphan} end record(s) without a begin")
     # what this rank's file lost, for the analysis to say (and never to take the missing records as findings)

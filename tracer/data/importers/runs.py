@@ -16,6 +16,7 @@ without parsing its events, by `disttrace runs`.
 from __future__ import annotations
 
 import os
+import socket
 from dataclasses import dataclass, field
 from typing import Callable, NamedTuple
 
@@ -169,6 +170,33 @@ def scan(path: str) -> RankFile | None:
     if not isinstance(meta, dict) or meta.get("k") != META or type(meta.get("rank")) is not int:
         return None
     return RankFile(path, meta)
+
+
+def runs_here(meta: dict) -> bool:
+    """Whether the rank's process runs now, on this host: the meta's host is this one and its pid a live process
+    (not a zombie) that began before the meta record was written, not a later one given the same number. A rank of
+    another host: False (this host cannot tell)."""
+    pid = _int(meta.get("pid"))
+    if pid <= 0 or meta.get("host") != socket.gethostname():
+        return False
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, PermissionError):  # (another user's process now holds that number: not the rank)
+        return False
+    except OSError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return True  # (no /proc: the pid's process exists, which is all this host can say)
+    fields = stat[stat.rfind(b")") + 2:].split()  # state is the 3rd field, the start time (ticks since boot) the 22nd
+    try:
+        started_s = int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (IndexError, ValueError, OSError):
+        return fields[:1] not in ([b"Z"], [b"X"])
+    mono = _int(meta.get("mono_ns"))
+    return fields[0] not in (b"Z", b"X") and (mono <= 0 or started_s <= mono / 1e9 + 1.0)
 
 
 def _left_alive(data: bytes) -> bool:

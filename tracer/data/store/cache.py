@@ -9,6 +9,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from ...errors import TraceError
+from ...format import is_rank_file
+from ..importers.runs import runs_here, scan
 from ..table.event_table import EventTable
 from ..table.memory import give_back_freed_memory
 from ..table.progress import Progress
@@ -128,6 +131,9 @@ def cached_load(paths: list[str], run: int | None, sources: list[str], is_dir: b
     by `build(path, fingerprint)`, which writes a store file (a parallel read, data/store/parallel.py; it raises
     parallel.PartsFailed where the trace should be read in process), else by `parse()`. `settled`: no process
     writes the sources any more, so that the store is written even of files changed less than RACY_NS ago."""
+    if _job_runs(sources):
+        return parse()  # (a running job's files change under any store: a ring's map keeps its size, and its mtime
+        # moves only when a written page was clean before)
     target = cache_path(paths, run, is_dir)
     try:
         fp, newest = fingerprint(paths, run, sources)
@@ -166,6 +172,19 @@ def cached_load(paths: list[str], run: int | None, sources: list[str], is_dir: b
     except Exception:  # noqa: BLE001 - the store is an optimisation: never fail the command for it
         pass
     return table
+
+
+def _job_runs(sources: list[str]) -> bool:
+    """Whether a rank file among `sources` is of a process that runs on this host now (importers/runs.py)."""
+    for path in sources:
+        if is_rank_file(os.path.basename(path)):
+            try:
+                rf = scan(path)
+            except TraceError:
+                continue
+            if rf is not None and runs_here(rf.meta):
+                return True
+    return False
 
 
 def _open_valid(target: str, fp: dict) -> EventTable:

@@ -63,6 +63,10 @@ class RankInfo:
     # a black-box rank's ring (data/importers/ring.py): what its window holds (ops, dropped ends whose begin was
     # overwritten, wraps, ring_ops asked for, start_ns and end_ns of its oldest and newest record); None: not a ring
     ring: dict | None = None
+    # where its records end when they were read while it ran on (aligned ns; NONE: they end where it stopped): a
+    # live snapshot's copy, or its own file read while its process ran (data/importers/rank_files.py). The
+    # analysis' window ends at the earliest (analysis/core/window.py's live_end)
+    live_ns: int = NONE
 
 
 @dataclass
