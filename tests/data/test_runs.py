@@ -152,3 +152,23 @@ def test_runs_here_is_a_live_process_of_this_host_that_began_before_its_meta_rec
     with open("/proc/sys/kernel/pid_max") as f:  # (a pid above it is no process's)
         assert not runs_mod.runs_here({**me, "pid": int(f.read()) + 1})
     assert not runs_mod.runs_here({"host": me["host"], "pid": 0})
+
+
+def test_a_rank_that_runs_on_is_running_not_dead(tmp_path):
+    """`disttrace runs` of a job that still runs: its ranks of this host that have not left are running, not dead
+    (their files stop where the job is, as a dead rank's would)."""
+    import os
+    import socket
+    import time
+
+    me = {"k": "meta", "rank": 0, "world_size": 2, "host": socket.gethostname(), "pid": os.getpid(),
+          "mono_ns": time.monotonic_ns(), "wall_ns": time.time_ns()}
+    gone = {**me, "rank": 1, "pid": 0}
+    files = []
+    for meta in (me, gone):
+        f = tmp_path / f"rank-{meta['rank']:05d}-x-{meta['pid']}.jsonl"
+        f.write_bytes(orjson.dumps(meta) + b"\n")
+        files.append(runs_mod.scan(str(f)))
+    (run,) = runs_mod.group(files)
+    assert (run.running, run.died) == ([0], [1]) and run.outcome() == "rank 0 running; rank 1 died"
+    assert run.to_json()["running"] == [0]

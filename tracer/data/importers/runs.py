@@ -109,9 +109,16 @@ class Run:
         return [str(a) for a in argv] if isinstance(argv, list) else []
 
     @property
+    def running(self) -> list[int]:
+        """Ranks that have not left and whose process runs on this host now (runs_here): the job goes on."""
+        return [f.rank for f in self.files if not f.ended().left and runs_here(f.meta)]
+
+    @property
     def died(self) -> list[int]:
-        """Ranks whose file stops without their saying they left: they crashed or were killed."""
-        return [f.rank for f in self.files if not f.ended().left or f.ended().torn]
+        """Ranks whose file stops without their saying they left, and that do not run on: they crashed or were
+        killed."""
+        running = set(self.running)
+        return [f.rank for f in self.files if (not f.ended().left or f.ended().torn) and f.rank not in running]
 
     @property
     def missing(self) -> list[int]:
@@ -124,6 +131,8 @@ class Run:
 
     def outcome(self) -> str:
         parts = []
+        if self.running:
+            parts.append(f"rank{'s' if len(self.running) > 1 else ''} {_list(self.running)} running")
         if self.died:
             parts.append(f"rank{'s' if len(self.died) > 1 else ''} {_list(self.died)} died")
         if self.missing:
@@ -134,7 +143,7 @@ class Run:
         return {"run": self.number, "attempt": self.attempt, "start_wall_ns": self.start_wall_ns,
                 "duration_ns": max(self.end_wall_ns - self.start_wall_ns, 0), "world_size": self.world_size,
                 "ranks": self.ranks, "hosts": self.hosts, "ops": self.ops, "ok": self.ok, "died": self.died,
-                "missing": self.missing, "argv": self.argv, "files": [f.path for f in self.files]}
+                "running": self.running, "missing": self.missing, "argv": self.argv, "files": [f.path for f in self.files]}
 
 
 def written(path: str, limit: int | None = None) -> bytes:
