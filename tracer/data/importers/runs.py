@@ -143,7 +143,8 @@ class Run:
         return {"run": self.number, "attempt": self.attempt, "start_wall_ns": self.start_wall_ns,
                 "duration_ns": max(self.end_wall_ns - self.start_wall_ns, 0), "world_size": self.world_size,
                 "ranks": self.ranks, "hosts": self.hosts, "ops": self.ops, "ok": self.ok, "died": self.died,
-                "running": self.running, "missing": self.missing, "argv": self.argv, "files": [f.path for f in self.files]}
+                "running": self.running, "missing": self.missing, "argv": self.argv,
+                "files": [f.path for f in self.files]}
 
 
 def written(path: str, limit: int | None = None) -> bytes:
