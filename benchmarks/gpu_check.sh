@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The device check for a session lent a GPU (docs/PERFORMANCE.md, "On a GPU"), one script, each step bounded so
-# that the whole ends within ~8 minutes:
+# that the whole ends within 9 minutes (one device call: 10 at most):
 #   bash benchmarks/gpu_check.sh [LOGDIR [STEP...]]     (STEP: the names below; all by default)
 # the GPU tests (pytest -m gpu), issue 50's NCCL side (bench_nccl_cost.py), then issue 41's figures
 # (probe_cuda_ends.py, bench_recorder.py --device cuda). A machine without this project's dependencies installs them
@@ -36,8 +36,8 @@ step() {  # step NAME SECONDS COMMAND...
     echo "== $name: exit ${PIPESTATUS[0]} after $((SECONDS - t0)) s"
 }
 
-step gpu_tests 240 python3 -m pytest -q -m gpu -n 4 -p no:cacheprovider tests/record/test_gpu.py
+step gpu_tests 200 python3 -m pytest -q -m gpu -n 4 -p no:cacheprovider tests/record/test_gpu.py
 step nccl_cost 150 python3 benchmarks/bench_nccl_cost.py --rounds 6 --repeat 2
-step nccl_pieces 100 python3 benchmarks/bench_nccl_cost.py --pieces --rounds 5
-step probe_cuda_ends 60 python3 benchmarks/probe_cuda_ends.py
-step bench_recorder 80 python3 benchmarks/bench_recorder.py --device cuda --rounds 6
+step nccl_pieces 60 python3 benchmarks/bench_nccl_cost.py --pieces --rounds 5
+step probe_cuda_ends 50 python3 benchmarks/probe_cuda_ends.py
+step bench_recorder 50 python3 benchmarks/bench_recorder.py --device cuda --rounds 6
