@@ -5,7 +5,8 @@ The first iteration holds the start-up: gloo's first exchanges and a stage still
 its first send (270-360 ms on 2 busy cores, 630 ms where the issue was filed, but only 44 ms against 34-38 ms on CI's
 machine), and stage 1's first forward's one-off cost (a compile, a lazy module's set-up: here a sleep of
 `--first-forward-ms`, 1000 by default, so that the warm-up does not hang on the machine's pace: it outweighs the
-start-up's spread from one run to the next; 0 is the run without it). The pipeline's schedule marks it warm-up and keeps it out of the mean bubble, and the viewer's Pipeline tab
+start-up's spread from one run to the next; 0 is the run without it). The pipeline's schedule marks it warm-up and
+keeps it out of the mean bubble, and the viewer's Pipeline tab
 opens on the first steady iteration (tests/analysis/pipeline/test_schedule_real.py). The stored trace
 tests/tui/data/gpipe_warmup.jsonl (tests/tui/test_schedule_view.py, the goldens) was recorded before the sleep was
 added, from the start-up alone; its call sites are this file's lines then."""

@@ -285,7 +285,7 @@ def read_memory(table):
 
 
 __all__ = ["IMPORTERS", "Importer", "load_trace", "load_stored", "trace_size",
-           "find_rank_files", "find_runs", "find_snapshots", "run_info", "runs_here", "snapshots_note", "unreadable", "iter_jsonl",
-           "read_jsonl",
+           "find_rank_files", "find_runs", "find_snapshots", "run_info", "runs_here", "snapshots_note", "unreadable",
+           "iter_jsonl", "read_jsonl",
            "PARALLEL_BYTES", "StoreError", "StoreOrigin", "read_arrays", "source_digest", "store_enabled",
            "write_arrays", "has_aggregates", "read_aggregates", "has_memory", "read_memory"]

@@ -46,7 +46,7 @@ def live_end(t: EventTable, fin) -> tuple[int, int] | None:
     snapshot. The end: the earliest of the live ranks' copies or reads. `fin`: matching.finished_column(t)."""
     import numpy as np
 
-    ends = [info.live_ns for info in t.ranks.values() if getattr(info, "live_ns", NONE) != NONE]
+    ends = [info.live_ns for info in t.ranks.values() if info.live_ns != NONE]
     if not ends:
         return None
     start = np.frombuffer(t.start_ns, np.int64)

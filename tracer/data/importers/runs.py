@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import socket
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Callable, NamedTuple
 
 import orjson
@@ -108,9 +109,10 @@ class Run:
         argv = self.files[0].meta.get("argv")
         return [str(a) for a in argv] if isinstance(argv, list) else []
 
-    @property
+    @cached_property
     def running(self) -> list[int]:
-        """Ranks that have not left and whose process runs on this host now (runs_here): the job goes on."""
+        """Ranks that have not left and whose process runs on this host (runs_here), looked at once: the job goes
+        on."""
         return [f.rank for f in self.files if not f.ended().left and runs_here(f.meta)]
 
     @property
@@ -190,9 +192,7 @@ def runs_here(meta: dict) -> bool:
     if pid <= 0 or meta.get("host") != socket.gethostname():
         return False
     try:
-        os.kill(pid, 0)
-    except (ProcessLookupError, PermissionError):  # (another user's process now holds that number: not the rank)
-        return False
+        os.kill(pid, 0)  # (PermissionError: another user's process now holds that number, not the rank)
     except OSError:
         return False
     try:
@@ -201,12 +201,14 @@ def runs_here(meta: dict) -> bool:
     except OSError:
         return True  # (no /proc: the pid's process exists, which is all this host can say)
     fields = stat[stat.rfind(b")") + 2:].split()  # state is the 3rd field, the start time (ticks since boot) the 22nd
+    if fields[:1] in ([b"Z"], [b"X"]):
+        return False
     try:
         started_s = int(fields[19]) / os.sysconf("SC_CLK_TCK")
     except (IndexError, ValueError, OSError):
-        return fields[:1] not in ([b"Z"], [b"X"])
+        return True
     mono = _int(meta.get("mono_ns"))
-    return fields[0] not in (b"Z", b"X") and (mono <= 0 or started_s <= mono / 1e9 + 1.0)
+    return mono <= 0 or started_s <= mono / 1e9 + 1.0
 
 
 def _left_alive(data: bytes) -> bool:
