@@ -84,6 +84,16 @@ def run_traced(script, out: Path, nproc: int = 2, args=(), summaries: str = "ful
     return proc
 
 
+def all_reduces_by_bucket(issued: dict) -> dict[tuple, int]:
+    """tests/jobs/bb_train.py's truth ({bytes: all_reduces issued}) as the black box's aggregates count them:
+    {("all_reduce", lo): n}, lo the power of two at or below the bytes (docs/FORMAT.md's size buckets)."""
+    out: dict[tuple, int] = {}
+    for nbytes, n in issued.items():
+        lo = 1 << (int(nbytes).bit_length() - 1)
+        out[("all_reduce", lo)] = out.get(("all_reduce", lo), 0) + n
+    return out
+
+
 def run_folder(tmp_path_factory) -> Path:
     """This run's own temporary folder, which its xdist workers share: the parent of each worker's base temp
     (pytest-N/popen-gwK), or the base temp itself without xdist. A new one each run."""

@@ -17,7 +17,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from harness import aborted_at_exit, disttrace_cmd, run_disttrace, run_traced, torchrun_cmd
+from harness import (aborted_at_exit, all_reduces_by_bucket, disttrace_cmd, run_disttrace, run_traced,
+                     torchrun_cmd)
 from disttrace.tracer.data.importers.ring import read_ring
 from disttrace.tracer.format import (AGG_ALLOWANCE, AGG_DATA_AT, AGG_DAY_BUDGET, AGG_ROW, AGG_WINDOW_KEY, AGGKEY,
                                      EXCEPTION, RING_HEADER, SNAPSHOT_INFO, STACKS)
@@ -144,11 +145,7 @@ def test_the_aggregates_count_every_op_the_job_issued(clean):
             k = keys[key]
             assert k["lo"] <= nbytes // count < k["hi"] and 0 <= mx <= total
             counted[(k["op"], k["lo"])] = counted.get((k["op"], k["lo"]), 0) + count
-        issued: dict[tuple, int] = {}
-        for nbytes, n in truth[rank]["allreduce"].items():
-            lo = 1 << (int(nbytes).bit_length() - 1)
-            issued[("all_reduce", lo)] = issued.get(("all_reduce", lo), 0) + n
-        assert counted == issued
+        assert counted == all_reduces_by_bucket(truth[rank]["allreduce"])
         # windows of 10 steps (widened where the job's steps are short, once the file holds the recorder's allowance:
         # record/aggregates.py; this run is shorter), each ending at a multiple of 10 steps (of its width, nested),
         # none narrower than the one before, the last at the job's last step; its own row says which steps; the

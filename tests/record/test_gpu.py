@@ -13,7 +13,7 @@ import torch.distributed as dist
 
 from disttrace.tracer.data.load import load_trace
 
-from harness import (assert_compiled_collectives_recorded, assert_compiled_the_same,
+from harness import (all_reduces_by_bucket, assert_compiled_collectives_recorded, assert_compiled_the_same,
                      compile_modes_runs, run_disttrace, run_traced)
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow,
@@ -181,11 +181,7 @@ def test_the_black_box_on_nccl_keeps_the_last_ops_ended_by_the_device_and_counts
     for key, count in zip(agg.cell_key, agg.cell_count):
         k = agg.keys[key]
         counted[(k.op, k.lo)] = counted.get((k.op, k.lo), 0) + int(count)
-    want = {}
-    for nbytes, n in issued.items():
-        lo = 1 << (int(nbytes).bit_length() - 1)
-        want[("all_reduce", lo)] = want.get(("all_reduce", lo), 0) + n
-    assert counted == want
+    assert counted == all_reduces_by_bucket(issued)
     report = run_disttrace("report", "--json", out, timeout=120)
     assert report.returncode == 0 and "Traceback" not in report.stderr, report.stderr[-3000:]
     assert not json.loads(report.stdout)["problems"]
