@@ -23,8 +23,8 @@ CPU (no device; a check of this script, and a CPU-time figure beside callgrind's
 --pieces: where a traced CUDA op's time goes, for whoever makes it cheaper: in one process (Flight Recorder off),
 blocks of the same loop untraced, with a timing CUDA event from a pool recorded after each op (the floor of an end
 event of our own), and traced (full and --black-box) as built and with one piece of the CUDA path changed at a time
-(the CUDA watcher woken only when it is idle instead of at each op; never given the op; the op ended at its issue,
-no CUDA end at all). The changed pieces end ops wrongly or never: a measurement only.
+(the CUDA watcher woken at each op, as it was before 2026-11-30, instead of only when it is idle; never given the
+op; the op ended at its issue, no CUDA end at all). The changed pieces end ops wrongly or never: a measurement only.
 """
 
 from __future__ import annotations
@@ -39,18 +39,36 @@ import tempfile
 import time
 
 NUMEL = 1024  # float32: 4 KiB
+FR_OFF = {"TORCH_FR_BUFFER_SIZE": "0", "TORCH_NCCL_TRACE_BUFFER_SIZE": "0"}
+FR_ON = {"TORCH_FR_BUFFER_SIZE": "2000", "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000"}
 SETTINGS = {  # process -> (environment, modes measured in it)
-    "off": ({"TORCH_FR_BUFFER_SIZE": "0", "TORCH_NCCL_TRACE_BUFFER_SIZE": "0"}, ("untraced", "full", "bb")),
-    "fr": ({"TORCH_FR_BUFFER_SIZE": "2000", "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000"}, ("fr",)),
-    "full-from-start": ({"TORCH_FR_BUFFER_SIZE": "0", "TORCH_NCCL_TRACE_BUFFER_SIZE": "0"}, ("full-from-start",)),
-    "bb-from-start": ({"TORCH_FR_BUFFER_SIZE": "0", "TORCH_NCCL_TRACE_BUFFER_SIZE": "0"}, ("bb-from-start",)),
-    "fr+timing": ({"TORCH_FR_BUFFER_SIZE": "2000", "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000",
-                   "TORCH_NCCL_ENABLE_TIMING": "1"}, ("fr+timing",)),
+    "off": (FR_OFF, ("untraced", "full", "bb")),
+    "fr": (FR_ON, ("fr",)),
+    "full-from-start": (FR_OFF, ("full-from-start",)),
+    "bb-from-start": (FR_OFF, ("bb-from-start",)),
+    "fr+timing": ({**FR_ON, "TORCH_NCCL_ENABLE_TIMING": "1"}, ("fr+timing",)),
 }
 LABELS = {"untraced": "untraced (Flight Recorder off)", "fr": "Flight Recorder (2,000 entries)",
           "fr+timing": "Flight Recorder, NCCL timing on", "full": "disttrace, full trace",
           "bb": "disttrace --black-box", "full-from-start": "full trace, from init (NCCL hook, timing)",
           "bb-from-start": "--black-box, from init (NCCL hook, timing)"}
+
+
+def _block(all_reduce, ops: int, sync, extra=None) -> tuple[float, float]:
+    """CPU µs per op of `ops` all_reduces issued back to back (extra(i) after each): the job's thread's over the issue
+    loop, and the process's until the device is done and 0.2 s more (the ends other threads record after it)."""
+    c0, p0 = time.thread_time(), time.process_time()
+    if extra is None:
+        for _ in range(ops):
+            all_reduce()
+    else:
+        for i in range(ops):
+            all_reduce()
+            extra(i)
+    c1 = time.thread_time()
+    sync()
+    time.sleep(0.2)
+    return (c1 - c0) / ops * 1e6, (time.process_time() - p0) / ops * 1e6
 
 
 def _worker(setting: str, backend: str, ops: int, rounds: int) -> None:
@@ -81,13 +99,7 @@ def _measure(setting: str, backend: str, ops: int, rounds: int, tmp: str, from_s
     sync = torch.cuda.synchronize if cuda else (lambda: None)
 
     def block() -> tuple[float, float]:
-        c0, p0 = time.thread_time(), time.process_time()
-        for _ in range(ops):
-            dist.all_reduce(t)
-        c1 = time.thread_time()
-        sync()
-        time.sleep(0.2)  # the ends that other threads record after the device is done
-        return (c1 - c0) / ops * 1e6, (time.process_time() - p0) / ops * 1e6
+        return _block(lambda: dist.all_reduce(t), ops, sync)
 
     def traced(mode: str, b: int):
         if mode in ("untraced", "fr", "fr+timing") or from_start:
@@ -123,36 +135,22 @@ def _pieces(backend: str, ops: int, rounds: int) -> None:
     real_add, real_after = watcher.add, stream_end.__dict__["after"]
     pool = [torch.cuda.Event(enable_timing=True) for _ in range(4096)]
 
-    def add_when_idle(self, comp, ev, work) -> None:
-        with self.lock:
-            idle = not self.items and not self.passing
-            self.items.append((comp, ev, work))
-        if idle:
-            self.wake.set()
+    def add_and_wake(self, comp, ev, work) -> None:  # the watcher woken at each op (as it was before 2026-11-30)
+        real_add(self, comp, ev, work)
+        self.wake.set()
 
     after_none = staticmethod(lambda ev: None)
     pieces = [  # (name, black box, change)
         ("full trace", False, None),
         ("  ended at issue (no CUDA end)", False, lambda: setattr(stream_end, "after", after_none)),
         ("black box", True, None),
-        ("  the watcher woken only when idle", True, lambda: setattr(watcher, "add", add_when_idle)),
+        ("  the watcher woken at each op", True, lambda: setattr(watcher, "add", add_and_wake)),
         ("  the watcher never given the op", True, lambda: setattr(watcher, "add", lambda self, c, e, w: None)),
         ("  ended at issue (no CUDA end)", True, lambda: setattr(stream_end, "after", after_none)),
     ]
 
     def block(extra=None) -> tuple[float, float]:
-        c0, p0 = time.thread_time(), time.process_time()
-        if extra is None:
-            for _ in range(ops):
-                dist.all_reduce(t)
-        else:
-            for i in range(ops):
-                dist.all_reduce(t)
-                extra(i)
-        c1 = time.thread_time()
-        torch.cuda.synchronize()
-        time.sleep(0.2)
-        return (c1 - c0) / ops * 1e6, (time.process_time() - p0) / ops * 1e6
+        return _block(lambda: dist.all_reduce(t), ops, torch.cuda.synchronize, extra)
 
     for _ in range(2):
         block()
