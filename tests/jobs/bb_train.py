@@ -3,8 +3,10 @@ the loss averaged, `mark_step()` at the end of each iteration. For the black box
 run with `disttrace run --black-box --ring 200`, it issues about ten times the ring in ops.
 
 Faults (`--fault`): `hang` (rank --rank sleeps --hang-s seconds in its data loading at step --at: the others wait
-in the all-reduce), `raise` (rank --rank raises at step --at), `kill` (rank --rank is SIGKILLed at step --at), `pause` (rank 0 writes READY=--ready at step --at,
-then the job goes on slowly for --pause-s seconds so that a test can ask for snapshots while it runs).
+in the all-reduce), `raise` (rank --rank raises at step --at), `kill` (rank --rank is SIGKILLed at step --at), `pause`
+(rank 0 writes READY=--ready at step --at, then the job goes on slowly for --pause-s seconds so that a test can ask
+for snapshots while it runs). `--go-on FILE`: a hang or a pause ends early once FILE exists (a test that has seen
+what it waited for lets the job finish instead of sleeping out the seconds).
 `--trace DIR`: the job records itself with the Python API, `trace(out=DIR, black_box=True, ring=200)`.
 `--thread`: the training loop runs in a thread of its own (the main thread only waits for it, as a job whose main
 thread serves something else does): init_process_group is called there. `--device cuda`: on NCCL, the model and
@@ -30,13 +32,19 @@ OPS_PER_STEP = 7  # 6 parameters' gradients, then the loss
 
 def load_batch(step, rank, args):
     if args.fault == "hang" and rank == args.rank and step == args.at:
-        time.sleep(args.hang_s)  # a slow file system: this rank is late at the all-reduce
+        until = time.monotonic() + args.hang_s  # a slow file system: this rank is late at the all-reduce
+        while time.monotonic() < until and not go_on(args):
+            time.sleep(0.05)
     if args.fault == "raise" and rank == args.rank and step == args.at:
         raise RuntimeError(f"corrupt batch at step {step}")
     if args.fault == "kill" and rank == args.rank and step == args.at:
         os.kill(os.getpid(), signal.SIGKILL)  # the OOM killer
     g = torch.Generator().manual_seed(1000 * step + rank)
     return torch.randn(16, 32, generator=g).to(args.device), torch.randn(16, 4, generator=g).to(args.device)
+
+
+def go_on(args) -> bool:
+    return bool(args.go_on) and os.path.exists(args.go_on)
 
 
 def resident_bytes() -> int:
@@ -53,6 +61,7 @@ def main():
     p.add_argument("--hang-s", type=float, default=8.0)
     p.add_argument("--pause-s", type=float, default=8.0)
     p.add_argument("--ready", default="")
+    p.add_argument("--go-on", default="", help="a hang or a pause ends once this file exists")
     p.add_argument("--truth", default="")
     p.add_argument("--trace", default="", help="record with trace(out=..., black_box=True, ring=200) itself")
     p.add_argument("--thread", action="store_true", help="train in a thread of its own")
@@ -103,7 +112,7 @@ def train(args):
                 with open(args.ready + ".tmp", "w") as f:
                     f.write(str(os.getpid()))
                 os.replace(args.ready + ".tmp", args.ready)
-        if slow_until is not None and time.monotonic() < slow_until:
+        if slow_until is not None and time.monotonic() < slow_until and not go_on(args):
             time.sleep(0.05)
     checksum = float(sum(p.detach().double().sum() for p in model.parameters()))
     print(f"rank {rank} checksum {checksum:.12f}", flush=True)

@@ -167,7 +167,8 @@ def test_the_aggregates_count_every_op_the_job_issued(clean):
 # -- a hang after the ring wrapped -----------------------------------------------------------------------------
 def test_a_hang_after_the_ring_wrapped_snapshots_every_rank_even_one_blocked_in_cpp(tmp_path):
     out = tmp_path / "trace"
-    proc = _start(out, ["--steps", STEPS, "--fault", "hang", "--at", 250, "--hang-s", 14],
+    go = tmp_path / "go-on"  # (written once both snapshots are in: the hang ends then, not 60 s later)
+    proc = _start(out, ["--steps", STEPS, "--fault", "hang", "--at", 250, "--hang-s", 60, "--go-on", go],
                   run_args=("--hang-timeout", "2"))
     try:
         snap = _wait_for(lambda: next((s for s in _snapshots(out, "hang") if _complete(s)), None), 180,
@@ -183,6 +184,7 @@ def test_a_hang_after_the_ring_wrapped_snapshots_every_rank_even_one_blocked_in_
         sig = _wait_for(lambda: next((s for s in _snapshots(out, "signal") if _complete(s)), None), 5,
                         "signal snapshot")
         assert all(f.stat().st_mtime_ns - sent < 5e9 for f in sig.glob("rank-*"))
+        go.touch()
         done = _finish(proc, out)
     finally:
         if proc.poll() is None:
@@ -256,7 +258,9 @@ def test_a_sigkilled_ranks_ring_joins_the_snapshot_taken_when_the_job_failed(tmp
 
 # -- asked while it runs: disttrace snapshot, SIGUSR1 ------------------------------------------------------------
 def test_snapshot_command_and_sigusr1_on_a_running_job_leave_its_results_as_untraced(tmp_path):
-    args = ["--steps", 300, "--fault", "pause", "--at", 100, "--pause-s", 20, "--ready", tmp_path / "ready"]
+    go = tmp_path / "go-on"  # (written once the snapshots are in: the slow steps end then, not 60 s later)
+    args = ["--steps", 300, "--fault", "pause", "--at", 100, "--pause-s", 60, "--go-on", go,
+            "--ready", tmp_path / "ready"]
     out = tmp_path / "trace"
     proc = _start(out, args)
     try:
@@ -272,6 +276,7 @@ def test_snapshot_command_and_sigusr1_on_a_running_job_leave_its_results_as_untr
             assert r["problems"] == [] and "the job was running" in " ".join(r["summary"]["notes"]), r["problems"]
         assert second["steps"][-1]["index"] > first["steps"][-1]["index"] and not (out / ".disttrace-cache").exists()
         sig = _signal_snapshot(out, 1)  # any rank
+        go.touch()
         done = _finish(proc, out)
     finally:
         if proc.poll() is None:
@@ -283,6 +288,7 @@ def test_snapshot_command_and_sigusr1_on_a_running_job_leave_its_results_as_untr
         # a healthy job, asked while it ran: each rank's ring copied at another moment, in the midst of its ops; what
         # one rank did after another's copy, or was doing at it, is no death and no hang
         assert _report_problems(snap) == []
+    # the same job untraced (its go-on file there already: sleeping is all the pause does)
     plain = subprocess.run(torchrun_cmd("bb_train.py", 2, args[:-2]), capture_output=True, text=True, timeout=180)
     # (the ranks print at once: their lines may run together)
     checksums = lambda text: sorted(re.findall(r"rank (\d+) checksum (-?\d+\.\d{12})", text))  # noqa: E731
@@ -300,13 +306,15 @@ def _signal_snapshot(out: Path, rank: int) -> Path:
 def test_sigusr1_reaches_a_job_that_trains_in_a_thread_of_its_own(tmp_path):
     """init_process_group called from a thread that is not the main one (where a signal handler cannot be set):
     the handler set when the job imported torch.distributed on its main thread still takes SIGUSR1's snapshot."""
-    args = ["--steps", 300, "--fault", "pause", "--at", 100, "--pause-s", 20, "--ready", tmp_path / "ready",
-            "--thread"]
+    go = tmp_path / "go-on"
+    args = ["--steps", 300, "--fault", "pause", "--at", 100, "--pause-s", 60, "--go-on", go,
+            "--ready", tmp_path / "ready", "--thread"]
     out = tmp_path / "trace"
     proc = _start(out, args)
     try:
         _wait_for(lambda: (tmp_path / "ready").exists(), 180, "the job at step 100")
         _signal_snapshot(out, 0)
+        go.touch()
         done = _finish(proc, out)
     finally:
         if proc.poll() is None:
