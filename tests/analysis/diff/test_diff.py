@@ -359,6 +359,7 @@ def _check_cost(d, explanation, costly: bool = False) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.quiet
 def test_truth_one_rank_slower_in_one_span(pairs):
     _, _, d = pairs("slow")
     assert d.structure == [], d.structure
@@ -370,6 +371,7 @@ def test_truth_one_rank_slower_in_one_span(pairs):
 
 
 @pytest.mark.slow
+@pytest.mark.quiet
 def test_truth_a_larger_all_reduce_bucket(pairs):
     _, _, d = pairs("bucket")
     # DDP's reducer issues its all-reduces from backward(): one bucket where there were two
@@ -386,6 +388,7 @@ def test_truth_a_larger_all_reduce_bucket(pairs):
 
 
 @pytest.mark.slow
+@pytest.mark.quiet
 def test_truth_an_extra_collective(pairs):
     _, _, d = pairs("extra")
     added = [c for c in d.structure if c.kind == "added"]
@@ -398,6 +401,7 @@ def test_truth_an_extra_collective(pairs):
 
 
 @pytest.mark.slow
+@pytest.mark.quiet
 def test_truth_a_different_group_layout(pairs):
     _, _, d = pairs("groups")
     assert {c.kind for c in d.structure} == {"group"}, d.structure
@@ -408,6 +412,7 @@ def test_truth_a_different_group_layout(pairs):
 
 
 @pytest.mark.slow
+@pytest.mark.quiet
 def test_truth_nothing_changed(pairs):
     a_dir, b_dir, d = pairs("none")
     assert not d.changed and not d.slower and d.structure == [], (d.structure, d.delta_ns, d.noise_ns)
@@ -418,6 +423,7 @@ def test_truth_nothing_changed(pairs):
 
 
 @pytest.mark.slow
+@pytest.mark.quiet
 def test_the_command_s_exit_codes_json_and_spellings(pairs, tmp_path):
     a_dir, b_dir, d = pairs("slow")
     p = run_disttrace("diff", str(a_dir), str(b_dir), "--json")
@@ -493,6 +499,7 @@ def injected_ns(j: dict) -> float:
 
 
 @pytest.mark.slow
+@pytest.mark.quiet
 def test_truth_a_periodic_slowdown(traced):
     # rank 1 sleeps 50 ms before its forward in every 5th step of 20: the mean step moves by ~10 ms (the median
     # not): B is slower, and rank 1's span ending at backward() explains ~10 ms a step, first
@@ -513,6 +520,7 @@ def test_truth_a_periodic_slowdown(traced):
 
 
 @pytest.mark.slow
+@pytest.mark.quiet
 def test_truth_a_periodic_job_run_again_is_no_change(traced):
     a_dir, b_dir = periodic_pair(traced, ("--again",))
     p = run_disttrace("diff", str(a_dir), str(b_dir), "--json")
@@ -604,6 +612,7 @@ def _tmux():
 
 
 @pytest.mark.slow
+@pytest.mark.quiet  # (the pairs: made in the quiet run)
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed (apt-get install tmux)")
 @pytest.mark.parametrize("size", [(80, 24), (200, 50)])
 def test_view_with_a_baseline_in_a_real_terminal(pairs, size):
