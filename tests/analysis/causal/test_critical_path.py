@@ -14,10 +14,6 @@ The walk's rules, and the replay of an unchanged step, are checked on hand-timed
 
 from __future__ import annotations
 
-import glob
-import os
-import subprocess
-import sys
 
 import numpy as np
 import orjson
@@ -539,29 +535,6 @@ def test_the_loops_are_compiled_ahead_for_the_types_an_analysis_calls_them_with(
     ddp_like(12, dict.fromkeys(range(12), 20), world=4).analyze()
     assert calls == {name: {types} for name, types in jit.LOOPS.items() if name in calls}, calls
     assert set(calls) >= set(jit.LOOPS) - {"disttrace.tracer.analysis.problems.nonfinite_scan.nonfinite_loop"}, calls
-
-
-@pytest.mark.slow
-def test_compiled_ahead_the_loops_are_in_the_users_cache(tmp_path):
-    """jit.compile_ahead (what `disttrace run` starts beside the job, at the lowest priority) compiles every loop
-    into the user's cache, none beside the source, and marks each ready; a second start finds nothing to do."""
-    pytest.importorskip("numba")
-    import disttrace.tracer.analysis as pkg
-    from disttrace.tracer.analysis.core import jit
-    from disttrace.tracer.commands import run as run_command
-
-    env = {k: v for k, v in os.environ.items() if k not in ("NUMBA_CACHE_DIR", "DISTTRACE_JIT")}
-    env["XDG_CACHE_HOME"] = str(tmp_path)
-    beside = {p for p in glob.glob(os.path.join(os.path.dirname(pkg.__file__), "**", "*.nb*"), recursive=True)}
-    for _ in range(2):
-        out = subprocess.run([sys.executable, "-c", run_command._COMPILE_AHEAD], env=env, capture_output=True,
-                             text=True, timeout=900)
-        assert out.returncode == 0, out.stderr[-2000:]
-    cache = tmp_path / "disttrace" / "numba"
-    assert len(list((cache / "ready").iterdir())) == len(jit.LOOPS)
-    assert {p.name.split(".")[0] for p in cache.rglob("*.nbi")} >= {"backward_walk", "propagation", "what_if_loop", "nonfinite_scan"}
-    assert {p for p in glob.glob(os.path.join(os.path.dirname(pkg.__file__), "**", "*.nb*"),
-                                 recursive=True)} == beside
 
 
 @pytest.mark.slow
