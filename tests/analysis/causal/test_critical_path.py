@@ -14,7 +14,6 @@ The walk's rules, and the replay of an unchanged step, are checked on hand-timed
 
 from __future__ import annotations
 
-
 import numpy as np
 import orjson
 import pytest
