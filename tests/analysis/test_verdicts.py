@@ -249,7 +249,7 @@ def test_verdict(case, reports):
 @pytest.mark.quiet
 def test_identical_ops_with_nothing_between_their_steps_are_said_to_be_ambiguous(traced):
     # verdict_identical_ops with its all-reduces back to back: every op the same and no gap that recurs (rank 1's
-    # 40 ms late starts are a third of its steps, on it alone): the steps are said to be ambiguous, in the notes of
+    # 200 ms late starts are its last 15 steps of 40, on it alone): the steps are said to be ambiguous, in the notes of
     # the text and the JSON, with how to mark them; whatever the verdict, it names no wrong rank
     trace = traced("verdict_identical_ops.py", nproc=2, args=["--no-forward"], summaries="off")
     js, text = _report(trace, "--json"), _report(trace)

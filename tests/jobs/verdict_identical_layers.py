@@ -1,22 +1,22 @@
-"""A step over identical layers: each of 60 steps averages 99 gradients of one size (256 floats) and then the loss
+"""A step over identical layers: each of 40 steps averages 49 gradients of one size (256 floats) and then the loss
 for logging (1,024 floats), all through one helper, so that every op of the step has the same call site and only
-the loss differs (in its size); rank 1 sleeps 200 ms at each step's start from step 40 on
+the loss differs (in its size); rank 1 sleeps 200 ms at each step's start from step 25 on
 (far above a loaded machine's hiccups: CI's made rank 1 truly late 23 ms in one ordinary step, a true but extra step
 that the test holds to a quarter of the injected delay).
 
-The step is the unit of 100 ops that holds the loss once: a period of one all-reduce (the 256-float one, repeated
-99 times in a row) does not reproduce the loss in every unit, so it is not the step (it was: 5,940 one-op steps,
-and "no straggler: ranks are late by turns"). The verdict: rank 1, steps 40..59, ~200 ms a step."""
+The step is the unit of 50 ops that holds the loss once: a period of one all-reduce (the 256-float one, repeated
+49 times in a row) does not reproduce the loss in every unit, so it is not the step (it was, of 99 layers: 5,940
+one-op steps, and "no straggler: ranks are late by turns"). The verdict: rank 1, steps 25..39, ~200 ms a step."""
 
 import time
 
 RUN = {"nproc": 2, "summaries": "off"}
-STEPS, LAYERS = 60, 99
-LATE_RANK, LATE_FROM, LATE_S = 1, 40, 0.200
+STEPS, LAYERS = 40, 49
+LATE_RANK, LATE_FROM, LATE_S = 1, 25, 0.200
 LATE_STEPS = list(range(LATE_FROM, STEPS))
 
 EXPECT = {
-    # the waiting it caused beyond its ordinary step (a step of 100 ops holds a few ms it causes by turns, 4-8 ms
+    # the waiting it caused beyond its ordinary step (a step of 50 ops holds a few ms it causes by turns, 4-8 ms
     # here, more on a slower machine): its sleep at each late step's first op, and a little more in the ops after
     # it (a rank woken from a sleep runs its next all-reduces slower)
     "straggler": {"rank": LATE_RANK, "steps": LATE_STEPS, "cost": "beyond_ordinary",

@@ -1,9 +1,9 @@
-"""A step of identical ops: each of 60 steps runs a forward (a small matmul) and then averages 100 gradients of one
-size (256 floats) from one line; rank 1 sleeps 200 ms at each step's start from step 40 on.
+"""A step of identical ops: each of 40 steps runs a forward (a small matmul) and then averages 50 gradients of one
+size (256 floats) from one line; rank 1 sleeps 200 ms at each step's start from step 25 on.
 
-Every op is the same (op, group, site, size), so the ops alone cannot tell a step of 100 from 100 steps of one;
+Every op is the same (op, group, site, size), so the ops alone cannot tell a step of 50 from 50 steps of one;
 the time between them can: the forward's compute is a gap far longer than the gaps between the all-reduces, and it
-recurs every 100 ops. The steps are 60 (they were 6,000 one-op steps), the verdict rank 1, steps 40..59, ~40 ms a
+recurs every 50 ops. The steps are 40 (they were 6,000 one-op steps), the verdict rank 1, steps 25..39, ~200 ms a
 step. With --no-forward the all-reduces run back to back: neither the ops nor the time between them tell the steps,
 which the report says (test_verdicts.py checks that run apart)."""
 
@@ -13,7 +13,7 @@ import time
 # the same loop, fault and verdict as a step over identical layers, but every op of the step alike
 from verdict_identical_layers import EXPECT, LATE_FROM, LATE_RANK, LATE_S, RUN, STEPS  # noqa: F401
 
-LAYERS = 100
+LAYERS = 50
 FORWARD = "--no-forward" not in sys.argv
 
 
