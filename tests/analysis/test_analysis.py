@@ -701,7 +701,8 @@ def test_the_loop_s_first_iteration_is_step_0_though_it_differs_by_a_few_ops():
 def test_a_straggler_late_in_a_third_of_the_steps_does_not_widen_its_own_jitter():
     # the waiting the leading rank caused in each of 60 steps: rank 1 ~44 ms late from step 40 on, the others
     # 2-20 ms (a real run of tests/jobs/verdict_identical_ops.py, of 60 steps then). Measured once, the deviation
-    # took in 16 of the 20 late steps, and the straggler was named late in 3 of them; measured again over the units left, none
+    # took in 16 of the 20 late steps, and the straggler was named late in 3 of them; measured again over the units
+    # left, none
     from disttrace.tracer.analysis.waits.stragglers import _center, _ordinary
 
     normal = [7.6, 7.1, 7.6, 13.8, 3.6, 5.0, 1.7, 4.7, 4.1, 8.5, 2.6, 5.5, 1.7, 2.5, 3.6, 3.0, 4.9, 7.4, 3.4, 1.6,
