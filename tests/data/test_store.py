@@ -583,7 +583,7 @@ def test_disttrace_run_writes_the_store_when_the_job_ends(tmp_path):
     from disttrace.tracer.analysis.text.json_report import to_json
     for run_args, stored in ((("--store",), True), ((), False)):
         out = tmp_path / f"trace{len(run_args)}"
-        proc = run_traced("rec_steps.py", out, nproc=2, summaries="stats", run_args=run_args)
+        proc = run_traced("rec_steps.py", out, nproc=2, summaries="stats", run_args=run_args, again=True)
         assert proc.returncode == 0, proc.stderr[-2000:]
         assert os.path.isfile(store.cache_path([str(out)], None, True)) == stored
         if not stored:

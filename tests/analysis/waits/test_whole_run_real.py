@@ -28,7 +28,7 @@ def test_a_straggler_from_step_30_named_by_the_aggregates(tmp_path):
         pytest.skip("`disttrace run --black-box` is not in this tree (the recorder's part of issue 50)")
     out = tmp_path / "trace"
     proc = run_traced("bb_straggler.py", out, 2, ["--steps", 60, "--at", 30, "--slow-ms", 40], summaries="off",
-                      run_args=["--black-box", "--window", "10"], timeout=300)
+                      run_args=["--black-box", "--window", "10"], timeout=300, again=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     from disttrace.tracer.analysis import whole_run
     from disttrace.tracer.data.load import read_aggregates
