@@ -150,7 +150,9 @@ class _Replay:
         # wait's start, where the replay counts their time from (-1 for the others)
         ws, we, asy = i64(t.wait_start_ns), i64(t.wait_end_ns), np.frombuffer(t.async_op, np.uint8) != 0
         gate = np.where(asy & (ws != NONE) & (we != NONE) & (fin != NONE) & (np.abs(fin - we) <= 1_000), ws, -1)
-        self.graph = what_if_loop.read_as(len(t), (
+        # the replays' work: a step replayed once a rank, at least (each rank's what-if), over the trace's events
+        self.size = (len(t), len(t) * max(1, len(t.ranks)))
+        self.graph = what_if_loop.read_as(self.size, (
             a, hrow, hkind, fin, start, wait, inst, np.asarray(collectives.offset, np.int64),
             np.asarray(collectives.rows, np.int32), msg, i32(p2p.send), i32(p2p.recv), gate))
         self._timelines: dict[int, tuple] = {}  # timeline, by step
@@ -187,7 +189,7 @@ class _Replay:
         rows = hrow[op_h[hkind[op_h] != WAIT]]
         fins = self.ops[0][rows]
         ended = fins[fins != NONE]
-        gap, before = what_if_loop.measure(len(self.t), *events, *self.graph[1:3], free0, prev0)  # (hrow, hkind)
+        gap, before = what_if_loop.measure(self.size, *events, *self.graph[1:3], free0, prev0)  # (hrow, hkind)
         out = self._timelines[k] = (events, np.array(ranks, np.int64), free0, rows,
                                     int(ended.max()) - t0 if len(ended) else None, gap, before)
         return out
@@ -243,7 +245,7 @@ class _Replay:
             ends = np.flatnonzero(events[1])
             cut[ends] = saved(op[ends])
             rows_cut = saved(rows)
-        ends, entry = what_if_loop.replay(len(self.t), *events, step_ix, gap, cut, rows, rows_ix, rows_cut, free0,
+        ends, entry = what_if_loop.replay(self.size, *events, step_ix, gap, cut, rows, rows_ix, rows_cut, free0,
                                      len(ks), *self.graph)
         return {k: int(ends[j]) - (self.start[k] + int(entry[j]) - entry0[j]) for j, k in enumerate(ks)}
 

@@ -19,20 +19,20 @@ from .critical_path import ISSUE, SYNC, WAIT  # (a host interval's kind)
 _NO_END = -(1 << 62)  # an op's replayed end where it never ended (causal/what_if.py's None)
 
 
-def measure(n_events: int, *args):
-    """measure_loop(*args), compiled for large traces."""
-    return jit.run(measure_loop, n_events, *read_as(n_events, args))
+def measure(size: tuple[int, int], *args):
+    """measure_loop(*args), compiled for large traces. size: (the trace's events, the replays' work: jit.compiled)."""
+    return jit.run(measure_loop, size[0], *read_as(size, args), work=size[1])
 
 
-def replay(n_events: int, *args):
-    """replay_loop(*args), compiled for large traces."""
-    return jit.run(replay_loop, n_events, *read_as(n_events, args))
+def replay(size: tuple[int, int], *args):
+    """replay_loop(*args), compiled for large traces, or for many replays (size: as `measure`'s)."""
+    return jit.run(replay_loop, size[0], *read_as(size, args), work=size[1])
 
 
-def read_as(n_events: int, columns) -> list:
-    """The columns as the replay of a trace of n_events reads them best: numpy's compiled, else lists
-    (jit.lists)."""
-    if jit.compiled(replay_loop, n_events):
+def read_as(size: tuple[int, int], columns) -> list:
+    """The columns as the replays of size (a trace's events, their work) read them best: numpy's compiled, else
+    lists (jit.lists)."""
+    if jit.compiled(replay_loop, *size):
         return list(columns)
     return jit.lists(columns)
 

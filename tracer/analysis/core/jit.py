@@ -44,16 +44,20 @@ def warm(n_events: int) -> None:
         threading.Thread(target=_start, name="disttrace-jit-start", daemon=True).start()
 
 
-def compiled(fn, n_events: int) -> bool:
-    """Whether fn runs compiled for a trace of n_events: wanted, and numba there."""
-    return wanted(n_events) and bool(_start())
+def compiled(fn, n_events: int, work: int = 0) -> bool:
+    """Whether fn runs compiled for a trace of n_events: wanted, or `work` (events times the passes a caller will
+    make over them, e.g. a replay per rank) from JIT_FROM on where the cache holds fn compiled (loading it is
+    numba's start, not a compile); and numba there."""
+    if not wanted(n_events):
+        if work < JIT_FROM or os.environ.get("DISTTRACE_JIT") == "0" or not _ready(fn):
+            return False
+    return bool(_start())
 
 
-def run(fn, n_events: int, *args):
-    """fn(*args), compiled when the trace (n_events) is large and numba is there (compiled here and now where the
-    cache lacks it: `compile_ahead` does that beforehand); else as Python, where a caller passes its columns as
-    `lists`."""
-    if not compiled(fn, n_events):
+def run(fn, n_events: int, *args, work: int = 0):
+    """fn(*args), compiled where `compiled` says so (compiled here and now where the cache lacks it:
+    `compile_ahead` does that beforehand); else as Python, where a caller passes its columns as `lists`."""
+    if not compiled(fn, n_events, work):
         return fn(*args)
     c = _compiled.get(fn)
     if c is None:
@@ -94,7 +98,9 @@ _seen: dict = {}  # fn -> whether it was ready when this process first asked (it
 
 
 def _marker(fn) -> str:
-    """The file that says fn is compiled in the cache: named by its module, name, source and numba's version."""
+    """The file that says fn is compiled in the cache: named by its module, name, source and numba's version, and
+    its file's stamp (numba's cache is keyed by the file's modification time and size: an edit elsewhere in the
+    file leaves fn's source as it was, and numba compiles it again)."""
     if fn in _markers:
         return _markers[fn]
     from importlib.metadata import PackageNotFoundError, version
@@ -104,7 +110,12 @@ def _marker(fn) -> str:
     except PackageNotFoundError:
         numba_version = ""
     src = inspect.getsource(fn).encode()
-    key = hashlib.sha1(src + numba_version.encode() + sys.version.encode()).hexdigest()[:16]
+    try:
+        st = os.stat(inspect.getsourcefile(fn))
+        stamp = f"{st.st_mtime}:{st.st_size}".encode()
+    except (OSError, TypeError):
+        stamp = b""
+    key = hashlib.sha1(src + stamp + numba_version.encode() + sys.version.encode()).hexdigest()[:16]
     _markers[fn] = os.path.join(cache_dir(), "ready", f"{fn.__module__}.{fn.__qualname__}-{key}")
     return _markers[fn]
 
