@@ -73,13 +73,15 @@ def aborted_at_exit(proc) -> bool:
 
 
 def run_traced(script, out: Path, nproc: int = 2, args=(), summaries: str = "full", run_args=(),
-               env: dict | None = None, timeout: float = 180, again: bool = False):
+               env: dict | None = None, timeout: float = 180, again: bool = False, outputs=()):
     """`disttrace run --out OUT [run_args] torchrun --nproc_per_node=N tests/jobs/SCRIPT ARGS`. again: where torch
-    aborted a rank at exit (EXIT_ABORT: not the job's doing nor disttrace's), run it once more, into a new OUT."""
+    aborted a rank at exit (EXIT_ABORT: not the job's doing nor disttrace's), run it once more, into a new OUT and
+    with the job's own `outputs` (folders) removed first."""
     cmd = ["run", "--out", str(out), "--summaries", summaries, *run_args, "--", *torchrun_cmd(script, nproc, args)]
     proc = run_disttrace(*cmd, timeout=timeout, env=env)
     if again and aborted_at_exit(proc):
-        shutil.rmtree(out, ignore_errors=True)
+        for d in (out, *outputs):
+            shutil.rmtree(d, ignore_errors=True)
         proc = run_disttrace(*cmd, timeout=timeout, env=env)
     return proc
 
