@@ -56,8 +56,11 @@ def compiled(fn, n_events: int, work: int = 0) -> bool:
 
 def run(fn, n_events: int, *args, work: int = 0):
     """fn(*args), compiled where `compiled` says so (compiled here and now where the cache lacks it:
-    `compile_ahead` does that beforehand); else as Python, where a caller passes its columns as `lists`."""
-    if not compiled(fn, n_events, work):
+    `compile_ahead` does that beforehand); else as Python, where a caller passes its columns as `lists`. Columns
+    given as lists run as Python whatever fn's answer: by `work`, each loop is compiled as the cache holds it, and a
+    caller that read its columns for another loop (the what-if's measure and replay share them) may have had
+    another answer."""
+    if not compiled(fn, n_events, work) or any(type(a) is list for a in args):
         return fn(*args)
     c = _compiled.get(fn)
     if c is None:
