@@ -3,7 +3,9 @@ sleeping 80 ms before its forward in iterations 3, 7 and 11.
 
 A step is one op long here, and the loop's first iteration differs from the others by the two broadcasts that
 DDP's second forward makes after rebuilding its bucket: the steps are still numbered as the loop counts them (15
-steps, step k the k-th iteration), so the verdict's steps are the script's 3, 7, 11."""
+steps, step k the k-th iteration), so the verdict's steps are the script's 3, 7, 11. Each forward also computes
+COMPUTE_S (a sleep stands for the device): the model alone takes ~1 ms a step on a fast CPU, where a scheduler's
+hiccup made a second step read as warm-up."""
 
 import time
 
@@ -12,6 +14,7 @@ from tagged import line
 RUN = {"nproc": 2, "summaries": "off"}
 STEPS = 15
 LATE_RANK, LATE_STEPS, LATE_S = 1, (3, 7, 11), 0.080
+COMPUTE_S = 0.010
 BACKWARD_LINE = line(__file__, "backward")
 
 EXPECT = {
@@ -38,6 +41,7 @@ def main() -> None:
         if rank == LATE_RANK and step in LATE_STEPS:
             time.sleep(LATE_S)  # a slow data loader
         opt.zero_grad()
+        time.sleep(COMPUTE_S)  # the device's forward
         loss_fn(model(x), y).backward()  # <backward>
         opt.step()
     dist.destroy_process_group()
