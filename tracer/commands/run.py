@@ -207,8 +207,13 @@ _COMPILE_AHEAD = "import os; os.nice(19); from disttrace.tracer.analysis.core im
 def _compile_ahead() -> None:
     """Start the compile of the analysis' loops beside the job (numba, into the user's cache; at the lowest
     priority, and only those not compiled yet: analysis/core/jit.py's compile_ahead), so that neither the analysis at
-    the run's end nor the first report compiles them."""
+    the run's end nor the first report compiles them. Once they all are (jit_cache.all_ready: a few stats), no
+    process is started."""
     if os.environ.get("DISTTRACE_JIT") == "0":
+        return
+    from ..analysis.core.jit_cache import all_ready
+
+    if all_ready():
         return
     try:
         subprocess.Popen([sys.executable, "-c", _COMPILE_AHEAD], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,

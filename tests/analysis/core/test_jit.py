@@ -33,3 +33,52 @@ def test_compiled_ahead_the_loops_are_in_the_users_cache(tmp_path):
     assert {p.name.split(".")[0] for p in cache.rglob("*.nbi")} >= loops
     assert {p for p in glob.glob(os.path.join(os.path.dirname(pkg.__file__), "**", "*.nb*"),
                                  recursive=True)} == beside
+    # every loop ready: the next `disttrace run` asks the cache, and starts no process
+    assert [p.name for p in cache.glob("all-ready-*")] == [os.path.basename(_all_ready_in(tmp_path))]
+
+
+def _all_ready_in(cache_home) -> str:
+    from disttrace.tracer.analysis.core import jit_cache
+
+    old = os.environ.get("XDG_CACHE_HOME"), os.environ.pop("NUMBA_CACHE_DIR", None)
+    os.environ["XDG_CACHE_HOME"] = str(cache_home)
+    try:
+        return jit_cache.all_ready_marker()
+    finally:
+        os.environ.pop("XDG_CACHE_HOME")
+        if old[0] is not None:
+            os.environ["XDG_CACHE_HOME"] = old[0]
+        if old[1] is not None:
+            os.environ["NUMBA_CACHE_DIR"] = old[1]
+
+
+def test_a_run_starts_the_compile_until_every_loop_is_ready_then_never(tmp_path, monkeypatch):
+    """compile_ahead leaves `all_ready` once it finds every loop ready; `disttrace run` starts it until then. The
+    marker is named by the loops' and numba's files' stamps: numba's file touched, another marker, and a compile
+    (of what is not ready: here nothing) is started again."""
+    from types import SimpleNamespace
+
+    from disttrace.tracer.analysis.core import jit, jit_cache
+    from disttrace.tracer.commands import run as run_command
+
+    numba_file = tmp_path / "numba_init.py"
+    numba_file.write_text("")
+    monkeypatch.setattr(jit_cache, "find_spec", lambda name: SimpleNamespace(origin=str(numba_file)))
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("DISTTRACE_JIT", raising=False)
+    (tmp_path / "cache").mkdir()
+    started = []
+    monkeypatch.setattr(run_command.subprocess, "Popen", lambda *a, **k: started.append(a))
+    run_command._compile_ahead()
+    assert len(started) == 1 and not jit_cache.all_ready()
+
+    monkeypatch.setattr(jit, "_ready", lambda fn: True)  # (as after a compile)
+    jit.compile_ahead()
+    assert jit_cache.all_ready()
+    run_command._compile_ahead()
+    assert len(started) == 1
+
+    os.utime(numba_file, (1, 1))  # another numba
+    assert not jit_cache.all_ready()
+    run_command._compile_ahead()
+    assert len(started) == 2

@@ -88,6 +88,9 @@ def test_pipelining_s_schedules(traced, schedule, nproc, virtual, kind):
         assert held == {r: min(virtual * m, (nproc - r - 1) * 2 + (virtual - 1) * nproc + 1) for r in range(nproc)}
 
 
+# (quiet: it reads the runs without a fault that the attribution's ground truth makes in the quiet run,
+# tests/jobs/wi_cases.py's; run in the parallel part, the same 4-rank jobs would be run twice)
+@pytest.mark.quiet
 @pytest.mark.parametrize("script", ["wi_pp_pipelining.py", "wi_pp_manual.py"])
 def test_data_x_pipeline_parallel_jobs(traced, script):
     """2 replicas of 2 stages, 1F1B over 4 micro-batches, 10 iterations: both pipelines' schedules."""

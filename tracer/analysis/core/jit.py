@@ -25,6 +25,8 @@ import threading
 
 import numpy as np
 
+from .jit_cache import LOOPS, all_ready_marker, cache_dir
+
 JIT_FROM = 50_000  # events from which a loop is compiled
 _compiled: dict = {}
 _lock = threading.Lock()  # held while numba starts: once, whichever thread asks first
@@ -89,13 +91,6 @@ def run_in_room(fn, n_events: int, room, *args, grow: int = 2):
         room[full] *= grow
 
 
-def cache_dir() -> str:
-    """Where numba keeps the compiled loops: NUMBA_CACHE_DIR where the user set it, else the user's cache
-    (XDG_CACHE_HOME, ~/.cache)/disttrace/numba: never beside the installed source."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.environ.get("NUMBA_CACHE_DIR") or os.path.join(base, "disttrace", "numba")
-
-
 _markers: dict = {}  # fn -> its marker's path
 _seen: dict = {}  # fn -> whether it was ready when this process first asked (it keeps that answer)
 
@@ -140,19 +135,6 @@ def _mark_ready(fn) -> None:
         pass
 
 
-# The loops and the types of their arguments as an analysis calls them (types_of), for `compile_ahead`
-# (tests/analysis/causal/test_critical_path.py checks them against an analysis' calls)
-LOOPS = {
-    "disttrace.tracer.analysis.causal.backward_walk.walk_loop":
-        "i8 i8 i8 u1 i4 i8 i4 i8 i4 i4 i4 i8 i8 i8 i8 i8 int i8 i8 i8 i8 i8 i8 i8 i8 i8 i8 i8 i8 int i8",
-    "disttrace.tracer.analysis.waits.propagation.follow_loop": "i4 i4 i8 i8 i8 i8 i8 i8 i8 i4 i8 int i8",
-    "disttrace.tracer.analysis.causal.what_if_loop.measure_loop": "i8 i8 i8 i8 i8 u1 i8 i8",
-    "disttrace.tracer.analysis.causal.what_if_loop.replay_loop":
-        "i8 i8 i8 i8 i8 i8 i8 i8 i8 i8 i8 int i8 i8 u1 i8 i8 i8 i4 i8 i4 i4 i4 i4 i8",
-    "disttrace.tracer.analysis.problems.nonfinite_scan.nonfinite_loop": "u1 i8",
-}
-
-
 def types_of(args) -> str:
     """The types of a call's arguments, as LOOPS writes them: a read-only array's dtype ("i8": int64), with its
     dimensions where not 1 (":2d") and ":A" where it is not contiguous; "int" for a scalar (numba's int64)."""
@@ -189,16 +171,23 @@ def compile_ahead() -> None:
         fn = getattr(importlib.import_module(module), fn_name)
         if not _ready(fn):
             todo.append((fn, types))
-    if not todo or not _compiling_alone():
-        return
-    njit = _start()
-    if not njit:
-        return
-    import numba
+    if todo:
+        if not _compiling_alone():
+            return
+        njit = _start()
+        if not njit:
+            return
+        import numba
 
-    for fn, types in todo:
-        njit(cache=True, nogil=True)(fn).compile(tuple(numba.typeof(a) for a in specimens(types)))
-        _mark_ready(fn)
+        for fn, types in todo:
+            njit(cache=True, nogil=True)(fn).compile(tuple(numba.typeof(a) for a in specimens(types)))
+            _mark_ready(fn)
+    marker = all_ready_marker()  # (every loop ready: the next `disttrace run` starts no compile)
+    if marker is not None:
+        try:
+            open(marker, "a").close()
+        except OSError:
+            pass
 
 
 _held = []  # the lock's file, open for as long as this process compiles
