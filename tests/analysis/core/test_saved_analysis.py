@@ -11,6 +11,7 @@ import subprocess
 import sys
 from array import array
 from dataclasses import fields
+from pathlib import Path
 
 import orjson
 import pytest
@@ -30,8 +31,14 @@ _COLUMN_TABLES = ("collectives", "p2p")
 
 
 def _copy(trace, tmp_path, name: str) -> str:
+    """A copy of a trace dir (its store left behind), or of an events file in a folder `name`, dated an hour back."""
     out = tmp_path / name
-    shutil.copytree(trace, out, ignore=shutil.ignore_patterns(store.CACHE_DIR))
+    if os.path.isdir(trace):
+        shutil.copytree(trace, out, ignore=shutil.ignore_patterns(store.CACHE_DIR))
+    else:
+        out.mkdir()
+        out = out / os.path.basename(trace)
+        shutil.copyfile(trace, out)
     age(str(out))
     return str(out)
 
@@ -67,12 +74,14 @@ def assert_same_analysis(a: Analysis, b: Analysis) -> None:
 
 
 @pytest.fixture(scope="module")
-def jobs(traced, tmp_path_factory):
-    """A DDP job with a straggler (steps, waits, causes, a verdict) and a 3-stage pipeline (its stats), each a
-    copy old enough to be stored; the traces are shared with tests/analysis/causal/test_critical_path.py."""
+def jobs(tmp_path_factory):
+    """Committed traces of real jobs, each a copy old enough to be stored: a DDP job with a straggler (steps, waits,
+    causes, a verdict: tests/golden/traces/ddp_slow, a trace dir) and a pipeline (its stats: the pipeline demo's
+    events file, tests/tui/data/pipeline_demo.jsonl)."""
     base = tmp_path_factory.mktemp("saved")
-    return [_copy(traced(script, nproc=n, summaries="off"), base, script[:-3]) for script, n in
-            (("cp_ddp_straggler.py", 2), ("cp_pipeline_slow_stage.py", 3))]
+    tests = Path(__file__).resolve().parents[2]
+    return [_copy(tests / "golden" / "traces" / "ddp_slow", base, "ddp_slow"),
+            _copy(tests / "tui" / "data" / "pipeline_demo.jsonl", base, "pipeline_demo")]
 
 
 @pytest.mark.slow
