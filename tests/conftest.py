@@ -43,9 +43,9 @@ def traced(tmp_path_factory):
 # Their ground truths are runs made in pairs at one pace (tests/pairs.py) or waits measured within tolerances: on
 # a machine that the parallel workers share they miss more often. Marked `quiet` here, they run after the parallel
 # run, alone: the README's test command is `pytest -n 2 -m "not quiet"`, then `pytest -m quiet`. A module whose
-# truths are only partly of timing marks those tests itself (`@pytest.mark.quiet`: test_verdicts.py, test_diff.py).
-QUIET = {"analysis/causal/test_attribution_truth.py", "analysis/causal/test_critical_path.py",
-         "analysis/test_analysis_real.py",
+# truths are only partly of timing marks those tests itself (`@pytest.mark.quiet`: test_verdicts.py, test_diff.py,
+# test_critical_path.py, test_schedule_real.py).
+QUIET = {"analysis/causal/test_attribution_truth.py", "analysis/test_analysis_real.py",
          "analysis/waits/test_whole_run_real.py",  # (a straggler's 40 ms sleep: the aggregates' ground truth)
          # a profiler-traced job's clocks fitted on its collectives' exits, against the recorder's ping-pong: beside
          # the other worker's jobs, 3 ranks on 2 cores left exits skewed past the fit's own uncertainty (twice in

@@ -10,7 +10,11 @@ step time within 10%. The same ground truths on three more real jobs, each run w
   and that span 50% faster predicts the run where it computes like the others;
 - a 2x2 mesh with row and column groups (cp_mesh_slow_group.py): rank 1 late before its row all_reduce delays rank 0
   in the row, and ranks 2 and 3 through the columns.
-The walk's rules, and the replay of an unchanged step, are checked on hand-timed traces below (tests/synthetic.py)."""
+The walk's rules, and the replay of an unchanged step, are checked on hand-timed traces below (tests/synthetic.py).
+
+The pairs' tests are marked `quiet` (run alone: their truths are of timing); the late start-up's truth, 1 s before
+one rank's first op against 50 ms delays, held under 4 busy loops on 2 cores (4 of 4 runs), and runs beside the
+rest."""
 
 from __future__ import annotations
 
@@ -45,6 +49,7 @@ def ddp(traced):
 
 
 @pytest.mark.slow
+@pytest.mark.quiet
 def test_a_late_step_s_path_is_the_straggler_s_compute(ddp):
     a, _ = ddp
     _check_adds_up(a)
@@ -61,6 +66,7 @@ def test_a_late_step_s_path_is_the_straggler_s_compute(ddp):
 
 
 @pytest.mark.slow
+@pytest.mark.quiet
 def test_the_root_cause_of_the_waiting_is_the_straggler_s_span(ddp):
     a, _ = ddp
     site = f"cp_ddp_straggler.py:{DDP.BACKWARD_LINE}"
@@ -74,6 +80,7 @@ def test_the_root_cause_of_the_waiting_is_the_straggler_s_span(ddp):
 
 
 @pytest.mark.slow
+@pytest.mark.quiet
 def test_rank_on_time_predicts_the_on_time_run(ddp):
     a, on_time = ddp
     (w,) = [w for w in a.what_if if w.change == f"rank {DDP.LATE_RANK} at its peers' pace"]
@@ -144,6 +151,7 @@ def chain(traced):
 
 
 @pytest.mark.slow
+@pytest.mark.quiet
 def test_chain_the_root_cause_of_ranks_1_and_2_waiting_is_rank_0_s_span(chain):
     a, on_time = chain
     _check_adds_up(a)
@@ -170,6 +178,7 @@ def _others_ns(a, cause) -> float:
 
 
 @pytest.mark.slow
+@pytest.mark.quiet
 def test_chain_a_late_step_s_path_runs_from_rank_0_through_rank_1_to_rank_2(chain):
     a, _ = chain
     late = {p.index: p.length_ns for p in a.critical_path if p.index in CHAIN.LATE_STEPS}
@@ -194,6 +203,7 @@ def test_chain_a_late_step_s_path_runs_from_rank_0_through_rank_1_to_rank_2(chai
 
 
 @pytest.mark.slow
+@pytest.mark.quiet
 def test_chain_the_fault_lengthens_the_steps(chain):
     a, on_time = chain
     (w,) = a.what_if
@@ -204,6 +214,7 @@ def test_chain_the_fault_lengthens_the_steps(chain):
 
 
 @pytest.mark.slow
+@pytest.mark.quiet
 def test_chain_rank_0_on_time_predicts_the_on_time_run(chain):
     a, on_time = chain
     (w,) = a.what_if
@@ -220,6 +231,7 @@ def pipe(traced):
 
 
 @pytest.mark.slow
+@pytest.mark.quiet
 def test_pipeline_the_slow_stage_s_span_holds_most_of_the_path(pipe):
     a, _ = pipe
     _check_adds_up(a)
@@ -243,6 +255,7 @@ def test_pipeline_the_slow_stage_s_span_holds_most_of_the_path(pipe):
 
 
 @pytest.mark.slow
+@pytest.mark.quiet
 def test_pipeline_the_causes_name_the_slow_stage_s_span(pipe):
     a, _ = pipe
     site = f"cp_pipeline_slow_stage.py:{PIPE.SLOW_LINE}"
@@ -259,6 +272,7 @@ def test_pipeline_the_causes_name_the_slow_stage_s_span(pipe):
 
 
 @pytest.mark.slow
+@pytest.mark.quiet
 def test_pipeline_the_slow_span_50_percent_faster_predicts_the_balanced_run(pipe):
     a, on_time = pipe
     (w,) = a.what_if
@@ -275,6 +289,7 @@ def mesh(traced):
 
 
 @pytest.mark.slow
+@pytest.mark.quiet
 def test_mesh_rank_0_waits_in_its_row_for_rank_1_and_2_and_3_through_the_columns(mesh):
     a, _ = mesh
     _check_adds_up(a)
@@ -313,6 +328,7 @@ def test_mesh_rank_0_waits_in_its_row_for_rank_1_and_2_and_3_through_the_columns
 
 
 @pytest.mark.slow
+@pytest.mark.quiet
 def test_mesh_rank_1_on_time_predicts_the_on_time_run(mesh):
     a, on_time = mesh
     (w,) = [w for w in a.what_if if w.change == f"rank {MESH.LATE_RANK} at its peers' pace"]
@@ -537,6 +553,7 @@ def test_the_loops_are_compiled_ahead_for_the_types_an_analysis_calls_them_with(
 
 
 @pytest.mark.slow
+@pytest.mark.quiet
 def test_the_compiled_walk_finds_what_the_python_walk_does(traced, monkeypatch):
     """walks.walk_loop and the what-if's replay (replays.py), compiled by numba (from jit.JIT_FROM events), give the
     paths, causes and re-timed steps they give as Python, on the real jobs (DDP's async buckets, a P2P chain, a
