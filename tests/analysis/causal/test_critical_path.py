@@ -132,7 +132,9 @@ def test_a_late_start_up_is_said_apart_and_the_straggler_s_span_is_the_first_cau
     # more than rank 1's delays cost in the steps, so that ranked with them it came first
     assert late["caused_wait_ns"] >= 0.5e9 and late["caused_wait_ns"] > top["caused_wait_ns"], late
     assert late["startup_ns"] >= late["caused_wait_ns"] and late["ranks_delayed"] == [STARTUP.LATE_RANK], late
-    text = run_disttrace("report", trace).stdout
+    # (wide enough that no cell wraps: at 80 columns the span's cell wrapped where a busy machine's numbers widened
+    # the others, and the row's first line held half of it)
+    text = run_disttrace("report", trace, env={"COLUMNS": "200"}).stdout
     causes = text[text.index("Root causes of the waiting in the steady steps"):].splitlines()
     cells = [c.strip() for c in next(line for line in causes if line.startswith("│")).split("│")[1:-1]]
     assert cells[:2] == [str(STARTUP.LATE_RANK), "compute"] and cells[2].endswith(site), cells
