@@ -31,7 +31,9 @@ sys.path.insert(0, str(JOBS))
 from tagged import line  # noqa: E402
 
 JOB = "diff_periodic.py"
-SLOW_RANK, SLOW_NS, PERIOD, STEPS = 1, 50e6, 5, 20
+from diff_periodic import PERIOD, SLOW_RANK, SLOW_S, STEPS  # noqa: E402 (the job's own truth: it imports torch in main)
+
+SLOW_NS = SLOW_S * 1e9
 LATE = {k for k in range(STEPS) if k % PERIOD == PERIOD - 1}
 SITE = f"{JOB}:{line(str(JOBS / JOB), 'backward')}"
 
