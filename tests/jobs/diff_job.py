@@ -1,7 +1,7 @@
 """The job the diff's ground truth is made of (issue 42): the same small data-parallel job run twice, with one
 thing changed between the two runs (`--change=...`), or nothing.
 
-4 ranks, 30 steps (a shared machine's load moves over seconds: a longer run meets more of it, and two runs' paces
+4 ranks, 40 steps (a shared machine's load moves over seconds: a longer run meets more of it, and two runs' paces
 come closer). Each step: the loader (10 ms), a forward that computes ~40 ms (a sleep stands for the device), a small
 all_reduce in a two-rank group (a tensor-parallel shard's sync: groups of pairs, {0, 1} and {2, 3}), the backward,
 whose gradients (~21 KiB) DDP's reducer all-reduces in buckets of BUCKET_MB (two buckets), and the optimizer's step.
@@ -17,7 +17,7 @@ which the changes that must be explained (slow, extra) stand well above. The cha
 import sys
 import time
 
-STEPS, WORLD = 30, 4
+STEPS, WORLD = 40, 4
 LOAD_S, COMPUTE_S = 0.010, 0.040
 SLOW_RANK, SLOW_S = 3, 0.080
 BUCKET_MB, BIG_BUCKET_MB = 0.004, 25
