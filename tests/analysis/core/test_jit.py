@@ -12,7 +12,7 @@ import pytest
 
 
 @pytest.mark.slow
-def test_compiled_ahead_the_loops_are_in_the_users_cache(tmp_path):
+def test_compiled_ahead_the_loops_are_in_the_users_cache(tmp_path, monkeypatch):
     """jit.compile_ahead (what `disttrace run` starts beside the job, at the lowest priority) compiles every loop
     into the user's cache, none beside the source, and marks each ready; a second start finds nothing to do."""
     pytest.importorskip("numba")
@@ -34,22 +34,11 @@ def test_compiled_ahead_the_loops_are_in_the_users_cache(tmp_path):
     assert {p for p in glob.glob(os.path.join(os.path.dirname(pkg.__file__), "**", "*.nb*"),
                                  recursive=True)} == beside
     # every loop ready: the next `disttrace run` asks the cache, and starts no process
-    assert [p.name for p in cache.glob("all-ready-*")] == [os.path.basename(_all_ready_in(tmp_path))]
-
-
-def _all_ready_in(cache_home) -> str:
     from disttrace.tracer.analysis.core import jit_cache
 
-    old = os.environ.get("XDG_CACHE_HOME"), os.environ.pop("NUMBA_CACHE_DIR", None)
-    os.environ["XDG_CACHE_HOME"] = str(cache_home)
-    try:
-        return jit_cache.all_ready_marker()
-    finally:
-        os.environ.pop("XDG_CACHE_HOME")
-        if old[0] is not None:
-            os.environ["XDG_CACHE_HOME"] = old[0]
-        if old[1] is not None:
-            os.environ["NUMBA_CACHE_DIR"] = old[1]
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
+    assert [p.name for p in cache.glob("all-ready-*")] == [os.path.basename(jit_cache.all_ready_marker())]
 
 
 def test_a_run_starts_the_compile_until_every_loop_is_ready_then_never(tmp_path, monkeypatch):

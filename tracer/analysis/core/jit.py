@@ -25,7 +25,7 @@ import threading
 
 import numpy as np
 
-from .jit_cache import LOOPS, all_ready_marker, cache_dir
+from .jit_cache import LOOPS, all_ready_marker, cache_dir, stamp
 
 JIT_FROM = 50_000  # events from which a loop is compiled
 _compiled: dict = {}
@@ -109,11 +109,10 @@ def _marker(fn) -> str:
         numba_version = ""
     src = inspect.getsource(fn).encode()
     try:
-        st = os.stat(inspect.getsourcefile(fn))
-        stamp = f"{st.st_mtime}:{st.st_size}".encode()
+        file_stamp = stamp(inspect.getsourcefile(fn)).encode()
     except (OSError, TypeError):
-        stamp = b""
-    key = hashlib.sha1(src + stamp + numba_version.encode() + sys.version.encode()).hexdigest()[:16]
+        file_stamp = b""
+    key = hashlib.sha1(src + file_stamp + numba_version.encode() + sys.version.encode()).hexdigest()[:16]
     _markers[fn] = os.path.join(cache_dir(), "ready", f"{fn.__module__}.{fn.__qualname__}-{key}")
     return _markers[fn]
 

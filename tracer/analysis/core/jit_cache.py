@@ -37,6 +37,12 @@ def cache_dir() -> str:
     return os.environ.get("NUMBA_CACHE_DIR") or os.path.join(base, "disttrace", "numba")
 
 
+def stamp(path: str) -> str:
+    """A source file's stamp as numba keys its cache by it: its modification time and size (OSError if unread)."""
+    st = os.stat(path)
+    return f"{st.st_mtime}:{st.st_size}"
+
+
 def all_ready_marker() -> str | None:
     """The file that says every loop of LOOPS is compiled in the cache (see the module's docstring); None where
     numba is not there or a file cannot be read."""
@@ -50,10 +56,9 @@ def all_ready_marker() -> str | None:
     parts = [repr(sorted(LOOPS.items())), sys.version]
     for path in sorted(files):
         try:
-            st = os.stat(path)
+            parts.append(f"{path}:{stamp(path)}")
         except OSError:
             return None
-        parts.append(f"{path}:{st.st_mtime}:{st.st_size}")
     key = hashlib.sha1("\n".join(parts).encode()).hexdigest()[:16]
     return os.path.join(cache_dir(), f"all-ready-{key}")
 
