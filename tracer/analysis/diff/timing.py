@@ -96,10 +96,15 @@ def _median_noise(ra: _Run, rb: _Run) -> int:
 #   jitter's (σ the steps' spread, a robust one that a few slow steps do not widen: they are what is tested):
 #   EXCESS_ERROR σ·sqrt(1/na + 1/nb) (the mean's excess over the median: √(π/2 − 1) = 0.76; the p90's: 1.75, from
 #   the quantiles' asymptotic covariance p(1−r)/(n·f(x_p)·f(x_r)));
-# - one step: the most that leaving one step out of either run moves the statistic (the jackknife's leave-one-out):
-#   a stalled send, a page-fault storm, a neighbour's burst on a shared machine is an event of that run, not a
-#   change of the job, and a difference beyond this term survives dropping any single step: more than one step
-#   carries it.
+# - the few steps that carry it: for the mean, one step: the most that leaving one step out of either run moves it
+#   (the jackknife's leave-one-out): a stalled send, a page-fault storm, a neighbour's burst on a shared machine is
+#   an event of that run, not a change of the job, and a difference beyond this term survives dropping any single
+#   step: more than one step carries it. For the p90, a tenth of the steps (at least one): the p90 is read off
+#   the slowest tenth, so a tail of a few steps a few ms slower in one run moves it as far as a change would; the
+#   most that leaving out a tenth of either run's steps moves it is its order statistics' spacing there (the
+#   Siddiqui-Bloch-Gastwirth estimate of a quantile's error: a sparse tail, wide; a tail many steps share, narrow).
+#   Leaving out one step covered a stall, not such a tail: two runs of an unchanged 12 ms step were called changed,
+#   and "B slower", by their p90s alone (docs/ANALYSIS.md, "The diff").
 # A recurring delay (a fifth of the steps slow) moves the mean by a fifth of its size and the p90 to its height,
 # each slow step carrying a small part of the mean's move; a stall in one step carries all of its
 # move alone, and the one-step term is that move. At least MIN_NOISE_NS and MIN_NOISE_FRACTION of A's statistic.
@@ -108,8 +113,14 @@ EXCESS_ERROR = {"mean": 0.76, "p90": 1.75}  # the standard error of the statisti
 
 
 def left_out_ns(xs, stat: str) -> float:
-    """The most that leaving one value of xs out moves its "mean" or "p90" (0 below 3 values)."""
+    """The most that leaving out the steps that carry it moves xs' "mean" (one value) or "p90" (a tenth of the
+    values, at least one); 0 below 3 values."""
     return _left_out(_Run(xs), stat)
+
+
+def left_out_count(n: int, stat: str) -> int:
+    """How many of n values `left_out_ns` leaves out: one for the mean, a tenth (rounded up) for the p90."""
+    return 1 if stat == "mean" else -(-n // 10)
 
 
 def _left_out(r: _Run, stat: str) -> float:
@@ -118,10 +129,11 @@ def _left_out(r: _Run, stat: str) -> float:
         return 0.0
     if stat == "mean":  # (leaving x out moves the mean by (mean - x) / (n - 1): most for the lowest or the highest)
         return max(s[-1] - r.mean, r.mean - s[0]) / (n - 1)
-    # the p90 of the n - 1 left reads positions k and k + 1 (k = int(0.9 (n - 2))): leaving out any value at or
-    # below k shifts both up one, leaving out k + 1 only the upper one, leaving out any above neither
-    k = int(0.9 * (n - 2))
-    return max(abs(_at(s, 0.9 * (n - 2), j) - r.p90) for j in {0, min(k + 1, n - 1), n - 1})
+    # the p90 of what is left is highest with the k lowest values left out and lowest with the k highest (each
+    # position it reads holds a value at least as high, or at most as high, as with any other k left out)
+    k = min(left_out_count(n, stat), n - 2)
+    m = n - k
+    return max(abs(_at(s[k:], 0.9 * (m - 1), m) - r.p90), abs(_at(s[:m], 0.9 * (m - 1), m) - r.p90))
 
 
 STATS = ("median", "mean", "p90")  # the statistics of a quantity a step the diff compares
@@ -129,8 +141,8 @@ STATS = ("median", "mean", "p90")  # the statistics of a quantity a step the dif
 
 def stat_noise_ns(stat: str, xa, xb) -> int:
     """What a difference of `stat` ("median", "mean", "p90") of xa (A's values, a step each) and xb (B's) must
-    pass to be a change: for the median noise_ns; for the mean and the p90 the pace, the jitter averaged and one
-    step (this module's "the mean's and the p90's noise")."""
+    pass to be a change: for the median noise_ns; for the mean and the p90 the pace, the jitter averaged and the
+    few steps that carry it (this module's "the mean's and the p90's noise")."""
     return _stat_noise(stat, _Run(xa), _Run(xb))
 
 
@@ -145,8 +157,8 @@ def _stat_noise(stat: str, ra: _Run, rb: _Run, median_noise: int | None = None) 
     lo = min(ra.median, rb.median)
     pace = min(abs(rb.median - ra.median), median_noise) * (min(va, vb) / lo if lo > 0 else 1.0)
     jitter = NOISE * EXCESS_ERROR[stat] * (sa ** 2 / ra.n + sb ** 2 / rb.n) ** 0.5
-    one = max(_left_out(ra, stat), _left_out(rb, stat))
-    return int(max(pace + jitter + one, MIN_NOISE_NS, MIN_NOISE_FRACTION * abs(va)))
+    few = max(_left_out(ra, stat), _left_out(rb, stat))
+    return int(max(pace + jitter + few, MIN_NOISE_NS, MIN_NOISE_FRACTION * abs(va)))
 
 
 @dataclass(frozen=True)
