@@ -23,13 +23,37 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_verdict_rates import trace  # noqa: E402 (the one way the benchmarks trace a job)
 
 
+def step_moved_by_one_step_rule(d: dict) -> list:
+    """The step's statistics (timing.Shift) that moved under the p90 rule before 2026-11-30 (its noise's last term
+    the most that leaving one step out moves it, not a tenth of them), from the same diff's step lengths (`--json`'s
+    steps): the two rules side by side on one pair."""
+    import numpy as np
+
+    from disttrace.tracer.analysis.diff import timing
+
+    a = [s["a_ns"] for s in d["steps"] if s["a_ns"] is not None and s["b_ns"] is not None]
+    b = [s["b_ns"] for s in d["steps"] if s["a_ns"] is not None and s["b_ns"] is not None]
+    now = timing._left_out
+
+    def one_step(r, stat):
+        if stat != "p90" or r.n < 3:
+            return now(r, stat)
+        return max(abs(np.percentile(np.delete(r.s, j), 90) - r.p90) for j in range(r.n))
+
+    timing._left_out = one_step
+    try:
+        return timing.moved(a, b)
+    finally:
+        timing._left_out = now
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pairs", type=int, default=10)
     ap.add_argument("--job", default="diff_job.py")
     ap.add_argument("--nproc", type=int, default=4)
     ns = ap.parse_args()
-    quiet, lines = 0, []
+    quiet, lines, quiet_before = 0, [], 0
     with tempfile.TemporaryDirectory() as tmp:
         for k in range(ns.pairs):
             a = trace(ns.job, ns.nproc, (), Path(tmp) / f"a{k}")
@@ -42,15 +66,21 @@ def main() -> None:
             own = [e["what"] for e in d["explanations"] if not e["what"].startswith("everything else")]
             ok = p.returncode == 0 and not d["changed"] and not own
             quiet += ok
+            before = step_moved_by_one_step_rule(d)
+            quiet_before += p.returncode == 0 and not before and not own
             line = (f"pair {k + 1}/{ns.pairs}: {'quiet' if ok else 'NOT QUIET'}: median {d['a']['median_ns'] / 1e6:.1f}"
                     f" -> {d['b']['median_ns'] / 1e6:.1f} ms ({d['delta_ns'] / 1e6:+.1f} ms, noise "
                     f"±{d['noise_ns'] / 1e6:.1f} ms), exit {p.returncode}, changed {d['changed']}, "
-                    f"{len(d['structure'])} structure differences, explanations {own or 'none of their own'}")
+                    f"{len(d['structure'])} structure differences, explanations {own or 'none of their own'}; "
+                    f"p90 {d['shifts']['p90']['a_ns'] / 1e6:.1f} -> {d['shifts']['p90']['b_ns'] / 1e6:.1f} ms "
+                    f"(±{d['shifts']['p90']['noise_ns'] / 1e6:.1f}); moved under the one-step rule: "
+                    f"{[x.stat for x in before] or 'none'}")
             lines.append(line)
             print(line, flush=True)
             for x in (a, b):
                 subprocess.run(["rm", "-rf", str(x)], check=False)
-    print(f"\nquiet: {quiet} of {ns.pairs} (goal: at least {-(-9 * ns.pairs // 10)})")
+    print(f"\nquiet: {quiet} of {ns.pairs} (goal: at least {-(-9 * ns.pairs // 10)}); with the p90's noise leaving "
+          f"out one step (the rule before 2026-11-30), on the same pairs: {quiet_before} of {ns.pairs}")
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from bench_diff_quiet import step_moved_by_one_step_rule  # noqa: E402
 from bench_verdict_rates import JOBS, trace  # noqa: E402 (the one way the benchmarks trace a job)
 
 sys.path.insert(0, str(JOBS))
@@ -75,6 +76,7 @@ def main() -> None:
     ap.add_argument("--keep", type=Path, help="move the traces of a repetition that missed here, to study")
     ns = ap.parse_args()
     right_slow = right_quiet = mean_moved = 0
+    before_slow = before_quiet = 0  # (the same pairs, the p90's noise leaving out one step: the rule before 2026-11-30)
     with tempfile.TemporaryDirectory() as tmp:
         for k in range(ns.reps):
             a, b, a2 = (trace(JOB, 2, args, Path(tmp) / f"{name}{k}")
@@ -83,10 +85,14 @@ def main() -> None:
             ok, how = faulty_right(rc, d)
             right_slow += ok
             mean_moved += "mean" in d["moved"]
+            before = step_moved_by_one_step_rule(d)
+            before_slow += faulty_right(1, {**d, "slower": any(x.delta_ns > 0 for x in before)
+                                            and d["b"]["mean_ns"] > d["a"]["mean_ns"]})[0]
             print(f"rep {k + 1}/{ns.reps} A vs B: {'right' if ok else 'WRONG'}: {how}; {line_of(d)}", flush=True)
             rc2, d2 = diff(a, a2)
             quiet = rc2 == 0 and not d2["changed"]
             right_quiet += quiet
+            before_quiet += rc2 in (0, 1) and not d2["structure"] and not step_moved_by_one_step_rule(d2)
             print(f"rep {k + 1}/{ns.reps} A vs A2: {'right' if quiet else 'WRONG'}: exit {rc2}, moved "
                   f"{d2['moved'] or 'nothing'}; {line_of(d2)}", flush=True)
             if ns.keep and not (ok and quiet):
@@ -99,6 +105,8 @@ def main() -> None:
     print(f"\nperiodic slowdown right (exit 1, rank 1's span first, the injected mean ±30%): {right_slow} of {ns.reps}; the mean "
           f"moved in {mean_moved}")
     print(f"noise pair right (exit 0, unchanged): {right_quiet} of {ns.reps} (goal: at least {goal} each)")
+    print(f"the same pairs with the p90's noise leaving out one step (the rule before 2026-11-30): periodic slowdown "
+          f"right {before_slow} of {ns.reps}, noise pair right {before_quiet} of {ns.reps}")
 
 
 if __name__ == "__main__":
