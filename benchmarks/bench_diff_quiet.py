@@ -25,26 +25,18 @@ from bench_verdict_rates import trace  # noqa: E402 (the one way the benchmarks 
 
 def step_moved_by_one_step_rule(d: dict) -> list:
     """The step's statistics (timing.Shift) that moved under the p90 rule before 2026-11-30 (its noise's last term
-    the most that leaving one step out moves it, not a tenth of them), from the same diff's step lengths (`--json`'s
-    steps): the two rules side by side on one pair."""
-    import numpy as np
-
+    the most that leaving out one step moves it, not a tenth of them: timing's rule with `left_out_count` 1), from
+    the same diff's step lengths (`--json`'s steps): the two rules side by side on one pair. The step's verdict only:
+    the explanations are the ones the diff listed."""
     from disttrace.tracer.analysis.diff import timing
 
-    a = [s["a_ns"] for s in d["steps"] if s["a_ns"] is not None and s["b_ns"] is not None]
-    b = [s["b_ns"] for s in d["steps"] if s["a_ns"] is not None and s["b_ns"] is not None]
-    now = timing._left_out
-
-    def one_step(r, stat):
-        if stat != "p90" or r.n < 3:
-            return now(r, stat)
-        return max(abs(np.percentile(np.delete(r.s, j), 90) - r.p90) for j in range(r.n))
-
-    timing._left_out = one_step
+    both = [s for s in d["steps"] if s["a_ns"] is not None and s["b_ns"] is not None]
+    now = timing.left_out_count
+    timing.left_out_count = lambda n, stat: 1
     try:
-        return timing.moved(a, b)
+        return timing.moved([s["a_ns"] for s in both], [s["b_ns"] for s in both])
     finally:
-        timing._left_out = now
+        timing.left_out_count = now
 
 
 def main() -> None:
@@ -67,7 +59,7 @@ def main() -> None:
             ok = p.returncode == 0 and not d["changed"] and not own
             quiet += ok
             before = step_moved_by_one_step_rule(d)
-            quiet_before += p.returncode == 0 and not before and not own
+            quiet_before += not d["structure"] and not before and not own
             line = (f"pair {k + 1}/{ns.pairs}: {'quiet' if ok else 'NOT QUIET'}: median {d['a']['median_ns'] / 1e6:.1f}"
                     f" -> {d['b']['median_ns'] / 1e6:.1f} ms ({d['delta_ns'] / 1e6:+.1f} ms, noise "
                     f"±{d['noise_ns'] / 1e6:.1f} ms), exit {p.returncode}, changed {d['changed']}, "

@@ -104,7 +104,7 @@ def _median_noise(ra: _Run, rb: _Run) -> int:
 #   most that leaving out a tenth of either run's steps moves it is its order statistics' spacing there (the
 #   Siddiqui-Bloch-Gastwirth estimate of a quantile's error: a sparse tail, wide; a tail many steps share, narrow).
 #   Leaving out one step covered a stall, not such a tail: two runs of an unchanged 12 ms step were called changed,
-#   and "B slower", by their p90s alone (docs/ANALYSIS.md, "The diff").
+#   and "B slower", by their p90s alone (docs/ANALYSIS.md, "The diff's noise").
 # A recurring delay (a fifth of the steps slow) moves the mean by a fifth of its size and the p90 to its height,
 # each slow step carrying a small part of the mean's move; a stall in one step carries all of its
 # move alone, and the one-step term is that move. At least MIN_NOISE_NS and MIN_NOISE_FRACTION of A's statistic.
