@@ -54,6 +54,23 @@ def test_late_broadcast_and_early_reduce():
     assert red.wait_kind == "early_reduce" and red.wait_ns == {0: 30 * MS, 1: 0, 2: 0}
 
 
+def test_a_relayed_broadcast_waits_for_the_late_rank_on_its_way():
+    # gloo relays a broadcast through a tree: rank 1 passes the root's data on to rank 3 and is in the op until rank
+    # 3 arrives, 60 ms late; rank 2, a leaf, is done once the root's data came (1 ms after it arrived), the root too
+    tr = Trace(4)
+    tr.coll("broadcast", {0: 1 * MS, 1: 0, 2: 0, 3: 60 * MS}, {0: 2 * MS, 1: 61 * MS, 2: 2 * MS, 3: 61 * MS},
+            nbytes=2048, root=0)
+    # the root sends to a late receiver: it waits for it
+    tr.coll("broadcast", {0: 100 * MS, 1: 100 * MS, 2: 100 * MS, 3: 150 * MS},
+            {0: 151 * MS, 1: 101 * MS, 2: 101 * MS, 3: 151 * MS}, nbytes=2048, root=0)
+    a = tr.analyze()
+    relayed, late_receiver = a.collectives
+    assert relayed.wait_ns == {0: 0, 1: 60 * MS, 2: 1 * MS, 3: 0}, relayed.wait_ns
+    assert late_receiver.wait_ns == {0: 50 * MS, 1: 0, 2: 0, 3: 0}, late_receiver.wait_ns
+    # the waiting rank 3 held up is its; the root's 1 ms counts with it (one culprit an instance)
+    assert a.stragglers[0].rank == 3 and a.stragglers[0].delay_cost_ns == 111 * MS, a.stragglers
+
+
 def test_async_op_waits_from_arrival_whether_or_not_it_called_wait():
     tr = Trace(2)
     # rank 1 issues at 100 ms; rank 0 issues at 0 and calls wait() at 80 ms: its op waited 100 ms for rank 1

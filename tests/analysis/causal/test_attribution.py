@@ -202,6 +202,40 @@ def test_a_bucket_end_recorded_late_keeps_each_backward_s_wait_its_own():
     assert a.attribution.kind == "none" and a.straggler is None, a.attribution
 
 
+def _ddp_with_buffers(loader_ms: dict, steps: int = 10) -> Trace:
+    """4-rank DDP whose model has buffers (BatchNorm): each forward starts with DDP's broadcast of them from rank 0,
+    issued and waited for in C++ (async, no wait() recorded), relayed by gloo through rank 1 to rank 3; then 30 ms of
+    forward and backward, and the gradients' all-reduce (the reducer's). Each rank loads its batch for loader_ms[r]."""
+    tr = Trace(4)
+    t = 0
+    for _ in range(steps):
+        arrive = {r: t + loader_ms.get(r, 5) * MS for r in range(4)}
+        done = max(arrive[0], arrive[3])  # (rank 1 relays to rank 3: done when both are there)
+        ends = {0: arrive[0] + MS // 2, 1: done + MS // 2, 2: max(arrive[0], arrive[2]) + MS // 2, 3: done + MS // 2}
+        tr.coll("broadcast", arrive, ends, nbytes=2048, root=0, async_op=True, site="train.py:40 in main",
+                api="ddp.DistributedDataParallel._distributed_broadcast_coalesced")
+        reduce_at = {r: ends[r] + 30 * MS for r in range(4)}
+        end = max(reduce_at.values()) + 2 * MS
+        tr.coll("all_reduce", reduce_at, end, nbytes=1 << 16, async_op=True, site="train.py:42 in main",
+                api="ddp.reducer_allreduce")
+        t = end
+    return tr
+
+
+def test_ddp_s_broadcast_of_buffers_is_a_wait_and_the_rank_it_waited_for_is_the_worker():
+    # rank 3's loader 60 ms slow: rank 1 waits for it inside the broadcast (in C++), then reaches the all-reduce
+    # with it. Read as issued only, rank 1's wait was its compute: "nothing beyond the noise", rank 1 blamed
+    a = analyze(_ddp_with_buffers({3: 65}).table(), changes=(parse_change("rank:3"),))
+    at = a.attribution
+    assert (at.kind, at.rank) == ("worker", 3), at
+    assert a.straggler is not None and a.straggler.rank == 3, a.straggler
+    (w,) = a.what_if
+    on_time = analyze(_ddp_with_buffers({}).table())
+    steady = [p.length_ns for p in on_time.critical_path if not on_time.steps[p.index].warmup]
+    assert w.step_ns_after == pytest.approx(sum(steady) / len(steady), rel=0.02), (w, steady)
+    assert on_time.attribution.kind == "none", on_time.attribution
+
+
 def test_runs_of_buckets_are_cut_into_backwards_only_where_the_sizes_repeat():
     from disttrace.tracer.analysis.causal.critical_path import _whole_backwards
 

@@ -5,9 +5,10 @@ applications", Cluster 2005; Böhme et al., "Identifying the root causes of wait
 applications", ICPP 2010; docs/ARCHITECTURE.md, "The critical path"):
 
 - A rank's host is *blocked* in a synchronous op for its whole call, and in an async op only inside the wait()
-  that blocked on it (DDP's reducer's, at the end of backward(), on a CPU backend: `reducer_waits`); an async op
-  issued without a wait() (FSDP2's) runs beside the host, which goes on computing. Between the ops it is blocked
-  in, the host *computes*: a compute span is named by the sites of the ops around it, "train.py:40 → train.py:52".
+  that blocked on it (DDP's, in C++ on a CPU backend: its reducer's at the end of backward(), its broadcasts' at
+  once: `reducer_waits`); an async op issued without a wait() (FSDP2's) runs beside the host, which goes on
+  computing. Between the ops it is blocked in, the host *computes*: a compute span is named by the sites of the ops
+  around it, "train.py:40 → train.py:52".
 - Inside an op, the part from its arrival to the arrival it needed is *waiting* (waits/wait_states.py); the rest of the op is
   *communication*.
 - The critical path of a step is found walking backwards from the step's end (the op of the step that finished
@@ -136,6 +137,7 @@ def _device_timed(t: EventTable):
 
 
 REDUCER_API = "ddp.reducer_allreduce"  # DDP's gradient all-reduces (record/capture.py names them so)
+DDP_API = "ddp."  # the api of an op DDP issued from C++ (no torch.distributed call on the stack: record/callsite.py)
 
 
 def reducer_waits(t: EventTable, st, f, is_async) -> tuple:
@@ -149,19 +151,34 @@ def reducer_waits(t: EventTable, st, f, is_async) -> tuple:
     A bucket's recorded end is its future's callback, which needs the GIL and can come milliseconds after the C++
     wait returned: after the rank's next backward issued its first bucket (2-rank gloo DDP jobs, a few steps in
     15; on a busy machine, four backwards in a row). So a run is cut into backwards of the rank's bucket count
-    (`_whole_backwards`), and the wait ends no later than the rank's next op's issue (its host was back by then)."""
+    (`_whole_backwards`), and the wait ends no later than the rank's next op's issue (its host was back by then).
+
+    DDP's other collectives (its start-up's broadcasts and shape check, each forward's broadcast of the buffers and
+    the second forward's of the rebuilt buckets: `_broadcast_coalesced`, the reducer's bucket sync) are issued from
+    C++ too, and waited for there at once: each is waited from its issue to its end, no later than the rank's next
+    issue. Read as issued only, a relay rank's wait in gloo's broadcast tree for a late rank would be its compute."""
     import numpy as np
 
     ws, we = (np.frombuffer(c, np.int64) for c in (t.wait_start_ns, t.wait_end_ns))
-    if REDUCER_API not in t.api.values:
+    ddp = [i for i, v in enumerate(t.api.values) if v.startswith(DDP_API)]
+    if not ddp:
         return ws, we
     rank = np.frombuffer(t.rank, np.int32)
     blocking = np.array([r not in t.ranks or "nccl" not in t.ranks[r].backend for r in range(int(rank.max()) + 1)])
-    red = (is_async & (ws == NONE) & (f != NONE) & (np.asarray(t.api.codes) == t.api.values.index(REDUCER_API))
-           & blocking[rank])
+    unwaited = is_async & (ws == NONE) & (f != NONE) & blocking[rank]
+    api = np.asarray(t.api.codes)
+    red = unwaited & (api == t.api.values.index(REDUCER_API)) if REDUCER_API in t.api.values else unwaited & False
+    at_once = unwaited & ~red & np.isin(api, ddp)
+    order = stable_order(rank)  # each rank's rows in table (issue) order
+    if at_once.any():
+        ws, we = ws.copy(), we.copy()
+        nxt = np.full(len(order), np.iinfo(np.int64).max)  # each row's rank's next issue
+        same = rank[order[1:]] == rank[order[:-1]]
+        nxt[order[:-1][same]] = st[order[1:][same]]
+        ws[at_once] = st[at_once]
+        we[at_once] = np.maximum(st[at_once], np.minimum(f[at_once], nxt[at_once]))
     if not red.any():
         return ws, we
-    order = stable_order(rank)  # each rank's rows in table (issue) order
     r, mine = rank[order], red[order]
     after = np.concatenate(([False], mine[:-1] & (r[1:] == r[:-1])))  # the rank's row before is one too
     rows = order[mine]

@@ -7,7 +7,9 @@ the op's own end on that rank (an op that was over before a peer arrived did not
 
   Wait at N×N      all_reduce, all_gather, reduce_scatter, all_to_all, barrier: every rank but the last arrival
                    waits min(last arrival - own arrival, own end - own arrival)
-  Late Broadcast   broadcast, scatter: a non-root arriving before the root waits for the root
+  Late Broadcast   broadcast, scatter: a rank waits for the root, and for the last of the op's other ranks
+                   to arrive before its own end (the backends relay a broadcast: gloo's tree, NCCL's ring);
+                   the instance's culprit is the rank whose arrival held up the most waiting
   Early Reduce     reduce, gather: the root arriving before the last sender waits for it
   Late Sender      a recv posted before its send began waits for the sender
   Late Receiver    a send that is still running when its recv is posted waited for the receiver (a send that was
@@ -90,12 +92,17 @@ def collective_waits(kind: str, ranks: list[int], starts: list[int], ends: list[
     if root is None or root not in ranks:
         return waits, None
     k_root = ranks.index(root)
-    if kind == LATE_BROADCAST:  # non-roots wait for a late root
-        rs = starts[k_root]
+    if kind == LATE_BROADCAST:  # each rank waits for the last of the op's ranks to arrive before its own end
+        caused = dict.fromkeys(ranks, 0)
         for k, (s, e) in enumerate(zip(starts, ends)):
-            if k != k_root:
-                waits[k] = _until(s, e, rs)
-        return waits, root
+            before = [(a, r) for a, r in zip(starts, ranks) if e == NONE or a <= e]
+            needed, who = max(before) if before else (starts[k_root], root)
+            if k == k_root and who == root:
+                continue
+            waits[k] = _until(s, e, max(needed, starts[k_root]))
+            caused[who if needed >= starts[k_root] else root] += waits[k]
+        culprit = max(caused, key=lambda r: (caused[r], r == root))
+        return waits, culprit if caused[culprit] else root
     # EARLY_REDUCE: the root waits for its last sender
     others = [(s, r) for k, (s, r) in enumerate(zip(starts, ranks)) if k != k_root]
     if not others:
