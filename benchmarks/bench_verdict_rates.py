@@ -1,19 +1,22 @@
 """Benchmark: how often the blame-and-what-if verdicts hold, over many runs of each ground-truth job.
 
-    python benchmarks/bench_verdict_rates.py [--runs 10] [--case NAME ...] [--keep DIR]
+    python benchmarks/bench_verdict_rates.py [--runs 10] [--case NAME ...] [--keep DIR] [--beside-parallel]
 
 tests/analysis/causal/test_attribution_truth.py checks one run of each job of tests/jobs/wi_cases.py; this runs each --runs times,
 each time a pair made as the test makes it (tests/pairs.py: a faulty run and a run without its fault, one after the
 other, made again up to 3 times where their pace on what the fault leaves alone is more than 6% apart) and prints, per job: how often the verdict's kind and its rank or stage were right, how often the
 change that undoes the fault predicted the run without it within the issue's bounds (the step within 15%, the
 saving within 15% or 3 ms), and how often the run without the fault named nothing (none or a spread, no
-straggler). The goal is 9 of 10 of each. A run takes 20-60 s on 2 cores: 10 runs of the 10 jobs, about 2 hours.
+straggler). The goal is 9 of 10 of each. A run takes 20-60 s on 2 cores: 10 runs of the 11 jobs, about 2 hours.
+--beside-parallel runs them as the README's test command runs the quiet tests: beside the suite's parallel part
+at idle weight (tests/run_suite.py), stopped when the rates are done.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -58,8 +61,28 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--case", action="append", choices=sorted(CASES), help="only these jobs (repeatable)")
     ap.add_argument("--keep", type=Path, help="move the traces of a run that missed anything here, to study")
+    ap.add_argument("--beside-parallel", action="store_true",
+                    help="with the test suite's parallel part running beside at idle weight, as the README's test "
+                         "command runs the quiet tests (tests/run_suite.py)")
     ns = ap.parse_args()
     names = ns.case or sorted(CASES)
+    background = None
+    if ns.beside_parallel:
+        from run_suite import PARALLEL, at_idle_weight
+        background = at_idle_weight(PARALLEL, subprocess.DEVNULL)
+    try:
+        rates(ns, names)
+    finally:
+        if background is not None:
+            proc, watcher = background
+            print(f"\n(the parallel part beside: {'still running, stopped' if proc.poll() is None else 'ended'})")
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+                proc.wait()
+            watcher.done.set()
+
+
+def rates(ns, names: list[str]) -> None:
     tally = {n: [0, 0, 0, []] for n in names}  # verdict right, prediction right, clean quiet, misses
     with tempfile.TemporaryDirectory() as tmp:
         for run in range(ns.runs):

@@ -41,8 +41,9 @@ def traced(tmp_path_factory):
 
 # -- timing-sensitive tests run alone -------------------------------------------------------------------------
 # Their ground truths are runs made in pairs at one pace (tests/pairs.py) or waits measured within tolerances: on
-# a machine that the parallel workers share they miss more often. Marked `quiet` here, they run after the parallel
-# run, alone: the README's test command is `pytest -n 2 -m "not quiet"`, then `pytest -m quiet`. A module whose
+# a machine that the parallel workers share they miss more often. Marked `quiet` here, they run one at a time, in a
+# pytest run of their own beside the parallel run of the rest, which runs at the lowest CPU weight (the README's
+# test command, tests/run_suite.py: `pytest -m quiet` and `pytest -n 2 -m "not quiet"` at once). A module whose
 # truths are only partly of timing marks those tests itself (`@pytest.mark.quiet`: test_verdicts.py, test_diff.py,
 # test_critical_path.py, test_schedule_real.py).
 QUIET = {"analysis/causal/test_attribution_truth.py", "analysis/test_analysis_real.py",
