@@ -96,7 +96,7 @@ def test_a_traced_job_s_traceback_is_the_one_it_prints_untraced(tmp_path):
     proc = run_disttrace("run", "--out", tmp_path / "t", "--", *torchrun_cmd("wait_timeout.py", 2), timeout=120)
     assert proc.returncode != 0
     tb = proc.stderr[proc.stderr.index("Traceback (most recent call last)"):]
-    assert f'{JOBS / "wait_timeout.py"}", line 14, in main' in tb, tb
+    assert f'{JOBS / "wait_timeout.py"}", line 19, in main' in tb, tb
     # no frame of the tracer's own files (the job's own path may hold "disttrace": a clone named so)
     ours = str(Path(disttrace.tracer.__file__).resolve().parent)
     frames = re.findall(r'File "([^"]+)"', tb.split("ChildFailedError")[0])
