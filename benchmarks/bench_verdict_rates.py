@@ -9,7 +9,7 @@ change that undoes the fault predicted the run without it within the issue's bou
 saving within 15% or 3 ms), and how often the run without the fault named nothing (none or a spread, no
 straggler). The goal is 9 of 10 of each. A run takes 20-60 s on 2 cores: 10 runs of the 11 jobs, about 2 hours.
 --beside-parallel runs them as the README's test command runs the quiet tests: beside the suite's parallel part
-at idle weight (tests/run_suite.py), stopped when the rates are done.
+in a cgroup at idle CPU weight (tests/run_suite.py; root or a delegated cgroup), stopped when the rates are done.
 """
 
 from __future__ import annotations
@@ -62,24 +62,26 @@ def main() -> None:
     ap.add_argument("--case", action="append", choices=sorted(CASES), help="only these jobs (repeatable)")
     ap.add_argument("--keep", type=Path, help="move the traces of a run that missed anything here, to study")
     ap.add_argument("--beside-parallel", action="store_true",
-                    help="with the test suite's parallel part running beside at idle weight, as the README's test "
+                    help="with the test suite's parallel part running beside in a cgroup at idle CPU weight, as the README's test "
                          "command runs the quiet tests (tests/run_suite.py)")
     ns = ap.parse_args()
     names = ns.case or sorted(CASES)
-    background = None
+    background = cgroup = None
     if ns.beside_parallel:
-        from run_suite import PARALLEL, at_idle_weight
-        background = at_idle_weight(PARALLEL, subprocess.DEVNULL)
+        from run_suite import PARALLEL, at_idle_weight, idle_cgroup, remove
+        cgroup, why = idle_cgroup()
+        if cgroup is None:
+            sys.exit(f"bench_verdict_rates: --beside-parallel: {why}")
+        background = at_idle_weight(PARALLEL, subprocess.DEVNULL, cgroup)
     try:
         rates(ns, names)
     finally:
         if background is not None:
-            proc, watcher = background
-            print(f"\n(the parallel part beside: {'still running, stopped' if proc.poll() is None else 'ended'})")
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-                proc.wait()
-            watcher.done.set()
+            print(f"\n(the parallel part beside: {'still running, stopped' if background.poll() is None else 'ended'})")
+            if background.poll() is None:
+                os.killpg(background.pid, signal.SIGTERM)
+                background.wait()
+            remove(cgroup)
 
 
 def rates(ns, names: list[str]) -> None:

@@ -39,13 +39,13 @@ def traced(tmp_path_factory):
     return Traces(run_folder(tmp_path_factory))
 
 
-# -- timing-sensitive tests run alone -------------------------------------------------------------------------
+# -- timing-sensitive tests: the quiet run ---------------------------------------------------------------------
 # Their ground truths are runs made in pairs at one pace (tests/pairs.py) or waits measured within tolerances: on
 # a machine that the parallel workers share they miss more often. Marked `quiet` here, they run one at a time, in a
-# pytest run of their own beside the parallel run of the rest, which runs at the lowest CPU weight (the README's
-# test command, tests/run_suite.py: `pytest -m quiet` and `pytest -n 2 -m "not quiet"` at once). A module whose
-# truths are only partly of timing marks those tests itself (`@pytest.mark.quiet`: test_verdicts.py, test_diff.py,
-# test_critical_path.py, test_schedule_real.py).
+# pytest run of their own, beside the parallel run of the rest held at idle CPU weight where a cgroup allows, else
+# after it (the README's test command, tests/run_suite.py: `pytest -m quiet`, `pytest -n 2 -m "not quiet"`). A
+# module whose truths are only partly of timing marks those tests itself (`@pytest.mark.quiet`: test_verdicts.py,
+# test_diff.py, test_critical_path.py, test_schedule_real.py).
 QUIET = {"analysis/causal/test_attribution_truth.py", "analysis/test_analysis_real.py",
          "analysis/waits/test_whole_run_real.py",  # (a straggler's 40 ms sleep: the aggregates' ground truth)
          # a profiler-traced job's clocks fitted on its collectives' exits, against the recorder's ping-pong: beside

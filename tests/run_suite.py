@@ -1,19 +1,22 @@
-"""The README's test command: the quiet tests and the rest at once, the rest at the lowest CPU weight.
+"""The README's test command: the quiet tests and the rest at once where the rest can be put at idle CPU weight,
+else one after the other.
 
     python tests/run_suite.py [--serial]
 
 The quiet tests' ground truths are timings (pairs of runs at one pace, waits within tolerances), so they want the
 machine to themselves; the rest is bound by CPU (every job's ranks import torch) and does not care when it gets it.
-Run one after the other, the two leave the quiet part's sleeping jobs' CPU idle. Here the rest runs beside the quiet
-part and takes only what the quiet part leaves: its processes get the lowest weight the kernel gives without
-privilege, which is nice 19 where all tasks share one run queue, and where the kernel groups CPU time by session
-(autogroups: /proc/sys/kernel/sched_autogroup_enabled) the session's autogroup nice 19, since there a session's share
-is its autogroup's, whatever its tasks' nice. torchrun starts every rank in a session of its own and tmux its
-server, so a watcher sets each new session of the rest's process tree as it appears (a process may lower its own
-sessions' weight: no root, nothing of the machine's configuration changed, nothing in the jobs themselves).
+Run one after the other, the two leave the quiet part's sleeping jobs' CPU idle. So the rest runs beside the quiet
+part in a cgroup of its own at idle weight (`cpu.idle`: the kernel runs its tasks only where no other task wants
+the CPU, and takes the CPU back the moment one wakes), made under this process's own cgroup for the run and
+removed after it. Every process the rest starts stays in it, whatever its session (torchrun starts every rank in a
+session of its own).
 
---serial runs the two parts one after the other, as the suite ran before (`pytest -n 2 --dist loadscope -m "not
-quiet"`, then `pytest -m quiet`). The exit code is the first non-zero of the two parts' (pytest's own codes).
+Where no such cgroup can be made (no permission: neither root nor a delegated cgroup; no `cpu.idle`: a kernel
+before 5.15), the two parts run one after the other (`--serial`), as they do on request. Lower weights that need no
+privilege are not enough: nice 19 loses to the kernel's autogroups (a session's share is its autogroup's), and an
+autogroup at nice 19 still lets a background task keep the CPU for its slice when a quiet job's rank wakes: a
+pipeline's prediction then missed in 2 of 6 runs, against none of 4 alone or in the cgroup (docs/PERFORMANCE.md).
+The exit code is the first non-zero of the two parts' (pytest's own codes).
 """
 
 from __future__ import annotations
@@ -24,80 +27,74 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PARALLEL = [sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "loadscope", "-m", "not quiet"]
 QUIET = [sys.executable, "-m", "pytest", "-q", "-m", "quiet"]
-# Inherited by everything the rest starts: how the watcher knows a session whose parent it did not see (an orphan
-# reparented to init)
-MARK = "DISTTRACE_SUITE_BACKGROUND"
-POLL_S = 0.02
-IDLEST = 19
+CGROUPS = Path("/sys/fs/cgroup")
 
 
-def _stat(pid: str) -> tuple[int, int] | None:
-    """(parent pid, session id) of a live process, None when it is gone."""
+def idle_cgroup() -> tuple[Path | None, str]:
+    """(a new cgroup at idle CPU weight under this process's own, or None, and why not)."""
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            fields = f.read().rpartition(b")")[2].split()
-    except OSError:
-        return None
-    return int(fields[1]), int(fields[3])
-
-
-def _marked(pid: str) -> bool:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError as e:
+        return None, f"no /proc/self/cgroup ({e.strerror})"
+    mine = {}
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        for c in controllers.split(",") if controllers else [""]:
+            mine[c] = path
+    if "cpu" in mine and (CGROUPS / "cpu").is_dir():  # cgroup v1: the cpu controller's own hierarchy
+        parent = CGROUPS / "cpu" / mine["cpu"].lstrip("/")
+    elif "" in mine and (CGROUPS / "cgroup.controllers").exists():  # v2 (a child needs "cpu" in subtree_control)
+        parent = CGROUPS / mine[""].lstrip("/")
+    else:
+        return None, "no cgroup with the cpu controller"
+    made = parent / f"disttrace-tests-{os.getpid()}"
     try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            return (MARK + "=1").encode() in f.read().split(b"\0")
-    except OSError:
-        return False
-
-
-def _lower_session(pid: str) -> bool:
-    """Set the autogroup of the session PID leads to nice 19; False to try again later (the kernel lets an unprivileged
-    process change an autogroup once a 100 ms, system-wide)."""
+        made.mkdir()
+    except OSError as e:
+        return None, f"cannot make a cgroup under {parent} ({e.strerror})"
     try:
-        with open(f"/proc/{pid}/autogroup", "w") as f:
-            f.write(str(IDLEST))
-    except BlockingIOError:
-        return False
+        (made / "cpu.idle").write_text("1")
+    except OSError as e:
+        made.rmdir()
+        return None, f"cannot set {made}/cpu.idle ({e.strerror})"
+    return made, ""
+
+
+def at_idle_weight(command: list[str], out, cgroup: Path) -> subprocess.Popen:
+    """Start `command` (its output to the file `out`) in `cgroup` (idle_cgroup's), in a session of its own."""
+    procs = str(cgroup / "cgroup.procs")
+
+    def enter() -> None:  # (in the child, before it runs anything: all it starts is born in the cgroup)
+        with open(procs, "w") as f:
+            f.write(str(os.getpid()))
+
+    return subprocess.Popen(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                            preexec_fn=enter)
+
+
+def remove(cgroup: Path) -> None:
+    """Remove the cgroup once the processes left in it (a job a stopped run left behind) are gone."""
+    try:
+        left = [int(p) for p in (cgroup / "cgroup.procs").read_text().split()]
     except OSError:
-        pass  # gone, or a kernel without autogroups (where nice 19, inherited, is the weight)
-    return True
-
-
-class Watcher(threading.Thread):
-    """Puts each new session under ROOT_PID (by parentage, or by MARK in its environment) at autogroup nice 19."""
-
-    def __init__(self, root_pid: int):
-        super().__init__(daemon=True, name="idle-weight")
-        self.tree = {root_pid}
-        self.seen: set[str] = set()
-        self.again: set[str] = set()
-        self.done = threading.Event()
-
-    def run(self) -> None:
-        while not self.done.wait(POLL_S):
-            self.poll()
-
-    def poll(self) -> None:
-        live = {name for name in os.listdir("/proc") if name.isdigit()}
-        self.seen &= live
-        self.again &= live
-        self.tree &= {int(pid) for pid in live}
-        for pid in sorted(live - self.seen, key=int):  # (a parent's pid is smaller but where pids wrap)
-            self.seen.add(pid)
-            stat = _stat(pid)
-            if stat is None:
-                continue
-            parent, session = stat
-            if parent in self.tree or _marked(pid):
-                self.tree.add(int(pid))
-                if session == int(pid):
-                    self.again.add(pid)
-        self.again = {pid for pid in self.again if not _lower_session(pid)}
+        left = []
+    for pid in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    for _ in range(50):
+        try:
+            cgroup.rmdir()
+            return
+        except OSError:
+            time.sleep(0.1)
 
 
 def _shown(command: list[str]) -> str:
@@ -113,22 +110,11 @@ def _run_serial() -> int:
     return 0
 
 
-def at_idle_weight(command: list[str], out) -> tuple[subprocess.Popen, Watcher]:
-    """Start `command` (its output to the file `out`) at the lowest weight, itself and all it starts: a session of
-    its own at nice 19, watched. Stop the watcher (`.done.set()`) once the process has ended."""
-    proc = subprocess.Popen(command, cwd=ROOT, env={**os.environ, MARK: "1"}, stdout=out, stderr=subprocess.STDOUT,
-                            start_new_session=True, preexec_fn=lambda: os.nice(IDLEST))
-    watcher = Watcher(proc.pid)
-    watcher.poll()
-    watcher.start()
-    return proc, watcher
-
-
-def _run_together() -> int:
+def _run_together(cgroup: Path) -> int:
     log = tempfile.NamedTemporaryFile("w+b", prefix="disttrace-suite-", suffix=".log", delete=False)
-    print(f"$ {_shown(PARALLEL)}  (at idle weight, beside the quiet part; its output, in {log.name}, follows "
-          "the quiet part's)", flush=True)
-    rest, watcher = at_idle_weight(PARALLEL, log)
+    print(f"$ {_shown(PARALLEL)}  (at idle weight, in {cgroup}, beside the quiet part; its output, in {log.name}, "
+          "follows the quiet part's)", flush=True)
+    rest = at_idle_weight(PARALLEL, log, cgroup)
     try:
         print("$", _shown(QUIET), flush=True)
         quiet_rc = subprocess.call(QUIET, cwd=ROOT)
@@ -138,7 +124,7 @@ def _run_together() -> int:
         rest.wait()
         raise
     finally:
-        watcher.done.set()
+        remove(cgroup)
     print(f"\n$ {_shown(PARALLEL)}", flush=True)
     log.seek(0)
     sys.stdout.buffer.write(log.read())
@@ -152,9 +138,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--serial", action="store_true", help="the two parts one after the other")
     args = parser.parse_args()
-    if args.serial or not Path("/proc/self/stat").exists():
+    if args.serial:
         return _run_serial()
-    return _run_together()
+    cgroup, why = idle_cgroup()
+    if cgroup is None:
+        print(f"run_suite: the two parts one after the other: {why}", flush=True)
+        return _run_serial()
+    return _run_together(cgroup)
 
 
 if __name__ == "__main__":
