@@ -62,8 +62,8 @@ def main() -> None:
     ap.add_argument("--case", action="append", choices=sorted(CASES), help="only these jobs (repeatable)")
     ap.add_argument("--keep", type=Path, help="move the traces of a run that missed anything here, to study")
     ap.add_argument("--beside-parallel", action="store_true",
-                    help="with the test suite's parallel part running beside in a cgroup at idle CPU weight, as the README's test "
-                         "command runs the quiet tests (tests/run_suite.py)")
+                    help="with the test suite's parallel part running beside in a cgroup at idle CPU weight, as "
+                         "the README's test command runs the quiet tests (tests/run_suite.py)")
     ns = ap.parse_args()
     names = ns.case or sorted(CASES)
     background = cgroup = None

@@ -34,8 +34,8 @@ CASES = {
     "ddp_persistent": Case("wi_ddp_persistent.py", 4, (), ("--no-fault",), "rank:3", "worker", rank=3,
                            bystanders=(0, 1, 2)),
     # (DDP's broadcast of the buffers each forward, relayed by gloo: a relay rank waits in it for the worker)
-    "ddp_batchnorm": Case("wi_ddp_batchnorm.py", 4, (), ("--no-fault",), "rank:3", "worker", rank=3,
-                          bystanders=(0, 1, 2)),
+    "ddp_batchnorm": Case("wi_ddp_persistent.py", 4, ("--batchnorm",), ("--no-fault", "--batchnorm"), "rank:3",
+                          "worker", rank=3, bystanders=(0, 1, 2)),
     "ddp_accumulation": Case("wi_ddp_accum.py", 2, (), ("--no-fault",), "rank:1", "worker", rank=1, bystanders=(0,)),
     "grad_hooks": Case("wi_grad_hooks.py", 2, (), ("--no-fault",), "rank:1", "worker", rank=1,
                        late_steps=HOOKS_LATE),

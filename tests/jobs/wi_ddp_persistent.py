@@ -6,6 +6,12 @@ The others reach the gradient all-reduces first and wait for rank 3 inside DDP's
 backward()): that wait is not compute. The verdict: one worker, rank 3, in every step; "rank 3 at its peers' pace"
 predicts the run without the slow loader (`--no-fault`) within 15%, and so does its saving.
 
+`--batchnorm`: the model has buffers (BatchNorm's running statistics), so each forward starts with DDP broadcasting
+them from rank 0 (`broadcast_buffers`, on by default), waited for in C++. gloo relays a broadcast through a tree:
+rank 1 waits in it for rank 3, then reaches the gradients' all-reduce as late as rank 3 does, though it computed on
+pace. The verdict is the same: one worker, rank 3 (not rank 1, not "nothing": the broadcast's wait is not compute,
+and rank 1 waited for rank 3).
+
 24 steps, not 12: the first steady step is entered as late as the warm-up left it (DDP's bucket rebuild, in
 the warm-up step, waits for the slow rank), which no change to the steady steps undoes: the what-if's mean
 carries it, 1 step of the 11 replayed at 12 steps (~4 ms of a ~45 ms step), 1 of 23 here."""
@@ -16,6 +22,7 @@ import time
 STEPS, WORLD = 24, 4
 SLOW_RANK, SLOW_S, LOAD_S, COMPUTE_S = 3, 0.060, 0.005, 0.030
 NO_FAULT = "--no-fault" in sys.argv
+BATCHNORM = "--batchnorm" in sys.argv
 
 
 def main() -> None:
@@ -30,7 +37,8 @@ def main() -> None:
     class Net(nn.Module):
         def __init__(self):
             super().__init__()
-            self.body = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 10))
+            norm = [nn.BatchNorm1d(256)] if BATCHNORM else []
+            self.body = nn.Sequential(nn.Linear(64, 256), *norm, nn.ReLU(), nn.Linear(256, 10))
 
         def forward(self, x):
             time.sleep(COMPUTE_S)  # the device computing
