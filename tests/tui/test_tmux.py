@@ -187,6 +187,9 @@ def pipeline_demo(tmp_path_factory):
     return out
 
 
+# (quiet: the grid's shape is the demo's timing; run starved, at idle CPU weight beside the quiet jobs, its stage 1
+# started 300 ms late, and at 80 columns its cells narrowed to "3" where "B3" is asked)
+@pytest.mark.quiet
 @pytest.mark.parametrize("size", [(80, 24), (100, 30), (200, 50)])
 def test_the_pipeline_demo_opens_on_its_grid(pipeline_demo, size):
     """The demo's trace opens on the Pipeline tab: its narration above the grid of GPipe's iteration, n steps the
