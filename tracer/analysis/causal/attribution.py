@@ -400,7 +400,7 @@ def attribute(t: EventTable, replay, pipeline: PipelineStats | None, steps: list
             second = savings[1] if len(savings) > 1 else None
             out.reason = (f"rank {who} at its peers' pace saves {_ms(save)} a step ({save / mean:.0%})"
                           + (f", {save / max(second[0], 1):.1f}x the next rank's (rank {second[1]})" if second and
-                             second[0] > 0 else "; no other rank saves anything")
+                             second[0] >= MIN_NOISE_NS else "; no other rank saves anything")
                           + f"; off its peers' pace in {late_in[who]} of {len(k_used)} steps")
         else:
             out.stage = who
