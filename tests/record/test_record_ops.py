@@ -83,6 +83,9 @@ def test_values_recorded_in_full_mode(table):
     assert by[(3, "gather", 3)]["out"]["values"] == [[float(r)] * 2 for r in W]
 
 
+# (quiet: rank 3's barrier must take under 0.2 s after its 0.3 s sleep; in the rest's run at idle CPU weight a
+# starved rank 3 reached it late and took 0.43 s)
+@pytest.mark.quiet
 def test_timings_show_known_delays(table):
     barrier = {table.rank[i]: i for i in range(len(table)) if table.api[i] == "barrier"}
     # rank 3 slept 0.3 s before the barrier: the others wait there about that long, rank 3 hardly at all
