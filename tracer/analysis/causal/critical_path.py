@@ -167,16 +167,18 @@ def reducer_waits(t: EventTable, st, f, is_async) -> tuple:
     blocking = np.array([r not in t.ranks or "nccl" not in t.ranks[r].backend for r in range(int(rank.max()) + 1)])
     unwaited = is_async & (ws == NONE) & (f != NONE) & blocking[rank]
     api = np.asarray(t.api.codes)
-    red = unwaited & (api == t.api.values.index(REDUCER_API)) if REDUCER_API in t.api.values else unwaited & False
+    red = unwaited & (api == (t.api.values.index(REDUCER_API) if REDUCER_API in t.api.values else -1))
     at_once = unwaited & ~red & np.isin(api, ddp)
+    if not (red.any() or at_once.any()):
+        return ws, we
     order = stable_order(rank)  # each rank's rows in table (issue) order
-    if at_once.any():
-        ws, we = ws.copy(), we.copy()
-        nxt = np.full(len(order), np.iinfo(np.int64).max)  # each row's rank's next issue
-        same = rank[order[1:]] == rank[order[:-1]]
-        nxt[order[:-1][same]] = st[order[1:][same]]
-        ws[at_once] = st[at_once]
-        we[at_once] = np.maximum(st[at_once], np.minimum(f[at_once], nxt[at_once]))
+    # each row's rank's next issue: its host was back from a wait by then
+    next_issue = np.full(len(order), np.iinfo(np.int64).max)
+    same = rank[order[1:]] == rank[order[:-1]]
+    next_issue[order[:-1][same]] = st[order[1:][same]]
+    ws, we = ws.copy(), we.copy()
+    ws[at_once] = st[at_once]
+    we[at_once] = np.maximum(st[at_once], np.minimum(f[at_once], next_issue[at_once]))
     if not red.any():
         return ws, we
     r, mine = rank[order], red[order]
@@ -188,15 +190,9 @@ def reducer_waits(t: EventTable, st, f, is_async) -> tuple:
                              as_int64(t.bytes)[rows])  # each run's first, among the reducer rows
     counts = np.diff(np.append(first, len(rows)))
     last_issue = np.maximum.reduceat(st[rows], first)
-    # the rank's next op after each run (issue order): its host was back from the wait by its issue
-    at = np.flatnonzero(mine)[first + counts - 1] + 1
-    nxt = np.full(len(first), np.iinfo(np.int64).max)
-    same = at < len(order)
-    same[same] = r[at[same]] == r[at[same] - 1]
-    nxt[same] = st[order[at[same]]]
-    ws, we = ws.copy(), we.copy()
     ws[rows] = repeat_each(last_issue, counts)
-    we[rows] = np.maximum(ws[rows], np.minimum(f[rows], repeat_each(nxt, counts)))
+    # (until the rank's next issue after the run's last bucket)
+    we[rows] = np.maximum(ws[rows], np.minimum(f[rows], repeat_each(next_issue[rows[first + counts - 1]], counts)))
     return ws, we
 
 

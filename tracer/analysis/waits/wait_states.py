@@ -24,6 +24,7 @@ count the same interval twice.
 from __future__ import annotations
 
 from array import array
+from bisect import bisect_right
 from typing import TYPE_CHECKING
 
 from ...data.table.columns import filled, order_by, packed_keys, repeat_each, run_starts, running_count, running_max_by
@@ -93,10 +94,12 @@ def collective_waits(kind: str, ranks: list[int], starts: list[int], ends: list[
         return waits, None
     k_root = ranks.index(root)
     if kind == LATE_BROADCAST:  # each rank waits for the last of the op's ranks to arrive before its own end
+        by_arrival = sorted(zip(starts, ranks))
+        arrivals = [a for a, _ in by_arrival]
         caused = dict.fromkeys(ranks, 0)
         for k, (s, e) in enumerate(zip(starts, ends)):
-            before = [(a, r) for a, r in zip(starts, ranks) if e == NONE or a <= e]
-            needed, who = max(before) if before else (starts[k_root], root)
+            j = len(arrivals) if e == NONE else bisect_right(arrivals, e)
+            needed, who = by_arrival[j - 1] if j else (starts[k_root], root)
             if k == k_root and who == root:
                 continue
             waits[k] = _until(s, e, max(needed, starts[k_root]))
