@@ -10,7 +10,7 @@ Without `--fault` the job runs with none: every prediction's ground truth."""
 import sys
 import time
 
-ITERATIONS, MICRO_BATCHES, STAGES, REPLICAS = 10, 4, 2, 2
+ITERATIONS, MICRO_BATCHES, STAGES, REPLICAS = 20, 4, 2, 2
 LAYERS, DIM, BATCH = 2, 128, 16
 FORWARD_S, BACKWARD_S = 0.008, 0.016  # per layer, per micro-batch (long beside the stages' few ms of host work,
 #                                       which differs between them, and which a busy machine stretches)

@@ -1,7 +1,7 @@
 """Data x pipeline parallel written by hand, Megatron's way: 4 ranks (ranks 0, 1 one replica's stages 0, 1; ranks 2,
 3 the other's), a 1F1B schedule over 4 micro-batches an iteration whose steady phase sends the activation and
 receives the gradient in one `batch_isend_irecv`, then the gradients flattened and all-reduced over the stage's
-data-parallel group. 10 iterations; the faults are wi_pp_common.py's."""
+data-parallel group. 20 iterations; the faults are wi_pp_common.py's."""
 
 from wi_pp_common import BATCH, DIM, ITERATIONS, MICRO_BATCHES, STAGES, before_step, layers
 

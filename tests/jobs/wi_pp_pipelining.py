@@ -1,7 +1,7 @@
 """Data x pipeline parallel with torch.distributed.pipelining, as its tutorial writes it: a 2 x 2 DeviceMesh ("dp",
 "pp"), each replica's two stages run Schedule1F1B over 4 micro-batches an iteration (`--schedule=gpipe`:
 ScheduleGPipe), then each stage's gradients are all-reduced over its data-parallel group and the optimizer steps.
-10 iterations; the faults are wi_pp_common.py's."""
+20 iterations; the faults are wi_pp_common.py's."""
 
 import sys
 

@@ -22,6 +22,7 @@ from disttrace.tracer.analysis.causal.what_if import parse_change
 pytestmark = pytest.mark.slow
 
 from wi_cases import CASES, prediction_error  # noqa: E402 (tests/jobs, on the path through harness)
+from wi_pp_common import ITERATIONS as PP_ITERATIONS  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +74,7 @@ def test_the_verdict_names_the_fault(name, pairs):
     assert clean.kind in ("none", "spread") and on_time.straggler is None, clean
     if a.pipeline is not None:
         assert a.pipeline.stage_ranks == [[0, 2], [1, 3]], a.pipeline
-        assert (a.pipeline.stages, a.pipeline.micro_batches, a.pipeline.iterations) == ([0, 1], 4, 10), a.pipeline
+        assert (a.pipeline.stages, a.pipeline.micro_batches, a.pipeline.iterations) == ([0, 1], 4, PP_ITERATIONS), a.pipeline
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

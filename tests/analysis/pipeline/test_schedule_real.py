@@ -11,7 +11,7 @@ from pathlib import Path
 
 import orjson
 import pytest
-from harness import run_disttrace
+from harness import job, run_disttrace
 from test_schedule import megatron_order
 
 from disttrace.tracer.analysis import analyze
@@ -20,6 +20,7 @@ from disttrace.tracer.data.load import load_trace
 pytestmark = pytest.mark.slow
 
 MS = 1_000_000
+ITERATIONS = job("wi_pp_common").ITERATIONS  # the data x pipeline jobs'
 DEMO = Path(__file__).resolve().parents[3] / "demos" / "programs" / "pipeline_parallel.py"
 
 
@@ -45,8 +46,6 @@ def check_sleeps(p, forward_ms: float, backward_ms: float) -> None:
 @pytest.mark.parametrize("schedule,nproc,virtual", [("gpipe", 2, 1), ("1f1b", 2, 1), ("interleaved", 4, 2)])
 def test_pipelining_s_schedules_are_read_as_their_stages_iterations_and_micro_batches(traced, schedule, nproc,
                                                                                       virtual):
-    from harness import job
-
     spec = job("pp_schedules")
     a = analyze(load_trace(str(traced("pp_schedules.py", nproc=nproc, args=[f"--schedule={schedule}"],
                                       summaries="off"))))
@@ -93,15 +92,15 @@ def test_pipelining_s_schedules(traced, schedule, nproc, virtual, kind):
 @pytest.mark.quiet
 @pytest.mark.parametrize("script", ["wi_pp_pipelining.py", "wi_pp_manual.py"])
 def test_data_x_pipeline_parallel_jobs(traced, script):
-    """2 replicas of 2 stages, 1F1B over 4 micro-batches, 10 iterations: both pipelines' schedules."""
+    """2 replicas of 2 stages, 1F1B over 4 micro-batches, wi_pp_common's iterations: both pipelines' schedules."""
     a = analyze(load_trace(str(traced(script, nproc=4, summaries="off"))))
     p = a.pipeline
     assert p.pipelines == [[0, 1], [2, 3]] and not p.schedule_note, p.schedule_note
     its = p.schedule_iterations
-    assert sorted((it[0], it[1]) for it in its) == [(k, i) for k in (0, 1) for i in range(10)]
+    assert sorted((it[0], it[1]) for it in its) == [(k, i) for k in (0, 1) for i in range(ITERATIONS)]
     assert {it[2] for it in its} == {"1F1B"}
     for k, path in enumerate(p.pipelines):
-        for i in range(10):
+        for i in range(ITERATIONS):
             got = orders(p, i, path)
             assert got == {r: megatron_order(2, 4, pos) for pos, r in enumerate(path)}
     check_sleeps(p, 2 * 8, 2 * 16)  # two layers a stage: 8 ms forward, 16 ms backward each
