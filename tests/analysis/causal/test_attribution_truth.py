@@ -74,7 +74,8 @@ def test_the_verdict_names_the_fault(name, pairs):
     assert clean.kind in ("none", "spread") and on_time.straggler is None, clean
     if a.pipeline is not None:
         assert a.pipeline.stage_ranks == [[0, 2], [1, 3]], a.pipeline
-        assert (a.pipeline.stages, a.pipeline.micro_batches, a.pipeline.iterations) == ([0, 1], 4, PP_ITERATIONS), a.pipeline
+        p = a.pipeline
+        assert (p.stages, p.micro_batches, p.iterations) == ([0, 1], 4, PP_ITERATIONS), p
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
