@@ -72,9 +72,8 @@ def test_the_verdict_names_the_fault(name, pairs):
     # the run without the fault: nothing beyond the noise, or a spread far smaller than the fault's
     clean = on_time.attribution
     assert clean.kind in ("none", "spread") and on_time.straggler is None, clean
-    if a.pipeline is not None:
-        assert a.pipeline.stage_ranks == [[0, 2], [1, 3]], a.pipeline
-        p = a.pipeline
+    if (p := a.pipeline) is not None:
+        assert p.stage_ranks == [[0, 2], [1, 3]], p
         assert (p.stages, p.micro_batches, p.iterations) == ([0, 1], 4, PP_ITERATIONS), p
 
 
